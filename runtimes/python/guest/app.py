@@ -1,0 +1,241 @@
+"""Guest-side driver of the Python runtime; runs *inside* the sandbox.
+
+Everything at module level runs once, when the component is built: the
+interpreter state it leaves (stdlib table, pre-imported modules) is the
+snapshot every fresh instance starts from. `WitWorld.run` executes one cell.
+"""
+
+import ast
+import io
+import json
+import linecache
+import marshal
+import os
+import sys
+import time
+import traceback
+import zlib
+
+import importlib.abc
+import importlib.machinery
+
+# --- the standard library, compiled now, importable at run time -------------
+# The stdlib directory the build sees is gone at run time, so every pure-Python
+# module is compiled here and kept (compressed bytecode) in the snapshot.
+
+_SKIP_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "venv",
+              "lib2to3", "__pycache__", "site-packages", "__phello__", "lib"}
+
+
+def _collect_stdlib():
+    table = {}
+    # componentize-py mounts the standard library at /python while it builds.
+    for root in [p for p in sys.path if p == "/python" and os.path.isdir(p)]:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("_test")]
+            rel = os.path.relpath(dirpath, root)
+            package = "" if rel == "." else rel.replace(os.sep, ".")
+            for filename in filenames:
+                if not filename.endswith(".py") or filename.startswith("_test"):
+                    continue
+                stem = filename[:-3]
+                if stem == "__init__":
+                    name, is_pkg = package, True
+                else:
+                    name, is_pkg = (package + "." + stem) if package else stem, False
+                if not name or name in table:
+                    continue
+                path = os.path.join(dirpath, filename)
+                try:
+                    with open(path, "rb") as f:
+                        code = compile(f.read(), path, "exec", dont_inherit=True, optimize=0)
+                except (SyntaxError, ValueError):
+                    continue
+                table[name] = (is_pkg, path, zlib.compress(marshal.dumps(code), 6))
+    return table
+
+
+class _StdlibImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, table):
+        self._table = table
+
+    def find_spec(self, fullname, path=None, target=None):
+        entry = self._table.get(fullname)
+        if entry is None:
+            return None
+        is_pkg, origin, _ = entry
+        spec = importlib.machinery.ModuleSpec(fullname, self, origin=origin, is_package=is_pkg)
+        spec.has_location = True
+        if is_pkg:
+            spec.submodule_search_locations = [os.path.dirname(origin)]
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        code = marshal.loads(zlib.decompress(self._table[module.__spec__.name][2]))
+        exec(code, module.__dict__)
+
+    def module_names(self):
+        return sorted(self._table)
+
+
+STDLIB = _StdlibImporter(_collect_stdlib())
+sys.meta_path.insert(0, STDLIB)
+sys.dont_write_bytecode = True
+
+# Modules most programs reach for, imported now so they cost nothing at run time.
+for _name in ("json", "re", "math", "random", "collections", "itertools", "functools",
+              "datetime", "decimal", "fractions", "statistics", "string", "textwrap",
+              "dataclasses", "typing", "pathlib", "csv", "hashlib", "base64", "copy",
+              "heapq", "bisect", "enum", "operator", "struct", "uuid", "pprint", "codeop",
+              "contextlib", "abc", "numbers", "io", "tempfile", "glob", "shutil", "fnmatch"):
+    try:
+        __import__(_name)
+    except Exception:
+        pass
+
+import random  # noqa: E402
+
+# --- blocking calls end at the deadline -------------------------------------
+# The host's epoch interruption cannot reach a guest blocked inside a host call
+# (a sleep, a select with a timeout), so the blocking primitives are bounded by
+# the cell's deadline here; past it, the guest spins until the host stops it.
+
+_deadline = [float("inf")]
+_monotonic = time.monotonic
+
+
+def _bounded_wait(wait, seconds):
+    remaining = _deadline[0] - _monotonic()
+    if seconds is None or seconds > remaining:
+        if remaining > 0:
+            wait(remaining)
+        while True:  # the host's deadline check traps this loop within one tick
+            pass
+    return wait(seconds)
+
+
+def _install_guards():
+    import select
+
+    real_sleep = time.sleep
+    real_select = select.select
+
+    def sleep(seconds, /):
+        if seconds < 0:
+            raise ValueError("sleep length must be non-negative")
+        _bounded_wait(real_sleep, seconds)
+
+    def select_(rlist, wlist, xlist, timeout=None, /):
+        if timeout is None or timeout > 0:
+            remaining = _deadline[0] - _monotonic()
+            if timeout is None or timeout > remaining:
+                ready = real_select(rlist, wlist, xlist, 0)
+                if any(ready):
+                    return ready
+                _bounded_wait(real_sleep, timeout)
+        return real_select(rlist, wlist, xlist, timeout)
+
+    time.sleep = sleep
+    select.select = select_
+    for name in ("poll", "epoll", "kqueue", "devpoll"):
+        if hasattr(select, name):
+            delattr(select, name)  # selectors falls back to the bounded select
+
+
+_install_guards()
+del _install_guards
+
+# Objects of the snapshot are never collected: keeping them out of the garbage
+# collector's scans keeps their memory pages shared (copy-on-write) and untouched.
+import gc  # noqa: E402
+
+gc.collect()
+gc.freeze()
+
+# --- running a cell ----------------------------------------------------------
+
+VALUE_REPR_LIMIT = 64 * 1024
+_namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+_cells = [0]
+_seeded = [False]
+
+
+def _compile_cell(code, filename):
+    tree = ast.parse(code, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec", dont_inherit=True)
+    return body, (compile(last, filename, "eval", dont_inherit=True) if last else None)
+
+
+def _error(exc, tb):
+    # Drop the driver's own frames: the traceback starts in the user's code.
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": text}
+
+
+def _exit_code(exc):
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_cell(request):
+    if not _seeded[0]:
+        random.seed()  # the snapshot's PRNG state is shared by every instance
+        _seeded[0] = True
+    os.environ.clear()
+    os.environ.update(request.get("env", {}))
+    os.chdir(request.get("cwd", "/workspace"))
+    sys.stdin = io.TextIOWrapper(io.BytesIO(request.get("stdin", "").encode()), encoding="utf-8")
+    _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
+    _cells[0] += 1
+    filename = request.get("filename") or f"<cell {_cells[0]}>"
+    code = request["code"]
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    response = {"exit_code": 0}
+    try:
+        body, last = _compile_cell(code, filename)
+        exec(body, _namespace)
+        if last is not None:
+            value = eval(last, _namespace)
+            if value is not None:
+                _namespace["_"] = value
+                text = repr(value)
+                if len(text) > VALUE_REPR_LIMIT:
+                    text = text[:VALUE_REPR_LIMIT] + "...[truncated]"
+                response["value"] = text
+    except SystemExit as exc:
+        response["exit_code"] = _exit_code(exc)
+    except BaseException as exc:  # noqa: BLE001 - everything becomes a result
+        error = _error(exc, exc.__traceback__)
+        sys.stderr.write(error["traceback"])
+        response["exit_code"] = 1
+        response["error"] = error
+    return response
+
+
+class WitWorld:
+    def run(self, request: str) -> str:
+        _t0 = time.perf_counter()
+        try:
+            response = _run_cell(json.loads(request))
+        except BaseException as exc:  # noqa: BLE001 - an escaping exception would kill the instance
+            response = {"exit_code": 1, "error": _error(exc, exc.__traceback__)}
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+        response["guest_ms"] = (time.perf_counter() - _t0) * 1000
+        return json.dumps(response)

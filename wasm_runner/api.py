@@ -1,0 +1,101 @@
+"""The wire shapes of wasm-runner: one request, one result, whatever runs it.
+
+These msgspec Structs are the single definition used by the library, the HTTP
+service, the MCP tools and the client; schemas are generated from them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+MiB = 1024 * 1024
+
+Language = Literal["python", "javascript"]
+LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, frozen=True):
+    """Hard limits for one execution. Every field has a documented default."""
+
+    timeout_s: float = 10.0
+    """Wall-clock deadline, including time the guest spends blocked (sleep, select)."""
+    fuel: int | None = None
+    """Instruction budget (wasmtime fuel units); None runs unmetered and faster."""
+    memory_bytes: int = 256 * MiB
+    """Largest linear memory the guest may grow to."""
+    output_bytes: int = 1 * MiB
+    """Captured bytes kept per stream (stdout, stderr); the guest is stopped past it."""
+    disk_bytes: int = 256 * MiB
+    """Workspace quota: total bytes of regular files."""
+    disk_files: int = 10_000
+    """Workspace quota: number of files and directories."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s <= 3600:
+            raise ValueError("timeout_s must be in (0, 3600]")
+        if self.fuel is not None and self.fuel <= 0:
+            raise ValueError("fuel must be positive (or null for unmetered)")
+        if self.memory_bytes < 32 * MiB:
+            raise ValueError("memory_bytes must be at least 32 MiB (the interpreters need it to start)")
+        for name in ("output_bytes", "disk_bytes", "disk_files"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+
+
+class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """Run `code` in `language`; `fresh` asks for a new instance instead of the session's kernel."""
+
+    code: str
+    language: Language = "python"
+    stdin: str = ""
+    env: dict[str, str] = {}
+    limits: Limits = Limits()
+    fresh: bool = False
+    id: str | None = None
+    """Caller's correlation id, echoed in the result (batch runs)."""
+
+
+class GuestError(msgspec.Struct, omit_defaults=True):
+    """An uncaught exception in the guest program."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class FileChanges(msgspec.Struct, omit_defaults=True):
+    """Workspace paths (relative, `/`-separated) changed during one execution."""
+
+    created: list[str] = []
+    modified: list[str] = []
+    deleted: list[str] = []
+
+
+class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
+    """The one result shape of the product. A limit hit is a result, never an exception."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+    value: str | None = None
+    """repr() of the last expression (kernel mode), like a REPL."""
+    error: GuestError | None = None
+    limit: LimitName | None = None
+    """Which limit stopped the run, if any."""
+    truncated: list[Literal["stdout", "stderr"]] = []
+    """Streams whose capture hit `limits.output_bytes`."""
+    duration_ms: float = 0.0
+    fuel_used: int | None = None
+    memory_peak_bytes: int | None = None
+    files: FileChanges = msgspec.field(default_factory=FileChanges)
+    kernel_restarted: bool = False
+    """True when the session's kernel was (re)built for this call and earlier state is gone."""
+    language: str = "python"
+    isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
+    id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.error is None and self.limit is None

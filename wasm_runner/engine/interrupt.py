@@ -1,0 +1,92 @@
+"""Per-store interruption: deadline, cancellation and host-detected limits.
+
+wasmtime's epoch is engine-wide; what decides whether one store stops is the
+callback run when its deadline tick passes. wasmtime-py exposes no wrapper for
+`wasmtime_store_epoch_deadline_callback`, so this module binds the C API call
+that wasmtime-py itself generates bindings for. The callback runs on the guest's
+thread at every epoch tick (10 ms) and either lets the guest continue for one
+more tick or traps it with a message naming the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from enum import Enum
+
+import wasmtime
+from wasmtime import _bindings as capi
+
+TRAP_PREFIX = "wasm-runner stop: "
+
+_Callback = ctypes.CFUNCTYPE(
+    ctypes.c_size_t,
+    ctypes.POINTER(capi.wasmtime_context_t),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(capi.wasmtime_update_deadline_kind_t),
+)
+_Finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_NO_FINALIZER = _Finalizer()
+_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+
+
+class StopReason(str, Enum):
+    timeout = "timeout"
+    cancelled = "cancelled"
+    output = "output"
+    disk = "disk"
+
+
+class Interrupt:
+    """Stop conditions for whatever runs in one store; re-armed for every call.
+
+    `stop()` may be called from any thread; the guest traps at the next tick.
+    """
+
+    def __init__(self, store: wasmtime.Store) -> None:
+        self.deadline = float("inf")
+        self.reason: StopReason | None = None
+        self._lock = threading.Lock()
+        self._callback = _Callback(self._on_tick)  # kept alive as long as the store
+        capi.wasmtime_store_epoch_deadline_callback(store.ptr(), self._callback, None, _NO_FINALIZER)
+        store.set_epoch_deadline(1)
+
+    def arm(self, store: wasmtime.Store, timeout_s: float) -> None:
+        self.reason = None
+        self.deadline = time.monotonic() + timeout_s
+        store.set_epoch_deadline(1)
+
+    def stop(self, reason: StopReason) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+
+    def expired(self) -> bool:
+        """Record and report whether the deadline has passed (used after a blocking call)."""
+        if time.monotonic() >= self.deadline:
+            self.stop(StopReason.timeout)
+        return self.reason is not None
+
+    def _on_tick(self, _context, _data, delta, kind) -> int:
+        if self.reason is None and time.monotonic() >= self.deadline:
+            self.stop(StopReason.timeout)
+        if self.reason is not None:
+            err = capi.wasmtime_error_new(f"{TRAP_PREFIX}{self.reason.value}".encode())
+            return ctypes.cast(err, ctypes.c_void_p).value or 0
+        delta[0] = 1
+        kind[0] = _CONTINUE
+        return 0
+
+
+def stop_reason_in(message: str) -> StopReason | None:
+    """The reason an Interrupt trapped a guest, read back from the trap's message."""
+    at = message.find(TRAP_PREFIX)
+    if at < 0:
+        return None
+    word = message[at + len(TRAP_PREFIX):].split()[0].strip(".,:;")
+    try:
+        return StopReason(word)
+    except ValueError:
+        return None

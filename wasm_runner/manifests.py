@@ -1,0 +1,27 @@
+"""Runtime manifests: the pinned artifact and entry point of each guest runtime."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNTIMES_DIR = Path(__file__).resolve().parent.parent / "runtimes"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    language: str
+    kind: str
+    directory: Path
+    fields: dict
+
+    def __getitem__(self, key: str):
+        return self.fields[key]
+
+
+def load_manifest(language: str) -> Manifest:
+    directory = RUNTIMES_DIR / language
+    with open(directory / "manifest.toml", "rb") as f:
+        fields = tomllib.load(f)["runtime"]
+    return Manifest(language=fields["language"], kind=fields["kind"], directory=directory, fields=fields)

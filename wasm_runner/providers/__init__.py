@@ -1,0 +1,1 @@
+"""Providers run an execution in some isolation and return an ExecResult."""

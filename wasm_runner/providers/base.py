@@ -1,0 +1,47 @@
+"""The Provider protocol: how a session's execution reaches an isolation technology."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..api import ExecRequest, ExecResult
+from ..capture import OutputListener
+from ..workspace import Workspace
+
+
+@dataclass
+class Job:
+    """One execution handed to a provider, run on a worker thread."""
+
+    request: ExecRequest
+    workspace: Workspace
+    kernels: dict[str, Any] | None = None
+    """The session's live kernels by language (the provider owns their contents); None for one-shot runs."""
+    listener: OutputListener | None = None
+    cancelled: bool = False
+    _stoppers: list = field(default_factory=list)
+
+    def on_cancel(self, stop) -> None:
+        """Register how to stop the running guest; called at once if already cancelled."""
+        self._stoppers.append(stop)
+        if self.cancelled:
+            stop()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for stop in list(self._stoppers):
+            stop()
+
+
+class Provider(Protocol):
+    name: str
+    languages: frozenset[str]
+
+    def execute(self, job: Job) -> ExecResult:
+        """Run the job to completion; every outcome, limit hits included, is an ExecResult."""
+        ...
+
+    def prepare(self) -> None:
+        """Build, compile or check whatever execution needs, ahead of the first request."""
+        ...

@@ -1,0 +1,1 @@
+"""The WebAssembly provider: Python and JavaScript guests in wasmtime."""

@@ -1,0 +1,119 @@
+"""The WebAssembly provider: runs a Job in a fresh instance or in the session's kernel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...api import ExecResult, GuestError
+from ...engine import EngineSettings, StopReason
+from ...quota import over_quota, watcher
+from ...workspace import diff
+from ..base import Job
+from .sandbox import LIMIT_MESSAGES, Call, Mount, Outcome, View
+
+
+@dataclass
+class KernelSlot:
+    """A session's kernel for one language; `lost` remembers that state was dropped."""
+
+    kernel: Any = None
+    lost: bool = False
+
+
+class WasmProvider:
+    name = "wasm"
+    languages = frozenset({"python", "javascript"})
+
+    def __init__(self, mounts: tuple[Mount, ...] = ()) -> None:
+        self.mounts = mounts
+        self._runtimes: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def runtime(self, language: str):
+        with self._lock:
+            if language not in self._runtimes:
+                if language == "python":
+                    from .python import PythonRuntime
+
+                    self._runtimes[language] = PythonRuntime()
+                elif language == "javascript":
+                    from .javascript import JavaScriptRuntime
+
+                    self._runtimes[language] = JavaScriptRuntime()
+                else:
+                    raise ValueError(f"the wasm provider does not run {language!r}")
+            return self._runtimes[language]
+
+    def prepare(self, fuel: bool = True) -> None:
+        for language in sorted(self.languages):
+            runtime = self.runtime(language)
+            runtime.prepare(EngineSettings(fuel=False))
+            if fuel:
+                runtime.prepare(EngineSettings(fuel=True))
+
+    def execute(self, job: Job) -> ExecResult:
+        request = job.request
+        workspace = job.workspace.ensure()
+        view = View(workspace.files, workspace.tmp, self.mounts)
+        call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
+                    listener=job.listener)
+        job.on_cancel(lambda: call.stop(StopReason.cancelled))
+        quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk))
+        before = workspace.snapshot()
+        started = time.perf_counter()
+        restarted = False
+        try:
+            runtime = self.runtime(request.language)
+            if request.fresh or job.kernels is None:
+                outcome = runtime.fresh(view, call)
+            else:
+                slot = job.kernels.setdefault(request.language, KernelSlot())
+                if slot.kernel is None or not slot.kernel.accepts(request.limits):
+                    if slot.kernel is not None:
+                        slot.kernel.close()
+                        slot.lost = True
+                    restarted, slot.lost = slot.lost, False
+                    slot.kernel = None
+                    slot.kernel = runtime.new_kernel(view, request.limits)
+                outcome = slot.kernel.run(call)
+                if outcome.instance_lost:
+                    slot.kernel.close()
+                    slot.kernel, slot.lost = None, True
+        except Exception as exc:  # the runtime could not start: report, never raise
+            outcome = _startup_failure(exc, call)
+        finally:
+            watcher.unwatch(quota_key)
+        duration_ms = (time.perf_counter() - started) * 1000
+        if outcome.limit is None and over_quota(workspace, request.limits):
+            outcome.limit = "disk"
+            outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
+        truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
+        return ExecResult(
+            stdout=call.stdout.text(),
+            stderr=call.stderr.text(),
+            exit_code=outcome.exit_code,
+            value=outcome.value,
+            error=outcome.error,
+            limit=outcome.limit,
+            truncated=truncated,
+            duration_ms=round(duration_ms, 3),
+            fuel_used=outcome.fuel_used,
+            memory_peak_bytes=outcome.memory_peak_bytes,
+            files=diff(before, workspace.snapshot()),
+            kernel_restarted=restarted,
+            language=request.language,
+            isolation="wasm",
+            id=request.id,
+        )
+
+
+def _startup_failure(exc: Exception, call: Call) -> Outcome:
+    if call.interrupt is not None and call.interrupt.reason is not None:
+        from .sandbox import trap_outcome
+
+        return trap_outcome(exc, call.interrupt)
+    return Outcome(exit_code=1, instance_lost=True, error=GuestError(
+        type="RuntimeUnavailable", message=f"the sandbox could not start: {exc}"))

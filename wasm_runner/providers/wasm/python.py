@@ -1,0 +1,171 @@
+"""Host side of the Python runtime: a componentize-py snapshot of CPython 3.14.
+
+The component is built once from runtimes/python/guest (build key: the guest
+sources and the builder version), then compiled once per engine settings.
+A fresh execution instantiates the snapshot (about a millisecond); a kernel
+keeps one instance, whose namespace persists between calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import wasmtime
+from wasmtime import component
+
+from ...api import GuestError, Limits
+from ...engine import EngineSettings, get_engine, load_compiled
+from ...engine.module_cache import cache_dir, sha256_file
+from ...manifests import load_manifest
+from .sandbox import Call, Outcome, OutputRouter, View, engine_settings, guest_env, new_store, trap_outcome
+
+
+class PythonRuntime:
+    language = "python"
+
+    def __init__(self) -> None:
+        self.manifest = load_manifest("python")
+        self._lock = threading.Lock()
+        self._built: tuple[Path, str] | None = None
+        self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component]] = {}
+
+    # -- preparation ---------------------------------------------------------
+
+    def build(self) -> tuple[Path, str]:
+        """Build the component (once per guest source), returning its path and sha256."""
+        with self._lock:
+            if self._built is None:
+                self._built = self._build_locked()
+            return self._built
+
+    def _build_locked(self) -> tuple[Path, str]:
+        guest = self.manifest.directory / self.manifest["guest"]
+        builder_version = self.manifest["builder_version"]
+        try:
+            installed = version("componentize-py")
+        except PackageNotFoundError:
+            installed = None
+        if installed != builder_version:
+            raise RuntimeError(
+                f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
+                "run `wasm-runner prepare` or `pip install --require-hashes -r runtimes/requirements.lock`"
+            )
+        digest = hashlib.sha256(builder_version.encode())
+        for path in sorted(guest.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(guest)).encode() + b"\0" + path.read_bytes())
+        out = cache_dir() / f"python-{digest.hexdigest()[:24]}.wasm"
+        sha_file = out.with_suffix(".sha256")
+        if not (out.exists() and sha_file.exists()):
+            with tempfile.TemporaryDirectory() as tmp:
+                work = Path(tmp) / "guest"
+                shutil.copytree(guest, work, ignore=shutil.ignore_patterns("__pycache__"))
+                built = Path(tmp) / "python.wasm"
+                exe = shutil.which("componentize-py") or "componentize-py"
+                proc = subprocess.run(
+                    [exe, "-d", "wit", "-w", self.manifest["world"], "componentize", "app", "-o", str(built)],
+                    cwd=work, capture_output=True, text=True,
+                )
+                if proc.returncode != 0:
+                    tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+                    raise RuntimeError(f"building the Python runtime failed:\n{tail}")
+                shutil.move(built, out.with_suffix(".tmp"))
+                os.replace(out.with_suffix(".tmp"), out)
+            # Builds are not byte-identical: the hash of *this* build pins what gets compiled.
+            sha_file.write_text(sha256_file(out))
+        return out, sha_file.read_text().strip()
+
+    def prepare(self, settings: EngineSettings = EngineSettings()) -> tuple[component.Linker, component.Component]:
+        with self._lock:
+            ready = self._linkers.get(settings)
+        if ready is not None:
+            return ready
+        wasm, sha = self.build()
+        compiled = load_compiled(wasm, sha, "component", settings)
+        linker = component.Linker(get_engine(settings))
+        linker.add_wasip2()
+        with self._lock:
+            return self._linkers.setdefault(settings, (linker, compiled))
+
+    # -- execution -----------------------------------------------------------
+
+    def fresh(self, view: View, call: Call) -> Outcome:
+        kernel = PythonKernel(self, view, call.limits)
+        try:
+            return kernel.run(call)
+        finally:
+            kernel.close()
+
+    def new_kernel(self, view: View, limits: Limits) -> "PythonKernel":
+        return PythonKernel(self, view, limits)
+
+
+class PythonKernel:
+    """One live interpreter instance; calls run one at a time."""
+
+    def __init__(self, runtime: PythonRuntime, view: View, limits: Limits) -> None:
+        self.settings = engine_settings(limits)
+        linker, compiled = runtime.prepare(self.settings)
+        self.store, self.interrupt = new_store(limits)
+        self.router = OutputRouter()
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["python"]
+        wasi.env = list(guest_env({}).items())
+        self.router.attach(wasi)
+        view.configure(wasi)
+        self.store.set_wasi(wasi)
+        self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
+        instance = linker.instantiate(self.store, compiled)
+        func = instance.get_func(self.store, "run")
+        assert func is not None, "the Python component exports no `run`"
+        self._run = func
+        self.usable = True
+
+    def accepts(self, limits: Limits) -> bool:
+        return self.usable and engine_settings(limits) == self.settings
+
+    def run(self, call: Call) -> Outcome:
+        limits = call.limits
+        self.router.stdout, self.router.stderr = call.stdout, call.stderr
+        self.store.set_limits(memory_size=limits.memory_bytes)
+        if limits.fuel is not None:
+            self.store.set_fuel(limits.fuel)
+        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
+        if call.filename:
+            request["filename"] = call.filename
+        call.bind(self.interrupt, self.store)
+        try:
+            raw = self._run(self.store, json.dumps(request))
+            self._run.post_return(self.store)
+        except Exception as exc:  # a trap: deadline, fuel, stack, crash
+            self.usable = False
+            outcome = trap_outcome(exc, self.interrupt)
+        else:
+            outcome = _outcome(json.loads(raw))
+        finally:
+            self.router.stdout = self.router.stderr = None
+        if limits.fuel is not None:
+            outcome.fuel_used = limits.fuel - self.store.get_fuel()
+        return outcome
+
+    def close(self) -> None:
+        self.usable = False
+        self.store.close()
+
+
+def _outcome(response: dict) -> Outcome:
+    error = response.get("error")
+    outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"))
+    if error is not None:
+        outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""))
+        if error["type"] == "MemoryError":
+            outcome.limit = "memory"
+    return outcome

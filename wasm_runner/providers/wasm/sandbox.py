@@ -1,0 +1,175 @@
+"""What a WASI guest sees and how one call into it is set up and read back.
+
+Shared by the Python and JavaScript runtimes: the store with its limits and
+interrupt, the WASI view (preopens, allowlisted environment, captured output),
+and the mapping from a trap to the limit that caused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import wasmtime
+
+from ...api import GuestError, Limits, LimitName
+from ...capture import Capture, OutputListener
+from ...engine import EngineSettings, Interrupt, StopReason, get_engine
+from ...engine.interrupt import stop_reason_in
+
+GUEST_WORKSPACE = "/workspace"
+GUEST_TMP = "/tmp"
+
+BASE_ENV: dict[str, str] = {
+    "HOME": GUEST_WORKSPACE,
+    "PWD": GUEST_WORKSPACE,
+    "TMPDIR": GUEST_TMP,
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "USER": "sandbox",
+    "PYTHONIOENCODING": "utf-8",
+}
+"""The whole environment a guest sees, besides variables the caller passes."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    host: Path
+    guest: str
+
+
+@dataclass(frozen=True)
+class View:
+    """The host directories a guest may touch; nothing else of the host is visible."""
+
+    workspace: Path
+    tmp: Path
+    mounts: tuple[Mount, ...] = ()
+
+    def configure(self, wasi: wasmtime.WasiConfig) -> None:
+        wasi.preopen_dir(str(self.workspace), GUEST_WORKSPACE, True)
+        wasi.preopen_dir(str(self.tmp), GUEST_TMP, True)
+        for mount in self.mounts:
+            wasi.preopen_dir(str(mount.host), mount.guest, False)
+
+
+def guest_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(BASE_ENV)
+    env.update(extra)
+    return env
+
+
+class OutputRouter:
+    """Routes a store's stdout/stderr to the capture of the call in progress.
+
+    A kernel's store lives across calls, while captures belong to one call.
+    """
+
+    def __init__(self) -> None:
+        self.stdout: Capture | None = None
+        self.stderr: Capture | None = None
+
+    def attach(self, wasi: wasmtime.WasiConfig) -> None:
+        wasi.stdout_custom = self._write_stdout
+        wasi.stderr_custom = self._write_stderr
+
+    def _write_stdout(self, data: bytes) -> None:
+        if self.stdout is not None:
+            self.stdout.write(data)
+
+    def _write_stderr(self, data: bytes) -> None:
+        if self.stderr is not None:
+            self.stderr.write(data)
+
+
+@dataclass
+class Call:
+    """One execution in a guest: its inputs and the capture of its outputs."""
+
+    code: str
+    limits: Limits
+    stdin: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    listener: OutputListener | None = None
+    filename: str | None = None
+
+    def __post_init__(self) -> None:
+        self.interrupt: Interrupt | None = None
+        self.stopped: StopReason | None = None
+        self.stdout = Capture("stdout", self.limits.output_bytes, self._overflow, self.listener)
+        self.stderr = Capture("stderr", self.limits.output_bytes, self._overflow, self.listener)
+
+    def _overflow(self) -> None:
+        self.stop(StopReason.output)
+
+    def bind(self, interrupt: Interrupt, store: wasmtime.Store) -> None:
+        """Arm the store's interrupt for this call; a stop requested earlier applies at once."""
+        interrupt.arm(store, self.limits.timeout_s)
+        self.interrupt = interrupt
+        if self.stopped is not None:
+            interrupt.stop(self.stopped)
+
+    def stop(self, reason: StopReason) -> None:
+        """Stop the guest running this call (from any thread), or keep it from starting."""
+        self.stopped = self.stopped or reason
+        if self.interrupt is not None:
+            self.interrupt.stop(reason)
+
+
+@dataclass
+class Outcome:
+    """What the guest did, before the workspace and timing are added."""
+
+    exit_code: int = 0
+    value: str | None = None
+    error: GuestError | None = None
+    limit: LimitName | None = None
+    fuel_used: int | None = None
+    memory_peak_bytes: int | None = None
+    instance_lost: bool = False
+    """The instance trapped and cannot be entered again (a kernel must be rebuilt)."""
+
+
+def engine_settings(limits: Limits) -> EngineSettings:
+    return EngineSettings(fuel=limits.fuel is not None)
+
+
+def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
+    store = wasmtime.Store(get_engine(engine_settings(limits)))
+    store.set_limits(memory_size=limits.memory_bytes)
+    if limits.fuel is not None:
+        store.set_fuel(limits.fuel)
+    return store, Interrupt(store)
+
+
+def trap_outcome(exc: Exception, interrupt: Interrupt) -> Outcome:
+    """Turn a trap into a result; an interrupt we raised names its own limit."""
+    message = str(exc)
+    reason = interrupt.reason or stop_reason_in(message)
+    limit: LimitName | None = None
+    if reason is not None:
+        limit = reason.value
+    elif "all fuel consumed" in message or "OutOfFuel" in message:
+        limit = "fuel"
+    elif "call stack exhausted" in message or "stack overflow" in message:
+        limit = "stack"
+    elif "memory" in message and ("out of" in message or "grow" in message):
+        limit = "memory"
+    if limit is not None:
+        return Outcome(exit_code=137, limit=limit, instance_lost=True, error=GuestError(
+            type="LimitExceeded", message=LIMIT_MESSAGES[limit]))
+    cause = message.strip().splitlines()[-1] if message.strip() else type(exc).__name__
+    return Outcome(exit_code=134, instance_lost=True,
+                   error=GuestError(type="GuestCrash", message=f"the guest crashed: {cause}", traceback=message[-4000:]))
+
+
+LIMIT_MESSAGES: dict[str, str] = {
+    "timeout": "stopped at the wall-clock deadline (limits.timeout_s); raise it or make the program faster",
+    "fuel": "ran out of fuel (limits.fuel); raise it or make the program do less work",
+    "memory": "ran out of memory (limits.memory_bytes); raise it or use less memory",
+    "output": "printed more than limits.output_bytes; print less or write large output to a file",
+    "disk": "the workspace passed its quota (limits.disk_bytes / limits.disk_files); delete files or raise the quota",
+    "stack": "the call stack overflowed (too deep recursion)",
+    "cancelled": "cancelled by the caller",
+}

@@ -1,0 +1,276 @@
+"""Runner and Session: the embeddable entry points.
+
+A Runner owns the worker threads, the providers and a data directory; a
+Session owns a directory under it and, once used, live kernels. Guests run on
+worker threads (wasmtime releases the GIL), so `await session.run(...)` never
+blocks the event loop and the sync `run_sync` is the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .api import ExecRequest, ExecResult, GuestError, Limits
+from .capture import OutputListener
+from .providers.base import Job, Provider
+from .providers.wasm.provider import KernelSlot, WasmProvider
+from .providers.wasm.sandbox import Mount
+from .workspace import Workspace
+
+log = logging.getLogger("wasm_runner")
+
+WATCHDOG_GRACE_S = 2.0
+"""How long past its deadline a guest may take to return before its worker is abandoned."""
+
+
+class Runner:
+    """Runs executions one-shot (`run`) or in sessions (`session(...).run`)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        *,
+        concurrency: int | None = None,
+        limits: Limits = Limits(),
+        mounts: tuple[Mount, ...] = (),
+        providers: list[Provider] | None = None,
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
+        self.sessions_dir = self.data_dir / "sessions"
+        self.scratch_dir = self.data_dir / "scratch"
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        self.limits = limits
+        self.concurrency = concurrency or os.cpu_count() or 2
+        self.providers: list[Provider] = providers if providers is not None else [WasmProvider(mounts)]
+        self.abandoned_workers = 0
+        self._executor = self._new_executor()
+        self._executor_lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._sessions_lock = threading.Lock()
+
+    # -- set-up ------------------------------------------------------------------
+
+    def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="wasm-guest")
+
+    def prepare(self) -> None:
+        """Build and compile every runtime now instead of on first use."""
+        for provider in self.providers:
+            provider.prepare()
+
+    def provider_for(self, language: str) -> Provider:
+        for provider in self.providers:
+            if language in provider.languages:
+                return provider
+        known = sorted({lang for p in self.providers for lang in p.languages})
+        raise ValueError(f"no provider runs language {language!r}; available: {', '.join(known)}")
+
+    def request(self, code: str | ExecRequest, **fields: Any) -> ExecRequest:
+        """Normalise `code` plus keyword fields into an ExecRequest with this runner's default limits."""
+        if isinstance(code, ExecRequest):
+            return code
+        if fields.get("limits") is None:
+            fields["limits"] = self.limits
+        return ExecRequest(code=code, **fields)
+
+    # -- sessions ------------------------------------------------------------------
+
+    def session(self, session_id: str | None = None) -> "Session":
+        """The session with this id (its files persist on disk), or a new one."""
+        session_id = session_id or uuid.uuid4().hex
+        if not session_id.replace("-", "").replace("_", "").isalnum() or len(session_id) > 64:
+            raise ValueError("a session id is 1-64 letters, digits, '-' or '_'")
+        with self._sessions_lock:
+            session = self._sessions.get(session_id)
+            if session is None:
+                session = Session(self, session_id)
+                self._sessions[session_id] = session
+            return session
+
+    def forget(self, session_id: str) -> None:
+        with self._sessions_lock:
+            self._sessions.pop(session_id, None)
+
+    # -- one-shot runs --------------------------------------------------------------
+
+    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
+        request = self.request(code, **fields)
+        workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir)))
+        try:
+            return await self._run_async(Job(request, workspace, None, listener), _State())
+        finally:
+            workspace.remove()
+
+    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        request = self.request(code, **fields)
+        workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir)))
+        try:
+            return self._run_blocking(Job(request, workspace, None, listener), _State())
+        finally:
+            workspace.remove()
+
+    # -- the worker path ------------------------------------------------------------------
+
+    def _submit(self, job: Job, state: "_State") -> concurrent.futures.Future:
+        provider = self.provider_for(job.request.language)
+
+        def work() -> ExecResult:
+            with state.lock:  # one execution at a time per session
+                if job.kernels is not None:
+                    job.kernels = state.kernels
+                return provider.execute(job)
+
+        with self._executor_lock:
+            return self._executor.submit(work)
+
+    def _run_blocking(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
+        future = self._submit(job, state)
+        bound = job.request.limits.timeout_s + WATCHDOG_GRACE_S
+        try:
+            return future.result(timeout=bound)
+        except concurrent.futures.TimeoutError:
+            return self._abandon(job, future, owner)
+
+    async def _run_async(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
+        future = self._submit(job, state)
+        bound = job.request.limits.timeout_s + WATCHDOG_GRACE_S
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), bound)
+        except asyncio.TimeoutError:
+            return self._abandon(job, future, owner)
+        except asyncio.CancelledError:
+            job.cancel()  # the caller went away: stop its guest
+            raise
+
+    def _abandon(self, job: Job, future: concurrent.futures.Future, owner: "Session | None") -> ExecResult:
+        """A guest blocked inside a host call past its deadline: answer now, leave its thread behind.
+
+        The guest runtimes bound their blocking calls by the deadline, so this is
+        the last line of defence; the stuck worker is replaced so capacity stays.
+        """
+        job.cancel()
+        try:
+            return future.result(timeout=0.5)
+        except concurrent.futures.TimeoutError:
+            pass
+        with self._executor_lock:
+            self.abandoned_workers += 1
+            old, self._executor = self._executor, self._new_executor()
+        old.shutdown(wait=False)
+        if owner is not None:
+            owner._state = _State(lost=set(owner._state.kernels) | owner._state.lost)
+        log.warning("abandoned a worker blocked in a host call (total %d)", self.abandoned_workers)
+        return ExecResult(
+            exit_code=137, limit="timeout", language=job.request.language, id=job.request.id,
+            error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
+                             "(the guest was blocked in a host call)"),
+        )
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._sessions_lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.hibernate()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Runner":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class _State:
+    """What a running execution of a session holds; replaced wholesale if a worker is abandoned."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kernels: dict[str, KernelSlot] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        for language in self.lost:
+            self.kernels[language] = KernelSlot(lost=True)
+
+
+class Session:
+    """A directory that persists across calls, plus live kernels (one per language) when used."""
+
+    def __init__(self, runner: Runner, session_id: str) -> None:
+        self.runner = runner
+        self.id = session_id
+        self.workspace = Workspace(runner.sessions_dir / session_id)
+        self.last_used = time.monotonic()
+        self._state = _State()
+        self._queue: asyncio.Lock | None = None
+
+    @property
+    def path(self) -> Path:
+        """The host directory the guest sees as /workspace (created on first use)."""
+        return self.workspace.files
+
+    @property
+    def kernels(self) -> list[str]:
+        """Languages with a live kernel."""
+        return sorted(lang for lang, slot in self._state.kernels.items() if slot.kernel is not None)
+
+    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
+        request = self.runner.request(code, **fields)
+        if self._queue is None:
+            self._queue = asyncio.Lock()
+        async with self._queue:
+            self.last_used = time.monotonic()
+            job = Job(request, self.workspace, self._state.kernels, listener)
+            try:
+                return await self.runner._run_async(job, self._state, self)
+            finally:
+                self.last_used = time.monotonic()
+
+    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        request = self.runner.request(code, **fields)
+        self.last_used = time.monotonic()
+        job = Job(request, self.workspace, self._state.kernels, listener)
+        try:
+            return self.runner._run_blocking(job, self._state, self)
+        finally:
+            self.last_used = time.monotonic()
+
+    def hibernate(self) -> None:
+        """Drop the kernels (memory released, files kept); the next call rebuilds them and says so."""
+        state = self._state
+        with state.lock:
+            for slot in state.kernels.values():
+                if slot.kernel is not None:
+                    slot.kernel.close()
+                    slot.kernel, slot.lost = None, True
+
+    def destroy(self) -> None:
+        """Drop the kernels and remove the session's files."""
+        self.hibernate()
+        self.workspace.remove()
+        self.runner.forget(self.id)

@@ -1,0 +1,91 @@
+"""Session directories: layout, usage against quotas, and what changed in a call.
+
+Host code here never follows a symlink inside a session directory: a guest can
+create links pointing anywhere, so every walk uses lstat semantics.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .api import FileChanges
+
+Snapshot = dict[str, tuple[int, int]]
+"""relative path -> (size, mtime_ns) of every entry, links not followed."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A session's directory: `files/` is the guest's /workspace, `tmp/` its /tmp."""
+
+    root: Path
+
+    @property
+    def files(self) -> Path:
+        return self.root / "files"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    def ensure(self) -> "Workspace":
+        self.files.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(exist_ok=True)
+        return self
+
+    def exists(self) -> bool:
+        return self.files.is_dir()
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def snapshot(self) -> Snapshot:
+        return snapshot(self.files)
+
+    def usage(self, stop_after_files: int | None = None) -> tuple[int, int]:
+        """(bytes, entries) used by files/ and tmp/; counting stops early past `stop_after_files`."""
+        total_bytes = total_entries = 0
+        for top in (self.files, self.tmp):
+            for entry in _walk(top):
+                total_entries += 1
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    total_bytes += st.st_blocks * 512 if st.st_blocks else st.st_size
+                if stop_after_files is not None and total_entries > stop_after_files:
+                    return total_bytes, total_entries
+        return total_bytes, total_entries
+
+
+def _walk(top: Path):
+    stack = [str(top)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    yield entry
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+
+
+def snapshot(top: Path) -> Snapshot:
+    base = len(str(top)) + 1
+    result: Snapshot = {}
+    for entry in _walk(top):
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        result[entry.path[base:]] = (st.st_size, st.st_mtime_ns)
+    return result
+
+
+def diff(before: Snapshot, after: Snapshot) -> FileChanges:
+    created = sorted(p for p in after if p not in before)
+    deleted = sorted(p for p in before if p not in after)
+    modified = sorted(p for p, meta in after.items() if p in before and before[p] != meta)
+    return FileChanges(created=created, modified=modified, deleted=deleted)
