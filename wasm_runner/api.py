@@ -12,7 +12,8 @@ import msgspec
 
 MiB = 1024 * 1024
 
-Language = Literal["python", "javascript"]
+Language = Literal["python", "javascript", "bash", "sh"]
+ProviderName = Literal["wasm", "native"]
 LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
 
 
@@ -45,10 +46,15 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_
 
 
 class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """Run `code` in `language`; `fresh` asks for a new instance instead of the session's kernel."""
+    """Run `code` in `language` (or `command`, an argv run natively); `fresh` asks for a new
+    instance instead of the session's kernel."""
 
-    code: str
+    code: str = ""
     language: Language = "python"
+    command: list[str] | None = None
+    """A program and its arguments, run by the native provider instead of `code`."""
+    provider: ProviderName | None = None
+    """Who runs it; None routes by language (python/javascript -> wasm, bash/sh/command -> native)."""
     stdin: str = ""
     env: dict[str, str] = {}
     limits: Limits = Limits()
@@ -94,6 +100,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
     language: str = "python"
     isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
+    enforcement: str | None = None
+    """How native resource limits were enforced (e.g. "cgroup-v2", "cgroup-v1", "rlimit")."""
     id: str | None = None
 
     @property

@@ -34,6 +34,18 @@ WATCHDOG_GRACE_S = 2.0
 """How long past its deadline a guest may take to return before its worker is abandoned."""
 
 
+def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
+    """WebAssembly always; the native provider where its module is present (it refuses clearly
+    at run time where bubblewrap is missing)."""
+    providers: list[Provider] = [WasmProvider(mounts)]
+    try:
+        from .providers.native import NativeProvider
+    except ImportError:
+        return providers
+    providers.append(NativeProvider())
+    return providers
+
+
 class Runner:
     """Runs executions one-shot (`run`) or in sessions (`session(...).run`)."""
 
@@ -54,7 +66,7 @@ class Runner:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         self.limits = limits
         self.concurrency = concurrency or os.cpu_count() or 2
-        self.providers: list[Provider] = providers if providers is not None else [WasmProvider(mounts)]
+        self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
@@ -71,12 +83,15 @@ class Runner:
         for provider in self.providers:
             provider.prepare()
 
-    def provider_for(self, language: str) -> Provider:
+    def provider_for(self, request: ExecRequest) -> Provider:
+        """The provider named by the request, else the one for its language (commands run natively)."""
+        native = request.command is not None or request.language in ("bash", "sh")
+        wanted = request.provider or ("native" if native else "wasm")
         for provider in self.providers:
-            if language in provider.languages:
+            if provider.name == wanted and (request.command is not None or request.language in provider.languages):
                 return provider
-        known = sorted({lang for p in self.providers for lang in p.languages})
-        raise ValueError(f"no provider runs language {language!r}; available: {', '.join(known)}")
+        known = ", ".join(f"{p.name}: {'/'.join(sorted(p.languages))}" for p in self.providers)
+        raise ValueError(f"no {wanted} provider runs {request.language!r} here (available: {known})")
 
     def request(self, code: str | ExecRequest, **fields: Any) -> ExecRequest:
         """Normalise `code` plus keyword fields into an ExecRequest with this runner's default limits."""
@@ -126,7 +141,7 @@ class Runner:
     # -- the worker path ------------------------------------------------------------------
 
     def _submit(self, job: Job, state: "_State") -> concurrent.futures.Future:
-        provider = self.provider_for(job.request.language)
+        provider = self.provider_for(job.request)
 
         def work() -> ExecResult:
             with state.lock:  # one execution at a time per session
