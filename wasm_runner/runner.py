@@ -103,15 +103,19 @@ class Runner:
 
     # -- sessions ------------------------------------------------------------------
 
-    def session(self, session_id: str | None = None) -> "Session":
-        """The session with this id (its files persist on disk), or a new one."""
+    def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None) -> "Session":
+        """The session with this id (its files persist on disk), or a new one.
+
+        `workspace_dir` makes an existing host directory the session's /workspace.
+        """
         session_id = session_id or uuid.uuid4().hex
         if not session_id.replace("-", "").replace("_", "").isalnum() or len(session_id) > 64:
             raise ValueError("a session id is 1-64 letters, digits, '-' or '_'")
         with self._sessions_lock:
             session = self._sessions.get(session_id)
             if session is None:
-                session = Session(self, session_id)
+                files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
+                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir))
                 self._sessions[session_id] = session
             return session
 
@@ -235,10 +239,10 @@ class _State:
 class Session:
     """A directory that persists across calls, plus live kernels (one per language) when used."""
 
-    def __init__(self, runner: Runner, session_id: str) -> None:
+    def __init__(self, runner: Runner, session_id: str, workspace: Workspace) -> None:
         self.runner = runner
         self.id = session_id
-        self.workspace = Workspace(runner.sessions_dir / session_id)
+        self.workspace = workspace
         self.last_used = time.monotonic()
         self._state = _State()
         self._queue: asyncio.Lock | None = None

@@ -20,13 +20,17 @@ Snapshot = dict[str, tuple[int, int]]
 
 @dataclass(frozen=True)
 class Workspace:
-    """A session's directory: `files/` is the guest's /workspace, `tmp/` its /tmp."""
+    """A session's directory: `files/` is the guest's /workspace, `tmp/` its /tmp.
+
+    `files_dir` puts /workspace on an existing directory instead (the CLI's --workspace).
+    """
 
     root: Path
+    files_dir: Path | None = None
 
     @property
     def files(self) -> Path:
-        return self.root / "files"
+        return self.files_dir or self.root / "files"
 
     @property
     def tmp(self) -> Path:
@@ -34,14 +38,18 @@ class Workspace:
 
     def ensure(self) -> "Workspace":
         self.files.mkdir(parents=True, exist_ok=True)
-        self.tmp.mkdir(exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
         return self
 
     def exists(self) -> bool:
         return self.files.is_dir()
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Remove the session's directory (never a `files_dir` the caller brought)."""
+        if self.files_dir is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def snapshot(self) -> Snapshot:
         return snapshot(self.files)
