@@ -32,6 +32,11 @@ log = logging.getLogger("wasm_runner")
 
 WATCHDOG_GRACE_S = 2.0
 """How long past its deadline a guest may take to return before its worker is abandoned."""
+WATCHDOG_POLL_S = 0.25
+
+
+def _overdue(job: Job) -> bool:
+    return job.started_at is not None and time.monotonic() - job.started_at > job.request.limits.timeout_s + WATCHDOG_GRACE_S
 
 
 def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
@@ -70,6 +75,7 @@ class Runner:
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
+        self._idle_scratch: list[Workspace] = []
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
 
@@ -128,18 +134,31 @@ class Runner:
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
         request = self.request(code, **fields)
-        workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir)))
+        workspace = self._scratch_workspace()
         try:
             return await self._run_async(Job(request, workspace, None, listener), _State())
         finally:
-            workspace.remove()
+            self._recycle(workspace)
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.request(code, **fields)
-        workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir)))
+        workspace = self._scratch_workspace()
         try:
             return self._run_blocking(Job(request, workspace, None, listener), _State())
         finally:
+            self._recycle(workspace)
+
+    def _scratch_workspace(self) -> Workspace:
+        try:
+            return self._idle_scratch.pop()
+        except IndexError:
+            return Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+
+    def _recycle(self, workspace: Workspace) -> None:
+        """Keep an untouched scratch workspace for the next one-shot run; remove a used one."""
+        if workspace.is_empty() and len(self._idle_scratch) < 4 * self.concurrency:
+            self._idle_scratch.append(workspace)
+        else:
             workspace.remove()
 
     # -- the worker path ------------------------------------------------------------------
@@ -158,34 +177,35 @@ class Runner:
 
     def _run_blocking(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
         future = self._submit(job, state)
-        bound = job.request.limits.timeout_s + WATCHDOG_GRACE_S
-        try:
-            return future.result(timeout=bound)
-        except concurrent.futures.TimeoutError:
-            return self._abandon(job, future, owner)
+        while True:
+            try:
+                return future.result(timeout=WATCHDOG_POLL_S)
+            except concurrent.futures.TimeoutError:
+                if _overdue(job):
+                    return self._abandon(job, future, owner)
 
     async def _run_async(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
-        future = self._submit(job, state)
-        bound = job.request.limits.timeout_s + WATCHDOG_GRACE_S
+        future = asyncio.wrap_future(self._submit(job, state))
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), bound)
-        except asyncio.TimeoutError:
-            return self._abandon(job, future, owner)
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=WATCHDOG_POLL_S)
+                if done:
+                    return future.result()
+                if _overdue(job):
+                    return self._abandon(job, future, owner)
         except asyncio.CancelledError:
             job.cancel()  # the caller went away: stop its guest
             raise
 
-    def _abandon(self, job: Job, future: concurrent.futures.Future, owner: "Session | None") -> ExecResult:
+    def _abandon(self, job: Job, future: "concurrent.futures.Future | asyncio.Future", owner: "Session | None") -> ExecResult:
         """A guest blocked inside a host call past its deadline: answer now, leave its thread behind.
 
         The guest runtimes bound their blocking calls by the deadline, so this is
         the last line of defence; the stuck worker is replaced so capacity stays.
         """
         job.cancel()
-        try:
-            return future.result(timeout=0.5)
-        except concurrent.futures.TimeoutError:
-            pass
+        if future.done():
+            return future.result()
         with self._executor_lock:
             self.abandoned_workers += 1
             old, self._executor = self._executor, self._new_executor()

@@ -44,6 +44,16 @@ class Workspace:
     def exists(self) -> bool:
         return self.files.is_dir()
 
+    def is_empty(self) -> bool:
+        for top in (self.files, self.tmp):
+            try:
+                with os.scandir(top) as it:
+                    if next(it, None) is not None:
+                        return False
+            except FileNotFoundError:
+                return False
+        return True
+
     def remove(self) -> None:
         """Remove the session's directory (never a `files_dir` the caller brought)."""
         if self.files_dir is None:

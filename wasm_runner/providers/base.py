@@ -20,6 +20,9 @@ class Job:
     """The session's live kernels by language (the provider owns their contents); None for one-shot runs."""
     listener: OutputListener | None = None
     cancelled: bool = False
+    started_at: float | None = None
+    """time.monotonic() when the guest began (after queueing and runtime preparation):
+    the watchdog's clock starts here."""
     _stoppers: list = field(default_factory=list)
 
     def on_cancel(self, stop) -> None:

@@ -98,6 +98,20 @@ for _name in ("json", "re", "math", "random", "collections", "itertools", "funct
 
 import random  # noqa: E402
 
+# --- standard streams ---------------------------------------------------------
+# The inherited stdout/stderr write straight to the WASI stream, which accepts at
+# most 8 KiB a call: a buffered writer retries short writes instead of losing data.
+
+
+def _stream(fd, line_buffering):
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(io.BufferedWriter(raw, 64 * 1024), encoding="utf-8",
+                            errors="backslashreplace", line_buffering=line_buffering)
+
+
+sys.stdout = sys.__stdout__ = _stream(1, False)
+sys.stderr = sys.__stderr__ = _stream(2, True)
+
 # --- blocking calls end at the deadline -------------------------------------
 # The host's epoch interruption cannot reach a guest blocked inside a host call
 # (a sleep, a select with a timeout), so the blocking primitives are bounded by
@@ -138,8 +152,10 @@ def _install_guards():
                 _bounded_wait(real_sleep, timeout)
         return real_select(rlist, wlist, xlist, timeout)
 
-    time.sleep = sleep
-    select.select = select_
+    # staticmethod objects are callable and do not bind as methods
+    # (selectors keeps `_select = select.select` as a class attribute).
+    time.sleep = staticmethod(sleep)
+    select.select = staticmethod(select_)
     for name in ("poll", "epoll", "kqueue", "devpoll"):
         if hasattr(select, name):
             delattr(select, name)  # selectors falls back to the bounded select
@@ -148,12 +164,20 @@ def _install_guards():
 _install_guards()
 del _install_guards
 
-# Objects of the snapshot are never collected: keeping them out of the garbage
-# collector's scans keeps their memory pages shared (copy-on-write) and untouched.
-import gc  # noqa: E402
 
-gc.collect()
-gc.freeze()
+def _patch_asyncio():
+    # The event loop's self-pipe is a socketpair, which WASI denies; it only serves
+    # wake-ups from other threads and signals, which do not exist here.
+    from asyncio import selector_events
+
+    loop = selector_events.BaseSelectorEventLoop
+    loop._make_self_pipe = lambda self: None
+    loop._close_self_pipe = lambda self: None
+    loop._write_to_self = lambda self: None
+
+
+_patch_asyncio()
+del _patch_asyncio
 
 # --- running a cell ----------------------------------------------------------
 
@@ -173,11 +197,11 @@ def _compile_cell(code, filename):
 
 
 def _error(exc, tb):
-    # Drop the driver's own frames: the traceback starts in the user's code.
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": text}
+    # Drop the driver's own frames (the cell runner, the stdlib importer).
+    summary = traceback.TracebackException(type(exc), exc, tb)
+    summary.stack = traceback.StackSummary.from_list(
+        [frame for frame in summary.stack if frame.filename != __file__])
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(summary.format())}
 
 
 def _exit_code(exc):
@@ -194,10 +218,18 @@ def _run_cell(request):
     if not _seeded[0]:
         random.seed()  # the snapshot's PRNG state is shared by every instance
         _seeded[0] = True
-    os.environ.clear()
-    os.environ.update(request.get("env", {}))
-    os.chdir(request.get("cwd", "/workspace"))
-    sys.stdin = io.TextIOWrapper(io.BytesIO(request.get("stdin", "").encode()), encoding="utf-8")
+    env = request.get("env")
+    if env is not None and os.environ != env:
+        os.environ.clear()
+        os.environ.update(env)
+    cwd = request.get("cwd", "/workspace")
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    stdin = request.get("stdin")
+    sys.stdin = io.StringIO(stdin) if stdin else _EMPTY_STDIN
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:  # streamed calls flush each line as it is printed
+        reconfigure(line_buffering=bool(request.get("stream")))
     _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
     _cells[0] += 1
     filename = request.get("filename") or f"<cell {_cells[0]}>"
@@ -225,6 +257,31 @@ def _run_cell(request):
     return response
 
 
+class _EmptyStdin(io.StringIO):
+    def write(self, s):
+        raise io.UnsupportedOperation("not writable")
+
+
+_EMPTY_STDIN = _EmptyStdin("")
+
+
+def _warm_up():
+    """Run the cell path at build time, so the snapshot holds its warmed caches and fresh
+    instances write (copy) fewer memory pages on their first call."""
+    import contextlib
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        for code in ("x = 1\nprint(x)\nx", "def f(a):\n    return [a] * 2\nf(3)", "1/0", "import sys; sys.exit(2)"):
+            _run_cell({"code": code, "cwd": os.getcwd(), "env": dict(os.environ), "timeout_s": 60})
+    _namespace.clear()
+    _namespace.update({"__name__": "__main__", "__builtins__": __builtins__})
+    _cells[0] = 0
+    _deadline[0] = float("inf")
+    for key in [k for k in linecache.cache if k.startswith("<cell")]:
+        del linecache.cache[key]
+
+
 class WitWorld:
     def run(self, request: str) -> str:
         _t0 = time.perf_counter()
@@ -239,3 +296,13 @@ class WitWorld:
             pass
         response["guest_ms"] = (time.perf_counter() - _t0) * 1000
         return json.dumps(response)
+
+
+_warm_up()
+
+# Objects of the snapshot are never collected: keeping them out of the garbage
+# collector's scans keeps their memory pages shared (copy-on-write) and untouched.
+import gc  # noqa: E402
+
+gc.collect()
+gc.freeze()

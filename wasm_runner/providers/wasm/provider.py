@@ -12,7 +12,7 @@ from ...engine import EngineSettings, StopReason
 from ...quota import over_quota, watcher
 from ...workspace import diff
 from ..base import Job
-from .sandbox import LIMIT_MESSAGES, Call, Mount, Outcome, View
+from .sandbox import LIMIT_MESSAGES, Call, Mount, Outcome, View, engine_settings
 
 
 @dataclass
@@ -63,10 +63,13 @@ class WasmProvider:
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk))
         before = workspace.snapshot()
-        started = time.perf_counter()
         restarted = False
+        started = time.perf_counter()
         try:
             runtime = self.runtime(request.language)
+            runtime.prepare(engine_settings(request.limits))  # compiles on first use only
+            started = time.perf_counter()
+            job.started_at = time.monotonic()
             if request.fresh or job.kernels is None:
                 outcome = runtime.fresh(view, call)
             else:
@@ -91,6 +94,8 @@ class WasmProvider:
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
+        if truncated and outcome.limit is None:
+            outcome.limit = "output"
         return ExecResult(
             stdout=call.stdout.text(),
             stderr=call.stderr.text(),

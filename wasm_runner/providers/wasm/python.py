@@ -8,6 +8,7 @@ keeps one instance, whose namespace persists between calls.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from ...api import GuestError, Limits
 from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, sha256_file
 from ...manifests import load_manifest
-from .sandbox import Call, Outcome, OutputRouter, View, engine_settings, guest_env, new_store, trap_outcome
+from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 
 class PythonRuntime:
@@ -64,24 +65,31 @@ class PythonRuntime:
                 digest.update(str(path.relative_to(guest)).encode() + b"\0" + path.read_bytes())
         out = cache_dir() / f"python-{digest.hexdigest()[:24]}.wasm"
         sha_file = out.with_suffix(".sha256")
-        if not (out.exists() and sha_file.exists()):
-            with tempfile.TemporaryDirectory() as tmp:
-                work = Path(tmp) / "guest"
-                shutil.copytree(guest, work, ignore=shutil.ignore_patterns("__pycache__"))
-                built = Path(tmp) / "python.wasm"
-                exe = shutil.which("componentize-py") or "componentize-py"
-                proc = subprocess.run(
-                    [exe, "-d", "wit", "-w", self.manifest["world"], "componentize", "app", "-o", str(built)],
-                    cwd=work, capture_output=True, text=True,
-                )
-                if proc.returncode != 0:
-                    tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-                    raise RuntimeError(f"building the Python runtime failed:\n{tail}")
-                shutil.move(built, out.with_suffix(".tmp"))
-                os.replace(out.with_suffix(".tmp"), out)
-            # Builds are not byte-identical: the hash of *this* build pins what gets compiled.
-            sha_file.write_text(sha256_file(out))
+        with open(out.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build across processes
+            if not (out.exists() and sha_file.exists()):
+                self._componentize(guest, out, sha_file)
         return out, sha_file.read_text().strip()
+
+    def _componentize(self, guest: Path, out: Path, sha_file: Path) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp) / "guest"
+            shutil.copytree(guest, work, ignore=shutil.ignore_patterns("__pycache__"))
+            built = Path(tmp) / "python.wasm"
+            exe = shutil.which("componentize-py") or "componentize-py"
+            # A minimal environment: the snapshot keeps what the build's interpreter saw.
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8"}
+            proc = subprocess.run(
+                [exe, "-d", "wit", "-w", self.manifest["world"], "componentize", "app", "-o", str(built)],
+                cwd=work, capture_output=True, text=True, env=env,
+            )
+            if proc.returncode != 0:
+                tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+                raise RuntimeError(f"building the Python runtime failed:\n{tail}")
+            shutil.move(built, out.with_suffix(".tmp"))
+            os.replace(out.with_suffix(".tmp"), out)
+        # Builds are not byte-identical: the hash of *this* build pins what gets compiled.
+        sha_file.write_text(sha256_file(out))
 
     def prepare(self, settings: EngineSettings = EngineSettings()) -> tuple[component.Linker, component.Component]:
         with self._lock:
@@ -138,7 +146,8 @@ class PythonKernel:
         self.store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:
             self.store.set_fuel(limits.fuel)
-        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
+        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s,
+                   "stream": call.listener is not None}
         if call.filename:
             request["filename"] = call.filename
         call.bind(self.interrupt, self.store)
@@ -158,7 +167,7 @@ class PythonKernel:
 
     def close(self) -> None:
         self.usable = False
-        self.store.close()
+        close_later(self.store)
 
 
 def _outcome(response: dict) -> Outcome:

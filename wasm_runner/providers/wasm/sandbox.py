@@ -7,6 +7,8 @@ and the mapping from a trap to the limit that caused it.
 
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +143,25 @@ def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
     if limits.fuel is not None:
         store.set_fuel(limits.fuel)
     return store, Interrupt(store)
+
+
+_closing: "queue.SimpleQueue[wasmtime.Store]" = queue.SimpleQueue()
+
+
+def _close_stores() -> None:
+    while True:
+        _closing.get().close()
+
+
+def close_later(store: wasmtime.Store) -> None:
+    """Release a finished store off the caller's path (unmapping an instance takes ~1 ms).
+
+    Closing also releases WASI handles the guest left open.
+    """
+    _closing.put(store)
+
+
+threading.Thread(target=_close_stores, name="wasm-store-close", daemon=True).start()
 
 
 def trap_outcome(exc: Exception, interrupt: Interrupt) -> Outcome:

@@ -1,0 +1,1162 @@
+"""File operations on a session workspace, confined to it.
+
+Every operation walks its path one component at a time from a descriptor of the
+workspace root, opening each directory with O_NOFOLLOW: a symlink anywhere on the
+path (a guest can create links pointing anywhere) is refused, never followed, and
+`..` is refused before anything is opened. Writes are atomic (a temporary file in
+the same directory, then rename), so a reader or a running guest never sees half a file.
+
+This module is the one implementation of the file tools (read, write, edit, patch,
+list, glob, grep, archive) used by the HTTP service and the MCP server; it knows
+nothing about either.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import re
+import secrets
+import shutil
+import stat
+import tarfile
+import time
+import zipfile
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import regex
+
+EntryType = Literal["file", "directory", "symlink", "other"]
+ArchiveFormat = Literal["zip", "tar.gz"]
+
+GUEST_ROOT = "/workspace"
+"""How the guest names the workspace; absolute paths under it are accepted."""
+MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255
+CHUNK = 256 * 1024
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never hangs us
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+class FileOpError(Exception):
+    """A file operation that cannot be done; `code` is stable, the message says why."""
+
+    code = "file_error"
+
+    def __init__(self, path: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+        self.hint = hint
+
+
+class InvalidPathError(FileOpError):
+    code = "invalid_path"
+
+
+class PathEscapeError(FileOpError):
+    """The path leaves the workspace (`..`, an absolute path elsewhere, or a symlink on the way)."""
+
+    code = "path_escape"
+
+
+class NoSuchFileError(FileOpError):
+    code = "file_not_found"
+
+
+class IsDirectoryError(FileOpError):
+    code = "is_a_directory"
+
+
+class NotDirectoryError(FileOpError):
+    code = "not_a_directory"
+
+
+class NotRegularFileError(FileOpError):
+    code = "not_a_regular_file"
+
+
+class DirectoryNotEmptyError(FileOpError):
+    code = "directory_not_empty"
+
+
+class FileTooLargeError(FileOpError):
+    code = "file_too_large"
+
+    def __init__(self, path: str, limit: int, message: str | None = None, hint: str | None = None) -> None:
+        super().__init__(path, message or f"{path or 'the file'} is larger than the {limit}-byte limit", hint)
+        self.limit = limit
+
+
+class NotTextError(FileOpError):
+    code = "not_text"
+
+
+class EditError(FileOpError):
+    code = "edit_failed"
+
+
+class EditNotFoundError(EditError):
+    """The text to replace does not occur in the file."""
+
+    code = "edit_not_found"
+
+
+class EditNotUniqueError(EditError):
+    """The text to replace occurs more than once and replace_all was not asked."""
+
+    code = "edit_not_unique"
+
+    def __init__(self, path: str, message: str, count: int, lines: list[int], hint: str | None = None) -> None:
+        super().__init__(path, message, hint)
+        self.count = count
+        self.lines = lines
+
+
+class PatchError(FileOpError):
+    """A unified diff that is malformed or whose context is not in the file."""
+
+    code = "patch_failed"
+
+
+class InvalidPatternError(FileOpError):
+    code = "invalid_pattern"
+
+
+# -- results -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    path: str
+    """Relative to the workspace root, `/`-separated; "" is the root."""
+    type: EntryType
+    size: int
+    mtime: float
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    entries: list[FileInfo]
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    info: FileInfo
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    info: FileInfo
+    replacements: int = 0
+    hunks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextEdit:
+    old_text: str
+    new_text: str
+    replace_all: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GrepMatch:
+    path: str
+    line: int
+    text: str
+
+
+@dataclass(slots=True)
+class GrepResult:
+    matches: list[GrepMatch] = field(default_factory=list)
+    files_searched: int = 0
+    truncated: bool = False
+    """True when the match cap, the scan cap or the time budget stopped the search early."""
+    timed_out: bool = False
+
+
+# -- paths -------------------------------------------------------------------------
+
+
+def split_path(path: str, *, what: str = "path") -> tuple[str, ...]:
+    """The components of a workspace path; refuses anything that could leave the workspace.
+
+    Accepted: relative paths (`a/b.txt`, `./a`), and absolute paths under /workspace
+    (the guest's name for it). `.` and empty components are dropped; `..` is refused
+    outright (even where it would stay inside) so no caller ever needs to reason about it.
+    """
+    if not isinstance(path, str):
+        raise InvalidPathError(str(path), f"the {what} must be a string")
+    if "\x00" in path:
+        raise InvalidPathError(path, f"the {what} contains a NUL byte")
+    if len(path) > MAX_PATH_CHARS:
+        raise InvalidPathError(path[:64] + "…", f"the {what} is longer than {MAX_PATH_CHARS} characters")
+    original = path
+    if path.startswith("/"):
+        if path == GUEST_ROOT or path.startswith(GUEST_ROOT + "/"):
+            path = path[len(GUEST_ROOT):]
+        else:
+            raise PathEscapeError(path, f"the {what} {path!r} is outside the workspace",
+                                  "use a path relative to the workspace, or one under /workspace")
+    parts = tuple(p for p in path.split("/") if p not in ("", "."))
+    for part in parts:
+        if part == "..":
+            raise PathEscapeError(original, f"the {what} {original!r} contains '..'", "paths may not go up a directory")
+        try:
+            encoded = part.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidPathError(path, f"the {what} is not valid UTF-8") from None
+        if len(encoded) > MAX_NAME_BYTES:
+            raise InvalidPathError(path, f"a component of the {what} is longer than {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+def join(parts: Sequence[str]) -> str:
+    return "/".join(parts)
+
+
+def _type_of(mode: int) -> EntryType:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def _info(path: str, st: os.stat_result) -> FileInfo:
+    return FileInfo(path=path, type=_type_of(st.st_mode), size=st.st_size if stat.S_ISREG(st.st_mode) else 0,
+                    mtime=st.st_mtime, mode=stat.S_IMODE(st.st_mode))
+
+
+class _Fd:
+    """A directory descriptor that closes itself."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+# -- the workspace -------------------------------------------------------------------
+
+
+class WorkspaceFiles:
+    """File operations confined to the directory `root` (a session's /workspace on the host)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    # -- descriptors ------------------------------------------------------------------
+
+    def _root_fd(self, path: str) -> int:
+        try:
+            return os.open(self.root, _DIR_FLAGS)
+        except FileNotFoundError:
+            raise NoSuchFileError(path, f"{path or 'the workspace'} does not exist (nothing has been written yet)") from None
+
+    def _open_dir(self, parts: Sequence[str], path: str, *, create: bool = False) -> int:
+        """A descriptor of the directory `parts`, every component opened without following links."""
+        fd = self._root_fd(path)
+        try:
+            for i, part in enumerate(parts):
+                try:
+                    new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise NoSuchFileError(path, f"{join(parts[:i + 1])!r} does not exist") from None
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    new = self._reopen_dir(fd, part, parts[: i + 1], path)
+                except OSError as exc:
+                    new = self._dir_error(fd, part, parts[: i + 1], path, exc)
+                os.close(fd)
+                fd = new
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _reopen_dir(self, fd: int, part: str, sofar: Sequence[str], path: str) -> int:
+        try:
+            return os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            return self._dir_error(fd, part, sofar, path, exc)
+
+    def _dir_error(self, fd: int, part: str, sofar: Sequence[str], path: str, exc: OSError) -> int:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise PathEscapeError(path, f"{join(sofar)!r} is a symbolic link; links are never followed",
+                                      "address the link's target by its own workspace path") from None
+            raise NotDirectoryError(path, f"{join(sofar)!r} is not a directory") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise InvalidPathError(path, "a path component is too long") from None
+        raise exc
+
+    def _lstat_in(self, dfd: int, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    # -- inspection -------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def stat(self, path: str) -> FileInfo:
+        parts = split_path(path)
+        if not parts:
+            with _Fd(self._root_fd(path)) as fd:
+                return _info("", os.fstat(fd))
+        with _Fd(self._open_dir(parts[:-1], path)) as dfd:
+            st = self._lstat_in(dfd, parts[-1])
+        if st is None:
+            raise NoSuchFileError(path, f"{join(parts)!r} does not exist")
+        return _info(join(parts), st)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def open(self, path: str) -> "OpenFile":
+        """Open a regular file for reading (the caller closes it, or uses `with`)."""
+        parts = split_path(path)
+        if not parts:
+            raise IsDirectoryError(path, "the workspace root is a directory")
+        name = join(parts)
+        with _Fd(self._open_dir(parts[:-1], path)) as dfd:
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dfd)
+            except FileNotFoundError:
+                raise NoSuchFileError(path, f"{name!r} does not exist") from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise PathEscapeError(path, f"{name!r} is a symbolic link; links are never followed") from None
+                if exc.errno == errno.ENXIO:
+                    raise NotRegularFileError(path, f"{name!r} is not a regular file") from None
+                raise
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsDirectoryError(path, f"{name!r} is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegularFileError(path, f"{name!r} is not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return OpenFile(fd, _info(name, st))
+
+    def read_bytes(self, path: str, start: int = 0, end: int | None = None, *, max_bytes: int | None = None) -> bytes:
+        """Bytes [start, end) of a file (end exclusive, None = to the end)."""
+        with self.open(path) as handle:
+            size = handle.info.size
+            stop = size if end is None else min(end, size)
+            if max_bytes is not None and stop - start > max_bytes:
+                raise FileTooLargeError(handle.info.path, max_bytes,
+                                        hint="read it in byte ranges")
+            return handle.pread(start, max(stop - start, 0))
+
+    def read_text(self, path: str, *, max_bytes: int | None = None) -> str:
+        data = self.read_bytes(path, max_bytes=max_bytes)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotTextError(path, f"{path!r} is not UTF-8 text") from None
+
+    # -- writing ----------------------------------------------------------------------
+
+    def writer(self, path: str, *, max_bytes: int | None = None, make_parents: bool = True) -> "AtomicWriter":
+        """An atomic writer: write chunks, then commit (rename into place) or abort."""
+        parts = split_path(path)
+        if not parts:
+            raise IsDirectoryError(path, "cannot write to the workspace root")
+        dfd = self._open_dir(parts[:-1], path, create=make_parents)
+        try:
+            existing = self._lstat_in(dfd, parts[-1])
+            if existing is not None and stat.S_ISDIR(existing.st_mode):
+                raise IsDirectoryError(path, f"{join(parts)!r} is a directory")
+            mode = stat.S_IMODE(existing.st_mode) if existing is not None and stat.S_ISREG(existing.st_mode) else 0o644
+            return AtomicWriter(dfd, parts[-1], join(parts), mode, existing is None, max_bytes)
+        except BaseException:
+            os.close(dfd)
+            raise
+
+    def write_bytes(self, path: str, data: bytes, *, max_bytes: int | None = None, make_parents: bool = True) -> WriteResult:
+        with self.writer(path, max_bytes=max_bytes, make_parents=make_parents) as out:
+            out.write(data)
+            return out.commit()
+
+    def write_text(self, path: str, text: str, **kwargs) -> WriteResult:
+        return self.write_bytes(path, text.encode("utf-8"), **kwargs)
+
+    def mkdir(self, path: str) -> FileInfo:
+        parts = split_path(path)
+        with _Fd(self._open_dir(parts, path, create=True)) as fd:
+            return _info(join(parts), os.fstat(fd))
+
+    def delete(self, path: str, *, recursive: bool = False) -> FileInfo:
+        """Remove a file, a link (never its target) or a directory (recursive for a non-empty one)."""
+        parts = split_path(path)
+        if not parts:
+            raise InvalidPathError(path, "cannot delete the workspace root", "delete its entries instead")
+        name = join(parts)
+        with _Fd(self._open_dir(parts[:-1], path)) as dfd:
+            st = self._lstat_in(dfd, parts[-1])
+            if st is None:
+                raise NoSuchFileError(path, f"{name!r} does not exist")
+            if stat.S_ISDIR(st.st_mode):
+                if recursive:
+                    shutil.rmtree(parts[-1], dir_fd=dfd)  # the fd-based rmtree never follows links
+                else:
+                    try:
+                        os.rmdir(parts[-1], dir_fd=dfd)
+                    except OSError as exc:
+                        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                            raise DirectoryNotEmptyError(path, f"{name!r} is a directory that is not empty",
+                                                         "pass recursive=true to delete it with its contents") from None
+                        raise
+            else:
+                os.unlink(parts[-1], dir_fd=dfd)
+        return _info(name, st)
+
+    # -- editing ----------------------------------------------------------------------
+
+    def edit(self, path: str, edits: Sequence[TextEdit], *, max_bytes: int | None = None) -> EditResult:
+        """Apply exact search-and-replace edits in order, all or none (one atomic write)."""
+        if not edits:
+            raise EditError(path, "no edits given")
+        text = self.read_text(path, max_bytes=max_bytes)
+        total = 0
+        for number, edit in enumerate(edits, 1):
+            which = f"edit {number}: " if len(edits) > 1 else ""
+            if edit.old_text == "":
+                raise EditError(path, f"{which}old_text is empty", "to write a whole file use write (PUT)")
+            count = text.count(edit.old_text)
+            if count == 0:
+                raise EditNotFoundError(path, f"{which}old_text was not found in {path!r}", _near_miss_hint(text, edit.old_text))
+            if count > 1 and not edit.replace_all:
+                lines = _occurrence_lines(text, edit.old_text)
+                shown = ", ".join(map(str, lines[:10])) + ("…" if len(lines) > 10 else "")
+                raise EditNotUniqueError(
+                    path, f"{which}old_text occurs {count} times in {path!r} (lines {shown})", count, lines,
+                    "add surrounding lines to old_text so it matches once, or set replace_all")
+            text = text.replace(edit.old_text, edit.new_text)
+            total += count
+        result = self.write_text(path, text, make_parents=False)
+        return EditResult(info=result.info, replacements=total)
+
+    def apply_patch(self, path: str, diff: str, *, max_bytes: int | None = None) -> EditResult:
+        """Apply a unified diff to one file (headers optional; hunks may sit at shifted lines)."""
+        hunks = parse_unified_diff(diff)
+        try:
+            original = self.read_text(path, max_bytes=max_bytes)
+        except NoSuchFileError:
+            if not all(not h.old for h in hunks):
+                raise
+            original = ""
+        patched = _apply_hunks(original, hunks, path)
+        result = self.write_text(path, patched)
+        return EditResult(info=result.info, hunks=len(hunks))
+
+    # -- listing, glob, grep --------------------------------------------------------------
+
+    def walk(self, path: str = "", *, max_depth: int | None = None, max_entries: int | None = None,
+             ) -> Iterator[tuple[str, os.stat_result]]:
+        """(relative path, lstat) of everything under `path`, depth first in name order; links not followed."""
+        parts = split_path(path)
+        try:
+            top = self._open_dir(parts, path)
+        except NoSuchFileError:
+            if parts:
+                raise
+            return
+        prefix = join(parts) + "/" if parts else ""
+        stack: list[tuple[int, str, int, list[str]]] = []
+        try:
+            stack.append((top, prefix, 1, sorted(os.listdir(top), reverse=True)))
+            seen = 0
+            while stack:
+                fd, base, depth, names = stack[-1]
+                if not names:
+                    os.close(fd)
+                    stack.pop()
+                    continue
+                name = names.pop()
+                st = self._lstat_in(fd, name)
+                if st is None:
+                    continue
+                seen += 1
+                if max_entries is not None and seen > max_entries:
+                    raise _ScanCapReached()
+                yield base + name, st
+                if stat.S_ISDIR(st.st_mode) and (max_depth is None or depth < max_depth):
+                    try:
+                        sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError:
+                        continue
+                    try:
+                        children = sorted(os.listdir(sub), reverse=True)
+                    except OSError:
+                        os.close(sub)
+                        continue
+                    stack.append((sub, base + name + "/", depth + 1, children))
+        finally:
+            for fd, *_ in stack:
+                os.close(fd)
+
+    def list(self, path: str = "", *, recursive: bool = False, limit: int = 1000) -> Listing:
+        """Entries of a directory (or the one entry of a file) with sizes and modification times."""
+        parts = split_path(path)
+        if parts:
+            info = self.stat(path)
+            if info.type != "directory":
+                return Listing([info], False)
+        entries: list[FileInfo] = []
+        truncated = False
+        try:
+            for rel, st in self.walk(path, max_depth=None if recursive else 1, max_entries=limit * 10 + 1000):
+                if len(entries) >= limit:
+                    truncated = True
+                    break
+                entries.append(_info(rel, st))
+        except _ScanCapReached:
+            truncated = True
+        return Listing(entries, truncated)
+
+    def glob(self, pattern: str, *, limit: int = 1000, max_scan: int = 200_000) -> Listing:
+        """Entries matching a glob: `*` and `?` stay within one component, `**` spans any depth,
+        `[abc]` and `{a,b}` as usual. Dotfiles match like any other name."""
+        parts = split_path(pattern, what="pattern")
+        if not parts:
+            raise InvalidPatternError(pattern, "the pattern is empty")
+        static: list[str] = []
+        for part in parts:
+            if _has_magic(part):
+                break
+            static.append(_unescape(part))
+        if len(static) == len(parts):  # no magic at all: a plain path
+            try:
+                return Listing([self.stat(join(static))], False)
+            except (NoSuchFileError, NotDirectoryError):
+                return Listing([], False)
+        matcher = glob_regex(join(parts))
+        depth = None if any(p == "**" or "**" in p for p in parts) else len(parts) - len(static)
+        matches: list[FileInfo] = []
+        truncated = False
+        try:
+            for rel, st in self.walk(join(static), max_depth=depth, max_entries=max_scan):
+                if matcher.fullmatch(rel):
+                    if len(matches) >= limit:
+                        truncated = True
+                        break
+                    matches.append(_info(rel, st))
+        except (NoSuchFileError, NotDirectoryError):
+            return Listing([], False)
+        except _ScanCapReached:
+            truncated = True
+        return Listing(matches, truncated)
+
+    def grep(
+        self,
+        pattern: str,
+        path: str = "",
+        *,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        fixed_string: bool = False,
+        max_matches: int = 100,
+        max_line_chars: int = 500,
+        max_file_bytes: int = 8 * 1024 * 1024,
+        time_budget_s: float = 5.0,
+        max_files: int = 50_000,
+    ) -> GrepResult:
+        """Lines matching a regular expression (Python syntax), with 1-based line numbers.
+
+        Binary files (a NUL in the first 8 KiB) and files over `max_file_bytes` are skipped;
+        the search stops at `max_matches`, `max_files` or `time_budget_s` and says so. A pattern
+        that backtracks catastrophically only costs its time budget.
+        """
+        flags = regex.IGNORECASE if ignore_case else 0
+        try:
+            compiled = regex.compile(regex.escape(pattern) if fixed_string else pattern, flags | regex.V0)
+        except (regex.error, ValueError, OverflowError) as exc:
+            raise InvalidPatternError(pattern, f"invalid regular expression: {exc}") from None
+        name_filter = _grep_name_filter(glob) if glob else None
+        result = GrepResult()
+        deadline = time.monotonic() + time_budget_s
+        parts = split_path(path)
+        info = self.stat(path) if parts else None
+        if info is not None and info.type == "file":
+            candidates: Iterator[tuple[str, os.stat_result | None]] = iter([(info.path, None)])
+        elif info is not None and info.type != "directory":
+            return result
+        else:
+            candidates = self.walk(path, max_entries=max_files * 4)
+        try:
+            for rel, st in candidates:
+                if st is not None and not stat.S_ISREG(st.st_mode):
+                    continue
+                if name_filter is not None and not name_filter(rel):
+                    continue
+                if st is not None and st.st_size > max_file_bytes:
+                    continue
+                if result.files_searched >= max_files:
+                    result.truncated = True
+                    break
+                try:
+                    data = self.read_bytes(rel, max_bytes=max_file_bytes)
+                except FileOpError:
+                    continue
+                if b"\x00" in data[:8192]:
+                    continue
+                result.files_searched += 1
+                text = data.decode("utf-8", errors="replace")
+                for number, line in enumerate(text.split("\n"), 1):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        result.truncated = result.timed_out = True
+                        return result
+                    try:
+                        found = compiled.search(line, timeout=remaining)
+                    except TimeoutError:
+                        result.truncated = result.timed_out = True
+                        return result
+                    if found is None:
+                        continue
+                    if len(result.matches) >= max_matches:
+                        result.truncated = True
+                        return result
+                    shown = line.rstrip("\r")
+                    if len(shown) > max_line_chars:
+                        shown = shown[:max_line_chars] + "…"
+                    result.matches.append(GrepMatch(rel, number, shown))
+        except _ScanCapReached:
+            result.truncated = True
+        return result
+
+    # -- archives ---------------------------------------------------------------------
+
+    def archive(self, path: str = "", fmt: ArchiveFormat = "zip") -> Iterator[bytes]:
+        """Stream a folder as a zip or tar.gz archive (chunks as they are produced).
+
+        Names inside are relative to `path`; symbolic links and special files are left
+        out (never followed). The folder is checked before the first chunk is produced.
+        """
+        parts = split_path(path)
+        if parts:
+            info = self.stat(path)
+            if info.type != "directory":
+                raise NotDirectoryError(path, f"{join(parts)!r} is not a directory", "download a file with a plain read")
+        elif not self.exists():
+            raise NoSuchFileError(path, "the workspace does not exist yet (nothing has been written)")
+        if fmt == "zip":
+            return self._zip(parts)
+        if fmt == "tar.gz":
+            return self._targz(parts)
+        raise ValueError(f"unknown archive format {fmt!r} (zip or tar.gz)")
+
+    def _archive_entries(self, parts: tuple[str, ...]) -> Iterator[tuple[str, str, os.stat_result]]:
+        strip = len(join(parts)) + 1 if parts else 0
+        for rel, st in self.walk(join(parts)):
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                yield rel, rel[strip:], st
+
+    def _zip(self, parts: tuple[str, ...]) -> Iterator[bytes]:
+        sink = _Sink()
+        with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            for rel, name, st in self._archive_entries(parts):
+                stamp = time.gmtime(max(st.st_mtime, 315532800))[:6]  # zip dates start in 1980
+                if stat.S_ISDIR(st.st_mode):
+                    zi = zipfile.ZipInfo(name + "/", stamp)
+                    zi.external_attr = (0o40755 << 16) | 0x10
+                    zf.writestr(zi, b"")
+                else:
+                    zi = zipfile.ZipInfo(name, stamp)
+                    zi.external_attr = (stat.S_IFREG | stat.S_IMODE(st.st_mode)) << 16
+                    zi.compress_type = zipfile.ZIP_DEFLATED
+                    try:
+                        handle = self.open(rel)
+                    except FileOpError:
+                        continue
+                    with handle, zf.open(zi, "w", force_zip64=st.st_size >= 2**31) as out:
+                        for chunk in handle.chunks():
+                            out.write(chunk)
+                            if sink.size >= CHUNK:
+                                yield sink.drain()
+                if sink.size >= CHUNK:
+                    yield sink.drain()
+        rest = sink.drain()
+        if rest:
+            yield rest
+
+    def _targz(self, parts: tuple[str, ...]) -> Iterator[bytes]:
+        gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip framing
+        pending: list[bytes] = []
+        size = 0
+
+        def emit(data: bytes) -> None:
+            nonlocal size
+            out = gz.compress(data)
+            if out:
+                pending.append(out)
+                size += len(out)
+
+        def drain() -> bytes:
+            nonlocal size
+            data = b"".join(pending)
+            pending.clear()
+            size = 0
+            return data
+
+        written = 0
+        for rel, name, st in self._archive_entries(parts):
+            info = tarfile.TarInfo(name)
+            info.mtime = int(st.st_mtime)
+            info.mode = stat.S_IMODE(st.st_mode)
+            info.uname = info.gname = "sandbox"
+            if stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+                header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+                emit(header)
+                written += len(header)
+            else:
+                try:
+                    handle = self.open(rel)
+                except FileOpError:
+                    continue
+                with handle:
+                    info.size = handle.info.size  # what we will send, even if the file grows meanwhile
+                    header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+                    emit(header)
+                    written += len(header)
+                    sent = 0
+                    for chunk in handle.chunks():
+                        chunk = chunk[: info.size - sent]
+                        if not chunk:
+                            break
+                        emit(chunk)
+                        sent += len(chunk)
+                        if size >= CHUNK:
+                            yield drain()
+                    if sent < info.size:  # the file shrank: pad to the size promised
+                        emit(b"\0" * (info.size - sent))
+                    written += info.size
+                    pad = -info.size % tarfile.BLOCKSIZE
+                    emit(b"\0" * pad)
+                    written += pad
+            if size >= CHUNK:
+                yield drain()
+        trailer = 2 * tarfile.BLOCKSIZE
+        trailer += -(written + trailer) % tarfile.RECORDSIZE
+        emit(b"\0" * trailer)
+        pending.append(gz.flush())
+        yield drain()
+
+
+class OpenFile:
+    """A regular file opened for reading (by descriptor, so later renames do not affect it)."""
+
+    def __init__(self, fd: int, info: FileInfo) -> None:
+        self.fd = fd
+        self.info = info
+
+    def pread(self, offset: int, length: int) -> bytes:
+        out = bytearray()
+        while length > 0:
+            chunk = os.pread(self.fd, min(length, CHUNK), offset)
+            if not chunk:
+                break
+            out += chunk
+            offset += len(chunk)
+            length -= len(chunk)
+        return bytes(out)
+
+    def chunks(self, start: int = 0, end: int | None = None, size: int = CHUNK) -> Iterator[bytes]:
+        """Bytes [start, end) in chunks of at most `size`."""
+        offset = start
+        stop = self.info.size if end is None else end
+        while offset < stop:
+            chunk = os.pread(self.fd, min(size, stop - offset), offset)
+            if not chunk:
+                return
+            offset += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "OpenFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class AtomicWriter:
+    """Writes into a temporary file beside the target; `commit` renames it into place."""
+
+    def __init__(self, dir_fd: int, name: str, path: str, mode: int, creating: bool, max_bytes: int | None) -> None:
+        self._dir_fd = dir_fd
+        self._name = name
+        self.path = path
+        self._creating = creating
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._tmp = f".wr-{secrets.token_hex(6)}.tmp"
+        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           mode, dir_fd=dir_fd)
+        os.fchmod(self._fd, mode)
+        self._done = False
+
+    def write(self, data: bytes) -> None:
+        if self._done:
+            raise ValueError("the writer is closed")
+        if self.max_bytes is not None and self.size + len(data) > self.max_bytes:
+            self.abort()
+            raise FileTooLargeError(self.path, self.max_bytes)
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.size += len(data)
+
+    def commit(self) -> WriteResult:
+        if self._done:
+            raise ValueError("the writer is closed")
+        try:
+            st = os.fstat(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            try:
+                os.rename(self._tmp, self._name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+            except OSError as exc:
+                if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise IsDirectoryError(self.path, f"{self.path!r} is a directory") from None
+                raise
+            return WriteResult(_info(self.path, st), self._creating)
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._finish()
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        try:
+            os.unlink(self._tmp, dir_fd=self._dir_fd)
+        except FileNotFoundError:
+            pass
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            os.close(self._dir_fd)
+
+    def __enter__(self) -> "AtomicWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abort()
+
+
+class _ScanCapReached(Exception):
+    pass
+
+
+class _Sink(io.RawIOBase):
+    """An unseekable byte sink that zipfile streams into (it then writes data descriptors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[bytes] = []
+        self.size = 0
+        self._written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data) -> int:  # type: ignore[override]
+        data = bytes(data)
+        self._parts.append(data)
+        self.size += len(data)
+        self._written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        pass
+
+    def drain(self) -> bytes:
+        data = b"".join(self._parts)
+        self._parts.clear()
+        self.size = 0
+        return data
+
+
+# -- glob --------------------------------------------------------------------------------
+
+_MAGIC = re.compile(r"(?<!\\)[*?\[{]")
+
+
+def _has_magic(part: str) -> bool:
+    return _MAGIC.search(part) is not None
+
+
+def _unescape(part: str) -> str:
+    return re.sub(r"\\(.)", r"\1", part)
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regular expression a glob pattern stands for, over `/`-separated relative paths."""
+    parts = [p for p in pattern.split("/") if p not in ("", ".")]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            out.append(_component_regex(part) + ("" if last else "/"))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _component_regex(part: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(part)
+    while i < n:
+        c = part[i]
+        if c == "\\" and i + 1 < n:
+            out.append(re.escape(part[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            while i + 1 < n and part[i + 1] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + 1
+            if j < n and part[j] in "!^":
+                j += 1
+            if j < n and part[j] == "]":
+                j += 1
+            while j < n and part[j] != "]":
+                j += 1
+            if j >= n:
+                out.append(re.escape(c))
+            else:
+                body = part[i + 1: j]
+                negate = body[:1] in ("!", "^")
+                if negate:
+                    body = body[1:]
+                body = body.replace("\\", "\\\\").replace("[", "\\[")
+                out.append(f"[^/{body}]" if negate else f"[{body}]")
+                i = j
+        elif c == "{":
+            j = part.find("}", i)
+            if j == -1:
+                out.append(re.escape(c))
+            else:
+                options = part[i + 1: j].split(",")
+                out.append("(?:" + "|".join(_component_regex(o) for o in options) + ")")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _grep_name_filter(pattern: str):
+    split_path(pattern, what="glob")
+    compiled = glob_regex(pattern)
+    if "/" in pattern.strip("/"):
+        return lambda rel: compiled.fullmatch(rel) is not None
+    return lambda rel: compiled.fullmatch(rel.rsplit("/", 1)[-1]) is not None
+
+
+# -- edits -------------------------------------------------------------------------------
+
+
+def _occurrence_lines(text: str, needle: str) -> list[int]:
+    lines = []
+    start = text.find(needle)
+    while start != -1:
+        lines.append(text.count("\n", 0, start) + 1)
+        start = text.find(needle, start + 1)
+    return lines
+
+
+def _near_miss_hint(text: str, needle: str) -> str:
+    squash = re.compile(r"\s+")
+    flat_needle = squash.sub(" ", needle).strip()
+    if flat_needle and flat_needle in squash.sub(" ", text):
+        return "the text occurs with different whitespace or line breaks; copy it exactly from the file"
+    first = needle.strip().splitlines()[0].strip() if needle.strip() else ""
+    if first and first in text:
+        line = text.count("\n", 0, text.find(first)) + 1
+        return f"its first line occurs at line {line} but the rest differs; read the file again and copy the text exactly"
+    return "read the file again: it may have changed, and old_text must match exactly (whitespace included)"
+
+
+# -- unified diffs -----------------------------------------------------------------------
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    old_no_eol: bool = False
+    new_no_eol: bool = False
+
+
+def parse_unified_diff(diff: str) -> list[Hunk]:
+    """The hunks of a one-file unified diff; `---`/`+++`/`diff`/`index` headers are optional."""
+    hunks: list[Hunk] = []
+    current: Hunk | None = None
+    left_old = left_new = 0
+    last_tag = ""
+    files = 0
+    lines = diff.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for i, raw in enumerate(lines):
+        raw = raw[:-1] if raw.endswith("\r") else raw
+        header = _HUNK.match(raw)
+        if header:
+            current = Hunk(int(header[1]))
+            hunks.append(current)
+            left_old = int(header[2]) if header[2] is not None else 1
+            left_new = int(header[4]) if header[4] is not None else 1
+            continue
+        in_counted_body = current is not None and (left_old > 0 or left_new > 0)
+        if not in_counted_body and raw.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            files += 1
+            if files > 1:
+                raise PatchError("", "the diff changes more than one file", "send one diff per file")
+            current = None
+            continue
+        if current is None:
+            continue  # preamble: diff/index/---/+++ lines
+        if raw == "":
+            tag, body = " ", ""
+        else:
+            tag, body = raw[0], raw[1:]
+        if tag == " ":
+            current.old.append(body)
+            current.new.append(body)
+            left_old -= 1
+            left_new -= 1
+        elif tag == "-":
+            current.old.append(body)
+            left_old -= 1
+        elif tag == "+":
+            current.new.append(body)
+            left_new -= 1
+        elif tag == "\\":
+            if last_tag in (" ", "-"):
+                current.old_no_eol = True
+            if last_tag in (" ", "+"):
+                current.new_no_eol = True
+            continue
+        elif not in_counted_body and raw.startswith(("diff ", "index ")):
+            continue
+        else:
+            raise PatchError("", f"unexpected line in a hunk: {raw[:80]!r}",
+                             "every hunk line starts with ' ', '-' or '+'")
+        last_tag = tag
+    if not hunks:
+        raise PatchError("", "the diff has no hunks", "send a unified diff with @@ -a,b +c,d @@ hunk headers")
+    return hunks
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
+def _apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
+    lines = _LINE.findall(text)
+    crlf = sum(1 for line in lines if line.endswith("\r\n"))
+    eol = "\r\n" if crlf > len(lines) / 2 else "\n"
+    keys = [line.rstrip("\r\n") for line in lines]
+    out: list[str] = []
+    cursor = 0
+    delta = 0
+    for number, hunk in enumerate(hunks, 1):
+        expected = max(hunk.old_start - 1 + delta, cursor) if hunk.old else max(hunk.old_start + delta, cursor)
+        if not hunk.old and hunk.old_start == 0:
+            expected = cursor
+        at = _find_block(keys, hunk.old, expected, cursor)
+        if at is None:
+            raise PatchError(path, f"hunk {number} (@@ -{hunk.old_start}) does not apply: its context and removed "
+                             f"lines are not in {path!r}", "read the file again and regenerate the diff")
+        out.extend(lines[cursor:at])
+        replaced_last = at + len(hunk.old) == len(lines) and len(lines) > 0
+        for j, new in enumerate(hunk.new):
+            is_last = j == len(hunk.new) - 1
+            if is_last and hunk.new_no_eol:
+                out.append(new)
+            elif is_last and replaced_last and hunk.old and not lines[-1].endswith("\n") and not hunk.old_no_eol and \
+                    hunk.new and hunk.new[-1] == hunk.old[-1]:
+                out.append(new)  # an unchanged last line without a newline stays without one
+            else:
+                out.append(new + eol)
+        delta += len(hunk.new) - len(hunk.old)
+        cursor = at + len(hunk.old)
+    out.extend(lines[cursor:])
+    for k in range(len(out) - 1):  # joining must never glue two lines together
+        if not out[k].endswith("\n"):
+            out[k] += eol
+    return "".join(out)
+
+
+def _find_block(keys: list[str], block: list[str], expected: int, floor: int) -> int | None:
+    if not block:
+        return min(max(expected, floor), len(keys))
+    n = len(block)
+    limit = len(keys) - n
+    for offset in range(0, len(keys) + 1):
+        for candidate in (expected - offset, expected + offset) if offset else (expected,):
+            if floor <= candidate <= limit and keys[candidate: candidate + n] == block:
+                return candidate
+    return None

@@ -1,0 +1,226 @@
+"""The bubblewrap command line: what a native sandbox sees and which namespaces it gets.
+
+Default policy (every field of `SandboxPolicy` can only narrow it, except the ones marked
+*wider*, which are off by default and documented as such):
+
+- the session workspace read-write at /workspace (the path the WASI guest sees), the
+  session's private tmp directory read-write at /tmp (counted by the same disk quota);
+- /usr and the top-level /bin, /sbin, /lib* (links or read-only binds) read-only;
+  /usr/local hidden behind an empty tmpfs (host-local software is not "the system");
+- /etc: only what the tools need (dynamic linker cache, alternatives links, fontconfig,
+  ImageMagick policy), plus generated passwd/group/hosts/hostname/nsswitch.conf naming the
+  sandbox user; no /home, /root, /var, /run, /sys, /srv, /mnt, /media, /opt of the host;
+- a fresh /proc (own PID namespace) and a minimal /dev; /dev/shm a small private tmpfs;
+- the root itself read-only (nothing can be written outside /workspace, /tmp, /dev/shm);
+- new user namespace (uid/gid 1000 "sandbox", no capabilities, no further user namespaces),
+  new network (loopback only, nothing reachable), PID, IPC, UTS (hostname "sandbox") and
+  cgroup namespaces; `--new-session` (no TIOCSTI injection into a terminal);
+  `--die-with-parent`;
+- the environment cleared and rebuilt from `sandbox_env` (at most 15 keys) plus the
+  caller's variables.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+GUEST_WORKSPACE = "/workspace"
+GUEST_TMP = "/tmp"
+GUEST_PYTHON_DATA = "/opt/python-data"
+GUEST_CODE_DIR = "/run/wasm-runner"
+SANDBOX_UID = 1000
+SANDBOX_USER = "sandbox"
+SANDBOX_HOSTNAME = "sandbox"
+
+TOP_LEVEL_SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+ETC_READ_ONLY = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts",
+    "ImageMagick-6", "ImageMagick-7", "localtime", "mime.types", "magic", "papersize",
+)
+"""Host /etc entries the tools need (bound read-only where they exist); nothing else of /etc."""
+
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+@dataclass(frozen=True)
+class Bind:
+    """An extra host path the sandbox sees read-only at `guest` (a *wider* policy)."""
+
+    host: Path
+    guest: str
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a native sandbox may see and do. Defaults are the narrow policy described above."""
+
+    network: bool = False
+    """*Wider*: share the host's network namespace (off: own namespace, loopback only)."""
+    binds: tuple[Bind, ...] = ()
+    """*Wider*: extra host paths, read-only."""
+    show_usr_local: bool = False
+    """*Wider*: show the host's /usr/local (hidden by default)."""
+    max_processes: int = 256
+    """Processes and threads the run may have at once (cgroup pids.max, else RLIMIT_NPROC)."""
+    cpus: float | None = 1.0
+    """CPU share of the run (cgroup CPU quota); None leaves it unlimited."""
+    max_timeout_s: float = 300.0
+    """Cap on `limits.timeout_s` for native runs."""
+    kill_grace_s: float = 1.0
+    """Time between SIGTERM and SIGKILL when a run is stopped."""
+    shm_bytes: int = 64 * 1024 * 1024
+    """Size of the private /dev/shm tmpfs."""
+
+    def __post_init__(self) -> None:
+        if self.max_processes < 1:
+            raise ValueError("max_processes must be at least 1")
+        if self.cpus is not None and self.cpus <= 0:
+            raise ValueError("cpus must be positive (or None for unlimited)")
+        if not 0 < self.max_timeout_s <= 3600:
+            raise ValueError("max_timeout_s must be in (0, 3600]")
+        if not 0 <= self.kill_grace_s <= 10:
+            raise ValueError("kill_grace_s must be in [0, 10]")
+        for bind in self.binds:
+            if not str(bind.guest).startswith("/") or str(bind.guest).rstrip("/") in ("", GUEST_WORKSPACE, GUEST_TMP):
+                raise ValueError(f"bind target {bind.guest!r} must be an absolute path other than /, /workspace, /tmp")
+
+
+def find_bwrap(explicit: str | None = None) -> str | None:
+    """The bwrap executable: `explicit`, $WASM_RUNNER_BWRAP, or `bwrap` on PATH."""
+    candidate = explicit or os.environ.get("WASM_RUNNER_BWRAP") or shutil.which("bwrap")
+    if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def probe(bwrap: str) -> str | None:
+    """None when bwrap can make the namespaces the policy needs here, else why not (its stderr)."""
+    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=10, env={"PATH": BASE_PATH})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not run {bwrap}: {exc}"
+    if done.returncode != 0:
+        message = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+        return (f"bubblewrap cannot create the sandbox's namespaces here ({message}); "
+                "user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / "
+                "user.max_user_namespaces, or an AppArmor restriction)")
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def etc_dir() -> Path:
+    """Generated /etc files naming the sandbox user and host (written once per process)."""
+    root = Path(tempfile.mkdtemp(prefix="wasm-runner-etc-"))
+    files = {
+        "passwd": (f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+                   f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{GUEST_WORKSPACE}:/bin/bash\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+        "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
+        "hosts": f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        "hostname": f"{SANDBOX_HOSTNAME}\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+                         "protocols: files\nservices: files\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+        (root / name).chmod(0o444)
+    root.chmod(0o755)
+    return root
+
+
+def sandbox_env(*, python_data: bool, extra: dict[str, str]) -> dict[str, str]:
+    """The whole environment of a sandboxed program: an allowlist plus the caller's variables."""
+    path = BASE_PATH
+    if python_data:
+        path = f"{GUEST_PYTHON_DATA}/bin:{path}"
+    env = {
+        "PATH": path,
+        "HOME": GUEST_WORKSPACE,
+        "USER": SANDBOX_USER,
+        "LOGNAME": SANDBOX_USER,
+        "SHELL": "/bin/bash",
+        "PWD": GUEST_WORKSPACE,
+        "TMPDIR": GUEST_TMP,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "TZ": "UTC",
+        "PYTHONIOENCODING": "utf-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{GUEST_TMP}/.matplotlib",
+        "XDG_CACHE_HOME": f"{GUEST_TMP}/.cache",
+    }
+    env.update(extra)
+    return env
+
+
+def argv(
+    bwrap: str,
+    policy: SandboxPolicy,
+    *,
+    workspace: Path,
+    tmp: Path,
+    env: dict[str, str],
+    command: list[str],
+    python_data: Path | None = None,
+    code_fd: int | None = None,
+    code_name: str | None = None,
+    status_fd: int | None = None,
+) -> list[str]:
+    """The full bwrap argv running `command` under `policy`."""
+    args = [
+        bwrap,
+        "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
+        "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+        "--hostname", SANDBOX_HOSTNAME,
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--ro-bind", "/usr", "/usr",
+    ]
+    if not policy.network:
+        args.append("--unshare-net")
+    if not policy.show_usr_local and os.path.isdir("/usr/local"):
+        args += ["--tmpfs", "/usr/local"]
+    for name in TOP_LEVEL_SYSTEM:
+        host = f"/{name}"
+        if os.path.islink(host):
+            args += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            args += ["--ro-bind", host, host]
+    for name in ETC_READ_ONLY:
+        host = f"/etc/{name}"
+        if os.path.lexists(host):
+            args += ["--ro-bind-try", host, host]
+    generated = etc_dir()
+    for name in sorted(os.listdir(generated)):
+        args += ["--ro-bind", str(generated / name), f"/etc/{name}"]
+    args += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--perms", "1777", "--size", str(policy.shm_bytes), "--tmpfs", "/dev/shm",
+        "--bind", str(workspace), GUEST_WORKSPACE,
+        "--bind", str(tmp), GUEST_TMP,
+        "--symlink", "../tmp", "/var/tmp",
+    ]
+    if python_data is not None:
+        args += ["--ro-bind", str(python_data), GUEST_PYTHON_DATA]
+    for bind in policy.binds:
+        args += ["--ro-bind", str(bind.host), str(bind.guest)]
+    if code_fd is not None and code_name is not None:
+        args += ["--ro-bind-data", str(code_fd), f"{GUEST_CODE_DIR}/{code_name}"]
+    if status_fd is not None:
+        args += ["--json-status-fd", str(status_fd)]
+    args += ["--chdir", GUEST_WORKSPACE, "--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    args += ["--remount-ro", "/", "--", *command]
+    return args

@@ -1,0 +1,375 @@
+"""Resource limits for native runs: a per-run cgroup (v2 or v1) where the machine offers one,
+rlimits otherwise.
+
+Each run gets its own cgroup, created under the cgroup this process already lives in (so
+whatever limits the host puts on the service still apply to its sandboxes) and removed when
+the run ends. The sandbox joins it before bubblewrap starts (the launcher writes its own pid
+into `cgroup.procs` and then execs bwrap), so every process of the run is counted from the
+first fork. Where no writable cgroup with the memory and pids controllers exists, the run
+falls back to rlimits set inside the sandbox, and the result says `enforcement: "rlimit"`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger("wasm_runner.native")
+
+Enforcement = Literal["cgroup-v2", "cgroup-v1", "rlimit"]
+CgroupMode = Literal["auto", "v2", "v1", "off"]
+
+PREFIX = "wasm-runner-"
+"""Name prefix of per-run cgroups: `wasm-runner-<service pid>-<n>`."""
+
+CPU_PERIOD_US = 100_000
+_seq = itertools.count(1)
+
+
+# -- discovery ---------------------------------------------------------------------------------
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) of every cgroup mount."""
+    found = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 5 or len(rparts) < 3 or rparts[0] not in ("cgroup", "cgroup2"):
+            continue
+        mount_point = parts[4].replace("\\040", " ")
+        found.append((mount_point, rparts[0], set(rparts[2].split(","))))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """controller (or "" for the v2 hierarchy) -> this process's cgroup path, from /proc/self/cgroup."""
+    paths: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            paths[name] = path
+    return paths
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove per-run cgroups left by services that died mid-run (their pid is gone)."""
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(PREFIX) or not entry.is_dir():
+            continue
+        try:
+            owner = int(name[len(PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if owner == os.getpid() or Path(f"/proc/{owner}").exists():
+            continue
+        _kill_and_remove(entry, "cgroup.procs")
+
+
+def _probe(parent: Path) -> bool:
+    """Can we create (and remove) a child cgroup here?"""
+    probe = parent / f"{PREFIX}{os.getpid()}-probe"
+    try:
+        probe.mkdir()
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        probe.rmdir()
+    except OSError:
+        pass
+    return True
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where per-run cgroups can be made on this machine, or why not."""
+
+    enforcement: Enforcement
+    parents: dict[str, Path] = field(default_factory=dict)
+    """controller -> parent directory for per-run cgroups (v1: one per controller; v2: key "")."""
+    reason: str = ""
+    """Why cgroups are not used (rlimit), for doctor and the log."""
+
+
+def detect(mode: CgroupMode = "auto", parent: str | None = None) -> CgroupSupport:
+    """Find a writable cgroup hierarchy with the memory and pids controllers.
+
+    `parent` (or $WASM_RUNNER_CGROUP_PARENT) names the directory to create run cgroups in
+    (for v2: a path under the unified mount; for v1: a path relative to each controller's
+    mount); by default, this process's own cgroup.
+    """
+    if mode == "off":
+        return CgroupSupport("rlimit", reason="cgroups switched off by configuration")
+    parent = parent or os.environ.get("WASM_RUNNER_CGROUP_PARENT") or None
+    reasons = []
+    if mode in ("auto", "v2"):
+        found = _detect_v2(parent)
+        if isinstance(found, CgroupSupport):
+            return found
+        reasons.append(f"cgroup v2: {found}")
+    if mode in ("auto", "v1"):
+        found = _detect_v1(parent)
+        if isinstance(found, CgroupSupport):
+            return found
+        reasons.append(f"cgroup v1: {found}")
+    return CgroupSupport("rlimit", reason="; ".join(reasons))
+
+
+def _detect_v2(parent: str | None) -> CgroupSupport | str:
+    unified = [m for m, fs, _ in _mounts() if fs == "cgroup2"]
+    if not unified:
+        return "no cgroup2 mount"
+    root = Path(unified[0])
+    own = _own_paths().get("", "/")
+    base = root / (parent or own).lstrip("/")
+    try:
+        available = (base / "cgroup.controllers").read_text().split()
+    except OSError as exc:
+        return f"cannot read {base}/cgroup.controllers ({exc.strerror})"
+    if not {"memory", "pids"} <= set(available):
+        return f"memory/pids controllers not available in {base} (hybrid mode or not delegated)"
+    wanted = [c for c in ("memory", "pids", "cpu") if c in available]
+    try:
+        enabled = set((base / "cgroup.subtree_control").read_text().split())
+        missing = [c for c in wanted if c not in enabled]
+        if missing:
+            (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in missing))
+    except OSError as exc:
+        return (f"cannot enable controllers for children of {base} ({exc.strerror}); run the service in "
+                "a delegated cgroup or set WASM_RUNNER_CGROUP_PARENT to one without processes")
+    if not _probe(base):
+        return f"cannot create cgroups under {base}"
+    _sweep_stale(base)
+    return CgroupSupport("cgroup-v2", {"": base})
+
+
+def _detect_v1(parent: str | None) -> CgroupSupport | str:
+    own = _own_paths()
+    parents: dict[str, Path] = {}
+    for mount_point, fs, options in _mounts():
+        if fs != "cgroup":
+            continue
+        for controller in ("memory", "pids", "cpu"):
+            if controller in options and controller not in parents:
+                rel = parent if parent is not None else own.get(controller, "/")
+                parents[controller] = Path(mount_point) / rel.lstrip("/")
+    if "memory" not in parents or "pids" not in parents:
+        return "memory and pids controllers are not both mounted"
+    for controller, base in list(parents.items()):
+        if not _probe(base):
+            if controller == "cpu":
+                del parents[controller]
+                continue
+            return f"cannot create cgroups under {base}"
+        _sweep_stale(base)
+    return CgroupSupport("cgroup-v1", parents)
+
+
+# -- one run's cgroup ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunLimits:
+    memory_bytes: int
+    max_processes: int
+    cpus: float | None
+    file_bytes: int | None = None
+    cpu_seconds: int | None = None
+
+
+class RunCgroup:
+    """The cgroup(s) of one run: created with limits, joined by the launcher, read, removed."""
+
+    def __init__(self, support: CgroupSupport, limits: RunLimits) -> None:
+        self.support = support
+        self.name = f"{PREFIX}{os.getpid()}-{next(_seq)}"
+        self.dirs: dict[str, Path] = {c: p / self.name for c, p in support.parents.items()}
+        self._made: list[Path] = []
+        try:
+            for path in self.dirs.values():
+                path.mkdir()
+                self._made.append(path)
+            if support.enforcement == "cgroup-v2":
+                self._limit_v2(limits)
+            else:
+                self._limit_v1(limits)
+        except BaseException:
+            self.remove()
+            raise
+
+    @property
+    def v2(self) -> bool:
+        return self.support.enforcement == "cgroup-v2"
+
+    def _dir(self, controller: str) -> Path:
+        return self.dirs[""] if self.v2 else self.dirs[controller]
+
+    def _limit_v2(self, limits: RunLimits) -> None:
+        d = self.dirs[""]
+        (d / "memory.max").write_text(str(limits.memory_bytes))
+        _try_write(d / "memory.swap.max", "0")
+        _try_write(d / "memory.oom.group", "1")
+        (d / "pids.max").write_text(str(limits.max_processes))
+        if limits.cpus:
+            _try_write(d / "cpu.max", f"{int(limits.cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+
+    def _limit_v1(self, limits: RunLimits) -> None:
+        mem = self.dirs["memory"]
+        (mem / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+        _try_write(mem / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))  # no escape into swap
+        (self.dirs["pids"] / "pids.max").write_text(str(limits.max_processes))
+        if limits.cpus and "cpu" in self.dirs:
+            cpu = self.dirs["cpu"]
+            _try_write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+            _try_write(cpu / "cpu.cfs_quota_us", str(int(limits.cpus * CPU_PERIOD_US)))
+
+    def procs_files(self) -> list[str]:
+        """The files the launcher writes its pid into (one per hierarchy)."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def pids(self) -> set[int]:
+        try:
+            text = (self._dir("pids") / "cgroup.procs").read_text()
+        except OSError:
+            return set()
+        return {int(p) for p in text.split()}
+
+    def signal_all(self, sig: int, spare: set[int] = frozenset()) -> None:
+        if sig == signal.SIGKILL and self.v2 and not spare:
+            if _try_write(self.dirs[""] / "cgroup.kill", "1"):
+                return
+        for pid in self.pids() - set(spare):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def memory_peak(self) -> int | None:
+        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self._dir("memory") / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def oom_killed(self) -> bool:
+        if self.v2:
+            events = _read_keyed(self.dirs[""] / "memory.events")
+            return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
+        control = _read_keyed(self.dirs["memory"] / "memory.oom_control")
+        return control.get("oom_kill", 0) > 0 or control.get("under_oom", 0) > 0
+
+    def pids_exhausted(self) -> bool:
+        events = _read_keyed(self._dir("pids") / "pids.events")
+        return events.get("max", 0) > 0
+
+    def remove(self, timeout_s: float = 2.0) -> None:
+        """Kill whatever is left and remove the run's cgroups (waiting for them to empty)."""
+        for path in reversed(self._made):
+            _kill_and_remove(path, "cgroup.procs", timeout_s)
+        self._made.clear()
+
+
+def _kill_and_remove(path: Path, procs: str, timeout_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            pass
+        try:
+            for pid in (path / procs).read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            log.warning("could not remove cgroup %s (still busy)", path)
+            return
+        time.sleep(0.005)
+
+
+def _try_write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False
+
+
+def _read_keyed(path: Path) -> dict[str, int]:
+    values: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            try:
+                values[key] = int(value)
+            except ValueError:
+                continue
+    except OSError:
+        pass
+    return values
+
+
+# -- rlimit fallback ---------------------------------------------------------------------------
+
+
+def rlimit_prefix(limits: RunLimits) -> list[str]:
+    """A command prefix that sets rlimits *inside* the sandbox, after its user namespace exists.
+
+    RLIMIT_NPROC counts processes per user per user namespace, so set inside the sandbox it
+    bounds that sandbox alone (set before bubblewrap it would count every process of the
+    service's user on the host). RLIMIT_DATA (private writable memory) stands in for a memory
+    limit without breaking runtimes that reserve large address ranges (V8) as RLIMIT_AS would.
+    Hard and soft limits are both set, so the guest cannot raise them again.
+    """
+    kib = max(limits.memory_bytes // 1024, 1)
+    n = limits.max_processes
+    # Without -H/-S both dash and bash set hard and soft; dash names RLIMIT_NPROC -p, bash -u.
+    script = [f"ulimit -d {kib}", f"{{ ulimit -u {n} 2>/dev/null || ulimit -p {n}; }}"]
+    if limits.cpu_seconds:
+        script.append(f"ulimit -t {limits.cpu_seconds}")
+    return ["/bin/sh", "-c", " && ".join(script) + ' && exec "$@"', "wasm-runner-limits"]
+
+
+def shell_quote_path(path: str) -> str:
+    return "'" + path.replace("'", "'\\''") + "'"
+
+
+def launcher(cgroup: RunCgroup | None, file_bytes: int | None) -> list[str]:
+    """The host-side prefix that joins the run's cgroup and caps single-file size, then execs bwrap."""
+    steps = []
+    if file_bytes is not None:
+        steps.append(f"ulimit -f {max(file_bytes // 512 + 1, 1)}")
+    if cgroup is not None:
+        for procs in cgroup.procs_files():
+            steps.append(f"echo $$ > {shell_quote_path(procs)}")
+    if not steps:
+        return []
+    guard = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'
+    return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + guard + ' && exec "$@"', "wasm-runner-launch"]
