@@ -101,6 +101,8 @@ import random  # noqa: E402
 # --- standard streams ---------------------------------------------------------
 # The inherited stdout/stderr write straight to the WASI stream, which accepts at
 # most 8 KiB a call: a buffered writer retries short writes instead of losing data.
+# Line buffering: output streams as it is printed, and a guest stopped by a limit
+# keeps everything it printed up to then.
 
 
 def _stream(fd, line_buffering):
@@ -109,7 +111,7 @@ def _stream(fd, line_buffering):
                             errors="backslashreplace", line_buffering=line_buffering)
 
 
-sys.stdout = sys.__stdout__ = _stream(1, False)
+sys.stdout = sys.__stdout__ = _stream(1, True)
 sys.stderr = sys.__stderr__ = _stream(2, True)
 
 # --- blocking calls end at the deadline -------------------------------------
@@ -227,9 +229,6 @@ def _run_cell(request):
         os.chdir(cwd)
     stdin = request.get("stdin")
     sys.stdin = io.StringIO(stdin) if stdin else _EMPTY_STDIN
-    reconfigure = getattr(sys.stdout, "reconfigure", None)
-    if reconfigure is not None:  # streamed calls flush each line as it is printed
-        reconfigure(line_buffering=bool(request.get("stream")))
     _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
     _cells[0] += 1
     filename = request.get("filename") or f"<cell {_cells[0]}>"

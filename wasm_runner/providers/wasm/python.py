@@ -146,8 +146,7 @@ class PythonKernel:
         self.store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:
             self.store.set_fuel(limits.fuel)
-        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s,
-                   "stream": call.listener is not None}
+        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
         if call.filename:
             request["filename"] = call.filename
         call.bind(self.interrupt, self.store)
