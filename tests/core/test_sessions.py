@@ -1,0 +1,113 @@
+"""Sessions: kernels keep state like notebook cells; files persist; limit hits restart the kernel."""
+
+import asyncio
+
+from wasm_runner import Limits
+
+
+def test_kernel_keeps_variables_and_imports_between_calls(runner):
+    session = runner.session()
+    assert session.run_sync("import math\nx = 20").exit_code == 0
+    result = session.run_sync("x + math.floor(2.5)")
+    assert result.value == "22" and not result.kernel_restarted
+    assert session.kernels == ["python"]
+    session.destroy()
+
+
+def test_fresh_run_sees_the_same_files_but_no_state(runner):
+    session = runner.session()
+    session.run_sync("secret = 1\nopen('shared.txt', 'w').write('data')")
+    fresh = session.run_sync("print(open('shared.txt').read())\nsecret", fresh=True)
+    assert fresh.stdout == "data\n"
+    assert fresh.error.type == "NameError"
+    assert session.run_sync("secret").value == "1"  # the kernel was not disturbed
+    session.destroy()
+
+
+def test_files_persist_across_calls_and_sessions_objects(runner):
+    session = runner.session("persist-me")
+    for i in range(5):
+        session.run_sync(f"open('log.txt', 'a').write('{i}')", fresh=True)
+    again = runner.session("persist-me")
+    assert again.run_sync("open('log.txt').read()").value == "'01234'"
+    session.destroy()
+
+
+def test_a_limit_hit_restarts_the_kernel_on_the_next_call_and_says_so(runner):
+    session = runner.session()
+    session.run_sync("state = 'before'\nopen('kept.txt', 'w').write('kept')")
+    hit = session.run_sync("while True: pass", limits=Limits(timeout_s=0.3))
+    assert hit.limit == "timeout"
+    after = session.run_sync("print(open('kept.txt').read())\n'state' in globals()")
+    assert after.kernel_restarted is True
+    assert after.stdout == "kept\n" and after.value == "False"
+    assert session.run_sync("1").kernel_restarted is False
+    session.destroy()
+
+
+def test_hibernate_drops_the_kernel_and_resume_says_restarted(runner):
+    session = runner.session()
+    session.run_sync("x = 1\nopen('f', 'w').write('1')")
+    session.hibernate()
+    assert session.kernels == []
+    result = session.run_sync("import os\n(os.path.exists('f'), 'x' in globals())")
+    assert result.kernel_restarted and result.value == "(True, False)"
+    session.destroy()
+
+
+def test_changing_fuel_metering_rebuilds_the_kernel(runner):
+    session = runner.session()
+    session.run_sync("y = 5")
+    metered = session.run_sync("y", limits=Limits(fuel=10**9))
+    assert metered.kernel_restarted and metered.error.type == "NameError"
+    session.destroy()
+
+
+def test_destroy_removes_files(runner):
+    session = runner.session()
+    session.run_sync("open('x', 'w').write('1')")
+    path = session.path
+    assert path.exists()
+    session.destroy()
+    assert not path.exists()
+
+
+async def test_calls_to_one_session_run_in_order(runner):
+    session = runner.session()
+    await session.run("order = []")
+    await asyncio.gather(*[session.run(f"import time\ntime.sleep(0.01 * ({5 - i}))\norder.append({i})") for i in range(5)])
+    assert (await session.run("order")).value == "[0, 1, 2, 3, 4]"
+    session.destroy()
+
+
+async def test_cancelling_the_caller_stops_the_guest(runner):
+    session = runner.session()
+    task = asyncio.create_task(session.run("while True: pass", limits=Limits(timeout_s=30)))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    started = asyncio.get_running_loop().time()
+    result = await session.run("'alive'")
+    assert result.value == "'alive'" and result.kernel_restarted
+    assert asyncio.get_running_loop().time() - started < 5
+    session.destroy()
+
+
+async def test_streaming_listener_sees_output_before_the_run_ends(runner):
+    seen = []
+    loop = asyncio.get_running_loop()
+    first_chunk = asyncio.Event()
+
+    def listener(stream, data):
+        seen.append((stream, data))
+        loop.call_soon_threadsafe(first_chunk.set)
+
+    task = asyncio.create_task(runner.run("import time\nprint('early')\ntime.sleep(1)\nprint('late')", listener=listener))
+    await asyncio.wait_for(first_chunk.wait(), 5)
+    assert not task.done()
+    assert seen[0] == ("stdout", b"early\n")
+    result = await task
+    assert result.stdout == "early\nlate\n"
