@@ -19,6 +19,10 @@ CHECK_PERIOD_S = 0.05
 
 def over_quota(workspace: Workspace, limits: Limits) -> bool:
     used_bytes, entries = workspace.usage(stop_after_files=limits.disk_files)
+    return exceeds(limits, used_bytes, entries)
+
+
+def exceeds(limits: Limits, used_bytes: int, entries: int) -> bool:
     return used_bytes > limits.disk_bytes or entries > limits.disk_files
 
 

@@ -155,8 +155,13 @@ class Runner:
             return Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
 
     def _recycle(self, workspace: Workspace) -> None:
-        """Keep an untouched scratch workspace for the next one-shot run; remove a used one."""
-        if workspace.is_empty() and len(self._idle_scratch) < 4 * self.concurrency:
+        """Keep an untouched scratch workspace (with sandboxes made ahead for it) for the next
+        one-shot run; remove a used one."""
+        keep = workspace.is_empty() and len(self._idle_scratch) < 2 * self.concurrency
+        for provider in self.providers:
+            if hasattr(provider, "prewarm"):
+                provider.prewarm(workspace) if keep else provider.discard(workspace)
+        if keep:
             self._idle_scratch.append(workspace)
         else:
             workspace.remove()

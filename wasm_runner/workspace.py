@@ -10,6 +10,7 @@ import os
 import shutil
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .api import FileChanges
@@ -28,11 +29,11 @@ class Workspace:
     root: Path
     files_dir: Path | None = None
 
-    @property
+    @cached_property
     def files(self) -> Path:
         return self.files_dir or self.root / "files"
 
-    @property
+    @cached_property
     def tmp(self) -> Path:
         return self.root / "tmp"
 
@@ -61,18 +62,27 @@ class Workspace:
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def scan(self) -> tuple[Snapshot, int, int]:
+        """One pass over the session: the snapshot of files/, and the (bytes, entries) used by
+        files/ and tmp/ together."""
+        files, used_bytes, entries = _scan(self.files)
+        _, tmp_bytes, tmp_entries = _scan(self.tmp)
+        return files, used_bytes + tmp_bytes, entries + tmp_entries
+
     def snapshot(self) -> Snapshot:
-        return snapshot(self.files)
+        return _scan(self.files)[0]
 
     def usage(self, stop_after_files: int | None = None) -> tuple[int, int]:
-        """(bytes, entries) used by files/ and tmp/; counting stops early past `stop_after_files`."""
+        """(bytes, entries) used by files/ and tmp/; counting stops early past `stop_after_files`.
+
+        Bytes are apparent sizes, so a sparse file counts in full against the quota."""
         total_bytes = total_entries = 0
         for top in (self.files, self.tmp):
             for entry in _walk(top):
                 total_entries += 1
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode):
-                    total_bytes += st.st_blocks * 512 if st.st_blocks else st.st_size
+                    total_bytes += st.st_size
                 if stop_after_files is not None and total_entries > stop_after_files:
                     return total_bytes, total_entries
         return total_bytes, total_entries
@@ -91,15 +101,19 @@ def _walk(top: Path):
             continue
 
 
-def snapshot(top: Path) -> Snapshot:
+def _scan(top: Path) -> tuple[Snapshot, int, int]:
     base = len(str(top)) + 1
-    result: Snapshot = {}
+    files: Snapshot = {}
+    used = entries = 0
     for entry in _walk(top):
+        entries += 1
         st = entry.stat(follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
             continue
-        result[entry.path[base:]] = (st.st_size, st.st_mtime_ns)
-    return result
+        files[entry.path[base:]] = (st.st_size, st.st_mtime_ns)
+        if stat.S_ISREG(st.st_mode):
+            used += st.st_size
+    return files, used, entries
 
 
 def diff(before: Snapshot, after: Snapshot) -> FileChanges:

@@ -7,12 +7,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ...api import ExecResult, GuestError
+from ...api import ExecResult, GuestError, Limits
 from ...engine import EngineSettings, StopReason
-from ...quota import over_quota, watcher
-from ...workspace import diff
+from ...quota import exceeds, watcher
+from ...workspace import Workspace, diff
 from ..base import Job
 from .sandbox import LIMIT_MESSAGES, Call, Mount, Outcome, View, engine_settings
+from .warm_pool import WarmPool
 
 
 @dataclass
@@ -27,10 +28,29 @@ class WasmProvider:
     name = "wasm"
     languages = frozenset({"python", "javascript"})
 
-    def __init__(self, mounts: tuple[Mount, ...] = ()) -> None:
+    def __init__(self, mounts: tuple[Mount, ...] = (), prewarm_languages: tuple[str, ...] = ("python",)) -> None:
         self.mounts = mounts
+        self.prewarm_languages = prewarm_languages
         self._runtimes: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._warm = WarmPool(self._warm_kernel, Limits())
+
+    def _warm_kernel(self, language: str, view: View, limits: Limits) -> Any:
+        kernel = self.runtime(language).new_kernel(view, limits)
+        if hasattr(kernel, "warm"):
+            kernel.warm()
+        return kernel
+
+    def _view(self, workspace: Workspace) -> View:
+        return View(workspace.files, workspace.tmp, self.mounts)
+
+    def prewarm(self, workspace: Workspace) -> None:
+        """Instantiate sandboxes for a scratch workspace ahead of its next one-shot run."""
+        for language in self.prewarm_languages:
+            self._warm.request(language, self._view(workspace))
+
+    def discard(self, workspace: Workspace) -> None:
+        self._warm.discard(self._view(workspace))
 
     def runtime(self, language: str):
         with self._lock:
@@ -57,11 +77,12 @@ class WasmProvider:
     def execute(self, job: Job) -> ExecResult:
         request = job.request
         workspace = job.workspace.ensure()
-        view = View(workspace.files, workspace.tmp, self.mounts)
+        view = self._view(workspace)
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk))
+        self._warm.busy()
         before = workspace.snapshot()
         restarted = False
         started = time.perf_counter()
@@ -70,7 +91,12 @@ class WasmProvider:
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
             job.started_at = time.monotonic()
-            if request.fresh or job.kernels is None:
+            if job.kernels is None and (warm := self._warm.take(request.language, view, request.limits)):
+                try:
+                    outcome = warm.run(call)
+                finally:
+                    warm.close()
+            elif request.fresh or job.kernels is None:
                 outcome = runtime.fresh(view, call)
             else:
                 slot = job.kernels.setdefault(request.language, KernelSlot())
@@ -88,9 +114,11 @@ class WasmProvider:
         except Exception as exc:  # the runtime could not start: report, never raise
             outcome = _startup_failure(exc, call)
         finally:
+            self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
-        if outcome.limit is None and over_quota(workspace, request.limits):
+        after, used_bytes, entries = workspace.scan()
+        if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
@@ -107,7 +135,7 @@ class WasmProvider:
             duration_ms=round(duration_ms, 3),
             fuel_used=outcome.fuel_used,
             memory_peak_bytes=outcome.memory_peak_bytes,
-            files=diff(before, workspace.snapshot()),
+            files=diff(before, after),
             kernel_restarted=restarted,
             language=request.language,
             isolation="wasm",

@@ -1,0 +1,148 @@
+"""Core benchmark: prints one JSON object of medians and ratios measured in one run.
+
+    python benchmarks/bench_core.py [--seconds 10] [--samples 200]
+
+Fresh-instance latency for Python and JavaScript, kernel-turn latency, a CPU-bound
+loop in the sandbox against native CPython, fresh Python runs per second with two
+worker threads, and resident memory per idle kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from wasm_runner import Limits, Runner
+
+CPU_LOOP = "def work(n):\n    total = 0\n    for i in range(n):\n        total += i * i % 7\n    return total\nwork(3_000_000)"
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_ms)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50_ms": round(statistics.median(ordered), 3), "p90_ms": round(pick(0.9), 3),
+            "p99_ms": round(pick(0.99), 3), "n": len(ordered)}
+
+
+def time_calls(fn, samples: int, gap_s: float = 0.0) -> list[float]:
+    out = []
+    for _ in range(samples):
+        time.sleep(gap_s)
+        started = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def fresh_latency(runner: Runner, language: str, code: str, samples: int, gap_s: float) -> dict:
+    """Latency of one-shot runs arriving `gap_s` apart (0: back to back, so nothing is made ahead)."""
+
+    def once():
+        result = runner.run_sync(code, language=language)
+        assert result.exit_code == 0 and result.stdout.strip() == "2", result
+
+    for _ in range(20):
+        once()
+    return {**percentiles(time_calls(once, samples, gap_s)), "gap_ms": gap_s * 1000}
+
+
+def kernel_turn(runner: Runner, language: str, setup: str, turn: str, samples: int) -> dict:
+    session = runner.session()
+    session.run_sync(setup, language=language)
+    for _ in range(20):
+        session.run_sync(turn, language=language)
+    result = percentiles(time_calls(lambda: session.run_sync(turn, language=language), samples))
+    session.destroy()
+    return result
+
+
+def cpu_ratio(runner: Runner, repeats: int = 5) -> dict:
+    """The same loop in the sandbox (duration of the run) and in native CPython (timed in-process)."""
+    timed = CPU_LOOP.replace("work(3_000_000)", "t = time.perf_counter(); work(3_000_000); print((time.perf_counter() - t) * 1000)")
+    sandbox, native = [], []
+    for _ in range(repeats):
+        result = runner.run_sync("import time\n" + timed, limits=Limits(timeout_s=120))
+        assert result.error is None, result.error
+        sandbox.append(float(result.stdout))
+        out = subprocess.run([sys.executable, "-c", "import time\n" + timed], check=True, capture_output=True, text=True)
+        native.append(float(out.stdout))
+    s, n = statistics.median(sandbox), statistics.median(native)
+    return {"sandbox_ms": round(s, 1), "native_ms": round(n, 1), "ratio": round(s / n, 2),
+            "native_python": sys.version.split()[0], "sandbox_python": "3.14 (wasm32-wasip2, epoch deadline on)"}
+
+
+def throughput(runner: Runner, seconds: float, threads: int = 2) -> dict:
+    stop = time.monotonic() + seconds
+    counts = [0] * threads
+    errors = [0]
+
+    def worker(i: int) -> None:
+        while time.monotonic() < stop:
+            if runner.run_sync("print(1+1)").stdout != "2\n":
+                errors[0] += 1
+            counts[i] += 1
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    started = time.monotonic()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    elapsed = time.monotonic() - started
+    return {"runs_per_s": round(sum(counts) / elapsed, 1), "threads": threads, "seconds": round(elapsed, 1),
+            "errors": errors[0]}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
+    sessions = [runner.session() for _ in range(count)]
+    sessions[0].run_sync("1", language=language)
+    gc.collect()
+    before = rss_bytes()
+    for s in sessions[1:]:
+        s.run_sync("x = 1", language=language)
+    gc.collect()
+    time.sleep(0.2)
+    per = (rss_bytes() - before) / (count - 1)
+    for s in sessions:
+        s.destroy()
+    return {"bytes_per_idle_kernel": int(per), "mib_per_idle_kernel": round(per / 2**20, 2), "kernels": count - 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--samples", type=int, default=300)
+    args = parser.parse_args()
+    report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
+    with Runner(concurrency=2) as runner:
+        runner.prepare()
+        report["python_fresh"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0.02)
+        report["python_fresh_back_to_back"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0)
+        report["javascript_fresh"] = fresh_latency(runner, "javascript", "console.log(1+1)", args.samples, 0.02)
+        report["javascript_fresh_back_to_back"] = fresh_latency(runner, "javascript", "console.log(1+1)", args.samples, 0)
+        report["python_kernel_turn"] = kernel_turn(runner, "python", "x = 0", "x += 1", args.samples)
+        report["javascript_kernel_turn"] = kernel_turn(runner, "javascript", "var x = 0", "x += 1", args.samples)
+        report["cpu_loop"] = cpu_ratio(runner)
+        report["python_fresh_throughput"] = throughput(runner, args.seconds)
+        report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")
+        report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

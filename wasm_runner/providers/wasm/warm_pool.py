@@ -1,0 +1,83 @@
+"""Instances made ahead of need for one-shot runs.
+
+A one-shot run gets a scratch workspace from the Runner; the instance for it can
+be instantiated in the background while no execution is running, so the run
+itself only pays for its call. Under load nothing is made ahead (it would only
+compete with the runs for the cores). Each pooled instance is fresh: no user code
+has run in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ...api import Limits
+from .sandbox import View
+
+log = logging.getLogger("wasm_runner")
+
+Key = tuple[str, View]
+
+
+class WarmPool:
+    def __init__(self, make: Callable[[str, View, Limits], Any], limits: Limits) -> None:
+        self._make = make
+        self._limits = limits
+        self._ready: dict[Key, Any] = {}
+        self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+        threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
+
+    def busy(self) -> None:
+        """An execution started: hold back pre-instantiation until all are done."""
+        with self._lock:
+            self._active += 1
+
+    def done(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+
+    def request(self, language: str, view: View) -> None:
+        self._wanted.put((language, view))
+
+    def take(self, language: str, view: View, limits: Limits) -> Any | None:
+        with self._lock:
+            kernel = self._ready.pop((language, view), None)
+        if kernel is not None and not kernel.accepts(limits):
+            kernel.close()
+            return None
+        return kernel
+
+    def discard(self, view: View) -> None:
+        with self._lock:
+            stale = [k for k in self._ready if k[1] == view]
+            kernels = [self._ready.pop(k) for k in stale]
+        for kernel in kernels:
+            kernel.close()
+
+    def _fill(self) -> None:
+        while True:
+            key = self._wanted.get()
+            with self._lock:
+                while self._active:
+                    self._idle.wait()
+                if key in self._ready:
+                    continue
+            try:
+                kernel = self._make(key[0], key[1], self._limits)
+            except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
+                log.exception("could not pre-instantiate a %s sandbox", key[0])
+                continue
+            with self._lock:
+                if key in self._ready:
+                    kernel.close()
+                else:
+                    self._ready[key] = kernel
