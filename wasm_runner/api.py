@@ -15,6 +15,8 @@ MiB = 1024 * 1024
 Language = Literal["python", "javascript", "bash", "sh"]
 ProviderName = Literal["wasm", "native"]
 LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
+Harness = Literal["script", "check"]
+Verdict = Literal["passed", "failed", "timeout", "error", "limit"]
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, frozen=True):
@@ -59,6 +61,10 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     env: dict[str, str] = {}
     limits: Limits = Limits()
     fresh: bool = False
+    harness: Harness = "script"
+    """`script` runs `code`; `check` runs `code` (the program), then `tests` against it, and
+    gives a verdict."""
+    tests: str = ""
     id: str | None = None
     """Caller's correlation id, echoed in the result (batch runs)."""
 
@@ -69,6 +75,10 @@ class GuestError(msgspec.Struct, omit_defaults=True):
     type: str
     message: str
     traceback: str = ""
+    line: int | None = None
+    """Line of the submitted code where it was raised (innermost frame in that code)."""
+    source: str | None = None
+    """That line's text, e.g. the failing `assert`."""
 
 
 class FileChanges(msgspec.Struct, omit_defaults=True):
@@ -98,6 +108,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     files: FileChanges = msgspec.field(default_factory=FileChanges)
     kernel_restarted: bool = False
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
+    verdict: Verdict | None = None
+    """With harness `check`: passed, failed (see error.line / error.source), timeout, error or limit."""
     language: str = "python"
     isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
     enforcement: str | None = None

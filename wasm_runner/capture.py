@@ -25,7 +25,7 @@ class Capture:
         self.truncated = False
         self._chunks: list[bytes] = []
         self._size = 0
-        self._on_overflow = on_overflow
+        self.on_overflow = on_overflow
         self._listener = listener
 
     def write(self, data: bytes) -> None:
@@ -34,8 +34,8 @@ class Capture:
             data = data[: max(room, 0)]
             if not self.truncated:
                 self.truncated = True
-                if self._on_overflow is not None:
-                    self._on_overflow()
+                if self.on_overflow is not None:
+                    self.on_overflow()
         if data:
             self._chunks.append(data)
             self._size += len(data)

@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
@@ -166,6 +167,42 @@ class Runner:
         else:
             workspace.remove()
 
+    async def run_many(
+        self,
+        requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
+        *,
+        concurrency: int | None = None,
+    ) -> AsyncIterator[ExecResult]:
+        """Run each request one-shot in its own fresh instance; yield results as they complete.
+
+        Requests are read lazily and at most `concurrency` are in flight, so memory stays
+        flat however long the stream. Each result carries its request's `id`. Closing the
+        iterator (or cancelling its consumer) stops the guests still running.
+        """
+        limit = concurrency or self.concurrency
+        source = _aiter(requests)
+        pending: set[asyncio.Task[ExecResult]] = set()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < limit:
+                    try:
+                        request = await anext(source)
+                    except StopAsyncIteration:
+                        exhausted = True
+                        break
+                    pending.add(asyncio.create_task(self.run(request)))
+                if not pending:
+                    return
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    yield task.result()
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+
     # -- the worker path ------------------------------------------------------------------
 
     def _submit(self, job: Job, state: "_State") -> concurrent.futures.Future:
@@ -231,6 +268,9 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
+        for provider in self.providers:
+            if hasattr(provider, "close"):
+                provider.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -246,6 +286,15 @@ class Runner:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _aiter(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
+    if hasattr(items, "__aiter__"):
+        async for item in items:  # type: ignore[union-attr]
+            yield item
+    else:
+        for item in items:  # type: ignore[union-attr]
+            yield item
 
 
 @dataclass

@@ -198,12 +198,18 @@ def _compile_cell(code, filename):
     return body, (compile(last, filename, "eval", dont_inherit=True) if last else None)
 
 
-def _error(exc, tb):
+def _error(exc, tb, filename=None):
     # Drop the driver's own frames (the cell runner, the stdlib importer).
     summary = traceback.TracebackException(type(exc), exc, tb)
     summary.stack = traceback.StackSummary.from_list(
         [frame for frame in summary.stack if frame.filename != __file__])
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(summary.format())}
+    error = {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(summary.format())}
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        error["line"] = exc.lineno
+    for frame in summary.stack:  # the innermost line of the cell itself
+        if frame.filename == filename:
+            error["line"], error["source"] = frame.lineno, (frame.line or "").strip()
+    return error
 
 
 def _exit_code(exc):
@@ -251,7 +257,7 @@ def _run_cell(request):
     except SystemExit as exc:
         response["exit_code"] = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - everything becomes a result
-        error = _error(exc, exc.__traceback__)
+        error = _error(exc, exc.__traceback__, filename)
         sys.stderr.write(error["traceback"])
         response["exit_code"] = 1
         response["error"] = error

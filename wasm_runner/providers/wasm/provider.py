@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+
+import msgspec
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,9 @@ class WasmProvider:
     def discard(self, workspace: Workspace) -> None:
         self._warm.discard(self._view(workspace))
 
+    def close(self) -> None:
+        self._warm.close()
+
     def runtime(self, language: str):
         with self._lock:
             if language not in self._runtimes:
@@ -74,6 +79,31 @@ class WasmProvider:
             if fuel:
                 runtime.prepare(EngineSettings(fuel=True))
 
+    def _check(self, runtime: Any, view: View, program: Call, request) -> tuple[Outcome, Call]:
+        """Run the program, then its tests in the same fresh instance, within one deadline.
+
+        An exception in the program is an `error`; any exception in the tests means `failed`.
+        Output of both phases is kept, in order.
+        """
+        started = time.monotonic()
+        program.filename = "<program>"
+        kernel = runtime.new_kernel(view, request.limits)
+        try:
+            outcome = kernel.run(program)
+            outcome.phase = "program"
+            failed = outcome.error is not None or outcome.limit is not None or outcome.exit_code != 0
+            if failed or program.stopped:
+                return outcome, program
+            remaining = max(request.limits.timeout_s - (time.monotonic() - started), 0.001)
+            tests = Call(code=request.tests, limits=msgspec.structs.replace(request.limits, timeout_s=remaining),
+                         env=request.env, listener=program.listener, filename="<tests>",
+                         stdout=program.stdout, stderr=program.stderr)
+            outcome = kernel.run(tests)  # same store: stops aimed at `program` reach it too
+            outcome.phase = "tests"
+            return outcome, tests
+        finally:
+            kernel.close()
+
     def execute(self, job: Job) -> ExecResult:
         request = job.request
         workspace = job.workspace.ensure()
@@ -91,7 +121,9 @@ class WasmProvider:
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
             job.started_at = time.monotonic()
-            if job.kernels is None and (warm := self._warm.take(request.language, view, request.limits)):
+            if request.harness == "check":
+                outcome, call = self._check(runtime, view, call, request)
+            elif job.kernels is None and (warm := self._warm.take(request.language, view, request.limits)):
                 try:
                     outcome = warm.run(call)
                 finally:
@@ -137,10 +169,21 @@ class WasmProvider:
             memory_peak_bytes=outcome.memory_peak_bytes,
             files=diff(before, after),
             kernel_restarted=restarted,
+            verdict=_verdict(outcome) if request.harness == "check" else None,
             language=request.language,
             isolation="wasm",
             id=request.id,
         )
+
+
+def _verdict(outcome: Outcome) -> str:
+    if outcome.limit == "timeout":
+        return "timeout"
+    if outcome.limit is not None:
+        return "limit"
+    if outcome.error is not None or outcome.exit_code != 0:
+        return "failed" if outcome.phase == "tests" else "error"
+    return "passed"
 
 
 def _startup_failure(exc: Exception, call: Call) -> Outcome:

@@ -179,7 +179,8 @@ def _outcome(response: dict) -> Outcome:
     error = response.get("error")
     outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"))
     if error is not None:
-        outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""))
+        outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""),
+                                   line=error.get("line"), source=error.get("source"))
         if error["type"] == "MemoryError":
             outcome.limit = "memory"
     return outcome

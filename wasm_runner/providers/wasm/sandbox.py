@@ -95,12 +95,18 @@ class Call:
     env: dict[str, str] = field(default_factory=dict)
     listener: OutputListener | None = None
     filename: str | None = None
+    stdout: Capture | None = None
+    """Captures may be shared by calls that make up one execution (the check harness)."""
+    stderr: Capture | None = None
 
     def __post_init__(self) -> None:
         self.interrupt: Interrupt | None = None
         self.stopped: StopReason | None = None
-        self.stdout = Capture("stdout", self.limits.output_bytes, self._overflow, self.listener)
-        self.stderr = Capture("stderr", self.limits.output_bytes, self._overflow, self.listener)
+        if self.stdout is None:
+            self.stdout = Capture("stdout", self.limits.output_bytes, self._overflow, self.listener)
+        if self.stderr is None:
+            self.stderr = Capture("stderr", self.limits.output_bytes, self._overflow, self.listener)
+        self.stdout.on_overflow = self.stderr.on_overflow = self._overflow
 
     def _overflow(self) -> None:
         self.stop(StopReason.output)
@@ -131,6 +137,8 @@ class Outcome:
     memory_peak_bytes: int | None = None
     instance_lost: bool = False
     """The instance trapped and cannot be entered again (a kernel must be rebuilt)."""
+    phase: str | None = None
+    """With the check harness: `program` or `tests`, the part that produced this outcome."""
 
 
 def engine_settings(limits: Limits) -> EngineSettings:

@@ -31,6 +31,7 @@ class WarmPool:
         self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._active = 0
+        self._closed = False
         self._idle = threading.Condition(self._lock)
         threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
 
@@ -69,15 +70,24 @@ class WarmPool:
             with self._lock:
                 while self._active:
                     self._idle.wait()
-                if key in self._ready:
+                if key in self._ready or self._closed:
                     continue
+            if not key[1].workspace.is_dir():
+                continue  # the scratch workspace was removed meanwhile
             try:
                 kernel = self._make(key[0], key[1], self._limits)
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
                 log.exception("could not pre-instantiate a %s sandbox", key[0])
                 continue
             with self._lock:
-                if key in self._ready:
+                if key in self._ready or self._closed:
                     kernel.close()
                 else:
                     self._ready[key] = kernel
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            kernels, self._ready = list(self._ready.values()), {}
+        for kernel in kernels:
+            kernel.close()
