@@ -41,6 +41,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     prepare = sub.add_parser("prepare", help="build and compile the guest runtimes (done on first use otherwise)")
     prepare.set_defaults(handler=_prepare)
 
+    from . import batch_cli
+
+    batch_cli.add_command(sub)
+
 
 def _run(args: argparse.Namespace) -> int:
     if (args.code is None) == (args.script is None):

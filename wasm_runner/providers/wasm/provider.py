@@ -9,7 +9,7 @@ import msgspec
 from dataclasses import dataclass
 from typing import Any
 
-from ...api import ExecResult, GuestError, Limits
+from ...api import ExecRequest, ExecResult, GuestError, Limits
 from ...engine import EngineSettings, StopReason
 from ...quota import exceeds, watcher
 from ...workspace import Workspace, diff
@@ -79,7 +79,7 @@ class WasmProvider:
             if fuel:
                 runtime.prepare(EngineSettings(fuel=True))
 
-    def _check(self, runtime: Any, view: View, program: Call, request) -> tuple[Outcome, Call]:
+    def _check(self, kernel: Any, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
         """Run the program, then its tests in the same fresh instance, within one deadline.
 
         An exception in the program is an `error`; any exception in the tests means `failed`.
@@ -87,7 +87,6 @@ class WasmProvider:
         """
         started = time.monotonic()
         program.filename = "<program>"
-        kernel = runtime.new_kernel(view, request.limits)
         try:
             outcome = kernel.run(program)
             outcome.phase = "program"
@@ -122,7 +121,8 @@ class WasmProvider:
             started = time.perf_counter()
             job.started_at = time.monotonic()
             if request.harness == "check":
-                outcome, call = self._check(runtime, view, call, request)
+                warm = self._warm.take(request.language, view, request.limits) if job.kernels is None else None
+                outcome, call = self._check(warm or runtime.new_kernel(view, request.limits), call, request)
             elif job.kernels is None and (warm := self._warm.take(request.language, view, request.limits)):
                 try:
                     outcome = warm.run(call)
