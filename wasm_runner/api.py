@@ -19,6 +19,18 @@ Harness = Literal["script", "check"]
 Verdict = Literal["passed", "failed", "timeout", "error", "limit"]
 
 
+LIMIT_MESSAGES: dict[str, str] = {
+    # What each limit hit means and what to do about it (shown to callers).
+    "timeout": "stopped at the wall-clock deadline (limits.timeout_s); raise it or make the program faster",
+    "fuel": "ran out of fuel (limits.fuel); raise it or make the program do less work",
+    "memory": "ran out of memory (limits.memory_bytes); raise it or use less memory",
+    "output": "printed more than limits.output_bytes; print less or write large output to a file",
+    "disk": "the workspace passed its quota (limits.disk_bytes / limits.disk_files); delete files or raise the quota",
+    "stack": "the call stack overflowed (too deep recursion)",
+    "cancelled": "cancelled by the caller",
+}
+
+
 class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, frozen=True):
     """Hard limits for one execution. Every field has a documented default."""
 

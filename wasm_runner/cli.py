@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from .api import ExecResult, Limits, MiB
+from .api import LIMIT_MESSAGES, ExecResult, Limits, MiB
 from .runner import Runner
 
 EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".sh": "bash"}
@@ -101,8 +101,9 @@ def _echo(stream: str, data: bytes) -> None:
 def _report(result: ExecResult) -> None:
     if result.truncated:
         print(f"[wasm-runner] output truncated: {', '.join(result.truncated)}", file=sys.stderr)
-    if result.limit is not None and result.error is not None:
-        print(f"[wasm-runner] limit {result.limit}: {result.error.message}", file=sys.stderr)
+    if result.limit is not None:
+        message = result.error.message if result.error is not None else LIMIT_MESSAGES[result.limit]
+        print(f"[wasm-runner] limit {result.limit}: {message}", file=sys.stderr)
     elif result.error is not None and result.error.type in ("GuestCrash", "RuntimeUnavailable"):
         print(f"[wasm-runner] {result.error.message}", file=sys.stderr)
 

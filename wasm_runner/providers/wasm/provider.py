@@ -9,12 +9,12 @@ import msgspec
 from dataclasses import dataclass
 from typing import Any
 
-from ...api import ExecRequest, ExecResult, GuestError, Limits
+from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
 from ...engine import EngineSettings, StopReason
 from ...quota import exceeds, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
-from .sandbox import LIMIT_MESSAGES, Call, Mount, Outcome, View, engine_settings
+from .sandbox import Call, Mount, Outcome, View, engine_settings
 from .warm_pool import WarmPool
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import wasmtime
 
-from ...api import GuestError, Limits, LimitName
+from ...api import LIMIT_MESSAGES, GuestError, LimitName, Limits
 from ...capture import Capture, OutputListener
 from ...engine import EngineSettings, Interrupt, StopReason, get_engine
 from ...engine.interrupt import stop_reason_in
@@ -191,14 +191,3 @@ def trap_outcome(exc: Exception, interrupt: Interrupt) -> Outcome:
     cause = message.strip().splitlines()[-1] if message.strip() else type(exc).__name__
     return Outcome(exit_code=134, instance_lost=True,
                    error=GuestError(type="GuestCrash", message=f"the guest crashed: {cause}", traceback=message[-4000:]))
-
-
-LIMIT_MESSAGES: dict[str, str] = {
-    "timeout": "stopped at the wall-clock deadline (limits.timeout_s); raise it or make the program faster",
-    "fuel": "ran out of fuel (limits.fuel); raise it or make the program do less work",
-    "memory": "ran out of memory (limits.memory_bytes); raise it or use less memory",
-    "output": "printed more than limits.output_bytes; print less or write large output to a file",
-    "disk": "the workspace passed its quota (limits.disk_bytes / limits.disk_files); delete files or raise the quota",
-    "stack": "the call stack overflowed (too deep recursion)",
-    "cancelled": "cancelled by the caller",
-}
