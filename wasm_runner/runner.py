@@ -17,9 +17,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
@@ -69,7 +69,8 @@ class Runner:
         self.sessions_dir = self.data_dir / "sessions"
         self.scratch_dir = self.data_dir / "scratch"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
-        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)  # one-shot leftovers of an earlier process
+        self.scratch_dir.mkdir(parents=True)
         self.limits = limits
         self.concurrency = concurrency or os.cpu_count() or 2
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
