@@ -1,0 +1,1212 @@
+"""Host side of the JavaScript runtime: QuickJS-NG as a WASI preview1 reactor module.
+
+The pinned artifact (`qjs-wasi-reactor.wasm` 0.17.0) exports only `qjs_init_argv`,
+`qjs_get_context` and `qjs_destroy`: enough to start an interpreter and evaluate one
+script, but not to evaluate again, nor to run the event loop (timers, promises) after
+it. So the host derives a module from it (`derive_module`, deterministic, checked
+against the name section): a few of QuickJS's own functions exported (`JS_Eval`,
+`js_std_await`, ...) and four small functions added (run all pending jobs; report a
+callback's error to the driver; a promise rejection tracker; stdout/stderr writes to
+the host). Debug sections are dropped.
+
+It then starts that module once (`qjs --std -e runtimes/javascript/driver.js`) and
+keeps the result as a pre-initialised snapshot (`snapshot_module`, like Wizer: memory
+image and globals become the module's data), cached next to the compiled modules.
+Every instance starts from the snapshot: instantiation is copy-on-write, and a fresh
+`console.log(1+1)` takes about 2 ms end to end.
+
+Each execution is one *turn*: the host evaluates `__wasm_runner.turn(<request>)` and
+awaits the returned promise with `js_std_await`, QuickJS's event loop. Promise jobs
+all run before the next timer; the turn ends when no job, timer or I/O is left.
+
+The host implements WASI's `poll_oneoff` (the rest is wasmtime's WASI): it sleeps at
+most until the call's deadline, so a guest blocked in `os.sleep`, or waiting for a far
+timer, still ends there (`limit="timeout"`); it tells the driver when the program is
+idle; and it receives stdout/stderr writes, which land synchronously in the call's
+captures (wasmtime's custom stdout callbacks run on its own threads, and
+wasmtime-py's registration of them crashed about one process exit in three here).
+
+A fresh execution is a new instance per call; a kernel keeps one instance, whose
+global scope persists between calls: top-level `let`/`const`/`class`/`var`/`function`
+of script cells (a cell cannot redeclare a `let`/`const` name: SyntaxError, the
+kernel lives on). Cells with `import`/`export` run as modules, whose top-level
+bindings are module-scoped and do not persist (assign to `globalThis` to keep them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+import wasmtime
+from wasmtime import _ffi as ffi
+from wasmtime._extern import wrap_extern
+
+from ...api import GuestError, Limits
+from ...capture import Capture
+from ...engine import EngineSettings, get_engine, load_compiled
+from ...engine.module_cache import WASMTIME_VERSION, cache_dir
+from ...manifests import load_manifest
+from .sandbox import (
+    GUEST_WORKSPACE,
+    Call,
+    Outcome,
+    OutputRouter,
+    View,
+    close_later,
+    engine_settings,
+    guest_env,
+    new_store,
+    trap_outcome,
+)
+
+# ----------------------------------------------------------------------------
+# Deriving the module.
+
+EXPORTED_FUNCTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "JS_Eval": (("i32", "i32", "i32", "i32", "i32"), ("i64",)),
+    "js_std_await": (("i32", "i64"), ("i64",)),
+    "JS_FreeValue": (("i32", "i64"), ()),
+    "JS_ToCStringLen2": (("i32", "i32", "i64", "i32"), ("i32",)),
+    "JS_FreeCString": (("i32", "i32"), ()),
+    "JS_GetException": (("i32",), ("i64",)),
+    "JS_Call": (("i32", "i64", "i64", "i32", "i32"), ("i64",)),
+    "JS_GetRuntime": (("i32",), ("i32",)),
+    "js_std_dump_error": (("i32",), ()),
+    "JS_SetHostPromiseRejectionTracker": (("i32", "i32", "i32"), ()),
+}
+"""QuickJS functions present (by name section) in the pinned artifact and exported by the derived module."""
+
+USED_FUNCTIONS = {
+    "JS_ExecutePendingJob": (("i32", "i32"), ("i32",)),
+    "js_std_promise_rejection_tracker": (("i32", "i64", "i64", "i32", "i32"), ()),
+}
+"""Functions the added code calls or borrows a type from."""
+
+STACK_POINTER = "__stack_pointer"
+"""Global 0, also exported: its value is part of a snapshot."""
+HOOKS = "wasm_runner_hooks"
+"""Added global (exported): address of the driver's hooks, see `HOOKS_SIZE`."""
+STDIO_WRITE = 0x40000000
+"""Flag in poll_oneoff's subscription count: the call is a write to stdout/stderr (see `derive_module`)."""
+HOOKS_SIZE = 40
+"""[0] JSValue onUncaught(error), [8] JSValue onRejection(promise, reason, handled), [16] room for 3 arguments."""
+
+JS_TAG_BOOL, JS_TAG_UNDEFINED, JS_TAG_UNINITIALIZED, JS_TAG_EXCEPTION = 1, 3, 4, 6
+JS_UNDEFINED = JS_TAG_UNDEFINED << 32
+
+DERIVE_VERSION = "4"
+"""Bump when `derive_module` changes (it is part of the snapshot's cache key)."""
+
+_VALTYPES = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64"}
+
+
+def _leb(data: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return result, i
+
+
+def _uleb(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _uleb_padded(value: int, width: int) -> bytes:
+    """`value` as LEB128 in exactly `width` bytes (a redundant encoding is valid)."""
+    out = bytearray()
+    for i in range(width):
+        out.append((value & 0x7F) | (0x80 if i < width - 1 else 0))
+        value >>= 7
+    if value:
+        raise ValueError("value too large for its place")
+    return bytes(out)
+
+
+def _sleb(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40):
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
+def _name(data: bytes, i: int) -> tuple[str, int]:
+    n, i = _leb(data, i)
+    return data[i:i + n].decode("utf-8"), i + n
+
+
+def _sections(module: bytes) -> list[tuple[int, bytes]]:
+    if module[:8] != b"\0asm\x01\0\0\0":
+        raise ValueError("not a WebAssembly module")
+    sections: list[tuple[int, bytes]] = []
+    i = 8
+    while i < len(module):
+        sid = module[i]
+        size, j = _leb(module, i + 1)
+        sections.append((sid, module[j:j + size]))
+        i = j + size
+    return sections
+
+
+def _assemble(sections: list[tuple[int, bytes]]) -> bytes:
+    out = bytearray(b"\0asm\x01\0\0\0")
+    for sid, body in sections:
+        out.append(sid)
+        out += _uleb(len(body))
+        out += body
+    return bytes(out)
+
+
+def _calls(code: bytes, start: int) -> list[tuple[int, int, int]]:
+    """The `call` instructions of a function body's code: (callee, immediate start, end).
+
+    Decodes instruction by instruction (MVP, sign-extension, bulk-memory and
+    saturating conversions); anything else raises rather than guessing.
+    """
+    calls = []
+    i = start
+    while i < len(code):
+        op = code[i]
+        i += 1
+        if op in (0x02, 0x03, 0x04):  # block, loop, if: a block type
+            if code[i] == 0x40 or code[i] in _VALTYPES:
+                i += 1
+            else:
+                _, i = _leb(code, i)
+        elif op in (0x0C, 0x0D, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0xD2):
+            _, i = _leb(code, i)
+        elif op == 0x0E:  # br_table
+            n, i = _leb(code, i)
+            for _ in range(n + 1):
+                _, i = _leb(code, i)
+        elif op == 0x10:
+            callee, end = _leb(code, i)
+            calls.append((callee, i, end))
+            i = end
+        elif op == 0x11:  # call_indirect: type, table
+            _, i = _leb(code, i)
+            _, i = _leb(code, i)
+        elif 0x28 <= op <= 0x3E:  # loads and stores: align, offset
+            align, i = _leb(code, i)
+            if align & 0x40:
+                _, i = _leb(code, i)
+            _, i = _leb(code, i)
+        elif op in (0x3F, 0x40):  # memory.size, memory.grow
+            _, i = _leb(code, i)
+        elif op in (0x41, 0x42):
+            _, i = _leb(code, i)  # (signed, but only its length matters)
+        elif op == 0x43:
+            i += 4
+        elif op == 0x44:
+            i += 8
+        elif op == 0x1C:  # select with types
+            n, i = _leb(code, i)
+            i += n
+        elif op == 0xD0:
+            i += 1
+        elif op == 0xFC:
+            sub, i = _leb(code, i)
+            immediates = {8: 2, 9: 1, 10: 2, 11: 1, 12: 2, 13: 1, 14: 2, 15: 1, 16: 1, 17: 1}.get(sub, 0)
+            if sub > 17:
+                raise ValueError(f"unknown instruction 0xfc {sub}")
+            for _ in range(immediates):
+                _, i = _leb(code, i)
+        elif op in (0x00, 0x01, 0x05, 0x0B, 0x0F, 0x1A, 0x1B, 0xD1) or 0x45 <= op <= 0xC4:
+            pass
+        else:
+            raise ValueError(f"unknown instruction {op:#x}")
+    return calls
+
+
+def derive_module(original: bytes) -> tuple[bytes, dict[str, int]]:
+    """The pinned QuickJS reactor, made drivable by the host. Returns it and where things are:
+    `tracker_slot` (function table) and `hooks_global`.
+
+    - `EXPORTED_FUNCTIONS` are exported, and the stack pointer global.
+    - A global `HOOKS` (exported) points to the driver's hooks.
+    - `report(ctx)` (added) passes the pending exception to the driver's onUncaught.
+    - `drain(rt, pctx)` (added) runs every pending job, reporting those that throw.
+      `js_std_await` (QuickJS's event loop) calls it instead of `JS_ExecutePendingJob`,
+      so that all promise jobs run before the next timer (QuickJS runs one job, then
+      one due timer or a blocking wait).
+    - `tracker(...)` (added, in a new function-table slot) is a promise rejection
+      tracker calling the driver's onRejection.
+    - `stdio_write(...)` (added) replaces every call of the `fd_write` import: writes
+      to descriptors 1 and 2 become calls of the `poll_oneoff` import (which the host
+      implements) flagged with `STDIO_WRITE`, so output reaches the call's capture
+      synchronously on the guest's thread; other writes go to WASI's `fd_write`.
+
+    Function indices come from the module's name section and every signature is
+    checked, so a different artifact fails here instead of misbehaving later.
+    """
+    sections = _sections(original)
+    types: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    func_types: list[int] = []
+    imported = 0
+    imports: dict[str, int] = {}
+    names: dict[str, int] = {}
+    global_names: dict[int, str] = {}
+    globals_count = 0
+    for sid, body in sections:
+        if sid == 1:
+            count, k = _leb(body, 0)
+            for _ in range(count):
+                if body[k] != 0x60:
+                    raise ValueError("unexpected type")
+                k += 1
+                n, k = _leb(body, k)
+                params = tuple(_VALTYPES[b] for b in body[k:k + n])
+                k += n
+                n, k = _leb(body, k)
+                results = tuple(_VALTYPES[b] for b in body[k:k + n])
+                k += n
+                types.append((params, results))
+        elif sid == 2:
+            count, k = _leb(body, 0)
+            for _ in range(count):
+                module_name, k = _name(body, k)
+                import_name, k = _name(body, k)
+                if body[k] != 0:
+                    raise ValueError("unexpected non-function import")
+                t, k = _leb(body, k + 1)
+                imports[f"{module_name}.{import_name}"] = len(func_types)
+                func_types.append(t)
+                imported += 1
+        elif sid == 3:
+            count, k = _leb(body, 0)
+            for _ in range(count):
+                t, k = _leb(body, k)
+                func_types.append(t)
+        elif sid == 6:
+            globals_count, _ = _leb(body, 0)
+        elif sid == 0:
+            section_name, k = _name(body, 0)
+            if section_name == "name":
+                while k < len(body):
+                    sub = body[k]
+                    size, k = _leb(body, k + 1)
+                    end = k + size
+                    if sub in (1, 7):
+                        count, m = _leb(body, k)
+                        for _ in range(count):
+                            index, m = _leb(body, m)
+                            fname, m = _name(body, m)
+                            if sub == 1:
+                                names.setdefault(fname, index)
+                            else:
+                                global_names[index] = fname
+                    k = end
+
+    def function(fname: str, signature) -> int:
+        index = names.get(fname)
+        if index is None or types[func_types[index]] != signature:
+            raise ValueError(f"the QuickJS module has no function {fname}{signature}")
+        return index
+
+    exports = [(fname, function(fname, sig)) for fname, sig in EXPORTED_FUNCTIONS.items()]
+    f = {fname: function(fname, sig) for fname, sig in {**EXPORTED_FUNCTIONS, **USED_FUNCTIONS}.items()}
+    if global_names.get(0) != STACK_POINTER:
+        raise ValueError("the QuickJS module's global 0 is not its stack pointer")
+    fd_write = imports.get("wasi_snapshot_preview1.fd_write")
+    poll_oneoff = imports.get("wasi_snapshot_preview1.poll_oneoff")
+    if fd_write is None or poll_oneoff is None or func_types[fd_write] != func_types[poll_oneoff]:
+        raise ValueError("the QuickJS module does not import fd_write and poll_oneoff as expected")
+    hooks = globals_count  # the added global's index
+    report, drain, tracker, stdio_write = (len(func_types) + i for i in range(4))
+    call = {name: b"\x10" + _uleb(index) for name, index in f.items()}
+    undefined = b"\x42" + _sleb(JS_UNDEFINED)
+    get_hooks = b"\x23" + _uleb(hooks)
+
+    report_code = (  # (ctx) locals: 1 exc i64, 2 hooks i32
+        b"\x02\x01\x7e\x01\x7f"
+        + get_hooks + b"\x22\x02\x45\x04\x40"  # no hooks yet: print it like QuickJS does
+        + b"\x20\x00" + call["js_std_dump_error"] + b"\x0f\x0b"
+        + b"\x20\x00" + call["JS_GetException"] + b"\x21\x01"
+        + b"\x20\x02\x20\x01\x37\x03\x10"  # hooks[16] = exc
+        + b"\x20\x00"  # (ctx for JS_FreeValue)
+        + b"\x20\x00\x20\x02\x29\x03\x00" + undefined  # onUncaught, this
+        + b"\x41\x01\x20\x02\x41\x10\x6a" + call["JS_Call"]  # 1 argument at hooks + 16
+        + call["JS_FreeValue"]
+        + b"\x20\x00\x20\x01" + call["JS_FreeValue"]
+        + b"\x0b"
+    )
+    drain_code = (  # (rt, pctx) -> count; locals: 2 count, 3 result
+        b"\x01\x02\x7f"
+        b"\x02\x40\x03\x40"  # block; loop
+        b"\x20\x00\x20\x01" + call["JS_ExecutePendingJob"] + b"\x22\x03"
+        b"\x45\x0d\x01"  # none left: leave the block
+        b"\x20\x03\x41\x00\x48\x04\x40"  # it threw: report it
+        b"\x20\x01\x28\x02\x00\x10" + _uleb(report) + b"\x0b"
+        b"\x20\x02\x41\x01\x6a\x21\x02"  # count += 1
+        b"\x0c\x00"  # next job
+        b"\x0b\x0b"  # end loop; end block
+        b"\x20\x02\x0b"
+    )
+    tracker_code = (  # (ctx, promise, reason, is_handled, opaque); local 5: hooks
+        b"\x01\x01\x7f"
+        + get_hooks + b"\x22\x05\x45\x04\x40\x0f\x0b"
+        + b"\x20\x05\x20\x01\x37\x03\x10"  # hooks[16] = promise
+        + b"\x20\x05\x20\x02\x37\x03\x18"  # hooks[24] = reason
+        + b"\x20\x05\x20\x03\xad\x42" + _sleb(JS_TAG_BOOL << 32) + b"\x84\x37\x03\x20"  # hooks[32] = is_handled
+        + b"\x20\x00"  # (ctx for JS_FreeValue)
+        + b"\x20\x00\x20\x05\x29\x03\x08" + undefined  # onRejection, this
+        + b"\x41\x03\x20\x05\x41\x10\x6a" + call["JS_Call"]  # 3 arguments at hooks + 16
+        + call["JS_FreeValue"]
+        + b"\x0b"
+    )
+    stdio_write_code = (  # (fd, iovs, iovs_len, nwritten) -> errno
+        b"\x00"
+        b"\x20\x00\x41\x01\x46\x20\x00\x41\x02\x46\x72"  # fd == 1 || fd == 2
+        b"\x04\x7f"
+        b"\x20\x01\x20\x00\x20\x02\x41" + _sleb(STDIO_WRITE) + b"\x72\x20\x03"
+        b"\x10" + _uleb(poll_oneoff) +  # the host's poll_oneoff(iovs, fd, STDIO_WRITE | iovs_len, nwritten)
+        b"\x05"
+        b"\x20\x00\x20\x01\x20\x02\x20\x03\x10" + _uleb(fd_write) +
+        b"\x0b\x0b"
+    )
+    added_types = [
+        func_types[f["js_std_dump_error"]],  # (i32) -> ()
+        func_types[f["JS_ExecutePendingJob"]],  # (i32, i32) -> i32
+        func_types[f["js_std_promise_rejection_tracker"]],
+        func_types[fd_write],
+    ]
+    added_code = [report_code, drain_code, tracker_code, stdio_write_code]
+
+    out: list[tuple[int, bytes]] = []
+    tracker_slot = -1
+    patched_await = False
+    patched_writes = 0
+    for sid, body in sections:
+        if sid == 0:
+            section_name, _ = _name(body, 0)
+            if section_name.startswith(".debug"):
+                continue  # the code section changes size: DWARF offsets would be stale
+        if sid == 3:
+            count, k = _leb(body, 0)
+            body = _uleb(count + len(added_types)) + body[k:] + b"".join(_uleb(t) for t in added_types)
+        elif sid == 4:  # the function table gets a slot for the tracker
+            count, k = _leb(body, 0)
+            if count != 1 or body[k] != 0x70 or body[k + 1] not in (0, 1):
+                raise ValueError("unexpected table section")
+            flags = body[k + 1]
+            tracker_slot, m = _leb(body, k + 2)
+            limits = _uleb(tracker_slot + 1)
+            if flags:
+                maximum, m = _leb(body, m)
+                limits += _uleb(max(maximum, tracker_slot + 1))
+            body = b"\x01\x70" + bytes([flags]) + limits + body[m:]
+        elif sid == 6:
+            count, k = _leb(body, 0)
+            body = _uleb(count + 1) + body[k:] + b"\x7f\x01\x41\x00\x0b"
+        elif sid == 7:
+            count, k = _leb(body, 0)
+            entries = [(n, 0, index) for n, index in exports] + [(STACK_POINTER, 3, 0), (HOOKS, 3, hooks)]
+            extra = b"".join(_uleb(len(n)) + n.encode() + bytes([kind]) + _uleb(index) for n, kind, index in entries)
+            body = _uleb(count + len(entries)) + body[k:] + extra
+        elif sid == 9:
+            if tracker_slot < 0:
+                raise ValueError("no table before the element section")
+            count, k = _leb(body, 0)
+            body = _uleb(count + 1) + body[k:] + b"\x00\x41" + _sleb(tracker_slot) + b"\x0b\x01" + _uleb(tracker)
+        elif sid == 10:
+            count, k = _leb(body, 0)
+            code = bytearray(body)
+            for index in range(imported, imported + count):
+                size, start = _leb(code, k)
+                locals_count, m = _leb(code, start)
+                for _ in range(locals_count):
+                    _, m = _leb(code, m)
+                    m += 1
+                # Calls are redirected in place (same immediate length: nothing moves).
+                for callee, at, end in _calls(bytes(code[:start + size]), m):
+                    if callee == fd_write:
+                        code[at:end] = _uleb_padded(stdio_write, end - at)
+                        patched_writes += 1
+                    elif callee == f["JS_ExecutePendingJob"] and index == f["js_std_await"]:
+                        code[at:end] = _uleb_padded(drain, end - at)
+                        patched_await = True
+                k = start + size
+            body = (_uleb(count + len(added_code)) + bytes(code[_leb(code, 0)[1]:])
+                    + b"".join(_uleb(len(c)) + c for c in added_code))
+        out.append((sid, body))
+    if tracker_slot < 0 or not patched_await or not patched_writes:
+        raise ValueError("the QuickJS module does not have the expected table, event loop or writes")
+    return _assemble(out), {"tracker_slot": tracker_slot, "hooks_global": hooks}
+
+
+def snapshot_module(derived: bytes, memory: bytes, mutable_globals: dict[int, int]) -> bytes:
+    """`derived` pre-initialised (like Wizer): its memory image and global values after start-up.
+
+    The memory becomes the module's data (non-zero runs only) and its initial size;
+    `_initialize` is no longer exported. Instantiating it with copy-on-write memory
+    is about as fast as instantiating an empty module.
+    """
+    pages = len(memory) // 65536
+    out: list[tuple[int, bytes]] = []
+    for sid, body in _sections(derived):
+        if sid == 5:  # memory: one memory, new minimum
+            count, k = _leb(body, 0)
+            flags = body[k]
+            _, m = _leb(body, k + 1)
+            if count != 1 or flags not in (0, 1):
+                raise ValueError("unexpected memory section")
+            body = b"\x01" + bytes([flags]) + _uleb(pages) + body[m:]
+        elif sid == 6:  # globals: the mutable i32 ones get their current values
+            count, k = _leb(body, 0)
+            rebuilt = bytearray(_uleb(count))
+            for index in range(count):
+                start = k
+                valtype, mutable = body[k], body[k + 1]
+                k += 2
+                if body[k] not in (0x41, 0x42, 0x23):
+                    raise ValueError("unexpected global initialiser")
+                _, k = _leb(body, k + 1)
+                if body[k] != 0x0B:
+                    raise ValueError("unexpected global initialiser")
+                k += 1
+                if index in mutable_globals:
+                    if (valtype, mutable) != (0x7F, 1):
+                        raise ValueError(f"global {index} is not a mutable i32")
+                    value = mutable_globals[index]
+                    rebuilt += b"\x7f\x01\x41" + _sleb(value - 2**32 if value >= 2**31 else value) + b"\x0b"
+                else:
+                    rebuilt += body[start:k]
+            body = bytes(rebuilt)
+        elif sid == 7:  # exports: no `_initialize`
+            count, k = _leb(body, 0)
+            kept = []
+            for _ in range(count):
+                start = k
+                export_name, k = _name(body, k)
+                k += 1
+                _, k = _leb(body, k)
+                if export_name != "_initialize":
+                    kept.append(body[start:k])
+            body = _uleb(len(kept)) + b"".join(kept)
+        elif sid == 11:  # data: the memory image
+            runs: list[tuple[int, int]] = []
+            for match in re.finditer(rb"[^\x00]+", memory):
+                if runs and match.start() - runs[-1][1] < 32:
+                    runs[-1] = (runs[-1][0], match.end())
+                else:
+                    runs.append((match.start(), match.end()))
+            body = _uleb(len(runs)) + b"".join(
+                b"\x00\x41" + _sleb(start if start < 2**31 else start - 2**32) + b"\x0b"
+                + _uleb(end - start) + memory[start:end]
+                for start, end in runs
+            )
+        elif sid == 12:
+            raise ValueError("modules with passive data segments cannot be snapshotted")
+        out.append((sid, body))
+    return _assemble(out)
+
+
+# ----------------------------------------------------------------------------
+# Guest ABI constants.
+
+HOST_FD = 1_000_000
+"""Descriptor the driver polls for readability; only the host's poll_oneoff knows it."""
+
+ERRNO_SUCCESS, ERRNO_BADF, ERRNO_FAULT, ERRNO_INVAL, ERRNO_IO = 0, 8, 21, 28, 29
+EVENTTYPE_CLOCK, EVENTTYPE_FD_READ, EVENTTYPE_FD_WRITE = 0, 1, 2
+SUBSCRIPTION_SIZE = 48
+CLOCK_REALTIME, SUBSCRIPTION_CLOCK_ABSTIME = 0, 1
+U32 = 0xFFFFFFFF
+
+SNAPSHOT_VERSION = "1"
+"""Bump when what a snapshot contains changes (the driver's source is hashed in already)."""
+SLEEP_SLICE_S = 0.02
+"""A sleeping guest notices cancellation (or an output stop) within this time."""
+MAX_VALUE_CHARS = 100_000
+"""Longest `Outcome.value` kept (the REPL view of the last expression)."""
+
+_tls = threading.local()
+
+def _raw(name: str, restype, *argtypes):
+    """A private handle on a C API function taking and returning plain addresses (no wrapper costs)."""
+    function = ffi.dll[name]  # a new function object: wasmtime-py's own is left as it is
+    function.restype = restype
+    function.argtypes = argtypes
+    return function
+
+
+_memory_data = _raw("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_memory_data_size = _raw("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
+_caller_context = _raw("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p)
+_func_call = _raw("wasmtime_func_call", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                  ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+def _context_address(store: wasmtime.Store) -> int:
+    return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
+
+
+def _set_stdin_bytes(wasi: wasmtime.WasiConfig, data: bytes) -> None:
+    vec = ffi.wasm_byte_vec_t()
+    buffer = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
+    ffi.wasm_byte_vec_new(ctypes.byref(vec), len(data), ctypes.cast(buffer, ctypes.POINTER(ffi.wasm_byte_t)))
+    ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))  # takes ownership of the bytes
+
+
+def _tag(value: int) -> int:
+    return value >> 32  # NaN-boxed JSValue: the tag is the (signed) high word
+
+
+class _Fault(Exception):
+    """A guest pointer outside its memory."""
+
+
+class _DriverFailed(Exception):
+    """The driver's turn itself threw (the error is on stderr)."""
+
+
+class _Fn:
+    """A guest export called straight through the C API (wasmtime-py's `Func.__call__` costs ~10 µs).
+
+    Called with the address of a store context: the store's own, or a caller's
+    (from inside a host function).
+    """
+
+    __slots__ = ("_func", "_kinds", "_params", "_results", "_trap", "_call_args", "_nresults", "_result_i64", "_guest")
+
+    def __init__(self, guest: "_Guest", func: wasmtime.Func, params: tuple[str, ...], results: tuple[str, ...]) -> None:
+        self._guest = guest
+        self._func = func._func  # kept alive: the call below uses its address
+        self._kinds = tuple(kind == "i64" for kind in params)
+        self._params = (ffi.wasmtime_val_t * max(1, len(params)))()
+        for i, is_i64 in enumerate(self._kinds):
+            self._params[i].kind = (ffi.WASMTIME_I64 if is_i64 else ffi.WASMTIME_I32).value
+        self._results = (ffi.wasmtime_val_t * max(1, len(results)))()
+        self._trap = ctypes.c_void_p()
+        self._call_args = (ctypes.addressof(self._func), ctypes.addressof(self._params), len(params),
+                           ctypes.addressof(self._results), len(results), ctypes.addressof(self._trap))
+        self._nresults = len(results)
+        self._result_i64 = results == ("i64",)
+
+    def __call__(self, cx: int, *args: int) -> int | None:
+        params = self._params
+        for i, arg in enumerate(args):
+            if self._kinds[i]:
+                params[i].of.i64 = arg
+            else:
+                params[i].of.i32 = arg
+        self._trap.value = None
+        error = _func_call(cx, *self._call_args)
+        if error or self._trap.value:
+            self._guest.raise_failure(error, self._trap.value)
+        if self._nresults:
+            return self._results[0].of.i64 if self._result_i64 else self._results[0].of.i32
+        return None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the started interpreter keeps what the host needs (the same in every instance of a snapshot)."""
+
+    ctx: int
+    rt: int
+    scratch: int
+    """16 bytes the host may use."""
+    filename: int
+    on_uncaught: int
+    """JSValue of the driver's `onUncaught`."""
+
+
+# ----------------------------------------------------------------------------
+# The runtime.
+
+
+class _Prepared:
+    """A compiled module linked with WASI (and the host's `poll_oneoff`), for one engine."""
+
+    def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, layout: _Layout | None) -> None:
+        self.module = module
+        self.layout = layout
+        self.linker = wasmtime.Linker(engine)
+        self.linker.define_wasi()
+        self.linker.allow_shadowing = True
+        i32 = wasmtime.ValType.i32()
+        poll = wasmtime.FuncType([i32, i32, i32, i32], [i32])
+        # Through the C API directly: wasmtime-py's own trampoline costs ~30 µs a call
+        # (and parks exceptions in a process-wide slot).
+        module_name, name = b"wasi_snapshot_preview1", b"poll_oneoff"
+        error = _define_func_unchecked(
+            ctypes.cast(self.linker.ptr(), ctypes.c_void_p), module_name, len(module_name), name, len(name),
+            ctypes.cast(poll.ptr(), ctypes.c_void_p), _poll_oneoff_callback, None, None)
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))
+        self.pre = self.linker.instantiate_pre(module)
+
+
+class JavaScriptRuntime:
+    language = "javascript"
+
+    def __init__(self) -> None:
+        self.manifest = load_manifest("javascript")
+        self._lock = threading.Lock()
+        self._snapshot: tuple[Path, str, _Layout] | None = None
+        self._prepared: dict[EngineSettings, _Prepared] = {}
+
+    # -- preparation ---------------------------------------------------------
+
+    def artifact(self) -> Path:
+        """The pinned `qjs-wasi-reactor.wasm`, as installed by its PyPI package."""
+        package, pinned = self.manifest["package"], self.manifest["version"]
+        try:
+            dist = distribution(package)
+        except PackageNotFoundError:
+            dist = None
+        if dist is None or dist.version != pinned:
+            found = dist.version if dist is not None else None
+            raise RuntimeError(
+                f"the JavaScript runtime needs {package}=={pinned} (found {found}); "
+                "run `wasm-runner prepare` or `pip install --require-hashes -r runtimes/requirements.lock`"
+            )
+        for file in dist.files or ():
+            if str(file) == self.manifest["artifact"]:
+                return Path(str(file.locate()))
+        raise RuntimeError(f"{package} does not contain {self.manifest['artifact']}")
+
+    def driver_source(self) -> bytes:
+        return (self.manifest.directory / "driver.js").read_bytes()
+
+    def snapshot(self) -> tuple[Path, str, _Layout]:
+        """The pre-initialised module (built once per artifact and driver), its sha256 and layout."""
+        with self._lock:
+            if self._snapshot is None:
+                self._snapshot = self._snapshot_locked()
+            return self._snapshot
+
+    def _snapshot_locked(self) -> tuple[Path, str, _Layout]:
+        pinned = self.manifest["sha256"]
+        driver = self.driver_source()
+        # The builder's environment is baked into the snapshot's libc (see `_Guest.env`).
+        inputs = f"{pinned}/{DERIVE_VERSION}/{SNAPSHOT_VERSION}/{WASMTIME_VERSION}/{json.dumps(guest_env({}))}/"
+        key = hashlib.sha256(inputs.encode() + driver).hexdigest()[:20]
+        out = cache_dir() / f"qjs-snapshot-{key}.wasm"
+        meta = out.with_suffix(".json")
+        if not meta.exists():
+            with open(out.with_suffix(".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # parallel processes build it once
+                if not meta.exists():
+                    self._build_snapshot(out, meta, driver)
+        fields = json.loads(meta.read_text())
+        return out, fields.pop("sha256"), _Layout(**fields)
+
+    def _build_snapshot(self, out: Path, meta: Path, driver: bytes) -> None:
+        source = self.artifact()
+        original = source.read_bytes()
+        pinned = self.manifest["sha256"]
+        actual = hashlib.sha256(original).hexdigest()
+        if actual != pinned:
+            raise RuntimeError(
+                f"{source} has sha256 {actual}, expected {pinned}: the artifact is not the pinned one; "
+                "reinstall it with `wasm-runner prepare`"
+            )
+        derived, where = derive_module(original)
+        engine = get_engine(EngineSettings())
+        builder = _Prepared(engine, wasmtime.Module(engine, derived), None)
+        guest = _Guest(builder, None, Limits(), {})
+        try:
+            layout = guest.boot(driver, where["tracker_slot"])
+            store = guest.store
+            memory = bytes(guest.memory.read(store, 0, guest.memory.data_len(store)))
+            mutable_globals = {0: guest.export(STACK_POINTER).value(store) & U32,
+                               where["hooks_global"]: guest.export(HOOKS).value(store) & U32}
+        finally:
+            guest.close()
+        snapshot = snapshot_module(derived, memory, mutable_globals)
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(snapshot)
+        os.replace(tmp, out)
+        fields = dict(layout.__dict__, sha256=hashlib.sha256(snapshot).hexdigest())
+        tmp = meta.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(fields))
+        os.replace(tmp, meta)
+
+    def prepare(self, settings: EngineSettings = EngineSettings()) -> _Prepared:
+        with self._lock:
+            ready = self._prepared.get(settings)
+        if ready is not None:
+            return ready
+        wasm, sha, layout = self.snapshot()
+        module = load_compiled(wasm, sha, "module", settings)
+        prepared = _Prepared(get_engine(settings), module, layout)
+        with self._lock:
+            return self._prepared.setdefault(settings, prepared)
+
+    # -- execution -----------------------------------------------------------
+
+    def fresh(self, view: View, call: Call) -> Outcome:
+        guest = _Guest(self.prepare(engine_settings(call.limits)), view, call.limits, call.env,
+                       stdin=call.stdin.encode("utf-8", "surrogateescape"))
+        try:
+            try:
+                guest.start()
+            except Exception as exc:  # a limit hit while instantiating
+                return guest.failure(exc, call)
+            return guest.run(call)
+        finally:
+            guest.close()
+
+    def new_kernel(self, view: View, limits: Limits) -> "JavaScriptKernel":
+        return JavaScriptKernel(self, view, limits)
+
+
+class JavaScriptKernel:
+    """One live QuickJS context; calls run one at a time and share its global scope."""
+
+    def __init__(self, runtime: JavaScriptRuntime, view: View, limits: Limits) -> None:
+        self.settings = engine_settings(limits)
+        self._lock = threading.Lock()
+        self._guest = _Guest(runtime.prepare(self.settings), view, limits, {})
+        try:
+            self._guest.start()
+        except BaseException:
+            self._guest.close()
+            raise
+        self.usable = True
+
+    def accepts(self, limits: Limits) -> bool:
+        return self.usable and engine_settings(limits) == self.settings
+
+    def run(self, call: Call) -> Outcome:
+        with self._lock:
+            if not self.usable:
+                raise RuntimeError("this JavaScript kernel was closed or lost its instance; start a new one")
+            outcome = self._guest.run(call, stdin_in_driver=True)
+            if outcome.instance_lost:
+                self.usable = False
+            return outcome
+
+    def close(self) -> None:
+        with self._lock:
+            self.usable = False
+            self._guest.close()
+
+
+class _Guest:
+    """One QuickJS instance in its own store. Calls into it run on the calling thread."""
+
+    def __init__(self, prepared: _Prepared, view: View | None, limits: Limits, env: dict[str, str],
+                 stdin: bytes = b"") -> None:
+        self.prepared = prepared
+        self.limits = limits
+        self.store, self.interrupt = new_store(limits)
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["qjs"]
+        wasi.env = list(guest_env(env).items())
+        if view is not None:
+            view.configure(wasi)
+        if stdin:
+            _set_stdin_bytes(wasi, stdin)
+        # Output does not go through wasmtime's stdout/stderr (see `derive_module`):
+        # the host's stdio write lands in the capture the router holds during a call.
+        self.router = OutputRouter()
+        self.store.set_wasi(wasi)
+        self.cx = _context_address(self.store)
+        self.turns = 0
+        # The environment the guest's libc holds: the snapshot's (its builder had no
+        # extra variables) until a turn's request makes the driver change it.
+        self.env = guest_env({})
+        self.failure_in_nested: BaseException | None = None
+        self.closed = False
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _enter(self) -> "_Guest | None":
+        previous = getattr(_tls, "guest", None)
+        _tls.guest = self
+        return previous
+
+    def raise_failure(self, error, trap) -> None:
+        """A call into the guest failed: raise what made it fail."""
+        error_obj = wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t))) \
+            if error else None  # these own (and free) what the C API returned
+        trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap, ctypes.POINTER(ffi.wasm_trap_t))) if trap else None
+        nested = self.failure_in_nested
+        if nested is not None:
+            # The host's poll_oneoff trapped because its own call into the guest failed.
+            self.failure_in_nested = None
+            raise nested
+        raise error_obj if error_obj is not None else trap_obj
+
+    def memory_view(self, cx: int) -> tuple[int, int]:
+        """Base address and size of the guest's memory (both can change when it grows)."""
+        return _memory_data(cx, self.memory_address) or 0, _memory_data_size(cx, self.memory_address)
+
+    def read(self, cx: int, ptr: int, length: int, view: tuple[int, int] | None = None) -> bytes:
+        base, size = view or self.memory_view(cx)
+        ptr &= U32
+        if length < 0 or ptr + length > size:
+            raise _Fault()
+        return ctypes.string_at(base + ptr, length)
+
+    def write(self, cx: int, ptr: int, data: bytes, view: tuple[int, int] | None = None) -> None:
+        base, size = view or self.memory_view(cx)
+        ptr &= U32
+        if ptr + len(data) > size:
+            raise _Fault()
+        ctypes.memmove(base + ptr, data, len(data))
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Instantiate the snapshot: the interpreter and driver are already running in it."""
+        layout = self.prepared.layout
+        assert layout is not None, "only a snapshot can be started"
+        self.interrupt.arm(self.store, self.limits.timeout_s)
+        self._instantiate()
+        self.layout = layout
+
+    def _instantiate(self) -> None:
+        store = self.store
+        instance = self.prepared.pre.instantiate(store)
+        context = store._context()
+
+        def export(name: str):
+            raw = name.encode()
+            item = ffi.wasmtime_extern_t()  # the wrapper keeps a view into it: one per export
+            if not ffi.wasmtime_instance_export_get(context, ctypes.byref(instance._instance), raw, len(raw),
+                                                    ctypes.byref(item)):
+                raise RuntimeError(f"the QuickJS module exports no {name}")
+            return wrap_extern(item)
+
+        def fn(name: str, params: tuple[str, ...], results: tuple[str, ...]) -> _Fn:
+            return _Fn(self, export(name), params, results)
+
+        self.export = export
+        self.memory = export("memory")
+        self.memory_address = ctypes.addressof(self.memory._memory)
+        self.js_eval = fn("JS_Eval", *EXPORTED_FUNCTIONS["JS_Eval"])
+        self.js_await = fn("js_std_await", *EXPORTED_FUNCTIONS["js_std_await"])
+        self.js_free_value = fn("JS_FreeValue", *EXPORTED_FUNCTIONS["JS_FreeValue"])
+        self.js_to_cstring = fn("JS_ToCStringLen2", *EXPORTED_FUNCTIONS["JS_ToCStringLen2"])
+        self.js_free_cstring = fn("JS_FreeCString", *EXPORTED_FUNCTIONS["JS_FreeCString"])
+        self.js_get_exception = fn("JS_GetException", *EXPORTED_FUNCTIONS["JS_GetException"])
+        self.js_call = fn("JS_Call", *EXPORTED_FUNCTIONS["JS_Call"])
+        self.js_dump_error = fn("js_std_dump_error", *EXPORTED_FUNCTIONS["js_std_dump_error"])
+        self.malloc = fn("malloc", ("i32",), ("i32",))
+        self.free = fn("free", ("i32",), ())
+
+    def boot(self, driver: bytes, tracker_slot: int) -> _Layout:
+        """Start the interpreter and the driver (`qjs --std -e driver.js config`); used to build the snapshot."""
+        store, cx = self.store, self.cx
+        self.interrupt.arm(store, 60.0)
+        errors = Capture("stderr", 64 * 1024)
+        self.router.stderr = errors
+        previous = self._enter()
+        try:
+            self._instantiate()
+            _Fn(self, self.export("_initialize"), (), ())(cx)
+            config = json.dumps({"host_fd": HOST_FD, "max_value_chars": MAX_VALUE_CHARS, "workspace": GUEST_WORKSPACE})
+            args = [b"qjs", b"--std", b"-e", driver, config.encode(), b"<wasm-runner>"]
+            # One block: the argv strings, the argv array, then 16 bytes of scratch space.
+            strings = b"".join(a + b"\0" for a in args)
+            block = self.malloc(cx, len(strings) + 4 * len(args) + 32) & U32
+            offsets, at = [], block
+            for a in args:
+                offsets.append(at)
+                at += len(a) + 1
+            argv = (at + 7) & ~7
+            scratch = argv + 4 * len(args)
+            self.write(cx, block, strings)
+            self.write(cx, argv, struct.pack(f"<{len(args) - 1}I", *offsets[:-1]) + b"\0\0\0\0")
+            status = _Fn(self, self.export("qjs_init_argv"), ("i32", "i32"), ("i32",))(cx, len(args) - 1, argv)
+            if status != 0:
+                raise RuntimeError(f"the JavaScript driver failed to start:\n{errors.text()[-2000:]}")
+            ctx = _Fn(self, self.export("qjs_get_context"), (), ("i32",))(cx) & U32
+            rt = _Fn(self, self.export("JS_GetRuntime"), ("i32",), ("i32",))(cx, ctx) & U32
+            self.layout = _Layout(ctx=ctx, rt=rt, scratch=scratch, filename=offsets[-1], on_uncaught=0)
+            on_uncaught = self._eval(cx, b"__wasm_runner.onUncaught")
+            on_rejection = self._eval(cx, b"__wasm_runner.onRejection")
+            hooks = self.malloc(cx, HOOKS_SIZE) & U32
+            self.write(cx, hooks, struct.pack("<qq", on_uncaught, on_rejection) + bytes(HOOKS_SIZE - 16))
+            self.export(HOOKS).set_value(store, wasmtime.Val.i32(hooks))
+            set_tracker = _Fn(self, self.export("JS_SetHostPromiseRejectionTracker"), ("i32",) * 3, ())
+            set_tracker(cx, rt, tracker_slot, hooks)
+            self.layout = _Layout(ctx=ctx, rt=rt, scratch=scratch, filename=offsets[-1], on_uncaught=on_uncaught)
+            return self.layout
+        finally:
+            _tls.guest = previous
+            self.router.stderr = None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            close_later(self.store)
+
+    # -- one execution -------------------------------------------------------
+
+    def run(self, call: Call, stdin_in_driver: bool = False) -> Outcome:
+        """One turn. A kernel's WASI stdin is fixed, so with `stdin_in_driver` the driver
+        makes `std.in` read this call's stdin instead."""
+        limits, store = call.limits, self.store
+        self.router.stdout, self.router.stderr = call.stdout, call.stderr
+        store.set_limits(memory_size=limits.memory_bytes)
+        if limits.fuel is not None:
+            store.set_fuel(limits.fuel)
+        request: dict = {"code": call.code, "filename": call.filename or "<input>", "value": True}
+        if stdin_in_driver:
+            request["stdin"] = call.stdin
+        env = guest_env(call.env)
+        if env != self.env:
+            request["env"] = self.env = env
+        if self.turns == 0:
+            request["seed"] = list(struct.unpack("<4I", os.urandom(16)))
+        self.turns += 1
+        source = f"__wasm_runner.turn({json.dumps(request)})".encode()
+        call.bind(self.interrupt, store)
+        previous = self._enter()
+        try:
+            outcome = _outcome(json.loads(self._turn(self.cx, source)))
+        except Exception as exc:
+            outcome = self.failure(exc, call)
+        finally:
+            _tls.guest = previous
+            self.router.stdout = self.router.stderr = None
+        if limits.fuel is not None:
+            outcome.fuel_used = limits.fuel - store.get_fuel()
+        outcome.memory_peak_bytes = self.memory.data_len(store)
+        return outcome
+
+    def _eval(self, cx: int, source: bytes) -> int:
+        layout = self.layout
+        ptr = self.malloc(cx, len(source) + 1) & U32
+        if ptr == 0:
+            raise _DriverFailed("out of memory")
+        try:
+            self.write(cx, ptr, source + b"\0")
+            value = self.js_eval(cx, layout.ctx, ptr, len(source), layout.filename, 0)
+        finally:
+            self.free(cx, ptr)
+        if _tag(value) == JS_TAG_EXCEPTION:
+            self.js_dump_error(cx, layout.ctx)
+            raise _DriverFailed("evaluating the turn failed")
+        return value
+
+    def _turn(self, cx: int, source: bytes) -> str:
+        ctx, scratch = self.layout.ctx, self.layout.scratch
+        promise = self._eval(cx, source)
+        result = self.js_await(cx, ctx, promise)  # the event loop; consumes `promise`
+        if _tag(result) == JS_TAG_EXCEPTION:
+            self.js_dump_error(cx, ctx)
+            raise _DriverFailed("the turn failed")
+        try:
+            text = self.js_to_cstring(cx, ctx, scratch, result, 0) & U32
+            if text == 0:
+                raise _DriverFailed("out of memory")
+            (length,) = struct.unpack("<I", self.read(cx, scratch, 4))
+            data = self.read(cx, text, length)
+            self.js_free_cstring(cx, ctx, text)
+        finally:
+            self.js_free_value(cx, ctx, result)
+        return data.decode("utf-8", "replace")
+
+    def failure(self, exc: Exception, call: Call) -> Outcome:
+        """The outcome of a call that did not return a result."""
+        if isinstance(exc, wasmtime.ExitTrap):  # std.exit(n): the process is gone
+            return Outcome(exit_code=exc.code, instance_lost=True)
+        if isinstance(exc, _DriverFailed):
+            stderr = call.stderr.text()
+            if "out of memory" in stderr[-4000:] or "out of memory" in str(exc):
+                return Outcome(exit_code=1, limit="memory", instance_lost=True,
+                               error=GuestError(type="InternalError", message="out of memory"))
+            return Outcome(exit_code=134, instance_lost=True,
+                           error=GuestError(type="GuestCrash", message=f"the JavaScript driver failed: {exc}",
+                                            traceback=stderr[-4000:]))
+        if isinstance(exc, (wasmtime.Trap, wasmtime.WasmtimeError)):
+            return trap_outcome(exc, self.interrupt)
+        raise exc
+
+    # -- the event loop's hooks (called from poll_oneoff) ----------------------
+
+    def loop_step(self, cx: int) -> bool:
+        """Hand an error a callback left pending to the driver. True if JS ran.
+
+        (Promise jobs never wait here: the event loop runs all of them before it polls.)
+        """
+        exc = self.js_get_exception(cx, self.layout.ctx)
+        if _tag(exc) == JS_TAG_UNINITIALIZED:
+            return False
+        self._uncaught(cx, exc)
+        return True
+
+    def _uncaught(self, cx: int, exc: int) -> None:
+        ctx, argv = self.layout.ctx, self.layout.scratch + 8
+        self.write(cx, argv, struct.pack("<q", exc))
+        result = self.js_call(cx, ctx, self.layout.on_uncaught, JS_UNDEFINED, 1, argv)
+        if _tag(result) == JS_TAG_EXCEPTION:
+            self.js_dump_error(cx, ctx)
+        else:
+            self.js_free_value(cx, ctx, result)
+        self.js_free_value(cx, ctx, exc)
+
+    def sleep_until(self, wake_at: float) -> None:
+        """Block until `wake_at` (monotonic), the call's deadline, or a stop, whichever is first."""
+        interrupt = self.interrupt
+        end = min(wake_at, interrupt.deadline)
+        while interrupt.reason is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, SLEEP_SLICE_S))
+        interrupt.expired()  # past the deadline: the guest traps at its next epoch check
+
+
+def _outcome(result: dict) -> Outcome:
+    outcome = Outcome(exit_code=result.get("exit_code", 0), value=result.get("value"))
+    error = result.get("error")
+    if error is not None:
+        outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""),
+                                   line=error.get("line"), source=error.get("source"))
+        if "out of memory" in error["message"] and error["type"] in ("InternalError", "RangeError"):
+            outcome.limit = "memory"
+    return outcome
+
+
+# ----------------------------------------------------------------------------
+# The host's `poll_oneoff`. It runs on the guest's thread and finds its instance
+# through `_tls`. It must not raise: it returns an errno, or a trap when its own
+# call into the guest failed (which must end the outer call too).
+
+
+class _NestedFailure(Exception):
+    pass
+
+
+_UncheckedCallback = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.POINTER(ffi.wasmtime_val_raw_t), ctypes.c_size_t)
+
+
+_define_func_unchecked = _raw(
+    "wasmtime_linker_define_func_unchecked", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+    ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, _UncheckedCallback, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@_UncheckedCallback
+def _poll_oneoff_callback(_env, caller, values, _count):
+    guest: _Guest | None = getattr(_tls, "guest", None)
+    if guest is None:
+        values[0].i32 = ERRNO_BADF
+        return 0
+    try:
+        args = (values[0].i32 & U32, values[1].i32 & U32, values[2].i32 & U32, values[3].i32 & U32)
+        values[0].i32 = _poll_oneoff(guest, _caller_context(caller), *args)
+    except _Fault:
+        values[0].i32 = ERRNO_FAULT
+    except _NestedFailure:
+        message = b"wasm-runner: a call from poll_oneoff into the guest failed"
+        trap = ffi.wasmtime_trap_new(message, len(message))
+        return ctypes.cast(trap, ctypes.c_void_p).value or 0
+    except BaseException:  # a bug here must not take the process down
+        values[0].i32 = ERRNO_IO
+    return 0
+
+
+def _poll_oneoff(guest: _Guest, cx: int, subs_ptr: int, events_ptr: int, nsubs: int, nevents_ptr: int) -> int:
+    if nsubs & STDIO_WRITE:
+        return _stdio_write(guest, cx, events_ptr, subs_ptr, nsubs & ~STDIO_WRITE, nevents_ptr)
+    if nsubs <= 0 or nsubs > 4096:
+        return ERRNO_INVAL
+    raw = guest.read(cx, subs_ptr, SUBSCRIPTION_SIZE * nsubs)
+    now = time.monotonic()
+    clocks: list[tuple[float, int]] = []  # (wake_at, userdata)
+    fds: list[tuple[int, int]] = []  # (userdata, event type)
+    host: int | None = None
+    for i in range(nsubs):
+        at = SUBSCRIPTION_SIZE * i
+        userdata, tag = struct.unpack_from("<QB", raw, at)
+        if tag == EVENTTYPE_CLOCK:
+            clock_id, timeout, _precision, flags = struct.unpack_from("<I4xQQH", raw, at + 16)
+            if flags & SUBSCRIPTION_CLOCK_ABSTIME:
+                # Only the realtime clock's origin is known here; others count as due.
+                delay = (timeout - time.time_ns()) / 1e9 if clock_id == CLOCK_REALTIME else 0.0
+            else:
+                delay = timeout / 1e9
+            clocks.append((now + max(0.0, delay), userdata))
+        elif tag in (EVENTTYPE_FD_READ, EVENTTYPE_FD_WRITE):
+            (fd,) = struct.unpack_from("<I", raw, at + 16)
+            if fd == HOST_FD and tag == EVENTTYPE_FD_READ:
+                host = userdata
+            else:
+                fds.append((userdata, tag))
+        else:
+            return ERRNO_INVAL
+    events: list[tuple[int, int]] = []  # (userdata, event type)
+    if fds:
+        events = fds  # files and stdin never block
+    elif host is not None and _loop_step(guest, cx):
+        pass  # a callback's error went to the driver: let the loop look again
+    elif clocks:
+        wake_at, first = min(clocks)
+        guest.sleep_until(wake_at)
+        due = time.monotonic()
+        events = [(userdata, EVENTTYPE_CLOCK) for when, userdata in clocks if when <= due] or [(first, EVENTTYPE_CLOCK)]
+    elif host is not None:
+        events = [(host, EVENTTYPE_FD_READ)]  # nothing left to do: tell the driver
+    view = guest.memory_view(cx)
+    out = b"".join(struct.pack("<QHBx4xQH6x", userdata, 0, kind, 1 if kind else 0, 0) for userdata, kind in events)
+    if out:
+        guest.write(cx, events_ptr, out, view)
+    guest.write(cx, nevents_ptr, struct.pack("<I", len(events)), view)
+    return ERRNO_SUCCESS
+
+
+def _loop_step(guest: _Guest, cx: int) -> bool:
+    try:
+        return guest.loop_step(cx)
+    except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+        guest.failure_in_nested = exc
+        raise _NestedFailure() from exc
+
+
+def _stdio_write(guest: _Guest, cx: int, fd: int, iovs: int, iovs_len: int, nwritten_ptr: int) -> int:
+    """fd_write to stdout/stderr: into the call's capture (the capture enforces the output limit)."""
+    memory = guest.memory_address
+    base = _memory_data(cx, memory)
+    size = _memory_data_size(cx, memory)
+    if iovs_len > 1024 or iovs + 8 * iovs_len > size or nwritten_ptr + 4 > size:
+        return ERRNO_FAULT if iovs_len <= 1024 else ERRNO_INVAL
+    vecs = struct.unpack_from(f"<{2 * iovs_len}I", ctypes.string_at(base + iovs, 8 * iovs_len))
+    chunks = []
+    for k in range(0, 2 * iovs_len, 2):
+        ptr, length = vecs[k], vecs[k + 1]
+        if ptr + length > size:
+            return ERRNO_FAULT
+        chunks.append(ctypes.string_at(base + ptr, length))
+    data = chunks[0] if iovs_len == 1 else b"".join(chunks)
+    capture = guest.router.stdout if fd == 1 else guest.router.stderr
+    if capture is not None:
+        try:
+            capture.write(data)
+        except Exception:  # a failing listener must not fail the guest's write
+            pass
+    ctypes.c_uint32.from_address(base + nwritten_ptr).value = len(data)
+    return ERRNO_SUCCESS
