@@ -7,5 +7,5 @@ from wasm_runner import Runner
 def runner(tmp_path_factory):
     """One runner for the whole run: runtimes compile once and stay loaded."""
     with Runner(tmp_path_factory.mktemp("runner")) as r:
-        r.providers[0].runtime("python").prepare()  # build and compile outside any test's timing
+        r.providers[0].prepare()  # build and compile both runtimes outside any test's timing
         yield r

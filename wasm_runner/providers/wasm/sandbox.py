@@ -7,12 +7,16 @@ and the mapping from a trap to the limit that caused it.
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import wasmtime
+from wasmtime import _bindings as capi
 
 from ...api import LIMIT_MESSAGES, GuestError, LimitName, Limits
 from ...capture import Capture, OutputListener
@@ -66,23 +70,41 @@ class OutputRouter:
     """Routes a store's stdout/stderr to the capture of the call in progress.
 
     A kernel's store lives across calls, while captures belong to one call.
+    The callbacks are registered through the C API with one module-level
+    function and no finalizer: wasmtime-py's `stdout_custom` finalizer can run
+    during interpreter shutdown and crash the process.
     """
 
     def __init__(self) -> None:
         self.stdout: Capture | None = None
         self.stderr: Capture | None = None
+        self._key = next(_router_keys)
 
     def attach(self, wasi: wasmtime.WasiConfig) -> None:
-        wasi.stdout_custom = self._write_stdout
-        wasi.stderr_custom = self._write_stderr
+        _routers[self._key] = self
+        capi.wasi_config_set_stdout_custom(wasi.ptr(), _write_output, self._key * 2, _NO_FINALIZER)
+        capi.wasi_config_set_stderr_custom(wasi.ptr(), _write_output, self._key * 2 + 1, _NO_FINALIZER)
 
-    def _write_stdout(self, data: bytes) -> None:
-        if self.stdout is not None:
-            self.stdout.write(data)
+    def write(self, stream: int, data: bytes) -> None:
+        capture = self.stdout if stream == 0 else self.stderr
+        if capture is not None:
+            capture.write(data)
 
-    def _write_stderr(self, data: bytes) -> None:
-        if self.stderr is not None:
-            self.stderr.write(data)
+
+_routers: "weakref.WeakValueDictionary[int, OutputRouter]" = weakref.WeakValueDictionary()
+_router_keys = itertools.count(1)
+_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+
+
+@ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t)
+def _write_output(key: int | None, buf, size: int) -> int:
+    router = _routers.get((key or 0) // 2)
+    if router is not None:
+        try:
+            router.write((key or 0) % 2, ctypes.string_at(buf, size))
+        except Exception:  # noqa: BLE001 - an exception must not cross into wasmtime
+            return -5  # EIO
+    return size
 
 
 @dataclass
