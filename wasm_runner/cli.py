@@ -41,6 +41,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     prepare = sub.add_parser("prepare", help="build and compile the guest runtimes (done on first use otherwise)")
     prepare.set_defaults(handler=_prepare)
 
+    doctor = sub.add_parser("doctor", help="report which native tools and isolation features are present")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(handler=_doctor)
+
     from . import batch_cli
 
     batch_cli.add_command(sub)
@@ -113,6 +117,12 @@ def _prepare(args: argparse.Namespace) -> int:
         runner.prepare()
     print("runtimes ready")
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .providers.native.doctor import main as doctor_main
+
+    return doctor_main(["--json"] if args.json else [])
 
 
 def build_parser(prog: str = "wasm-runner") -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
