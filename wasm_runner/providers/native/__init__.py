@@ -1,0 +1,38 @@
+"""The native provider: commands, shell scripts, python-data and Node.js in bubblewrap.
+
+Public entry points:
+- `NativeProvider(policy=None, *, allow_unsandboxed=False, ...)`: the Provider (Runner picks it
+  for `command`, bash/sh, and `provider="native"`).
+- `process_request(command, args, **fields)`: the ExecRequest behind `process(...)` / HTTP /process.
+- `doctor()` / `format_report()`: what this machine has (the CLI's `wasm-runner doctor`).
+- `ensure_python_data()`: build the python-data venv once (called by `prepare`).
+- `python -m wasm_runner.providers.native doctor [--json] | prepare [--force]`: the same from a shell.
+- `SandboxPolicy`, `Bind`: the sandbox policy, narrowed or explicitly widened per profile.
+- `NATIVE_PROFILES`: the request fields of the python-data, node and bash profiles.
+"""
+
+from .bwrap import Bind, SandboxPolicy
+from .doctor import doctor, format_report
+from .provider import NativeProvider, process_request
+from .toolchain import PythonData, ToolchainError, ensure_python_data, find_python_data
+
+NATIVE_PROFILES: dict[str, dict[str, str]] = {
+    "python-data": {"language": "python", "provider": "native"},
+    "node": {"language": "javascript", "provider": "native"},
+    "bash": {"language": "bash", "provider": "native"},
+}
+"""Request fields each native profile sets (the server's profiles add limits and policy)."""
+
+__all__ = [
+    "NATIVE_PROFILES",
+    "Bind",
+    "NativeProvider",
+    "PythonData",
+    "SandboxPolicy",
+    "ToolchainError",
+    "doctor",
+    "ensure_python_data",
+    "find_python_data",
+    "format_report",
+    "process_request",
+]

@@ -9,24 +9,29 @@ Default policy (every field of `SandboxPolicy` can only narrow it, except the on
   /usr/local hidden behind an empty tmpfs (host-local software is not "the system");
 - /etc: only what the tools need (dynamic linker cache, alternatives links, fontconfig,
   ImageMagick policy), plus generated passwd/group/hosts/hostname/nsswitch.conf naming the
-  sandbox user; no /home, /root, /var, /run, /sys, /srv, /mnt, /media, /opt of the host;
+  sandbox user; no /home, /root, /var, /run, /sys, /srv, /mnt, /media, /opt of the host
+  (only the python-data venv, read-only at /opt/python-data, and a read-only /run/wasm-runner
+  holding the script of the run);
 - a fresh /proc (own PID namespace) and a minimal /dev; /dev/shm a small private tmpfs;
 - the root itself read-only (nothing can be written outside /workspace, /tmp, /dev/shm);
-- new user namespace (uid/gid 1000 "sandbox", no capabilities, no further user namespaces),
+- new user namespace (uid/gid 1000 "sandbox", no capabilities, no further user namespaces,
+  no new privileges; uid 1000 maps to the service's own uid, so files it writes in the
+  workspace belong to the service),
   new network (loopback only, nothing reachable), PID, IPC, UTS (hostname "sandbox") and
   cgroup namespaces; `--new-session` (no TIOCSTI injection into a terminal);
   `--die-with-parent`;
-- the environment cleared and rebuilt from `sandbox_env` (at most 15 keys) plus the
+- the environment cleared and rebuilt from `sandbox_env` (15 keys with PWD) plus the
   caller's variables.
 """
 
 from __future__ import annotations
 
-import functools
+import atexit
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,11 +44,11 @@ SANDBOX_USER = "sandbox"
 SANDBOX_HOSTNAME = "sandbox"
 
 TOP_LEVEL_SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-ETC_READ_ONLY = (
+ETC_READ_ONLY = (  # copied into the sandbox's generated /etc
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts",
     "ImageMagick-6", "ImageMagick-7", "localtime", "mime.types", "magic", "papersize",
 )
-"""Host /etc entries the tools need (bound read-only where they exist); nothing else of /etc."""
+"""Host /etc entries the tools need (copied where they exist); nothing else of the host's /etc."""
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
@@ -99,14 +104,13 @@ def find_bwrap(explicit: str | None = None) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=8)
 def probe(bwrap: str) -> str | None:
     """None when bwrap can make the namespaces the policy needs here, else why not (its stderr)."""
     argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=10, env={"PATH": BASE_PATH})
+        done = subprocess.run(argv, check=False, capture_output=True, timeout=10, env={"PATH": BASE_PATH})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"could not run {bwrap}: {exc}"
     if done.returncode != 0:
@@ -117,29 +121,75 @@ def probe(bwrap: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
+_ETC_GENERATED = {
+    "passwd": (f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+               f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{GUEST_WORKSPACE}:/bin/bash\n"
+               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+    "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
+    "hosts": f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "hostname": f"{SANDBOX_HOSTNAME}\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+                     "protocols: files\nservices: files\n",
+}
+_etc_lock = threading.Lock()
+_etc_current: tuple[tuple, Path] | None = None
+_etc_made: list[Path] = []
+
+
+def _etc_signature() -> tuple:
+    signature = []
+    for name in ETC_READ_ONLY:
+        try:
+            st = os.lstat(f"/etc/{name}")
+        except OSError:
+            continue
+        signature.append((name, st.st_mtime_ns, st.st_size))
+    return tuple(signature)
+
+
 def etc_dir() -> Path:
-    """Generated /etc files naming the sandbox user and host (written once per process)."""
-    root = Path(tempfile.mkdtemp(prefix="wasm-runner-etc-"))
-    files = {
-        "passwd": (f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
-                   f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{GUEST_WORKSPACE}:/bin/bash\n"
-                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
-        "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
-        "hosts": f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-        "hostname": f"{SANDBOX_HOSTNAME}\n",
-        "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
-                         "protocols: files\nservices: files\n",
-    }
-    for name, text in files.items():
-        (root / name).write_text(text)
-        (root / name).chmod(0o444)
-    root.chmod(0o755)
-    return root
+    """The sandbox's whole /etc, as one host directory bound read-only (one mount, not twenty).
+
+    It holds the generated passwd/group/hosts/hostname/nsswitch.conf naming the sandbox user
+    and copies of the few host entries in ETC_READ_ONLY (links copied as links). It is rebuilt
+    when one of those host entries changes (checked by mtime and size at each run).
+    """
+    global _etc_current
+    signature = _etc_signature()
+    with _etc_lock:
+        if _etc_current is not None and _etc_current[0] == signature and _etc_current[1].is_dir():
+            return _etc_current[1]
+        root = Path(tempfile.mkdtemp(prefix="wasm-runner-etc-"))
+        for name in ETC_READ_ONLY:
+            host = Path("/etc") / name
+            try:
+                if host.is_symlink() or not host.is_dir():
+                    shutil.copy2(host, root / name, follow_symlinks=False)
+                else:
+                    shutil.copytree(host, root / name, symlinks=True)
+            except OSError:
+                continue  # absent or unreadable here: the sandbox does without it
+        for name, text in _ETC_GENERATED.items():
+            (root / name).write_text(text)
+            (root / name).chmod(0o444)
+        root.chmod(0o755)
+        # An older copy stays until exit: sandboxes still running read through their bind of it.
+        _etc_current = (signature, root)
+        _etc_made.append(root)
+        return root
+
+
+@atexit.register
+def _remove_etc_copies() -> None:
+    for path in _etc_made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def sandbox_env(*, python_data: bool, extra: dict[str, str]) -> dict[str, str]:
-    """The whole environment of a sandboxed program: an allowlist plus the caller's variables."""
+    """The whole environment of a sandboxed program: an allowlist plus the caller's variables.
+
+    14 keys here, plus PWD that bwrap's --chdir sets: 15.
+    """
     path = BASE_PATH
     if python_data:
         path = f"{GUEST_PYTHON_DATA}/bin:{path}"
@@ -147,15 +197,14 @@ def sandbox_env(*, python_data: bool, extra: dict[str, str]) -> dict[str, str]:
         "PATH": path,
         "HOME": GUEST_WORKSPACE,
         "USER": SANDBOX_USER,
-        "LOGNAME": SANDBOX_USER,
         "SHELL": "/bin/bash",
-        "PWD": GUEST_WORKSPACE,
         "TMPDIR": GUEST_TMP,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "TERM": "dumb",
         "TZ": "UTC",
         "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ in the workspace's file changes
         "MPLBACKEND": "Agg",
         "MPLCONFIGDIR": f"{GUEST_TMP}/.matplotlib",
         "XDG_CACHE_HOME": f"{GUEST_TMP}/.cache",
@@ -196,13 +245,7 @@ def argv(
             args += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             args += ["--ro-bind", host, host]
-    for name in ETC_READ_ONLY:
-        host = f"/etc/{name}"
-        if os.path.lexists(host):
-            args += ["--ro-bind-try", host, host]
-    generated = etc_dir()
-    for name in sorted(os.listdir(generated)):
-        args += ["--ro-bind", str(generated / name), f"/etc/{name}"]
+    args += ["--ro-bind", str(etc_dir()), "/etc"]
     args += [
         "--proc", "/proc",
         "--dev", "/dev",

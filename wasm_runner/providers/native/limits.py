@@ -3,18 +3,22 @@ rlimits otherwise.
 
 Each run gets its own cgroup, created under the cgroup this process already lives in (so
 whatever limits the host puts on the service still apply to its sandboxes) and removed when
-the run ends. The sandbox joins it before bubblewrap starts (the launcher writes its own pid
-into `cgroup.procs` and then execs bwrap), so every process of the run is counted from the
-first fork. Where no writable cgroup with the memory and pids controllers exists, the run
+the run ends. The sandbox joins it before bubblewrap starts (a small launcher moves itself
+into the cgroup and then execs bwrap), so every process of the run is counted from the
+first fork (on v1 by moving only its own thread, which avoids the kernel's global
+threadgroup lock). Where no writable cgroup with the memory and pids controllers exists, the run
 falls back to rlimits set inside the sandbox, and the result says `enforcement: "rlimit"`.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import os
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,9 +248,16 @@ class RunCgroup:
             _try_write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
             _try_write(cpu / "cpu.cfs_quota_us", str(int(limits.cpus * CPU_PERIOD_US)))
 
-    def procs_files(self) -> list[str]:
-        """The files the launcher writes its pid into (one per hierarchy)."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+    def join_writes(self) -> list[tuple[str, str]]:
+        """(file, value) pairs by which the single-threaded launcher moves itself into the run's cgroups.
+
+        v1: "0" into `tasks` moves the calling thread alone, which the kernel does without the
+        global threadgroup lock (an RCU grace period, ~10 ms under load, per cgroup.procs write).
+        v2 has no such file outside threaded cgroups: the launcher writes its pid to cgroup.procs.
+        """
+        if self.v2:
+            return [(str(self.dirs[""] / "cgroup.procs"), "$$")]
+        return [(str(d / "tasks"), "0") for d in self.dirs.values()]
 
     def pids(self) -> set[int]:
         try:
@@ -256,9 +267,8 @@ class RunCgroup:
         return {int(p) for p in text.split()}
 
     def signal_all(self, sig: int, spare: set[int] = frozenset()) -> None:
-        if sig == signal.SIGKILL and self.v2 and not spare:
-            if _try_write(self.dirs[""] / "cgroup.kill", "1"):
-                return
+        if sig == signal.SIGKILL and self.v2 and not spare and _try_write(self.dirs[""] / "cgroup.kill", "1"):
+            return
         for pid in self.pids() - set(spare):
             try:
                 os.kill(pid, sig)
@@ -289,6 +299,56 @@ class RunCgroup:
             _kill_and_remove(path, "cgroup.procs", timeout_s)
         self._made.clear()
 
+    def release(self) -> None:
+        """Remove the cgroups in the background (the kernel may take a few ms to let go of them)."""
+        paths, self._made = list(reversed(self._made)), []
+        if paths:
+            _cleaner.submit(paths)
+
+
+class _Cleaner:
+    """One daemon thread removing released run cgroups, so a result never waits for rmdir."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[Path]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+
+    def submit(self, paths: list[Path]) -> None:
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="wasm-runner-cgroups", daemon=True)
+                self._thread.start()
+        self._queue.put(paths)
+
+    def _loop(self) -> None:
+        while True:
+            paths = self._queue.get()
+            try:
+                for path in paths:
+                    _kill_and_remove(path, "cgroup.procs")
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def wait(self, timeout_s: float = 5.0) -> bool:
+        """Block until every released cgroup is removed (tests, shutdown)."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout_s)
+
+
+_cleaner = _Cleaner()
+atexit.register(_cleaner.wait, 3.0)
+
+
+def wait_for_cleanup(timeout_s: float = 5.0) -> bool:
+    """Wait until released run cgroups are gone; True when none is left."""
+    return _cleaner.wait(timeout_s)
+
 
 def _kill_and_remove(path: Path, procs: str, timeout_s: float = 2.0) -> None:
     deadline = time.monotonic() + timeout_s
@@ -311,7 +371,7 @@ def _kill_and_remove(path: Path, procs: str, timeout_s: float = 2.0) -> None:
         if time.monotonic() > deadline:
             log.warning("could not remove cgroup %s (still busy)", path)
             return
-        time.sleep(0.005)
+        time.sleep(0.002)
 
 
 def _try_write(path: Path, value: str) -> bool:
@@ -346,7 +406,8 @@ def rlimit_prefix(limits: RunLimits) -> list[str]:
     bounds that sandbox alone (set before bubblewrap it would count every process of the
     service's user on the host). RLIMIT_DATA (private writable memory) stands in for a memory
     limit without breaking runtimes that reserve large address ranges (V8) as RLIMIT_AS would.
-    Hard and soft limits are both set, so the guest cannot raise them again.
+    Hard and soft limits are both set, so the guest cannot raise them again. The program runs
+    at nice 10, the fallback for the missing CPU controller.
     """
     kib = max(limits.memory_bytes // 1024, 1)
     n = limits.max_processes
@@ -354,7 +415,9 @@ def rlimit_prefix(limits: RunLimits) -> list[str]:
     script = [f"ulimit -d {kib}", f"{{ ulimit -u {n} 2>/dev/null || ulimit -p {n}; }}"]
     if limits.cpu_seconds:
         script.append(f"ulimit -t {limits.cpu_seconds}")
-    return ["/bin/sh", "-c", " && ".join(script) + ' && exec "$@"', "wasm-runner-limits"]
+    # No CPU controller: a lower priority keeps the host (and the service's own watchdog) responsive.
+    runner = 'exec nice -n 10 "$@"' if os.path.exists("/usr/bin/nice") or os.path.exists("/bin/nice") else 'exec "$@"'
+    return ["/bin/sh", "-c", " && ".join(script) + " && " + runner, "wasm-runner-limits"]
 
 
 def shell_quote_path(path: str) -> str:
@@ -367,8 +430,8 @@ def launcher(cgroup: RunCgroup | None, file_bytes: int | None) -> list[str]:
     if file_bytes is not None:
         steps.append(f"ulimit -f {max(file_bytes // 512 + 1, 1)}")
     if cgroup is not None:
-        for procs in cgroup.procs_files():
-            steps.append(f"echo $$ > {shell_quote_path(procs)}")
+        for path, value in cgroup.join_writes():
+            steps.append(f"echo {value} > {shell_quote_path(path)}")
     if not steps:
         return []
     guard = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'

@@ -5,7 +5,7 @@ pinned in runtimes/native/python-data.txt (wheels only), then writes a marker na
 requirements' sha256. Later calls return at once; nothing is installed at run time. The
 sandbox mounts the venv read-only at /opt/python-data.
 
-Build it with `wasm-runner prepare`, or `python -m wasm_runner.providers.native.toolchain`.
+Build it with `wasm-runner prepare`, or `python -m wasm_runner.providers.native prepare`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ REQUIREMENTS = REPO_ROOT / "runtimes" / "native" / "python-data.txt"
 MARKER = ".wasm-runner-ready.json"
 SMOKE_IMPORTS = "pandas, numpy, matplotlib, seaborn, scipy, sklearn, PIL, openpyxl"
 SYSTEM_PYTHONS = ("/usr/bin/python3",)
+LAYOUT = 2
+"""Bumped when the venv's layout changes (not its packages): an older build is rebuilt."""
+WORKSPACE_PTH = "wasm_runner_workspace.pth"
+"""Puts /workspace on sys.path (after the stdlib and site-packages) so scripts import their helpers."""
 
 
 class ToolchainError(RuntimeError):
@@ -75,7 +79,8 @@ def find_python_data(path: Path | None = None, requirements: Path = REQUIREMENTS
         current = requirements_digest(requirements)
     except OSError:
         current = marker.get("requirements_sha256")  # installed without the repo: trust the marker
-    if marker.get("requirements_sha256") != current or not (path / "bin" / "python").exists():
+    if (marker.get("requirements_sha256") != current or marker.get("layout") != LAYOUT
+            or not (path / "bin" / "python").exists()):
         return None
     return PythonData(path, marker.get("python", ""), marker.get("base_prefix", ""))
 
@@ -139,13 +144,16 @@ def _build(path: Path, python: str, requirements: Path, quiet: bool) -> PythonDa
         _run([str(path / "bin" / "python"), "-c", f"import {SMOKE_IMPORTS}"], "import the installed packages", out)
         info = subprocess.run(
             [str(path / "bin" / "python"), "-c",
-             "import sys, json; print(json.dumps([sys.version.split()[0], sys.base_prefix]))"],
+             ("import sys, json, sysconfig; "
+              "print(json.dumps([sys.version.split()[0], sys.base_prefix, sysconfig.get_path('purelib')]))")],
             capture_output=True, text=True, check=True)
-        version, prefix = json.loads(info.stdout)
+        version, prefix, purelib = json.loads(info.stdout)
+        Path(purelib, WORKSPACE_PTH).write_text("/workspace\n")
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
-    marker = {"requirements_sha256": requirements_digest(requirements), "python": version, "base_prefix": prefix}
+    marker = {"requirements_sha256": requirements_digest(requirements), "layout": LAYOUT, "python": version,
+              "base_prefix": prefix}
     (path / MARKER).write_text(json.dumps(marker))
     log.info("python-data ready: Python %s in %s", version, path)
     return PythonData(path, version, prefix)
@@ -153,7 +161,7 @@ def _build(path: Path, python: str, requirements: Path, quiet: bool) -> PythonDa
 
 def _run(argv: list[str], what: str, out) -> None:
     try:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         raise ToolchainError(f"could not {what}: {exc}") from exc
     if done.returncode != 0:
@@ -164,7 +172,7 @@ def _run(argv: list[str], what: str, out) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m wasm_runner.providers.native.toolchain",
+    parser = argparse.ArgumentParser(prog="python -m wasm_runner.providers.native prepare",
                                      description="Build the python-data environment of the native provider.")
     parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date one exists")
     parser.add_argument("--python", help="base interpreter (default: /usr/bin/python3)")

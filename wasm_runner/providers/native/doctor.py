@@ -1,0 +1,167 @@
+"""`wasm-runner doctor`: which native tools and isolation features this machine has.
+
+`doctor()` returns a plain dict (JSON-ready); `format_report()` turns it into the text the
+CLI prints; `main()` is a ready-made command (`python -m wasm_runner.providers.native doctor`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+from .toolchain import REQUIREMENTS, find_python_data, python_data_dir
+
+TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
+    # (name, executables tried in order, version arguments, Debian package)
+    ("bash", ("bash",), ["--version"], "bash"),
+    ("sh", ("sh",), [], "dash"),
+    ("pandoc", ("pandoc",), ["--version"], "pandoc"),
+    ("tesseract", ("tesseract",), ["--version"], "tesseract-ocr"),
+    ("imagemagick", ("magick", "convert-im6.q16", "convert"), ["-version"], "imagemagick"),
+    ("pdftotext", ("pdftotext",), ["-v"], "poppler-utils"),
+    ("node", ("node",), ["--version"], "nodejs"),
+)
+OPTIONAL_TOOLS = {"node"}
+
+
+def _version(path: str, args: list[str]) -> str | None:
+    if not args:
+        return None
+    try:
+        done = subprocess.run([path, *args], check=False, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (done.stdout or done.stderr).strip()
+    for line in text.splitlines():
+        match = re.search(r"\d+(\.\d+)+(-\d+)?", line)
+        if match:
+            return match.group(0)
+    return text.splitlines()[0][:80] if text else None
+
+
+def _tool(executables: tuple[str, ...], args: list[str]) -> dict[str, Any]:
+    for name in executables:
+        # /usr/local is hidden in the sandbox by default: look where the sandbox looks.
+        path = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if path:
+            return {"present": True, "path": path, "version": _version(path, args)}
+    return {"present": False, "path": None, "version": None}
+
+
+def doctor(provider: Any = None) -> dict[str, Any]:
+    """A report of native tools and isolation features; `missing` lists what to install."""
+    from .provider import NativeProvider
+
+    provider = provider or NativeProvider()
+    report: dict[str, Any] = {"platform": f"{platform.system()} {platform.release()}", "missing": []}
+    missing: list[str] = report["missing"]
+
+    bwrap_path, problem, support = provider.environment()
+    isolation: dict[str, Any] = {
+        "bubblewrap": {"present": bwrap_path is not None, "path": bwrap_path,
+                       "version": _version(bwrap_path, ["--version"]) if bwrap_path else None},
+        "namespaces": {"ok": problem is None, "detail": problem or
+                       "user, PID, network, IPC, UTS and cgroup namespaces available"},
+        "resource_limits": {"enforcement": support.enforcement,
+                            "detail": support.reason or ", ".join(f"{c or 'unified'}: {p}"
+                                                                  for c, p in support.parents.items())},
+        "network": "shared with the host (policy.network)" if provider.policy.network else "denied (own namespace)",
+        "unsandboxed_fallback": provider.allow_unsandboxed,
+        "sandbox_usable": problem is None,
+    }
+    report["isolation"] = isolation
+    if bwrap_path is None:
+        missing.append("bubblewrap (apt-get install bubblewrap)")
+    elif problem is not None:
+        missing.append(f"user namespaces for bubblewrap: {problem}")
+    if support.enforcement == "rlimit":
+        missing.append(f"cgroups (memory/pids/cpu limits fall back to rlimits): {support.reason}")
+
+    tools: dict[str, Any] = {}
+    for name, executables, args, package in TOOLS:
+        info = _tool(executables, args)
+        info["package"] = package
+        if name == "tesseract" and info["present"]:
+            info["languages"] = _tesseract_languages(info["path"])
+            if "eng" not in info["languages"]:
+                missing.append("tesseract English data (apt-get install tesseract-ocr-eng)")
+        tools[name] = info
+        if not info["present"]:
+            optional = " (optional: the node profile)" if name in OPTIONAL_TOOLS else ""
+            missing.append(f"{name} (apt-get install {package}){optional}")
+    report["tools"] = tools
+
+    found = find_python_data(provider._python_data_path)
+    report["python_data"] = {
+        "ready": found is not None,
+        "path": str(found.path if found else provider._python_data_path or python_data_dir()),
+        "python": found.python_version if found else None,
+        "requirements": str(REQUIREMENTS),
+    }
+    if found is None:
+        missing.append("the python-data environment (wasm-runner prepare)")
+    report["profiles"] = {
+        "python-data": found is not None and problem is None,
+        "node": tools["node"]["present"] and problem is None,
+        "bash": problem is None or provider.allow_unsandboxed,
+    }
+    report["ok"] = problem is None or provider.allow_unsandboxed
+    return report
+
+
+def _tesseract_languages(path: str) -> list[str]:
+    try:
+        done = subprocess.run([path, "--list-langs"], check=False, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = (done.stdout + done.stderr).splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("List of")]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The human-readable form of `doctor()`."""
+    mark = {True: "ok  ", False: "MISS"}
+    iso = report["isolation"]
+    lines = [f"wasm-runner native provider on {report['platform']}", "", "isolation:"]
+    bw = iso["bubblewrap"]
+    lines.append(f"  {mark[bw['present']]} bubblewrap {bw['version'] or ''} {bw['path'] or ''}".rstrip())
+    lines.append(f"  {mark[iso['namespaces']['ok']]} namespaces: {iso['namespaces']['detail']}")
+    limits = iso["resource_limits"]
+    lines.append(f"  {mark[limits['enforcement'] != 'rlimit']} resource limits: {limits['enforcement']} "
+                 f"({limits['detail']})")
+    lines.append(f"  ok   network: {iso['network']}")
+    if iso["unsandboxed_fallback"]:
+        lines.append("  !!   unsandboxed fallback allowed: results say isolation \"none\" where bubblewrap is unusable")
+    lines += ["", "tools:"]
+    for name, info in report["tools"].items():
+        extra = f" [{', '.join(info['languages'])}]" if info.get("languages") else ""
+        version = f"{info['version']} " if info["version"] else ""
+        where = f"{version}{info['path']}{extra}" if info["present"] else f"apt-get install {info['package']}"
+        lines.append(f"  {mark[info['present']]} {name}: {where}".rstrip())
+    data = report["python_data"]
+    lines += ["", "python-data:",
+              f"  {mark[data['ready']]} {('Python ' + data['python']) if data['ready'] else 'not built'} at {data['path']}"]
+    lines += ["", "profiles: " + ", ".join(f"{k} {'ready' if v else 'unavailable'}" for k, v in report["profiles"].items())]
+    if report["missing"]:
+        lines += ["", "missing:"] + [f"  - {item}" for item in report["missing"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report (text, or JSON with --json); exit 1 when native runs cannot be sandboxed."""
+    args = sys.argv[1:] if argv is None else argv
+    report = doctor()
+    if "--json" in args:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

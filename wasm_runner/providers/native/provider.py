@@ -1,0 +1,776 @@
+"""The native provider: runs commands, shell scripts, python-data and Node.js in bubblewrap.
+
+Same request and result shapes as the WebAssembly provider, same session directory: the
+workspace is /workspace here too, so a file written by WASI Python in one call is there for
+pandoc in the next. Where bubblewrap or user namespaces are missing the provider refuses
+with a clear error, unless it was built with `allow_unsandboxed=True`, and then every result
+says `isolation: "none"`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ...api import ExecRequest, ExecResult, GuestError, LimitName, Limits
+from ...capture import Capture
+from ...quota import over_quota, watcher
+from ...workspace import Workspace, diff
+from ..base import Job
+from . import bwrap as sandbox
+from .limits import (
+    CgroupMode,
+    CgroupSupport,
+    RunCgroup,
+    RunLimits,
+    detect,
+    launcher,
+    rlimit_prefix,
+)
+from .toolchain import (
+    MARKER,
+    PythonData,
+    ToolchainError,
+    ensure_python_data,
+    find_python_data,
+    python_data_dir,
+)
+
+log = logging.getLogger("wasm_runner.native")
+
+LIMIT_MESSAGES: dict[str, str] = {
+    "timeout": "stopped at the wall-clock deadline (limits.timeout_s, at most {cap:g} s natively); "
+               "raise it or make the program faster",
+    "memory": "ran out of memory (limits.memory_bytes); raise it or use less memory",
+    "output": "printed more than limits.output_bytes; print less or write large output to a file",
+    "disk": "the workspace passed its quota (limits.disk_bytes / limits.disk_files); delete files or raise the quota",
+    "cancelled": "cancelled by the caller",
+}
+READ_CHUNK = 65536
+RECHECK_S = 30.0
+"""How often an unusable sandbox (bwrap missing, no user namespaces) is looked for again."""
+PROCESS_WATCH_S = 0.005
+"""How often the process count is checked where no cgroup or rlimit bounds it (uid 0, no cgroups):
+the host's task count (one read of /proc/loadavg) first, the run's own tree only when that grew."""
+FULL_COUNT_S = 0.05
+DRAIN_AFTER_EXIT_S = 0.5
+"""How long output pipes are read after the sandbox exited (anything still holding them is killed)."""
+MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
+                "JavaScript heap out of memory", "cannot allocate")
+
+
+@dataclass(frozen=True)
+class _Program:
+    """What to run inside the sandbox: an argv, and optionally a code file it reads."""
+
+    argv: list[str]
+    code: bytes | None = None
+    code_name: str | None = None
+    python_data: PythonData | None = None
+
+
+class _Refusal(Exception):
+    def __init__(self, type_: str, message: str, exit_code: int = 126) -> None:
+        super().__init__(message)
+        self.type = type_
+        self.message = message
+        self.exit_code = exit_code
+
+
+class NativeProvider:
+    """Runs `command` argvs and bash/sh, python (python-data) and javascript (Node.js) code natively.
+
+    `policy` narrows or (explicitly) widens what the sandbox sees; `allow_unsandboxed` lets
+    runs go ahead without bubblewrap where it is unusable (isolation "none": the program runs
+    as the service's user on the host, limits still applied); `cgroups` picks the enforcement.
+    """
+
+    name = "native"
+    languages = frozenset({"bash", "sh", "python", "javascript"})
+
+    def __init__(
+        self,
+        policy: sandbox.SandboxPolicy | None = None,
+        *,
+        allow_unsandboxed: bool = False,
+        bwrap: str | None = None,
+        python_data: str | os.PathLike | None = None,
+        cgroups: CgroupMode = "auto",
+        cgroup_parent: str | None = None,
+    ) -> None:
+        self.policy = policy or sandbox.SandboxPolicy()
+        self.allow_unsandboxed = allow_unsandboxed
+        self._bwrap_explicit = bwrap
+        self._python_data_path = Path(python_data) if python_data is not None else None
+        self._cgroup_mode: CgroupMode = cgroups
+        self._cgroup_parent = cgroup_parent
+        self._lock = threading.Lock()
+        self._setup: tuple[str | None, str | None, CgroupSupport] | None = None
+        self._checked_at = 0.0
+        self.prepare_error: str | None = None
+        self._python_data_cache: tuple[tuple, PythonData] | None = None
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def environment(self) -> tuple[str | None, str | None, CgroupSupport]:
+        """(bwrap path or None, why the sandbox is unusable or None, cgroup support).
+
+        Cached; while the sandbox is unusable it is looked for again every RECHECK_S, so
+        installing bubblewrap takes effect without a restart.
+        """
+        with self._lock:
+            stale = (self._setup is not None and self._setup[1] is not None
+                     and time.monotonic() - self._checked_at > RECHECK_S)
+            if self._setup is None or stale:
+                self._checked_at = time.monotonic()
+                path = sandbox.find_bwrap(self._bwrap_explicit)
+                if path is None:
+                    problem = ("bubblewrap (bwrap) is not installed: run scripts/install-native.sh as root "
+                               "(apt-get install bubblewrap)")
+                else:
+                    problem = sandbox.probe(path)
+                support = detect(self._cgroup_mode, self._cgroup_parent)
+                if support.enforcement == "rlimit":
+                    log.warning("native runs are limited by rlimits only (no usable cgroup: %s)", support.reason)
+                self._setup = (path, problem, support)
+            return self._setup
+
+    def prepare(self) -> None:
+        """Build the python-data environment (once; later calls return at once).
+
+        Never raises: a failure is logged and kept in `prepare_error`; python-data runs then
+        answer with that error, while commands and shell scripts are unaffected.
+        """
+        try:
+            ensure_python_data(path=self._python_data_path)
+            self.prepare_error = None
+        except (ToolchainError, OSError) as exc:
+            self.prepare_error = str(exc)
+            log.warning("python-data is not available: %s", exc)
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, job: Job) -> ExecResult:
+        request = job.request
+        workspace = job.workspace.ensure()
+        bwrap_path, problem, support = self.environment()
+        isolated = problem is None
+        try:
+            if not isolated and not self.allow_unsandboxed:
+                raise _Refusal("SandboxUnavailable", f"the native provider refuses to run unsandboxed: {problem}")
+            program = self._program(request, isolated)
+        except _Refusal as refusal:
+            return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
+                              isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
+                              error=GuestError(type=refusal.type, message=refusal.message))
+        run = _Run(self.policy, request, workspace, job, support, program,
+                   bwrap_path if isolated else None)
+        return run.execute()
+
+    def _program(self, request: ExecRequest, isolated: bool) -> _Program:
+        for key, value in request.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise _Refusal("InvalidRequest", f"invalid environment variable name or value: {key!r}", 2)
+        code = request.code.encode()
+        code_dir = sandbox.GUEST_CODE_DIR
+        if request.command is not None:
+            if not request.command or any(not isinstance(a, str) or "\0" in a for a in request.command):
+                raise _Refusal("InvalidRequest", "command must be a non-empty list of strings without NUL bytes", 2)
+            return _Program(list(request.command), python_data=self._python_data(optional=True))
+        if request.language in ("bash", "sh"):
+            name = "script.sh"
+            return _Program([request.language, f"{code_dir}/{name}"], code, name,
+                            python_data=self._python_data(optional=True))
+        if request.language == "python":
+            env = self._python_data(optional=False)
+            python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python" if isolated else str(env.interpreter)
+            return _Program([python, f"{code_dir}/main.py"], code, "main.py", python_data=env)
+        if request.language == "javascript":
+            node = shutil.which("node", path=sandbox.BASE_PATH if self.policy.show_usr_local or not isolated
+                                else sandbox.BASE_PATH.replace("/usr/local/bin:", ""))
+            if node is None:
+                raise _Refusal("RuntimeUnavailable", "Node.js is not installed on this machine (apt-get install nodejs); "
+                                                     "the node profile is unavailable")
+            return _Program([node, f"{code_dir}/main.js"], code, "main.js")
+        raise _Refusal("InvalidRequest", f"the native provider does not run {request.language!r}", 2)
+
+    def _python_data(self, optional: bool) -> PythonData | None:
+        found = self._find_python_data()
+        if found is None and not optional:
+            why = f" (last attempt: {self.prepare_error})" if self.prepare_error else ""
+            raise _Refusal("RuntimeUnavailable",
+                           "the python-data environment is not built; run `wasm-runner prepare` or "
+                           f"`python -m wasm_runner.providers.native prepare` once{why}")
+        return found
+
+    def _find_python_data(self) -> PythonData | None:
+        """find_python_data, cached while its marker file is unchanged (it hashes the requirements)."""
+        path = self._python_data_path or python_data_dir()
+        try:
+            st = os.stat(path / MARKER)
+            key: tuple | None = (str(path), st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        cached = self._python_data_cache
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        found = find_python_data(path)
+        self._python_data_cache = (key, found) if key is not None and found is not None else None
+        return found
+
+
+def process_request(command: str, args: list[str] | tuple[str, ...] = (), **fields: Any) -> ExecRequest:
+    """The request behind `process(command, args, ...)` (HTTP POST /v1/sessions/{id}/process, the CLI).
+
+    `fields` are ExecRequest fields (stdin, env, limits, id); the run goes to the native provider.
+    """
+    if not isinstance(command, str) or not command:
+        raise ValueError("command must be a non-empty string")
+    fields.setdefault("language", "sh")
+    return ExecRequest(command=[command, *args], provider="native", **fields)
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Stop:
+    reason: LimitName | None = None
+    at: float | None = None
+
+
+class _Run:
+    """Spawns one sandbox, pumps its output, enforces its deadline and tears it down."""
+
+    def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
+                 support: CgroupSupport, program: _Program, bwrap_path: str | None) -> None:
+        self.policy = policy
+        self.request = request
+        self.limits: Limits = request.limits
+        self.workspace = workspace
+        self.job = job
+        self.support = support
+        self.program = program
+        self.bwrap = bwrap_path
+        self.timeout_s = min(self.limits.timeout_s, policy.max_timeout_s)
+        self.stdout = Capture("stdout", self.limits.output_bytes, lambda: self.stop("output"), job.listener)
+        self.stderr = Capture("stderr", self.limits.output_bytes, lambda: self.stop("output"), job.listener)
+        self._stop = _Stop()
+        self._stop_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self.cgroup: RunCgroup | None = None
+        self.enforcement = "rlimit"
+        self.proc: subprocess.Popen | None = None
+        self.init_pid: int | None = None
+        self.started_in_sandbox = False
+        self._status_buffer = b""
+        self._scratch: Path | None = None
+        self.processes_exceeded = False
+        self._next_full_count = 0.0
+
+    def stop(self, reason: LimitName) -> None:
+        """Stop the run for `reason` (first reason wins); safe from any thread."""
+        with self._stop_lock:
+            if self._stop.reason is None:
+                self._stop.reason = reason
+                self._stop.at = time.monotonic()
+            if self._wake_w < 0:
+                return  # the run is over (a late cancel): its wake pipe is closed
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+    # -- the whole run ---------------------------------------------------------------------
+
+    def execute(self) -> ExecResult:
+        request = self.request
+        before = self.workspace.snapshot()
+        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"))
+        self.job.on_cancel(lambda: self.stop("cancelled"))
+        started = time.perf_counter()
+        status = rusage = None
+        error: GuestError | None = None
+        try:
+            run_limits = RunLimits(
+                memory_bytes=self.limits.memory_bytes,
+                max_processes=self.policy.max_processes,
+                cpus=self.policy.cpus,
+                file_bytes=self.limits.disk_bytes or None,
+                cpu_seconds=math.ceil(self.timeout_s * (self.policy.cpus or 1)) + 1,
+            )
+            if self.support.enforcement != "rlimit":
+                try:
+                    self.cgroup = RunCgroup(self.support, run_limits)
+                    self.enforcement = self.support.enforcement
+                except OSError as exc:
+                    log.warning("could not create the run's cgroup (%s); using rlimits", exc)
+            self.job.started_at = time.monotonic()  # the runner's watchdog clock
+            status, rusage = self._spawn_and_wait(run_limits)
+        except OSError as exc:
+            error = GuestError(type="SandboxError", message=f"could not start the native sandbox: {exc}")
+        finally:
+            watcher.unwatch(quota_key)
+            memory_peak = self._memory_peak(rusage)
+            oom = self.cgroup.oom_killed() if self.cgroup is not None else False
+            pids_hit = self.cgroup.pids_exhausted() if self.cgroup is not None else False
+            if self.cgroup is not None:
+                self.cgroup.release()
+            with self._stop_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+        duration_ms = (time.perf_counter() - started) * 1000
+        exit_code = _exit_code(status) if status is not None else 126
+        stderr_text = self.stderr.text()
+        limit = self._limit(exit_code, oom, stderr_text)
+        if error is None:
+            error = self._error(limit, exit_code, stderr_text, pids_hit)
+            if error is not None and error.type == "CommandNotFound":
+                exit_code = 127
+        return ExecResult(
+            stdout=self.stdout.text(),
+            stderr=stderr_text,
+            exit_code=exit_code,
+            error=error,
+            limit=limit,
+            truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
+            duration_ms=round(duration_ms, 3),
+            memory_peak_bytes=memory_peak,
+            files=diff(before, self.workspace.snapshot()),
+            language=request.language,
+            isolation="bubblewrap" if self.bwrap else "none",
+            enforcement=self.enforcement,
+            id=request.id,
+        )
+
+    # -- spawning ---------------------------------------------------------------------------
+
+    def _command(self, run_limits: RunLimits, code_fd: int | None, status_fd: int | None) -> tuple[list[str], dict, str]:
+        """(argv, environment of the spawned process, its working directory)."""
+        program = self.program
+        inner = list(program.argv)
+        if self.cgroup is None:
+            inner = rlimit_prefix(run_limits) + inner
+        prefix = launcher(self.cgroup, run_limits.file_bytes)
+        if self.bwrap is not None:
+            env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=self.request.env)
+            binds = list(self.policy.binds)
+            data = program.python_data
+            if data is not None and not _visible(data.base_prefix, self.policy):
+                binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
+            policy = self.policy if binds == list(self.policy.binds) else _with_binds(self.policy, binds)
+            argv = sandbox.argv(
+                self.bwrap, policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
+                command=inner, python_data=data.path if data is not None else None,
+                code_fd=code_fd, code_name=program.code_name, status_fd=status_fd)
+            # bwrap itself runs with a fixed minimal environment: the caller's variables reach
+            # only the sandboxed program (through --setenv), never a host-side process.
+            return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
+        # Unsandboxed (explicit opt-in): host paths, same allowlisted environment.
+        files, tmp = self.workspace.files, self.workspace.tmp
+        env = sandbox.sandbox_env(python_data=program.python_data is not None, extra={})
+        env.update(HOME=str(files), PWD=str(files), TMPDIR=str(tmp), MPLCONFIGDIR=str(tmp / ".matplotlib"),
+                   XDG_CACHE_HOME=str(tmp / ".cache"))
+        if program.python_data is not None:
+            env["PATH"] = f"{program.python_data.path / 'bin'}:{sandbox.BASE_PATH}"
+        env.update(self.request.env)
+        if program.code is not None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="wasm-runner-code-"))
+            code_path = self._scratch / program.code_name
+            code_path.write_bytes(program.code)
+            inner = [str(code_path) if a == f"{sandbox.GUEST_CODE_DIR}/{program.code_name}" else a for a in inner]
+        return prefix + inner, env, str(files)
+
+    def _spawn_and_wait(self, run_limits: RunLimits) -> tuple[int | None, Any]:
+        code_fd = status_r = status_w = None
+        pass_fds: list[int] = []
+        try:
+            if self.bwrap is not None:
+                if self.program.code is not None:
+                    code_fd = os.memfd_create("wasm-runner-code", 0)
+                    _write_all(code_fd, self.program.code)
+                    os.lseek(code_fd, 0, os.SEEK_SET)
+                    pass_fds.append(code_fd)
+                status_r, status_w = os.pipe()
+                pass_fds.append(status_w)
+            argv, env, cwd = self._command(run_limits, code_fd, status_w)
+            stdin = subprocess.PIPE if self.request.stdin else subprocess.DEVNULL
+            self.proc = subprocess.Popen(
+                argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                pass_fds=pass_fds, close_fds=True, start_new_session=self.bwrap is None)
+        finally:
+            for fd in (code_fd, status_w):
+                if fd is not None:
+                    os.close(fd)
+        try:
+            return self._pump(status_r)
+        finally:
+            if status_r is not None:
+                os.close(status_r)
+
+    # -- the event loop ---------------------------------------------------------------------
+
+    def _pump(self, status_r: int | None) -> tuple[int | None, Any]:
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None and proc.stderr is not None
+        deadline = time.monotonic() + self.timeout_s
+        selector = selectors.DefaultSelector()
+        captures = {proc.stdout.fileno(): self.stdout, proc.stderr.fileno(): self.stderr}
+        for fd in captures:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ, "out")
+        if status_r is not None:
+            selector.register(status_r, selectors.EVENT_READ, "status")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        pidfd = _pidfd(proc.pid)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        stdin_data = memoryview(self.request.stdin.encode()) if proc.stdin is not None else None
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+        status = rusage = None
+        term_sent_at = kill_sent_at = exited_at = None
+        # Without a pids cgroup, RLIMIT_NPROC bounds the run, except for uid 0 (the kernel
+        # exempts root, and the sandbox's uid maps to the service's): then count and kill.
+        watch_processes = self.cgroup is None and os.geteuid() == 0
+        host_tasks_at_start = _host_tasks() if watch_processes else 0
+        next_watch = time.monotonic() + PROCESS_WATCH_S
+        try:
+            while True:
+                now = time.monotonic()
+                if status is None:
+                    if now >= deadline and self._stop.reason is None:
+                        self.stop("timeout")
+                    if watch_processes and now >= next_watch and self._stop.reason is None:
+                        next_watch = now + PROCESS_WATCH_S
+                        if self._too_many_processes(now, host_tasks_at_start):
+                            self.processes_exceeded = True
+                            self.stop("timeout")
+                            term_sent_at = now - self.policy.kill_grace_s  # no grace: SIGKILL at once
+                    if self._stop.reason is not None:
+                        if term_sent_at is None:
+                            term_sent_at = now
+                            self._terminate()
+                        elif kill_sent_at is None and now >= term_sent_at + self.policy.kill_grace_s:
+                            kill_sent_at = now
+                            self._kill()
+                        elif kill_sent_at is not None and now >= kill_sent_at + 2.0:
+                            _signal(proc.pid, signal.SIGKILL)  # last resort: bwrap itself
+                    status, rusage = _reap(proc.pid)
+                    if status is not None:
+                        exited_at = now
+                        proc.returncode = _exit_code(status)
+                        self._after_exit()
+                if status is not None and (not captures or now >= exited_at + DRAIN_AFTER_EXIT_S):
+                    break
+                timeouts = [0.05 if pidfd is None else 1.0]
+                if status is None:
+                    if self._stop.reason is None:
+                        timeouts.append(deadline - now)
+                        if watch_processes:
+                            timeouts.append(next_watch - now)
+                    elif kill_sent_at is None:
+                        timeouts.append(term_sent_at + self.policy.kill_grace_s - now)
+                    else:
+                        timeouts.append(0.05)
+                else:
+                    timeouts.append(exited_at + DRAIN_AFTER_EXIT_S - now)
+                for key, _ in selector.select(max(min(timeouts), 0)):
+                    kind = key.data
+                    if kind == "out":
+                        data = _read(key.fd)
+                        if data:
+                            captures[key.fd].write(data)
+                        elif data is not None:  # end of file
+                            selector.unregister(key.fd)
+                            del captures[key.fd]
+                    elif kind == "status":
+                        if not self._read_status(key.fd):
+                            selector.unregister(key.fd)
+                    elif kind == "wake":
+                        _read(self._wake_r)
+                    elif kind == "exit":
+                        selector.unregister(key.fd)
+                    elif kind == "stdin":
+                        stdin_data = self._feed(proc, stdin_data, selector)
+        finally:
+            selector.close()
+            if pidfd is not None:
+                os.close(pidfd)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+            if status is None:  # an unexpected error: never leave the sandbox behind
+                self._kill()
+                _signal(proc.pid, signal.SIGKILL)
+                status, rusage = _reap(proc.pid, block=True)
+                proc.returncode = _exit_code(status) if status is not None else -9
+        return status, rusage
+
+    def _too_many_processes(self, now: float, host_tasks_at_start: int) -> bool:
+        """Has the run more processes than policy.max_processes? Cheap signs every tick (the
+        host's task count grew, or the sandbox's init has adopted many orphans, as a fork bomb's
+        processes are), the run's whole tree counted when one shows or every FULL_COUNT_S."""
+        assert self.proc is not None
+        limit = self.policy.max_processes
+        reaper = self.init_pid or self.proc.pid
+        due = now >= self._next_full_count
+        if not due and _host_tasks() - host_tasks_at_start <= limit and len(_children(reaper)) <= limit:
+            return False
+        self._next_full_count = now + FULL_COUNT_S
+        return len(_descendants(self.proc.pid)) > limit + 1  # + bwrap's init
+
+    def _feed(self, proc: subprocess.Popen, data: memoryview | None, selector: selectors.BaseSelector):
+        fd = proc.stdin.fileno()
+        try:
+            written = os.write(fd, data[:READ_CHUNK]) if data else 0
+            data = data[written:] if data else data
+        except (BrokenPipeError, OSError):
+            data = None
+        if not data:
+            selector.unregister(fd)
+            proc.stdin.close()
+        return data
+
+    def _read_status(self, fd: int) -> bool:
+        chunk = _read(fd)
+        if chunk is None:
+            return True
+        if not chunk:
+            return False
+        self._status_buffer += chunk
+        while b"\n" in self._status_buffer:
+            line, self._status_buffer = self._status_buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if "child-pid" in message:
+                self.init_pid = int(message["child-pid"])
+                self.started_in_sandbox = True
+        return True
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def _sandbox_pids(self) -> set[int]:
+        """Every process of the run except bwrap itself and the sandbox's init."""
+        assert self.proc is not None
+        spare = {self.proc.pid}
+        if self.init_pid is not None:
+            spare.add(self.init_pid)
+        if self.cgroup is not None:
+            return self.cgroup.pids() - spare
+        return _descendants(self.proc.pid) - spare
+
+    def _terminate(self) -> None:
+        """SIGTERM to every process of the run, so programs can clean up within the grace period."""
+        assert self.proc is not None
+        if self.bwrap is None:
+            _killpg(self.proc.pid, signal.SIGTERM)
+        for pid in self._sandbox_pids():
+            _signal(pid, signal.SIGTERM)
+
+    def _kill(self) -> None:
+        """SIGKILL the whole tree: the sandbox's init (the kernel then kills its PID namespace), then the rest."""
+        assert self.proc is not None
+        if self.bwrap is None:
+            _killpg(self.proc.pid, signal.SIGKILL)
+        if self.init_pid is not None:
+            _signal(self.init_pid, signal.SIGKILL)  # the kernel kills every process in its namespace
+        elif self.bwrap is not None:
+            _signal(self.proc.pid, signal.SIGKILL)  # still setting up: its children die with it
+        if self.cgroup is not None:
+            self.cgroup.signal_all(signal.SIGKILL, spare={self.proc.pid})
+        elif self.bwrap is None:
+            for pid in _descendants(self.proc.pid):
+                _signal(pid, signal.SIGKILL)
+
+    def _after_exit(self) -> None:
+        """The run's main process ended: nothing of it may outlive it."""
+        assert self.proc is not None
+        if self.bwrap is None:
+            _killpg(self.proc.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.signal_all(signal.SIGKILL)
+
+    # -- reading the outcome -------------------------------------------------------------------
+
+    def _memory_peak(self, rusage: Any) -> int | None:
+        if self.cgroup is not None:
+            peak = self.cgroup.memory_peak()
+            if peak is not None:
+                return peak
+        if rusage is not None and rusage.ru_maxrss:
+            return int(rusage.ru_maxrss) * 1024
+        return None
+
+    def _limit(self, exit_code: int, oom: bool, stderr: str) -> LimitName | None:
+        if self._stop.reason is not None:
+            return self._stop.reason
+        if oom:
+            return "memory"
+        if over_quota(self.workspace, self.limits) or exit_code == 128 + signal.SIGXFSZ:
+            return "disk"
+        if self.cgroup is None and exit_code != 0 and any(h in stderr[-4000:] for h in MEMORY_HINTS):
+            return "memory"  # rlimit mode: the allocation failed inside the program
+        return None
+
+    def _error(self, limit: LimitName | None, exit_code: int, stderr: str, pids_hit: bool) -> GuestError | None:
+        if limit is not None:
+            message = LIMIT_MESSAGES[limit].format(cap=self.policy.max_timeout_s)
+            if self.processes_exceeded:
+                message = (f"stopped: the run started more than {self.policy.max_processes} processes "
+                           "(policy.max_processes; without cgroups this is enforced by counting)")
+            elif pids_hit:
+                message += f"; the run also hit its process limit ({self.policy.max_processes})"
+            return GuestError(type="LimitExceeded", message=message)
+        if self.bwrap is not None and not self.started_in_sandbox and exit_code != 0:
+            detail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {exit_code}"
+            return GuestError(type="SandboxError", message=f"the sandbox could not start: {detail}")
+        match = re.match(r"bwrap: execvp (.+?): (.*)", stderr.strip().splitlines()[-1] if stderr.strip() else "")
+        if match and exit_code == 1:
+            return GuestError(type="CommandNotFound", message=f"{match.group(1)}: {match.group(2)}")
+        if exit_code != 0 and self.request.command is None and self.request.language == "python":
+            return _python_traceback(stderr)
+        return None
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _visible(prefix: str, policy: sandbox.SandboxPolicy) -> bool:
+    if not prefix:
+        return True
+    if prefix == "/usr/local" or prefix.startswith("/usr/local/"):
+        return policy.show_usr_local
+    return prefix == "/usr" or prefix.startswith("/usr/")
+
+
+def _with_binds(policy: sandbox.SandboxPolicy, binds: list[sandbox.Bind]) -> sandbox.SandboxPolicy:
+    return replace(policy, binds=tuple(binds))
+
+
+def _python_traceback(stderr: str) -> GuestError | None:
+    marker = stderr.rfind("Traceback (most recent call last):")
+    if marker < 0:
+        return None
+    tb = stderr[marker:].rstrip()
+    last = tb.splitlines()[-1]
+    type_, sep, message = last.partition(": ")
+    if not sep and not re.fullmatch(r"[\w.]+", last):
+        return None
+    return GuestError(type=type_.split(".")[-1], message=message, traceback=tb[-8000:])
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1
+
+
+def _reap(pid: int, block: bool = False) -> tuple[int | None, Any]:
+    try:
+        got, status, rusage = os.wait4(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return 0, None
+    if got == 0:
+        return None, None
+    return status, rusage
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read(fd: int) -> bytes | None:
+    """Up to READ_CHUNK bytes; b"" at end of file; None when nothing is ready yet."""
+    try:
+        return os.read(fd, READ_CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _host_tasks() -> int:
+    """Threads on the host (the 4th field of /proc/loadavg): a cheap upper bound on the run's growth."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[1])
+    except (OSError, ValueError, IndexError):
+        return 1 << 30  # unknown: always count the tree
+
+
+def _children(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live descendant of `root`, from /proc (the fallback when no cgroup lists them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
