@@ -111,10 +111,17 @@ class Runner:
 
     # -- sessions ------------------------------------------------------------------
 
-    def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None) -> "Session":
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        workspace_dir: str | os.PathLike | None = None,
+        mounts: tuple[Mount, ...] = (),
+    ) -> "Session":
         """The session with this id (its files persist on disk), or a new one.
 
-        `workspace_dir` makes an existing host directory the session's /workspace.
+        `workspace_dir` makes an existing host directory the session's /workspace;
+        `mounts` adds directories for this session only (e.g. a writable /workspace/shared).
         """
         session_id = session_id or uuid.uuid4().hex
         if not session_id.replace("-", "").replace("_", "").isalnum() or len(session_id) > 64:
@@ -123,7 +130,7 @@ class Runner:
             session = self._sessions.get(session_id)
             if session is None:
                 files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
-                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir))
+                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir), mounts)
                 self._sessions[session_id] = session
             return session
 
@@ -314,10 +321,11 @@ class _State:
 class Session:
     """A directory that persists across calls, plus live kernels (one per language) when used."""
 
-    def __init__(self, runner: Runner, session_id: str, workspace: Workspace) -> None:
+    def __init__(self, runner: Runner, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
         self.runner = runner
         self.id = session_id
         self.workspace = workspace
+        self.mounts = mounts
         self.last_used = time.monotonic()
         self._state = _State()
         self._queue: asyncio.Lock | None = None
@@ -339,7 +347,7 @@ class Session:
             self._queue = asyncio.Lock()
         async with self._queue:
             self.last_used = time.monotonic()
-            job = Job(request, self.workspace, self._state.kernels, listener)
+            job = Job(request, self.workspace, self._state.kernels, listener, self.mounts)
             try:
                 return await self.runner._run_async(job, self._state, self)
             finally:
@@ -348,7 +356,7 @@ class Session:
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.runner.request(code, **fields)
         self.last_used = time.monotonic()
-        job = Job(request, self.workspace, self._state.kernels, listener)
+        job = Job(request, self.workspace, self._state.kernels, listener, self.mounts)
         try:
             return self.runner._run_blocking(job, self._state, self)
         finally:

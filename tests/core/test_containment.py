@@ -114,3 +114,18 @@ def test_tmp_is_private_to_the_session(runner):
     assert a.run_sync("import os\nos.listdir('/tmp')", fresh=True).value == "['mine']"
     a.destroy()
     b.destroy()
+
+
+def test_a_writable_session_mount_inside_the_workspace(runner, tmp_path):
+    from wasm_runner import Mount
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    session = runner.session(mounts=(Mount(shared, "/workspace/shared", writable=True),))
+    result = session.run_sync("open('shared/note.txt', 'w').write('from guest')\nopen('/workspace/shared/note.txt').read()")
+    assert result.value == "'from guest'"
+    assert (shared / "note.txt").read_text() == "from guest"
+    other = runner.session()
+    assert other.run_sync("import os\nos.path.exists('/workspace/shared/note.txt')").value == "False"
+    session.destroy()
+    other.destroy()

@@ -19,6 +19,8 @@ class Job:
     kernels: dict[str, Any] | None = None
     """The session's live kernels by language (the provider owns their contents); None for one-shot runs."""
     listener: OutputListener | None = None
+    mounts: tuple = ()
+    """Extra directories for this session only (wasm: `Mount`s), besides the provider's own."""
     cancelled: bool = False
     started_at: float | None = None
     """time.monotonic() when the guest began (after queueing and runtime preparation):

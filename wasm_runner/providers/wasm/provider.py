@@ -43,8 +43,8 @@ class WasmProvider:
             kernel.warm()
         return kernel
 
-    def _view(self, workspace: Workspace) -> View:
-        return View(workspace.files, workspace.tmp, self.mounts)
+    def _view(self, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> View:
+        return View(workspace.files, workspace.tmp, self.mounts + mounts)
 
     def prewarm(self, workspace: Workspace) -> None:
         """Instantiate sandboxes for a scratch workspace ahead of its next one-shot run."""
@@ -106,7 +106,7 @@ class WasmProvider:
     def execute(self, job: Job) -> ExecResult:
         request = job.request
         workspace = job.workspace.ensure()
-        view = self._view(workspace)
+        view = self._view(workspace, job.mounts)
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))

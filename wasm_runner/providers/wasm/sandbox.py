@@ -41,8 +41,14 @@ BASE_ENV: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Mount:
+    """A host directory shown to the guest at `guest` (read-only unless `writable`).
+
+    A mount inside /workspace (e.g. /workspace/shared) takes precedence there; it is
+    not counted in the session's disk quota."""
+
     host: Path
     guest: str
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class View:
         wasi.preopen_dir(str(self.workspace), GUEST_WORKSPACE, True)
         wasi.preopen_dir(str(self.tmp), GUEST_TMP, True)
         for mount in self.mounts:
-            wasi.preopen_dir(str(mount.host), mount.guest, False)
+            wasi.preopen_dir(str(mount.host), mount.guest, mount.writable)
 
 
 def guest_env(extra: dict[str, str]) -> dict[str, str]:
