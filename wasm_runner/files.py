@@ -342,7 +342,7 @@ class WorkspaceFiles:
 
     # -- reading ----------------------------------------------------------------------
 
-    def open(self, path: str) -> "OpenFile":
+    def open(self, path: str) -> OpenFile:
         """Open a regular file for reading (the caller closes it, or uses `with`)."""
         parts = split_path(path)
         if not parts:
@@ -389,7 +389,7 @@ class WorkspaceFiles:
 
     # -- writing ----------------------------------------------------------------------
 
-    def writer(self, path: str, *, max_bytes: int | None = None, make_parents: bool = True) -> "AtomicWriter":
+    def writer(self, path: str, *, max_bytes: int | None = None, make_parents: bool = True) -> AtomicWriter:
         """An atomic writer: write chunks, then commit (rename into place) or abort."""
         parts = split_path(path)
         if not parts:
@@ -399,6 +399,9 @@ class WorkspaceFiles:
             existing = self._lstat_in(dfd, parts[-1])
             if existing is not None and stat.S_ISDIR(existing.st_mode):
                 raise IsDirectoryError(path, f"{join(parts)!r} is a directory")
+            if existing is not None and stat.S_ISLNK(existing.st_mode):
+                raise PathEscapeError(path, f"{join(parts)!r} is a symbolic link; links are never written through",
+                                      "delete the link first to put a file in its place")
             mode = stat.S_IMODE(existing.st_mode) if existing is not None and stat.S_ISREG(existing.st_mode) else 0o644
             return AtomicWriter(dfd, parts[-1], join(parts), mode, existing is None, max_bytes)
         except BaseException:
@@ -610,6 +613,8 @@ class WorkspaceFiles:
         deadline = time.monotonic() + time_budget_s
         parts = split_path(path)
         info = self.stat(path) if parts else None
+        if info is not None and info.type == "symlink":
+            raise PathEscapeError(path, f"{info.path!r} is a symbolic link; links are never followed")
         if info is not None and info.type == "file":
             candidates: Iterator[tuple[str, os.stat_result | None]] = iter([(info.path, None)])
         elif info is not None and info.type != "directory":
@@ -669,6 +674,8 @@ class WorkspaceFiles:
         parts = split_path(path)
         if parts:
             info = self.stat(path)
+            if info.type == "symlink":
+                raise PathEscapeError(path, f"{info.path!r} is a symbolic link; links are never followed")
             if info.type != "directory":
                 raise NotDirectoryError(path, f"{join(parts)!r} is not a directory", "download a file with a plain read")
         elif not self.exists():
@@ -811,7 +818,7 @@ class OpenFile:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "OpenFile":
+    def __enter__(self) -> OpenFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -886,7 +893,7 @@ class AtomicWriter:
             self._done = True
             os.close(self._dir_fd)
 
-    def __enter__(self) -> "AtomicWriter":
+    def __enter__(self) -> AtomicWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

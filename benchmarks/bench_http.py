@@ -1,0 +1,201 @@
+"""HTTP latency and throughput of the service over loopback; prints JSON.
+
+Starts `python -m server serve` in its own process (so the load generator does not
+share the server's interpreter), then measures, at concurrency 1 and 8:
+
+- one-shot: POST /v1/exec {"code": "print(1+1)"}
+- session turn: POST /v1/sessions/{id}/exec {"code": "print(1+1)"} (one session per client)
+
+and reports p50/p90/p99 latency (ms), requests/s and errors (any non-200, or a result
+other than stdout "2\\n" and exit code 0). Figures only, no assertions.
+
+    python benchmarks/bench_http.py [--requests 400] [--url http://127.0.0.1:8080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = {"code": "print(1+1)"}
+TARGETS = {"oneshot_p50_ms_c1": 5.0, "session_p50_ms_c1": 3.0, "p99_ms_c8": 25.0}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir,
+         "--log-level", "INFO", "--no-access-log"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    # the "listening" line carries the port; later lines are not needed
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = await loop.run_in_executor(None, process.stderr.readline)
+        if not line:
+            raise RuntimeError("the server exited before listening")
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("event") == "listening":
+            threading.Thread(target=_drain, args=(process.stderr,), daemon=True).start()
+            return process, entry["url"]
+    raise RuntimeError("the server did not start listening")
+
+
+def _drain(stream) -> None:
+    """Keep reading the server's log so it never blocks on a full pipe."""
+    for _ in stream:
+        pass
+
+
+async def wait_ready(http: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(3000):
+        async with http.get(url + "/readyz") as response:
+            if response.status == 200:
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the server never became ready")
+
+
+async def measure(http: aiohttp.ClientSession, paths: list[str], total: int) -> dict:
+    """`len(paths)` clients, each sending requests to its own path back to back."""
+    latencies: list[float] = []
+    errors = 0
+    remaining = total
+
+    async def client(path: str) -> None:
+        nonlocal remaining, errors
+        while remaining > 0:
+            remaining -= 1
+            started = time.perf_counter()
+            async with http.post(path, json=CODE) as response:
+                body = await response.read()
+            latencies.append((time.perf_counter() - started) * 1000)
+            if response.status != 200:
+                errors += 1
+                continue
+            result = json.loads(body)
+            if result.get("stdout") != "2\n" or result.get("exit_code") != 0:
+                errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(p) for p in paths))
+    elapsed = time.perf_counter() - started
+    return {
+        "requests": len(latencies),
+        "concurrency": len(paths),
+        "p50_ms": round(percentile(latencies, 50), 3),
+        "p90_ms": round(percentile(latencies, 90), 3),
+        "p99_ms": round(percentile(latencies, 99), 3),
+        "mean_ms": round(statistics.fmean(latencies), 3),
+        "max_ms": round(max(latencies), 3),
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        "errors": errors,
+    }
+
+
+async def core_baseline(requests: int) -> dict:
+    """The same runs through the library directly, in this process: what HTTP adds is the difference."""
+    from wasm_runner import ExecRequest, Runner
+
+    request = ExecRequest(code=CODE["code"])
+    figures = {}
+    with Runner(tempfile.mkdtemp(prefix="bench-core-")) as runner:
+        session = runner.session("bench")
+        for name, run in (("oneshot", lambda: runner.run(request)), ("session_turn", lambda: session.run(request))):
+            for _ in range(50):
+                await run()
+            latencies = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                await run()
+                latencies.append((time.perf_counter() - started) * 1000)
+            figures[f"{name}_p50_ms"] = round(percentile(latencies, 50), 3)
+            figures[f"{name}_p99_ms"] = round(percentile(latencies, 99), 3)
+    return figures
+
+
+async def bench(url: str | None, requests: int) -> dict:
+    load_before = os.getloadavg()
+    process = None
+    data_dir = tempfile.mkdtemp(prefix="bench-http-")
+    if url is None:
+        process, url = await start_server(data_dir)
+    try:
+        connector = aiohttp.TCPConnector(limit=64, force_close=False)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            await wait_ready(http, url)
+
+            async def new_session() -> str:
+                async with http.post(url + "/v1/sessions", json={}) as response:
+                    return url + f"/v1/sessions/{(await response.json())['id']}/exec"
+
+            sessions = [await new_session() for _ in range(8)]
+            oneshot = url + "/v1/exec"
+            await measure(http, [oneshot] * 2, 100)  # warm-up: runtimes, pools, connections
+            await measure(http, sessions, 100)
+            results = {
+                "oneshot_c1": await measure(http, [oneshot], requests),
+                "session_turn_c1": await measure(http, sessions[:1], requests),
+                "oneshot_c8": await measure(http, [oneshot] * 8, requests * 2),
+                "session_turn_c8": await measure(http, sessions, requests * 2),
+            }
+    finally:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    load_after = os.getloadavg()
+    baseline = await core_baseline(requests)
+    met = {
+        "oneshot_p50_ms_c1": results["oneshot_c1"]["p50_ms"] <= TARGETS["oneshot_p50_ms_c1"],
+        "session_p50_ms_c1": results["session_turn_c1"]["p50_ms"] <= TARGETS["session_p50_ms_c1"],
+        "p99_ms_c8": max(results["oneshot_c8"]["p99_ms"], results["session_turn_c8"]["p99_ms"]) <= TARGETS["p99_ms_c8"],
+        "zero_errors": all(r["errors"] == 0 for r in results.values()),
+    }
+    return {
+        "benchmark": "http",
+        "code": CODE["code"],
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)}},
+        "server": {"url": url, "spawned": process is not None},
+        "results": results,
+        "core_baseline_in_process": baseline,
+        "targets": TARGETS,
+        "targets_met": met,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="benchmark a running server instead of starting one")
+    parser.add_argument("--requests", type=int, default=400, help="requests per concurrency-1 scenario (x2 at 8)")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(bench(args.url, args.requests)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""`python -m server serve ...`: the service without the main CLI."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

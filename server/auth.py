@@ -1,0 +1,356 @@
+"""Who is calling, and what they may see: API keys, workspace isolation, quotas, rate limits.
+
+`install_security(app)` adds, to an application made by `create_app`:
+- a middleware (after the error middleware, so its errors have the service's error shape)
+  that resolves `Authorization: Bearer <key>` to a `Principal` (workspace, key id, kind),
+  answers 401 without one (except `auth.public_paths` and presigned links), applies the
+  per-key rate limit, and refuses any route naming a session `{id}` the caller's workspace
+  does not own with exactly the 404 of a session that does not exist;
+- per-workspace quotas (sessions, concurrent executions, disk) answering 429 + Retry-After;
+- the audit observer on every execution and a row for every file change;
+- the writable /workspace/shared mount for sessions opened with a member key;
+- the presign, link, audit, admin and shared-files routes.
+With `auth.enabled = false` every caller is the `local` workspace (a loud warning at start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from wasm_runner import Mount
+
+from .audit import AuditLog
+from .auth_settings import AuthSettings
+from .errors import ApiError, not_found, overloaded
+from .execution import outcome as outcome_of
+from .presign import LINK_PREFIX, Signer, load_secrets
+from .ratelimit import Counter, RateLimiter, retry_after
+from .service import CONFIG, SERVICE
+from .tenants import TenantStore
+
+log = logging.getLogger("wasm_runner.server.auth")
+
+LOCAL_WORKSPACE = "local"
+SHARED_GUEST = "/workspace/shared"
+SESSION_ROUTE_PREFIX = "/v1/sessions/{id}"
+EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", "/v1/batch"})
+_FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete"}
+
+NO_KEY_HINT = ("send Authorization: Bearer <key>; an administrator creates keys with "
+               "`wasm-runner keys create --workspace W --name N`")
+BAD_KEY_HINT = ("check the key; a lost key cannot be recovered (only its hash is stored): revoke it with "
+                "`wasm-runner keys revoke <prefix>` and create another")
+
+
+@dataclass(frozen=True)
+class Principal:
+    workspace: str
+    key_id: str
+    kind: str  # member | app | admin
+
+    @property
+    def shared(self) -> bool:
+        """Sessions opened with this key see the workspace's shared/ directory."""
+        return self.kind in ("member", "admin")
+
+
+LOCAL = Principal(LOCAL_WORKSPACE, "local", "admin")
+CURRENT: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("wasm_runner_principal", default=None)
+
+
+@dataclass(eq=False)
+class Security:
+    settings: AuthSettings
+    data_dir: Path
+    tenants: TenantStore
+    audit: AuditLog
+    signer: Signer
+    limiter: RateLimiter
+    running: Counter = field(default_factory=Counter)
+    _disk: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    def shared_dir(self, workspace: str) -> Path:
+        path = self.data_dir / "workspaces" / workspace / "shared"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def authenticate(self, request: web.Request) -> Principal:
+        if not self.enabled:
+            return LOCAL
+        header = request.headers.get("Authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "unauthorized", "this endpoint needs an API key", NO_KEY_HINT,
+                           {"WWW-Authenticate": 'Bearer realm="wasm-runner"'})
+        record = self.tenants.verify(key.strip())
+        if record is None:
+            raise ApiError(401, "invalid_key", "the API key is not valid or has been revoked", BAD_KEY_HINT,
+                           {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
+        return Principal(record.workspace, record.id, record.kind)
+
+    def owns(self, principal: Principal, session_id: str) -> bool:
+        if not self.enabled:
+            return True
+        owner = self.tenants.owner(session_id)
+        return owner is not None and owner.workspace == principal.workspace
+
+    def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
+        owner = self.tenants.owner(session_id)
+        if owner is None or owner.kind == "app":
+            return ()
+        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True),)
+
+    async def disk_usage(self, workspace: str, session_ids: list[str]) -> int:
+        cached = self._disk.get(workspace)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < 2.0:
+            return cached[1]
+        roots = [self.data_dir / "sessions" / s for s in session_ids] + [self.data_dir / "workspaces" / workspace]
+        used = await asyncio.to_thread(_tree_size, roots)
+        self._disk[workspace] = (now, used)
+        return used
+
+
+def _tree_size(roots: list[Path]) -> int:
+    total = 0
+    for root in roots:
+        for dirpath, _, filenames in os.walk(root):
+            for name in filenames:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+SECURITY = web.AppKey("security", Security)
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+
+def principal_of(request: web.Request) -> Principal:
+    principal = request.get(PRINCIPAL)
+    if principal is None:
+        raise ApiError(401, "unauthorized", "this endpoint needs an API key", NO_KEY_HINT)
+    return principal
+
+
+def session_not_found(session_id: str) -> ApiError:
+    """Exactly what a session that does not exist answers (see SessionManager.get)."""
+    return not_found("session", session_id, "create one with POST /v1/sessions")
+
+
+def _canonical(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else ""
+
+
+@web.middleware
+async def security_middleware(request: web.Request, handler) -> web.StreamResponse:
+    security = request.app.get(SECURITY)
+    path = request.path
+    if security is None or path.startswith(LINK_PREFIX) or path in security.settings.public_paths:
+        return await handler(request)
+    principal = security.authenticate(request)
+    if security.enabled:
+        wait = security.limiter.take(principal.key_id)
+        if wait > 0:
+            raise overloaded(retry_after(wait), f"this key is over its rate limit of {security.settings.rate_per_s:g} "
+                             "requests per second", "rate_limited")
+    request[PRINCIPAL] = principal
+    token = CURRENT.set(principal)
+    try:
+        route = _canonical(request)
+        session_id = request.match_info.get("id") if route.startswith(SESSION_ROUTE_PREFIX) else None
+        if session_id is not None and not security.owns(principal, session_id):
+            raise session_not_found(session_id)
+        is_exec = request.method == "POST" and route in EXEC_ROUTES
+        writes = is_exec or (request.method in _FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
+                                                                or route.startswith("/v1/shared/")))
+        if security.enabled and writes:
+            await _check_disk(request, security, principal)
+        if is_exec and security.enabled:
+            cap = security.settings.quotas.concurrent_executions
+            if not security.running.acquire(principal.workspace, cap):
+                raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
+                                 "workspace_busy")
+            try:
+                return await handler(request)
+            finally:
+                security.running.release(principal.workspace)
+        response = await handler(request)
+        if (request.method in _FILE_MODES and response.status < 400 and not route.endswith(":presign")
+                and (route.startswith(SESSION_ROUTE_PREFIX + "/files") or route.startswith("/v1/shared/files"))):
+            _audit_file_change(security, principal, session_id, request.method,
+                               request.match_info.get("path") or request.query.get("dir"), response.status)
+        return response
+    finally:
+        CURRENT.reset(token)
+
+
+async def _check_disk(request: web.Request, security: Security, principal: Principal) -> None:
+    service = request.app[SERVICE]
+    owned = [s for s in security.tenants.sessions_of(principal.workspace) if s in service.sessions.sessions]
+    used = await security.disk_usage(principal.workspace, owned)
+    quota = security.settings.quotas.disk_bytes
+    if used >= quota:
+        raise ApiError(429, "workspace_disk_quota", f"this workspace holds {used} bytes, its quota is {quota}",
+                       "delete files or sessions, then retry after the seconds in Retry-After",
+                       {"Retry-After": "30"})
+
+
+def _audit_file_change(security: Security, principal: Principal, session_id: str | None, method: str,
+                       path: str | None, status: int) -> None:
+    owner = security.tenants.owner(session_id) if session_id else None
+    security.audit.record_file_change(workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+                                      ephemeral=bool(owner and owner.ephemeral), mode=_FILE_MODES[method],
+                                      path=path, status=status)
+
+
+# -- sessions: quota on create, ownership, listing -------------------------------------------
+
+
+def check_session_quota(request: web.Request) -> None:
+    security = request.app.get(SECURITY)
+    if security is None or not security.enabled:
+        return
+    principal = principal_of(request)
+    service = request.app[SERVICE]
+    held = sum(1 for s in security.tenants.sessions_of(principal.workspace) if s in service.sessions.sessions)
+    cap = security.settings.quotas.sessions
+    if held >= cap:
+        raise ApiError(429, "workspace_session_quota", f"this workspace holds its maximum of {cap} sessions",
+                       "delete sessions you no longer need, then retry", {"Retry-After": "60"})
+
+
+def claim_session(request: web.Request, session_id: str, ephemeral: bool) -> None:
+    security = request.app.get(SECURITY)
+    if security is None:
+        return
+    principal = request.get(PRINCIPAL) or LOCAL
+    security.tenants.claim(session_id, principal.workspace, principal.key_id, principal.kind, ephemeral)
+
+
+def visible_page(request: web.Request, cursor: str | None, limit: int):
+    """The caller's sessions, oldest first, with the same cursor format as SessionManager.page."""
+    from .sessions import _decode_cursor, _encode_cursor
+
+    service = request.app[SERVICE]
+    security = request.app.get(SECURITY)
+    if security is None or not security.enabled:
+        return service.sessions.page(cursor, limit)
+    principal = principal_of(request)
+    owned = set(security.tenants.sessions_of(principal.workspace))
+    lives = sorted((live for sid, live in service.sessions.sessions.items() if sid in owned and not live.deleted),
+                   key=lambda live: (live.row.created_at, live.row.id))
+    if cursor:
+        after = _decode_cursor(cursor)
+        lives = [live for live in lives if (live.row.created_at, live.row.id) > after]
+    page = lives[:limit]
+    next_cursor = _encode_cursor(page[-1].row.created_at, page[-1].row.id) if len(lives) > limit else None
+    return page, next_cursor
+
+
+# -- the execution observer --------------------------------------------------------------------
+
+
+def audit_observer(app: web.Application):
+    def observe(target, request, result, mode: str) -> None:
+        security = app.get(SECURITY)
+        if security is None:
+            return
+        principal = CURRENT.get() or (LOCAL if not security.enabled else Principal("unknown", "unknown", "unknown"))
+        session_id = getattr(target, "id", None)
+        if session_id is not None and session_id.startswith("oneshot-"):
+            session_id = None
+        owner = security.tenants.owner(session_id) if session_id else None
+        service = app.get(SERVICE)
+        live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
+        outcome = outcome_of(result) if result is not None else "aborted"
+        try:
+            security.audit.record_execution(
+                workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+                ephemeral=bool(owner and owner.ephemeral), mode=mode,
+                profile=live.row.profile if live is not None else None,
+                provider=request.provider or ("native" if request.command is not None else "wasm"),
+                language=request.language, code=request.code, command=request.command, result=result,
+                outcome=outcome, finished_at=time.time())
+        except Exception:
+            log.exception("audit write failed", extra={"event": "audit_failed"})
+            raise
+
+    return observe
+
+
+# -- start and stop ------------------------------------------------------------------------------
+
+
+async def security_context(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    settings = config.auth
+    data_dir = config.server.data_dir
+    tenants = TenantStore.in_data_dir(data_dir)
+    audit = AuditLog.in_data_dir(data_dir, code_bytes=settings.audit_code_bytes,
+                                 output_bytes=settings.audit_output_bytes)
+    signer = Signer(load_secrets(settings.presign_secrets, data_dir))
+    security = Security(settings, data_dir, tenants, audit, signer, RateLimiter(settings.rate_per_s, settings.burst))
+    app[SECURITY] = security
+    service = app[SERVICE]
+    service.sessions.session_mounts = security.session_mounts
+    service.execution.observers.append(audit_observer(app))
+    if not settings.enabled:
+        log.warning("AUTHENTICATION IS DISABLED: every caller has full access to the 'local' workspace. "
+                    "Use this only on a trusted machine; never expose this server on a network.",
+                    extra={"event": "auth_disabled"})
+    elif not tenants.keys(include_revoked=False):
+        log.warning("no API keys yet: create the first admin key with "
+                    "`wasm-runner keys create --workspace admin --name root --kind admin "
+                    f"--data-dir {data_dir}` (it is shown once)", extra={"event": "no_keys"})
+    for session_id in tenants.ephemeral_sessions():  # ephemeral sessions never outlive the process
+        live = service.sessions.sessions.get(session_id)
+        if live is not None:
+            await service.sessions.delete(live)
+        tenants.release(session_id)
+    pruned = audit.prune(settings.audit_retention_days)
+    pruner = asyncio.create_task(_prune_daily(security), name="wasm-runner-audit-prune")
+    if pruned:
+        log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
+    yield
+    pruner.cancel()
+    for session_id in tenants.ephemeral_sessions():
+        live = service.sessions.sessions.get(session_id)
+        if live is not None:
+            await service.sessions.delete(live)
+        tenants.release(session_id)
+    tenants.close()
+    audit.close()
+
+
+async def _prune_daily(security: Security) -> None:
+    while True:
+        await asyncio.sleep(86400)
+        security.audit.prune(security.settings.audit_retention_days)
+
+
+def install_security(app: web.Application) -> None:
+    """Add the middleware, the routes and the start/stop of the stores to an app from create_app."""
+    from . import routes_admin, routes_audit, routes_presign, routes_shared
+
+    app.middlewares.append(security_middleware)
+    app.cleanup_ctx.append(security_context)
+    app.add_routes(routes_presign.routes)
+    app.add_routes(routes_audit.routes)
+    app.add_routes(routes_admin.routes)
+    app.add_routes(routes_shared.routes)

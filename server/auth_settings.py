@@ -1,0 +1,53 @@
+"""Configuration of authentication, tenancy, presigned links and the audit log (the `[auth]` section).
+
+    [auth]
+    enabled = true                     # false only for local use: every caller is the "local" workspace
+    public_paths = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
+    presign_secrets = ["new-secret", "old-secret"]   # the first signs; all verify (rotation overlap)
+    rate_per_s = 50                    # per key: sustained requests per second ...
+    burst = 100                        # ... and the burst above it
+    [auth.quotas]                      # per workspace
+    sessions = 100
+    concurrent_executions = 8
+    disk_bytes = 10737418240
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkspaceQuotas(_Model):
+    sessions: Annotated[int, Field(ge=1)] = 100
+    """Sessions a workspace may hold at once."""
+    concurrent_executions: Annotated[int, Field(ge=1)] = 8
+    """Executions (session, process, one-shot) a workspace may run at once."""
+    disk_bytes: Annotated[int, Field(ge=0)] = 10 * 1024**3
+    """Bytes of session files plus shared/ a workspace may hold; writes and runs past it get 429."""
+
+
+class AuthSettings(_Model):
+    enabled: bool = True
+    """Require `Authorization: Bearer <key>`. Off only for local use (logged loudly at start)."""
+    public_paths: list[str] = ["/healthz", "/readyz", "/metrics", "/openapi.json"]
+    """Paths served without a key (presigned links are always served without one)."""
+    presign_secrets: list[Annotated[str, Field(min_length=16)]] = []
+    """HMAC secrets for presigned links: the first signs, every one verifies. Empty: one is
+    generated and kept in <data_dir>/presign.secret."""
+    presign_get_default_s: Annotated[float, Field(gt=0)] = 3600
+    presign_get_max_s: Annotated[float, Field(gt=0)] = 7 * 86400
+    presign_put_default_s: Annotated[float, Field(gt=0)] = 600
+    presign_put_max_s: Annotated[float, Field(gt=0)] = 3600
+    rate_per_s: Annotated[float, Field(gt=0)] = 50.0
+    burst: Annotated[float, Field(ge=1)] = 100.0
+    quotas: WorkspaceQuotas = WorkspaceQuotas()
+    audit_retention_days: Annotated[float, Field(gt=0)] | None = 90
+    """Audit rows older than this are pruned (at start and daily); null keeps them forever."""
+    audit_code_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
+    audit_output_bytes: Annotated[int, Field(ge=0)] = 16 * 1024

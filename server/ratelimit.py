@@ -1,0 +1,63 @@
+"""Per-key token buckets and per-workspace counters of running executions."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """`rate` requests per second sustained, `burst` at once, per key."""
+
+    def __init__(self, rate: float, burst: float, clock=time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+
+    def take(self, key: str) -> float:
+        """0 when allowed; otherwise the seconds until a request would be."""
+        now = self.clock()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(self.burst, now)
+        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.at) * self.rate)
+        bucket.at = now
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return 0.0
+        return (1 - bucket.tokens) / self.rate
+
+
+def retry_after(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+class Counter:
+    """How many of something each workspace has in flight."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def get(self, key: str) -> int:
+        return self._counts.get(key, 0)
+
+    def acquire(self, key: str, cap: int) -> bool:
+        if self._counts.get(key, 0) >= cap:
+            return False
+        self._counts[key] = self._counts.get(key, 0) + 1
+        return True
+
+    def release(self, key: str) -> None:
+        left = self._counts.get(key, 0) - 1
+        if left > 0:
+            self._counts[key] = left
+        else:
+            self._counts.pop(key, None)

@@ -1,0 +1,353 @@
+"""The file API of a session: raw bytes in and out (streamed, with Range), edits, listing, glob,
+grep, multipart upload and folder archives. Everything about files is wasm_runner.files;
+these handlers only translate HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import re
+from urllib.parse import unquote
+from datetime import datetime, UTC
+from email.utils import format_datetime
+
+from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from wasm_runner import files as wf
+
+from .bodies import json_response, read_json, read_query
+from .errors import ApiError
+from .openapi import operation
+from .service import SERVICE, Service
+from .sessions import LiveSession
+from .wire import (ArchiveQuery, DeleteQuery, DeleteResult, EditResult, FileEdit, FileEntry, FileListing, GlobQuery,
+                   GlobResult, GrepMatch, GrepQuery, GrepResult, ListQuery, PutQuery, UploadQuery, UploadResult,
+                   WriteResult)
+
+routes = web.RouteTableDef()
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_FILE_ERRORS = (400, 403, 404, 409)
+
+
+def _entry(info: wf.FileInfo) -> FileEntry:
+    return FileEntry(path=info.path, type=info.type, size=info.size,
+                     mtime=datetime.fromtimestamp(info.mtime, tz=UTC))
+
+
+def _context(request: web.Request) -> tuple[Service, LiveSession]:
+    service = request.app[SERVICE]
+    return service, service.sessions.get(request.match_info["id"])
+
+
+def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """[start, end) for a single `bytes=` range; None to send everything (absent, multiple or malformed)."""
+    if not header:
+        return None
+    match = _RANGE.match(header.strip())
+    if match is None or (not match[1] and not match[2]):
+        return None
+    if not match[1]:  # suffix: the last N bytes
+        length = int(match[2])
+        if length == 0:
+            raise _unsatisfiable(size)
+        return max(size - length, 0), size
+    start = int(match[1])
+    end = int(match[2]) + 1 if match[2] else size
+    if start >= size or end <= start:
+        raise _unsatisfiable(size)
+    return start, min(end, size)
+
+
+def _unsatisfiable(size: int) -> ApiError:
+    return ApiError(416, "range_not_satisfiable", f"the range is outside the file (size {size})",
+                    "ask for bytes between 0 and size-1", {"Content-Range": f"bytes */{size}"})
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+async def _listing(files: wf.WorkspaceFiles, path: str, recursive: bool, limit: int) -> FileListing:
+    try:
+        listing = await asyncio.to_thread(files.list, path, recursive=recursive, limit=limit)
+    except wf.NoSuchFileError:
+        if wf.split_path(path):
+            raise
+        listing = wf.Listing([], False)  # a session not used yet has an empty workspace
+    return FileListing(path="/".join(wf.split_path(path)), entries=[_entry(i) for i in listing.entries],
+                       truncated=listing.truncated)
+
+
+@routes.get("/v1/sessions/{id}/files")
+@operation(summary="List files with sizes and modification times", tag="files", query=ListQuery,
+           response=FileListing, errors=_FILE_ERRORS)
+async def list_files(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    query = read_query(request, ListQuery)
+    files = service.sessions.files(live)
+    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+
+
+# -- read ---------------------------------------------------------------------------------------
+
+
+@routes.get("/v1/sessions/{id}/files/{path:.*}")
+@operation(summary="Read a file as raw bytes (Range supported); a directory answers its listing",
+           tag="files", response="application/octet-stream", errors=(*_FILE_ERRORS, 416))
+async def read_file(request: web.Request) -> web.StreamResponse:
+    service, live = _context(request)
+    path = request.match_info["path"]
+    files = service.sessions.files(live)
+    wf.split_path(path)
+    if request.query:
+        raise ApiError(422, "invalid_query", "reading a file takes no query parameters",
+                       "use Range for part of a file, /files?path=...&recursive=true for listings")
+    try:
+        handle = files.open(path)
+    except wf.IsDirectoryError:
+        return json_response(await _listing(files, path, False, 1000))
+    except wf.NoSuchFileError:
+        if not wf.split_path(path):
+            return json_response(await _listing(files, path, False, 1000))
+        raise
+    with handle:
+        info = handle.info
+        span = _parse_range(request.headers.get("Range"), info.size)
+        start, end = span if span is not None else (0, info.size)
+        content_type = mimetypes.guess_type(info.path)[0] or "application/octet-stream"
+        headers = {
+            "Accept-Ranges": "bytes",
+            "Last-Modified": format_datetime(datetime.fromtimestamp(info.mtime, tz=UTC), usegmt=True),
+            "ETag": f'"{info.size:x}-{int(info.mtime * 1e6):x}"',
+            "Content-Type": content_type,
+        }
+        if span is not None:
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{info.size}"
+        response = web.StreamResponse(status=206 if span is not None else 200, headers=headers)
+        response.content_length = end - start
+        await response.prepare(request)
+        try:
+            if request.method != "HEAD":
+                for chunk in handle.chunks(start, end):
+                    await response.write(chunk)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client went away mid-download
+        return response
+
+
+# -- write --------------------------------------------------------------------------------------
+
+
+def _room(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str) -> tuple[int, str]:
+    """How many bytes a write of `path` may take, and the error code when it takes more."""
+    limits = service.sessions.session_limits(live)
+    _, session = service.sessions.core(live)
+    used_bytes, entries = session.workspace.usage()
+    try:
+        existing = files.stat(path)
+    except (wf.NoSuchFileError, wf.NotDirectoryError):
+        existing = None
+    if existing is None and entries + 1 > limits.disk_files:
+        raise ApiError(413, "quota_exceeded", f"the workspace holds its maximum of {limits.disk_files} files",
+                       "delete files first")
+    room = limits.disk_bytes - used_bytes + (existing.size if existing is not None else 0)
+    cap = service.config.server.max_file_bytes
+    if room < cap:
+        return max(room, 0), "quota_exceeded"
+    return cap, "file_too_large"
+
+
+def _too_large(code: str, limit: int, path: str) -> ApiError:
+    if code == "quota_exceeded":
+        return ApiError(413, code, f"writing {path!r} would pass the workspace quota ({limit} bytes left)",
+                        "delete files first, or use a profile with a larger limits.disk_bytes")
+    return ApiError(413, code, f"{path!r} is larger than the {limit}-byte limit for one file")
+
+
+@routes.put("/v1/sessions/{id}/files/{path:.*}")
+@operation(summary="Write a file from the raw request body (streamed; atomic replace)", tag="files",
+           body="application/octet-stream", body_required=False, query=PutQuery, response=WriteResult,
+           status=201, also=(200,), errors=(*_FILE_ERRORS, 413),
+           description="201 when the file was created, 200 when it replaced one.")
+async def write_file(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    path = request.match_info["path"]
+    query = read_query(request, PutQuery)
+    wf.split_path(path)
+    files = service.sessions.files(live, create=True)
+    limit, code = await asyncio.to_thread(_room, service, live, files, path)
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(code, limit, path)
+    writer = files.writer(path, max_bytes=limit, make_parents=query.mkdirs)
+    with writer:
+        try:
+            async for chunk in request.content.iter_chunked(wf.CHUNK):
+                writer.write(chunk)
+        except wf.FileTooLargeError:
+            raise _too_large(code, limit, path) from None
+        result = writer.commit()
+    service.sessions.touch(live)
+    return json_response(WriteResult(path=result.info.path, size=result.info.size, created=result.created),
+                         status=201 if result.created else 200)
+
+
+@routes.post("/v1/sessions/{id}/files")
+@operation(summary="Upload several files (multipart/form-data; each part's filename is its path, "
+                   "percent-decoded)",
+           tag="files", body="multipart/form-data", query=UploadQuery, response=UploadResult, status=201,
+           errors=(*_FILE_ERRORS, 413, 415))
+async def upload_files(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    query = read_query(request, UploadQuery)
+    base = wf.split_path(query.dir)
+    if not request.content_type.startswith("multipart/"):
+        raise ApiError(415, "unsupported_media_type", "expected a multipart/form-data body",
+                       "send one part per file, with the file's path as its filename")
+    files = service.sessions.files(live, create=True)
+    written: list[WriteResult] = []
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                raise ApiError(400, "invalid_multipart", "nested multipart bodies are not supported")
+            name = unquote(part.filename or part.name or "")  # some clients percent-encode filenames
+            if not name:
+                raise ApiError(400, "invalid_multipart", "a part has neither a filename nor a name",
+                               "give each part the file's path as its filename")
+            path = "/".join((*base, *wf.split_path(name)))
+            limit, code = await asyncio.to_thread(_room, service, live, files, path)
+            with files.writer(path, max_bytes=limit) as writer:
+                try:
+                    while chunk := await part.read_chunk(wf.CHUNK):
+                        writer.write(chunk)
+                except wf.FileTooLargeError:
+                    raise _too_large(code, limit, path) from None
+                result = writer.commit()
+            written.append(WriteResult(path=result.info.path, size=result.info.size, created=result.created))
+    except (HttpProcessingError, ValueError, AssertionError) as exc:
+        raise ApiError(400, "invalid_multipart", f"the multipart body is malformed: {exc}".strip(),
+                       "send one part per file, with the file's path as its filename") from None
+    service.sessions.touch(live)
+    return json_response(UploadResult(files=written), status=201)
+
+
+# -- delete and edit ------------------------------------------------------------------------------
+
+
+@routes.delete("/v1/sessions/{id}/files/{path:.*}")
+@operation(summary="Delete a file, a symbolic link (not its target) or a directory", tag="files",
+           query=DeleteQuery, response=DeleteResult, errors=_FILE_ERRORS)
+async def delete_file(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    query = read_query(request, DeleteQuery)
+    files = service.sessions.files(live)
+    info = await asyncio.to_thread(files.delete, request.match_info["path"], recursive=query.recursive)
+    service.sessions.touch(live)
+    return json_response(DeleteResult(path=info.path, type=info.type))
+
+
+@routes.patch("/v1/sessions/{id}/files/{path:.*}")
+@operation(summary="Edit a text file: exact search-and-replace, or a unified diff", tag="files",
+           body=FileEdit, response=EditResult, errors=(*_FILE_ERRORS, 413, 415),
+           description="Missing old text: 422 edit_not_found. Old text occurring more than once (without "
+                       "replace_all): 409 edit_not_unique. A diff that does not apply: 409 patch_failed.")
+async def edit_file(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    path = request.match_info["path"]
+    body = await read_json(request, FileEdit)
+    single = body.old_text is not None or body.new_text is not None
+    if sum((single, body.edits is not None, body.patch is not None)) != 1:
+        raise ApiError(422, "validation_error", "give exactly one of: old_text and new_text, edits, patch")
+    files = service.sessions.files(live)
+    max_bytes = service.config.server.max_read_bytes
+    if body.patch is not None:
+        result = await asyncio.to_thread(files.apply_patch, path, body.patch, max_bytes=max_bytes)
+    else:
+        if single:
+            if body.old_text is None or body.new_text is None:
+                raise ApiError(422, "validation_error", "old_text and new_text go together")
+            edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
+        else:
+            edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]
+        result = await asyncio.to_thread(files.edit, path, edits, max_bytes=max_bytes)
+    service.sessions.touch(live)
+    return json_response(EditResult(path=result.info.path, size=result.info.size,
+                                    replacements=result.replacements, hunks=result.hunks))
+
+
+# -- search ---------------------------------------------------------------------------------------
+
+
+@routes.get("/v1/sessions/{id}/glob")
+@operation(summary="Find paths by glob (* stays in one directory, ** spans any depth)", tag="files",
+           query=GlobQuery, response=GlobResult, errors=_FILE_ERRORS)
+async def glob_files(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    query = read_query(request, GlobQuery)
+    files = service.sessions.files(live)
+    wf.split_path(query.pattern, what="pattern")
+    listing = await asyncio.to_thread(files.glob, query.pattern, limit=query.limit)
+    return json_response(GlobResult(pattern=query.pattern, matches=[_entry(i) for i in listing.entries],
+                                    truncated=listing.truncated))
+
+
+@routes.get("/v1/sessions/{id}/grep")
+@operation(summary="Search file contents by regular expression, with line numbers", tag="files",
+           query=GrepQuery, response=GrepResult, errors=_FILE_ERRORS)
+async def grep_files(request: web.Request) -> web.Response:
+    service, live = _context(request)
+    query = read_query(request, GrepQuery)
+    files = service.sessions.files(live)
+    try:
+        found = await asyncio.to_thread(files.grep, query.pattern, query.path, glob=query.glob,
+                                        ignore_case=query.ignore_case, fixed_string=query.fixed_string,
+                                        max_matches=query.max_matches)
+    except wf.NoSuchFileError:
+        if wf.split_path(query.path):
+            raise
+        found = wf.GrepResult()
+    return json_response(GrepResult(pattern=query.pattern, matches=[GrepMatch(path=m.path, line=m.line, text=m.text)
+                                                                   for m in found.matches],
+                                    files_searched=found.files_searched, truncated=found.truncated,
+                                    timed_out=found.timed_out))
+
+
+# -- archive ---------------------------------------------------------------------------------------
+
+
+@routes.get("/v1/sessions/{id}/archive")
+@operation(summary="Download a folder as a zip or tar.gz archive (streamed; links left out)", tag="files",
+           query=ArchiveQuery, response="application/octet-stream", errors=_FILE_ERRORS)
+async def download_archive(request: web.Request) -> web.StreamResponse:
+    service, live = _context(request)
+    query = read_query(request, ArchiveQuery)
+    files = service.sessions.files(live)
+    if not files.exists() and not wf.split_path(query.path):
+        service.sessions.files(live, create=True)  # an unused session archives as empty
+    chunks = files.archive(query.path, query.format)
+    parts = wf.split_path(query.path)
+    stem = parts[-1] if parts else live.row.id
+    suffix = ".zip" if query.format == "zip" else ".tar.gz"
+    response = web.StreamResponse(headers={
+        "Content-Type": "application/zip" if query.format == "zip" else "application/gzip",
+        "Content-Disposition": f'attachment; filename="{_safe_filename(stem)}{suffix}"',
+    })
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    done = object()
+    try:
+        while (chunk := await loop.run_in_executor(None, next, chunks, done)) is not done:
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client went away mid-download
+    finally:
+        await loop.run_in_executor(None, chunks.close)
+    return response
+
+
+def _safe_filename(name: str) -> str:
+    return re.sub(r'[^A-Za-z0-9._-]', "_", name)[:100] or "workspace"

@@ -1,0 +1,93 @@
+"""The workspace's shared/ directory over HTTP (member and admin keys; app keys have none).
+
+Sessions opened with a member key see the same directory read-write at /workspace/shared.
+Every write here goes to a temporary file renamed into place, so concurrent writers of
+one file end with the later write whole, and no reader ever sees a torn file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+
+from aiohttp import web
+
+from wasm_runner import files as wf
+
+from .auth import SECURITY, principal_of
+from .bodies import json_response, read_query
+from .errors import ApiError
+from .openapi import operation
+from .routes_files import _entry, _listing
+from .wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
+
+routes = web.RouteTableDef()
+
+
+def _shared(request: web.Request) -> wf.WorkspaceFiles:
+    principal = principal_of(request)
+    if not principal.shared:
+        raise ApiError(404, "shared_not_found", "keys of kind 'app' have no shared directory",
+                       "use a member key, or the session's own files")
+    return wf.WorkspaceFiles(request.app[SECURITY].shared_dir(principal.workspace))
+
+
+@routes.get("/v1/shared/files")
+@operation(summary="List the workspace's shared/ directory", tag="shared", query=ListQuery,
+           response=FileListing, errors=(404,))
+async def list_shared(request: web.Request) -> web.Response:
+    files = _shared(request)
+    query = read_query(request, ListQuery)
+    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+
+
+@routes.get("/v1/shared/files/{path:.*}")
+@operation(summary="Read a file of shared/", tag="shared", response="application/octet-stream",
+           errors=(403, 404, 409))
+async def read_shared(request: web.Request) -> web.StreamResponse:
+    files = _shared(request)
+    path = request.match_info["path"]
+    handle = files.open(path)
+    with handle:
+        info = handle.info
+        response = web.StreamResponse(headers={
+            "Content-Type": mimetypes.guess_type(info.path)[0] or "application/octet-stream"})
+        response.content_length = info.size
+        await response.prepare(request)
+        for chunk in handle.chunks(0, info.size):
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+@routes.put("/v1/shared/files/{path:.*}")
+@operation(summary="Write a file of shared/ (atomic: temporary file, then rename; the later write wins)",
+           tag="shared", body="application/octet-stream", body_required=False, response=WriteResult,
+           status=201, errors=(403, 404, 409, 413))
+async def write_shared(request: web.Request) -> web.Response:
+    files = _shared(request)
+    path = request.match_info["path"]
+    wf.split_path(path)
+    limit = request.app[SECURITY].settings.quotas.disk_bytes
+    with files.writer(path, max_bytes=limit, make_parents=True) as writer:
+        try:
+            async for chunk in request.content.iter_chunked(wf.CHUNK):
+                writer.write(chunk)
+        except wf.FileTooLargeError:
+            raise ApiError(413, "quota_exceeded", f"{path!r} is larger than the workspace quota") from None
+        result = writer.commit()
+    return json_response(WriteResult(path=result.info.path, size=result.info.size, created=result.created),
+                         status=201 if result.created else 200)
+
+
+@routes.delete("/v1/shared/files/{path:.*}")
+@operation(summary="Delete a file or directory of shared/", tag="shared", query=DeleteQuery,
+           response=DeleteResult, errors=(403, 404, 409))
+async def delete_shared(request: web.Request) -> web.Response:
+    files = _shared(request)
+    query = read_query(request, DeleteQuery)
+    info = await asyncio.to_thread(files.delete, request.match_info["path"], recursive=query.recursive)
+    return json_response(DeleteResult(path=info.path, type=info.type))
+
+
+__all__ = ["routes", "_entry"]

@@ -1,0 +1,171 @@
+"""The audit log, ephemeral sessions, the shared/ directory, and secrets staying out of guests."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+
+import pytest
+
+from server.audit import AuditLog
+from server.keys_cli import add_audit_command
+
+
+async def _new(secure, key: str = "a_member", **fields) -> str:
+    status, data, _ = await secure.call("POST", "/v1/sessions", key, json=fields)
+    assert status == 201, data
+    return data["id"]
+
+
+async def test_every_execution_has_an_audit_row_with_the_right_outcome(secure):
+    sid = await _new(secure)
+    runs = [("print('ok')", "ok", None, 0), ("raise ValueError('boom')", "error", None, 1),
+            ("while True: pass", "limit", "timeout", None)]
+    for code, *_ in runs:
+        body = {"code": code, "limits": {"timeout_s": 1}}
+        assert (await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json=body))[0] == 200
+    assert (await secure.call("POST", "/v1/exec", "a_member", json={"code": "print(2)"}))[0] == 200
+    status, page, _ = await secure.call("GET", "/v1/audit?kind=exec", "a_member")
+    assert status == 200
+    rows = page["entries"]
+    assert len(rows) == 4
+    for row, (code, outcome, limit, exit_code) in zip(rows, runs):
+        assert row["session"] == sid and row["outcome"] == outcome and row["limit_hit"] == limit
+        assert row["code"] == code and row["code_sha256"] and row["workspace"] == "alpha"
+        assert row["key_id"] == secure.keys["a_member"][3:15] and row["language"] == "python"
+        assert row["duration_ms"] > 0 and row["provider"] == "wasm" and row["profile"] == "python"
+        if exit_code is not None:
+            assert row["exit_code"] == exit_code
+    assert rows[0]["stdout"] == "ok\n" and "ValueError" in rows[1]["stderr"]
+    assert rows[3]["mode"] == "oneshot" and rows[3]["session"] is None and rows[3]["outcome"] == "ok"
+    # filters and cursor pagination
+    _, first, _ = await secure.call("GET", "/v1/audit?kind=exec&limit=3", "a_member")
+    _, rest, _ = await secure.call("GET", f"/v1/audit?kind=exec&cursor={first['next_cursor']}", "a_member")
+    assert [r["id"] for r in first["entries"] + rest["entries"]] == [r["id"] for r in rows]
+    _, errors, _ = await secure.call("GET", "/v1/audit?outcome=error", "a_member")
+    assert [r["code"] for r in errors["entries"]] == ["raise ValueError('boom')"]
+
+
+async def test_file_changes_are_audited_and_the_log_has_no_edit_api(secure):
+    sid = await _new(secure)
+    await secure.call("PUT", f"/v1/sessions/{sid}/files/a.txt", "a_member", data=b"one")
+    await secure.call("PATCH", f"/v1/sessions/{sid}/files/a.txt", "a_member", json={"old_text": "one", "new_text": "two"})
+    await secure.call("DELETE", f"/v1/sessions/{sid}/files/a.txt", "a_member")
+    _, page, _ = await secure.call("GET", "/v1/audit?kind=file", "a_member")
+    assert [(r["mode"], r["path"]) for r in page["entries"]] == [("put", "a.txt"), ("edit", "a.txt"), ("delete", "a.txt")]
+    entry = page["entries"][0]["id"]
+    for method in ("PUT", "PATCH", "DELETE", "POST"):
+        assert (await secure.call(method, f"/v1/audit/{entry}", "admin", json={}))[0] in (404, 405)
+    db = sqlite3.connect(secure.data_dir / "audit.sqlite3")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("UPDATE audit SET code = 'x'")
+    db.close()
+
+
+def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
+    log = AuditLog.in_data_dir(tmp_path)
+    log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p", status=201)
+    log._db.execute("INSERT INTO audit (ts, kind, workspace, key_id) VALUES (1, 'exec', 'w', 'k')")
+    assert log.count() == 2 and log.prune(30) == 1 and log.count() == 1
+    log.close()
+    parser = argparse.ArgumentParser()
+    add_audit_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["audit", "export", "--jsonl", "--data-dir", str(tmp_path)])
+    assert args.handler(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["path"] == "p"
+
+
+async def test_ephemeral_session_leaves_no_files_and_no_code_in_the_audit_log(secure):
+    sid = await _new(secure, ephemeral=True)
+    secret_code = "open('kept.txt', 'w').write('zzz')\nprint('TOPSECRET')"
+    status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json={"code": secret_code})
+    assert status == 200 and result["stdout"] == "TOPSECRET\n"
+    await secure.call("PUT", f"/v1/sessions/{sid}/files/upload.txt", "a_member", data=b"data")
+    session_dir = secure.data_dir / "sessions" / sid
+    assert session_dir.is_dir()
+    assert (await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member"))[0] == 204
+    assert not session_dir.exists()
+    _, page, _ = await secure.call("GET", f"/v1/audit?session={sid}", "a_member")
+    execs = [r for r in page["entries"] if r["kind"] == "exec"]
+    assert len(execs) == 1 and execs[0]["ephemeral"] and execs[0]["outcome"] == "ok"
+    assert execs[0]["code_bytes"] == len(secret_code) and execs[0]["stdout_bytes"] == len("TOPSECRET\n")
+    for row in page["entries"]:
+        assert row["code"] is None and row["stdout"] is None and row["stderr"] is None
+        assert row["code_sha256"] is None and row["path"] is None
+    raw = b"".join(p.read_bytes() for p in secure.data_dir.glob("audit.sqlite3*"))
+    assert b"TOPSECRET" not in raw and b"kept.txt" not in raw and b"upload.txt" not in raw
+
+
+async def test_ephemeral_sessions_do_not_survive_a_restart(start_secure, tmp_path):
+    first = await start_secure(data_dir=tmp_path / "d")
+    sid = await _new(first, ephemeral=True)
+    kept = await _new(first)
+    for s in (sid, kept):
+        await first.call("PUT", f"/v1/sessions/{s}/files/x.txt", "a_member", data=b"x")
+    await first.client.close()
+    assert not (tmp_path / "d" / "sessions" / sid).exists()
+    second = await start_secure(data_dir=tmp_path / "d", keys=first.keys)
+    assert (await second.call("GET", f"/v1/sessions/{sid}", "a_member"))[0] == 404
+    assert (await second.call("GET", f"/v1/sessions/{kept}/files/x.txt", "a_member"))[0] == 200
+
+
+async def test_member_sessions_share_a_directory_and_app_sessions_do_not(secure):
+    one, two = await _new(secure), await _new(secure)
+    app_session = await _new(secure, "a_app")
+    other = await _new(secure, "b_member")
+    write = "open('/workspace/shared/note.txt', 'w').write('from one')"
+    assert (await secure.call("POST", f"/v1/sessions/{one}/exec", "a_member", json={"code": write}))[1]["error"] is None
+    _, res, _ = await secure.call("POST", f"/v1/sessions/{two}/exec", "a_member",
+                                  json={"code": "open('/workspace/shared/note.txt').read()"})
+    assert res["value"] == "'from one'"
+    check = "import os\nos.path.exists('/workspace/shared/note.txt')"
+    for sid, key in ((app_session, "a_app"), (other, "b_member")):
+        _, res, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", key, json={"code": check})
+        assert res["value"] == "False"
+    assert (await secure.call("GET", "/v1/shared/files/note.txt", "a_member"))[1] == "from one"
+    assert (await secure.call("GET", "/v1/shared/files/note.txt", "a_app"))[0] == 404
+    assert (await secure.call("GET", "/v1/shared/files/note.txt", "b_member"))[0] == 404
+
+
+async def test_concurrent_shared_writes_last_wins_and_no_reader_sees_a_torn_file(secure):
+    size = 512 * 1024
+    bodies = [bytes([65 + i]) * size for i in range(6)]
+    torn = []
+
+    async def reader():
+        for _ in range(40):
+            status, data, _ = await secure.call("GET", "/v1/shared/files/big.txt", "a_member")
+            if status == 200 and (len(data) != size or len(set(data)) != 1):
+                torn.append(len(data))
+            await asyncio.sleep(0)
+
+    writes = [secure.call("PUT", "/v1/shared/files/big.txt", "a_member", data=b) for b in bodies]
+    await asyncio.gather(*writes, reader(), reader())
+    assert not torn
+    final = (await secure.call("GET", "/v1/shared/files/big.txt", "a_member"))[1]
+    assert len(final) == size and len(set(final)) == 1
+    leftovers = [p.name for p in (secure.data_dir / "workspaces" / "alpha" / "shared").iterdir()]
+    assert leftovers == ["big.txt"]
+
+
+async def test_host_secrets_never_reach_a_guest_and_failures_say_what_to_do(secure, monkeypatch):
+    monkeypatch.setenv("WR_TEST_HOST_SECRET", "hunter2")
+    sid = await _new(secure)
+    _, res, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
+                                  json={"code": "import os\nsorted(os.environ.items())"})
+    assert "hunter2" not in json.dumps(res) and secure.keys["a_member"] not in json.dumps(res)
+    _, res, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
+                                  json={"code": "import os\nprint(os.environ.get('WR_TEST_HOST_SECRET'))"})
+    assert res["stdout"] == "None\n"
+    _, res, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
+                                  json={"code": "import socket\nsocket.create_connection(('127.0.0.1', 9))"})
+    assert res["error"] is not None
+    _, res, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
+                                  json={"code": "open('/etc/evil', 'w')"})
+    assert res["error"] is not None
+    status, body, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/../escape.txt", "a_member", data=b"x")
+    assert status in (400, 403, 404)

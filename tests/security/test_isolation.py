@@ -1,0 +1,133 @@
+"""A key sees only its workspace: every route naming another workspace's session answers the
+same 404 as a session that does not exist. The routes come from the application's route table,
+so a new route cannot skip the check."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from server.app import create_app
+from server_helpers import make_config
+
+_APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
+ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})
+SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1] and not r[1].startswith("/v1/links/")]
+
+NOT_SESSION_SCOPED = {
+    # public
+    "/healthz", "/readyz", "/metrics", "/openapi.json",
+    # scoped by the caller's workspace inside the handler (tested below)
+    "/v1/sessions", "/v1/exec", "/v1/batch", "/v1/profiles", "/v1/audit", "/v1/audit/{entry}",
+    "/v1/shared/files", "/v1/shared/files/{path}",
+    "/v1/admin/workspaces", "/v1/admin/keys", "/v1/admin/keys/{key}",
+    "/mcp",
+    # presigned links: their signature names workspace, session and path
+    "/v1/links/{token}/{id}/{path}",
+}
+
+
+def test_every_route_is_session_scoped_or_classified():
+    unclassified = [r for r in ROUTES if "{id}" not in r[1] and r[1] not in NOT_SESSION_SCOPED]
+    assert not unclassified, f"new routes must be classified for tenant isolation: {unclassified}"
+    assert len(SESSION_ROUTES) >= 12
+
+
+def _concrete(canonical: str, session_id: str) -> str:
+    path = canonical.replace("{id}", session_id)
+    return re.sub(r"\{path\}", "notes.txt", path)
+
+
+@pytest.mark.parametrize(("method", "canonical"), SESSION_ROUTES, ids=[f"{m} {c}" for m, c in SESSION_ROUTES])
+async def test_other_workspaces_session_answers_404_like_a_missing_one(secure, method, canonical):
+    status, data, _ = await secure.call("POST", "/v1/sessions", "a_member", json={})
+    assert status == 201, data
+    theirs = data["id"]
+    await secure.call("PUT", f"/v1/sessions/{theirs}/files/notes.txt", "a_member", data=b"secret of alpha")
+    missing = "0" * 32
+    seen = []
+    for session_id in (theirs, missing):
+        status, body, _ = await secure.call(method, _concrete(canonical, session_id), "b_member", json={})
+        seen.append((status, body))
+    (status_theirs, body_theirs), (status_missing, body_missing) = seen
+    assert status_theirs == status_missing == 404
+    if method != "HEAD":
+        expected = {"error": {"code": "session_not_found", "message": f"no session {theirs!r}",
+                              "hint": "create one with POST /v1/sessions"}}
+        assert body_theirs == expected
+        assert body_missing == {"error": {**expected["error"], "message": f"no session {missing!r}"}}
+    # the owner still reaches it
+    status, _, _ = await secure.call("GET", f"/v1/sessions/{theirs}", "a_member")
+    assert status == 200
+
+
+async def test_listing_shows_only_the_callers_sessions(secure):
+    mine = {(await secure.call("POST", "/v1/sessions", "a_member", json={}))[1]["id"] for _ in range(3)}
+    theirs = (await secure.call("POST", "/v1/sessions", "b_member", json={}))[1]["id"]
+    status, data, _ = await secure.call("GET", "/v1/sessions?limit=2", "a_member")
+    assert status == 200 and len(data["sessions"]) == 2 and data["next_cursor"]
+    status, rest, _ = await secure.call("GET", f"/v1/sessions?cursor={data['next_cursor']}", "a_member")
+    listed = {s["id"] for s in data["sessions"] + rest["sessions"]}
+    assert listed == mine and theirs not in listed and rest["next_cursor"] is None
+    _, b_list, _ = await secure.call("GET", "/v1/sessions", "b_member")
+    assert [s["id"] for s in b_list["sessions"]] == [theirs]
+
+
+async def test_other_workspaces_audit_entry_answers_404(secure):
+    sid = (await secure.call("POST", "/v1/sessions", "a_member", json={}))[1]["id"]
+    status, _, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json={"code": "print(1)"})
+    assert status == 200
+    _, page, _ = await secure.call("GET", "/v1/audit", "a_member")
+    entry = page["entries"][0]["id"]
+    status, body, _ = await secure.call("GET", f"/v1/audit/{entry}", "b_member")
+    status_missing, body_missing, _ = await secure.call("GET", "/v1/audit/999999", "b_member")
+    assert status == status_missing == 404
+    assert body["error"]["code"] == body_missing["error"]["code"] == "audit_entry_not_found"
+    _, b_page, _ = await secure.call("GET", "/v1/audit", "b_member")
+    assert b_page["entries"] == []
+    status, _, _ = await secure.call("GET", "/v1/audit?workspace=alpha", "b_member")
+    assert status == 403
+
+
+async def test_session_quota_answers_429_with_retry_after(start_secure):
+    secure = await start_secure(auth={"quotas": {"sessions": 2}})
+    for _ in range(2):
+        assert (await secure.call("POST", "/v1/sessions", "a_member", json={}))[0] == 201
+    status, body, headers = await secure.call("POST", "/v1/sessions", "a_member", json={})
+    assert status == 429 and body["error"]["code"] == "workspace_session_quota" and int(headers["Retry-After"]) > 0
+    assert (await secure.call("POST", "/v1/sessions", "b_member", json={}))[0] == 201  # another workspace is not affected
+
+
+async def test_concurrent_execution_quota_answers_429(start_secure):
+    import asyncio
+
+    secure = await start_secure(auth={"quotas": {"concurrent_executions": 1}})
+    sids = [(await secure.call("POST", "/v1/sessions", "a_member", json={}))[1]["id"] for _ in range(2)]
+    slow = asyncio.create_task(secure.call("POST", f"/v1/sessions/{sids[0]}/exec", "a_member",
+                                           json={"code": "import time\ntime.sleep(1.5)"}))
+    await asyncio.sleep(0.5)
+    status, body, headers = await secure.call("POST", f"/v1/sessions/{sids[1]}/exec", "a_member",
+                                              json={"code": "print(1)"})
+    assert status == 429 and body["error"]["code"] == "workspace_busy" and headers["Retry-After"] == "1"
+    assert (await slow)[0] == 200
+
+
+async def test_disk_quota_answers_429(start_secure):
+    secure = await start_secure(auth={"quotas": {"disk_bytes": 1000}})
+    sid = (await secure.call("POST", "/v1/sessions", "a_member", json={}))[1]["id"]
+    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/big.bin", "a_member", data=b"x" * 2000))[0] == 201
+    import asyncio
+
+    await asyncio.sleep(2.1)  # the usage figure is cached for 2 s
+    status, body, headers = await secure.call("PUT", f"/v1/sessions/{sid}/files/more.bin", "a_member", data=b"y")
+    assert status == 429 and body["error"]["code"] == "workspace_disk_quota" and "Retry-After" in headers
+
+
+async def test_rate_limit_per_key_answers_429_with_retry_after(start_secure):
+    secure = await start_secure(auth={"rate_per_s": 1, "burst": 3})
+    statuses = [(await secure.call("GET", "/v1/sessions", "a_member"))[0] for _ in range(4)]
+    assert statuses[:3] == [200, 200, 200] and statuses[3] == 429
+    status, body, headers = await secure.call("GET", "/v1/sessions", "a_member")
+    assert status == 429 and body["error"]["code"] == "rate_limited" and int(headers["Retry-After"]) >= 1
+    assert (await secure.call("GET", "/v1/sessions", "b_member"))[0] == 200  # per key

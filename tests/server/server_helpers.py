@@ -1,0 +1,70 @@
+"""Helpers shared by the HTTP tests (a real server on 127.0.0.1 per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+from yarl import URL
+
+from server.profiles import ServiceConfig
+def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
+    """Test defaults: no warm-up wait, a fast sweep; any config section may be overridden."""
+    server = {"data_dir": str(data_dir), "prepare_on_start": False, "concurrency": 2, "shutdown_timeout_s": 5}
+    server.update(sections.pop("server", {}))
+    sessions = {"sweep_interval_s": 0.1}
+    sessions.update(sections.pop("sessions", {}))
+    sections.setdefault("auth", {"enabled": False})  # issue 5: these tests are about the API, not keys
+    return ServiceConfig.model_validate({"server": server, "sessions": sessions, **sections})
+
+
+async def body(response: ClientResponse) -> Any:
+    text = await response.text()
+    return json.loads(text) if text else None
+
+
+async def call(client: TestClient, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    async with client.request(method, path, **kwargs) as response:
+        return response.status, await body(response)
+
+
+async def new_session(client: TestClient, **fields: Any) -> str:
+    status, data = await call(client, "POST", "/v1/sessions", json=fields)
+    assert status == 201, data
+    return data["id"]
+
+
+async def run(client: TestClient, session_id: str, code: str, **fields: Any) -> dict:
+    status, data = await call(client, "POST", f"/v1/sessions/{session_id}/exec", json={"code": code, **fields})
+    assert status == 200, data
+    return data
+
+
+def raw_url(client: TestClient, raw_path: str) -> URL:
+    """A URL sent exactly as written (no client-side normalisation of '..' or escapes)."""
+    return URL(str(client.make_url("")).rstrip("/") + raw_path, encoded=True)
+
+
+def assert_error_shape(data: Any, code: str | None = None) -> None:
+    assert isinstance(data, dict) and set(data) == {"error"}, data
+    error = data["error"]
+    assert set(error) == {"code", "message", "hint"}, error
+    assert isinstance(error["code"], str) and isinstance(error["message"], str) and error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(interval)

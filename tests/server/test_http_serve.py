@@ -1,0 +1,136 @@
+"""`wasm-runner serve`: configuration precedence, structured logs, graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from pydantic import ValidationError
+
+from server.cli import add_serve_command, build_config, serve
+from server_helpers import make_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_config_precedence_file_then_environment_then_flags(tmp_path):
+    config_file = tmp_path / "c.json"
+    config_file.write_text(json.dumps({"server": {"port": 1111, "concurrency": 3, "host": "127.0.0.2"}}))
+    parser = argparse.ArgumentParser()
+    add_serve_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--config", str(config_file), "--port", "3333"])
+    config = build_config(args, {"WASM_RUNNER_PORT": "2222", "WASM_RUNNER_CONCURRENCY": "5",
+                                 "WASM_RUNNER_DATA_DIR": str(tmp_path / "d")})
+    assert config.server.port == 3333 and config.server.concurrency == 5
+    assert config.server.host == "127.0.0.2" and config.server.data_dir == tmp_path / "d"
+    assert args.handler.__name__ == "run_serve"
+    with pytest.raises(ValidationError):
+        build_config(parser.parse_args(["serve", "--port", "99999"]), {})
+
+
+async def _start(config) -> tuple[asyncio.Task, asyncio.Event, str]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(config, stop=stop))
+    url = f"http://127.0.0.1:{config.server.port}"
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            try:
+                async with http.get(url + "/healthz") as response:
+                    if response.status == 200:
+                        return task, stop, url
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.02)
+    raise AssertionError("the server did not start")
+
+
+@pytest.mark.asyncio
+async def test_shutdown_lets_in_flight_executions_finish_and_flushes_state(tmp_path):
+    config = make_config(tmp_path / "data", server={"port": free_port(), "shutdown_timeout_s": 10})
+    task, stop, url = await _start(config)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url + "/v1/sessions", json={}) as response:
+            sid = (await response.json())["id"]
+        for _ in range(3):
+            async with http.post(f"{url}/v1/sessions/{sid}/exec", json={"code": "print(1)"}) as response:
+                assert response.status == 200
+        slow = asyncio.create_task(http.post(f"{url}/v1/sessions/{sid}/exec",
+                                             json={"code": "import time\ntime.sleep(0.8)\nprint('finished')"}))
+        await asyncio.sleep(0.3)
+        stop.set()  # as on SIGTERM
+        response = await slow
+        assert response.status == 200 and (await response.json())["stdout"] == "finished\n"
+        response.release()
+    await asyncio.wait_for(task, 20)
+    # What was only in memory (use count, last use) was written out.
+    task, stop, url = await _start(make_config(tmp_path / "data", server={"port": free_port()}))
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/v1/sessions/{sid}") as response:
+                assert (await response.json())["executions"] == 4
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.asyncio
+async def test_shutdown_cancels_executions_past_the_bound(tmp_path):
+    config = make_config(tmp_path / "data", server={"port": free_port(), "shutdown_timeout_s": 0.5})
+    task, stop, url = await _start(config)
+    async with aiohttp.ClientSession() as http:
+        stuck = asyncio.create_task(http.post(url + "/v1/exec", json={"code": "while True: pass",
+                                                                     "limits": {"timeout_s": 60}}))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        assert time.monotonic() - started < 8
+        try:
+            response = await asyncio.wait_for(stuck, 5)
+        except aiohttp.ClientError:
+            return  # the connection was closed: also a bounded end
+        body = await response.json()
+        assert response.status == 200 and body["limit"] == "cancelled", body
+
+
+@pytest.mark.asyncio
+async def test_serve_command_logs_json_lines_and_stops_on_sigterm(tmp_path):
+    port = free_port()
+    env = {**os.environ, "WASM_RUNNER_DATA_DIR": str(tmp_path / "data"), "WASM_RUNNER_PORT": str(port)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    lines: list[dict] = []
+    try:
+        while True:
+            raw = await asyncio.wait_for(process.stderr.readline(), 60)
+            assert raw, "the server exited early"
+            lines.append(json.loads(raw))
+            if lines[-1].get("event") == "listening":
+                break
+        assert lines[-1]["port"] == port
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                assert response.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    events = [json.loads(line).get("event") for line in (stderr or b"").splitlines() if line.startswith(b"{")]
+    assert process.returncode == 0
+    assert "request" in events and "shutting_down" in events and "stopped" in events
+    for entry in lines:
+        assert {"ts", "level", "logger", "msg"} <= set(entry)
