@@ -13,7 +13,6 @@ from .errors import ApiError
 from .openapi import operation
 from .presign import PresignBody, PresignResult
 from .service import SERVICE
-from .wire import WriteResult
 from wasm_runner import files as wf
 
 routes = web.RouteTableDef()

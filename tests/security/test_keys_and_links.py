@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import time
 
 from server.keys_cli import add_audit_command, add_keys_command
 from server.presign import Signer
-from server.auth import SECURITY
 
 
 async def test_no_key_and_bad_key_answer_401_with_what_to_do(secure):
