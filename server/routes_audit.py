@@ -114,7 +114,7 @@ async def get_audit(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
     principal = principal_of(request)
     raw = request.match_info["entry"]
-    row = security.audit.get(int(raw)) if raw.isdigit() and len(raw) < 19 else None
+    row = security.audit.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
     if row is None or row["workspace"] != principal.workspace:
         raise not_found("audit_entry", raw)
     return json_response(_entry(row))

@@ -7,8 +7,8 @@ from pathlib import Path
 import aiohttp
 import pytest_asyncio
 
-from conftest import HttpService, connect_http, start_http_service
 from server.tenants import TenantStore
+from mcp_connect import HttpService, connect_http, connect_stdio, start_http_service
 
 
 @pytest_asyncio.fixture
@@ -63,7 +63,6 @@ async def test_tool_calls_act_with_the_callers_key_and_workspace(keyed) -> None:
 
 
 async def test_stdio_can_front_a_remote_server_with_an_api_key(keyed, tmp_path: Path) -> None:
-    from conftest import connect_stdio
 
     service, key_a, _ = keyed
     base = str(service.server.make_url("/"))

@@ -14,7 +14,7 @@ import pytest
 
 from server import mcp_server
 from server.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
-from conftest import Connect, HttpService, connect_http
+from mcp_connect import Connect, HttpService, connect_http
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
                   "run_process", "session_new", "session_list", "session_reset"}
