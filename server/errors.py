@@ -15,7 +15,7 @@ from aiohttp import web
 
 from wasm_runner import files
 
-from .wire import ErrorDetail, ErrorResponse
+from wasm_runner.wire import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("wasm_runner.server")
 

@@ -24,7 +24,7 @@ from .backpressure import ExecutionGate
 from .errors import ApiError
 from .metrics import Metrics
 from .profiles import Profile, ServiceConfig
-from .wire import LimitsPatch
+from wasm_runner.wire import LimitsPatch
 
 log = logging.getLogger("wasm_runner.server")
 

@@ -19,7 +19,7 @@ with the caller's credential; a stateless request (no MCP session) gets a new se
 per call, whose id the result names.
 
 Tool input schemas are generated with msgspec from Structs derived from the HTTP wire's
-own (server/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
+own (wasm_runner/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
 `tests`, and so on; the HTTP bodies are built from the same fields. Arguments decode
 with msgspec as HTTP bodies do. Failures are MCP tool errors (isError) whose text is the
 HTTP error's code, message and hint and whose structured content is the HTTP error body.
@@ -56,14 +56,13 @@ from multidict import CIMultiDict
 from wasm_runner import ExecResult
 from wasm_runner.api import LIMIT_MESSAGES, Harness
 from wasm_runner.client import AsyncClient
-from wasm_runner.client import wire as client_wire
 from wasm_runner.client.calls import file_path
 from wasm_runner.client.errors import ApiError as ClientApiError
 from wasm_runner.client.errors import ConflictError, NotFoundError, TransportError
 
 from .errors import ApiError, from_validation
 from .service import CONFIG
-from .wire import (EditResult, ExecBody, FileEdit, FileListing, GlobQuery, GlobResult, GrepQuery, GrepResult,
+from wasm_runner.wire import (EditResult, ExecBody, FileEdit, FileListing, GlobQuery, GlobResult, GrepQuery, GrepResult,
                    ListQuery, ProcessBody, PutQuery, SessionCreate, SessionId, SessionInfo, SessionList,
                    SessionListQuery, WriteResult)
 
@@ -460,7 +459,7 @@ class McpTools:
 
         async def edit(session_id: str) -> Output:
             path = f"/v1/sessions/{_seg(session_id)}/files/{file_path(args.path)}"
-            result = await self.client(caller).call("PATCH", path, client_wire.EditResult, body=body)
+            result = await self.client(caller).call("PATCH", path, EditResult, body=body)
             what = (f"{result.hunks} hunk(s) applied" if args.patch is not None
                     else f"{result.replacements} replacement(s)")
             return [_text(f"edited {result.path}: {what}; now {result.size} bytes")], result
@@ -505,7 +504,7 @@ class McpTools:
         fields = _fields(args, SessionCreate)
         if not fields["metadata"]:
             fields["metadata"] = {"created_by": "mcp"}
-        info = await self.client(caller).call("POST", "/v1/sessions", client_wire.SessionInfo,
+        info = await self.client(caller).call("POST", "/v1/sessions", SessionInfo,
                                              body=SessionCreate(**fields))
         if args.switch and caller.connection is not None:
             self._bind(caller, info.id)

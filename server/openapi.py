@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .wire import ErrorResponse
+from wasm_runner.wire import ErrorResponse
 
 REF = "#/components/schemas/{name}"
 

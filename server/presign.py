@@ -17,29 +17,11 @@ import math
 import secrets
 import time
 from pathlib import Path
-from typing import Annotated, Literal
 from urllib.parse import quote
-
-import msgspec
-from msgspec import Meta
 
 from .errors import ApiError
 
 LINK_PREFIX = "/v1/links/"
-
-
-class PresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    method: Literal["GET", "PUT"] = "GET"
-    expires_in: Annotated[float, Meta(gt=0)] | None = None
-    """Seconds; default 3600 for GET and 600 for PUT, capped by the server maxima."""
-
-
-class PresignResult(msgspec.Struct, kw_only=True):
-    url: str
-    """Path of the link on this server (no Authorization needed)."""
-    method: str
-    expires_at: float
-    expires_in: float
 
 
 def kid_of(secret: str) -> str:

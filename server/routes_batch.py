@@ -15,7 +15,7 @@ from wasm_runner.api import Harness, Language
 from .errors import ApiError
 from .openapi import operation
 from .service import SERVICE
-from .wire import EnvMap, LimitsPatch, ProfileName, Tag
+from wasm_runner.wire import EnvMap, LimitsPatch, ProfileName, Tag
 
 routes = web.RouteTableDef()
 

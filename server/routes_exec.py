@@ -19,7 +19,7 @@ from .bodies import read_json
 from .service import SERVICE, Service
 from .sessions import ONESHOT_PREFIX
 from .streaming import respond
-from .wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
+from wasm_runner.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 
 routes = web.RouteTableDef()
 

@@ -21,7 +21,7 @@ from .errors import ApiError
 from .openapi import operation
 from .service import SERVICE, Service
 from .sessions import LiveSession
-from .wire import (ArchiveQuery, DeleteQuery, DeleteResult, EditResult, FileEdit, FileEntry, FileListing, GlobQuery,
+from wasm_runner.wire import (ArchiveQuery, DeleteQuery, DeleteResult, EditResult, FileEdit, FileEntry, FileListing, GlobQuery,
                    GlobResult, GrepMatch, GrepQuery, GrepResult, ListQuery, PutQuery, UploadQuery, UploadResult,
                    WriteResult)
 

@@ -8,7 +8,7 @@ from .bodies import json_response
 from .metrics import CONTENT_TYPE
 from .openapi import build_document, operation
 from .service import SERVICE
-from .wire import Health, MountInfo, ProfileInfo, ProfileList, Readiness
+from wasm_runner.wire import Health, MountInfo, ProfileInfo, ProfileList, Readiness
 
 routes = web.RouteTableDef()
 

@@ -11,7 +11,7 @@ from .auth import CURRENT, SECURITY, Principal, principal_of, session_not_found
 from .bodies import json_response, read_json
 from .errors import ApiError
 from .openapi import operation
-from .presign import PresignBody, PresignResult
+from wasm_runner.wire import PresignBody, PresignResult
 from .service import SERVICE
 from wasm_runner import files as wf
 

@@ -8,7 +8,7 @@ from .auth import check_session_quota, claim_session, visible_page
 from .bodies import json_response, read_json, read_query
 from .openapi import operation
 from .service import SERVICE
-from .wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
+from wasm_runner.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
 
 routes = web.RouteTableDef()
 

@@ -19,7 +19,7 @@ from .bodies import json_response, read_query
 from .errors import ApiError
 from .openapi import operation
 from .routes_files import _entry, _listing
-from .wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
+from wasm_runner.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 
 routes = web.RouteTableDef()
 

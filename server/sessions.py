@@ -34,7 +34,7 @@ from .execution import Execution
 from .metrics import Metrics
 from .profiles import Profile, ServiceConfig
 from .store import SessionRow, SessionStore
-from .wire import SessionCreate, SessionInfo
+from wasm_runner.wire import SessionCreate, SessionInfo
 
 log = logging.getLogger("wasm_runner.server")
 

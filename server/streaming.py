@@ -21,7 +21,7 @@ from wasm_runner import OutputListener
 
 from .bodies import encode, json_response, wants_event_stream
 from .errors import ApiError
-from .wire import ErrorDetail, ErrorResponse, StreamChunk
+from wasm_runner.wire import ErrorDetail, ErrorResponse, StreamChunk
 
 Run = Callable[[OutputListener | None, Callable[[], None] | None], Awaitable[msgspec.Struct]]
 

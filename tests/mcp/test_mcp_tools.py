@@ -13,7 +13,7 @@ import mcp_types as types
 import pytest
 
 from server import mcp_server
-from server.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
+from wasm_runner.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
 from mcp_connect import Connect, HttpService, connect_http
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",

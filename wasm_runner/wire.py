@@ -1,12 +1,15 @@
-"""Every request and response body of the HTTP service, as msgspec Structs.
+"""Every request and response body of the HTTP API, as msgspec Structs.
 
-These are the only definitions of the wire: handlers decode into them, encode from
-them, and /openapi.json is generated from them. The execution result itself is the
-core's `ExecResult` (wasm_runner.api), reused as is.
+These are the only definitions of the wire: the service's handlers decode into them
+and encode from them, /openapi.json and the MCP tool schemas are generated from them,
+and the client (wasm_runner.client) sends and decodes them. The execution result
+itself is `ExecResult` (wasm_runner.api), reused as is. Request bodies refuse unknown
+fields; responses do not, so an older client ignores what a newer server adds.
 """
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -59,6 +62,11 @@ class LimitsPatch(_Body):
     output_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
     disk_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
     disk_files: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+
+    @classmethod
+    def from_limits(cls, limits: Limits) -> LimitsPatch:
+        """Every field of a core `Limits`, sent explicitly."""
+        return cls(**msgspec.structs.asdict(limits))
 
 
 class ExecBody(_Body):
@@ -127,6 +135,11 @@ class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):
     content: str = ""
     omitted: str | None = None
     """Why the content is not included (over the size budget for outputs)."""
+
+    @property
+    def data(self) -> bytes:
+        """The file's bytes (empty when it was left out; see `omitted`)."""
+        return base64.b64decode(self.content) if self.encoding == "base64" else self.content.encode("utf-8")
 
 
 class OneShotResult(ExecResult, kw_only=True):
@@ -356,3 +369,20 @@ class DeleteQuery(_Query):
 class UploadQuery(_Query):
     dir: PathParam = ""
     """Directory the uploaded files go into (each part's filename is relative to it)."""
+
+
+# -- presigned links ----------------------------------------------------------------------
+
+
+class PresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    method: Literal["GET", "PUT"] = "GET"
+    expires_in: Annotated[float, Meta(gt=0)] | None = None
+    """Seconds; default 3600 for GET and 600 for PUT, capped by the server maxima."""
+
+
+class PresignResult(msgspec.Struct, kw_only=True):
+    url: str
+    """Path of the link on this server (no Authorization needed)."""
+    method: str
+    expires_at: float
+    expires_in: float
