@@ -109,6 +109,8 @@ def rss_bytes() -> int:
 
 
 def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
+    time.sleep(1.0)  # let stores closed by earlier measurements be released first
+    gc.collect()
     sessions = [runner.session() for _ in range(count)]
     sessions[0].run_sync("1", language=language)
     gc.collect()
