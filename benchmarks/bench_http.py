@@ -42,7 +42,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir,
+        [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir, "--no-auth",
          "--log-level", "INFO", "--no-access-log"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
