@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 import os
 import time
@@ -24,9 +25,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 from aiohttp import web
 
 from wasm_runner import Mount
+from wasm_runner.wire import SessionCreate
 
 from .audit import AuditLog
 from .auth_settings import AuthSettings
@@ -233,6 +236,23 @@ def check_session_quota(request: web.Request) -> None:
     if held >= cap:
         raise ApiError(429, "workspace_session_quota", f"this workspace holds its maximum of {cap} sessions",
                        "delete sessions you no longer need, then retry", {"Retry-After": "60"})
+
+
+def scope_session_id(request: web.Request, body: SessionCreate) -> SessionCreate:
+    """With keys, a session id the caller chooses lives in its workspace's own namespace.
+
+    Ids are global to the server, so a chosen id that another workspace already holds
+    would answer 409 and reveal that it exists. The id is prefixed with a tag of the
+    caller's workspace instead (the response carries the id to use); an id that already
+    has the caller's tag is kept, so a returned id can be chosen again.
+    """
+    security = request.app.get(SECURITY)
+    if body.id is None or security is None or not security.enabled:
+        return body
+    tag = hashlib.sha256(principal_of(request).workspace.encode()).hexdigest()[:8] + "-"
+    if body.id.startswith(tag):
+        return body
+    return msgspec.structs.replace(body, id=(tag + body.id)[:64])
 
 
 def claim_session(request: web.Request, session_id: str, ephemeral: bool) -> None:

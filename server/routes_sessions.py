@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .auth import check_session_quota, claim_session, visible_page
+from .auth import check_session_quota, claim_session, scope_session_id, visible_page
 from .bodies import json_response, read_json, read_query
 from .openapi import operation
 from .service import SERVICE
@@ -20,6 +20,7 @@ async def create_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request, SessionCreate, empty_ok=True)
     check_session_quota(request)  # issue 5: per-workspace session quota
+    body = scope_session_id(request, body)  # issue 5: chosen ids never collide across workspaces
     live = service.sessions.create(body)
     claim_session(request, live.row.id, body.ephemeral)  # issue 5: the caller's workspace owns it
     return json_response(service.sessions.info(live), status=201,

@@ -131,3 +131,14 @@ async def test_rate_limit_per_key_answers_429_with_retry_after(start_secure):
     status, body, headers = await secure.call("GET", "/v1/sessions", "a_member")
     assert status == 429 and body["error"]["code"] == "rate_limited" and int(headers["Retry-After"]) >= 1
     assert (await secure.call("GET", "/v1/sessions", "b_member"))[0] == 200  # per key
+
+
+async def test_a_chosen_session_id_taken_by_another_workspace_reveals_nothing(secure):
+    status_a, a, _ = await secure.call("POST", "/v1/sessions", "a_member", json={"id": "conversation-1"})
+    status_b, b, _ = await secure.call("POST", "/v1/sessions", "b_member", json={"id": "conversation-1"})
+    assert status_a == status_b == 201  # no 409 that would tell B the id is in use elsewhere
+    assert a["id"] != b["id"] and a["id"].endswith("conversation-1") and b["id"].endswith("conversation-1")
+    again, body, _ = await secure.call("POST", "/v1/sessions", "a_member", json={"id": a["id"]})
+    assert again == 409 and body["error"]["code"] == "session_exists"  # the caller's own id stays its own
+    status, _, _ = await secure.call("GET", f"/v1/sessions/{a['id']}", "b_member")
+    assert status == 404
