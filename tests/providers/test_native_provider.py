@@ -256,3 +256,20 @@ def _processes_with(marker: str) -> list[int]:
             if marker.encode() in cmdline:
                 found.append(int(entry))
     return found
+
+
+def test_session_mounts_reach_native_runs_too(tmp_path):
+    """A workspace's shared/ directory (a writable session mount) is at /workspace/shared natively as in WASI."""
+    from wasm_runner import Mount, Runner
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with Runner(tmp_path / "runner") as runner:
+        session = runner.session(mounts=(Mount(shared, "/workspace/shared", writable=True),))
+        session.workspace.ensure()
+        (session.path / "shared").mkdir()
+        result = session.run_sync("echo native > shared/from-bash.txt && cat shared/from-bash.txt", language="bash")
+        if result.error is not None and result.error.type == "SandboxUnavailable":
+            pytest.skip(result.error.message)
+        assert result.stdout == "native\n", result
+        assert (shared / "from-bash.txt").read_text() == "native\n"

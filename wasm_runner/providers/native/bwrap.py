@@ -55,10 +55,11 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 @dataclass(frozen=True)
 class Bind:
-    """An extra host path the sandbox sees read-only at `guest` (a *wider* policy)."""
+    """An extra host path the sandbox sees at `guest`, read-only unless `writable` (a *wider* policy)."""
 
     host: Path
     guest: str
+    writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -257,7 +258,7 @@ def argv(
     if python_data is not None:
         args += ["--ro-bind", str(python_data), GUEST_PYTHON_DATA]
     for bind in policy.binds:
-        args += ["--ro-bind", str(bind.host), str(bind.guest)]
+        args += ["--bind" if bind.writable else "--ro-bind", str(bind.host), str(bind.guest)]
     if code_fd is not None and code_name is not None:
         args += ["--ro-bind-data", str(code_fd), f"{GUEST_CODE_DIR}/{code_name}"]
     if status_fd is not None:

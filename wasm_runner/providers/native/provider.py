@@ -372,6 +372,8 @@ class _Run:
         if self.bwrap is not None:
             env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=self.request.env)
             binds = list(self.policy.binds)
+            # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
+            binds += [sandbox.Bind(Path(m.host), m.guest, getattr(m, "writable", False)) for m in self.job.mounts]
             data = program.python_data
             if data is not None and not _visible(data.base_prefix, self.policy):
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
