@@ -91,6 +91,9 @@ class GuestError(msgspec.Struct, omit_defaults=True):
     """Line of the submitted code where it was raised (innermost frame in that code)."""
     source: str | None = None
     """That line's text, e.g. the failing `assert`."""
+    hint: str | None = None
+    """What to do about it, for the common sandbox failures (network denied, a variable not
+    passed, a path outside the workspace)."""
 
 
 class FileChanges(msgspec.Struct, omit_defaults=True):

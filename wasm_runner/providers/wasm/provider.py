@@ -11,6 +11,7 @@ from typing import Any
 
 from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
 from ...engine import EngineSettings, StopReason
+from ...hints import with_hint
 from ...quota import exceeds, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
@@ -153,6 +154,8 @@ class WasmProvider:
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
+        if outcome.error is not None:
+            outcome.error = with_hint(outcome.error)
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
         if truncated and outcome.limit is None:
             outcome.limit = "output"

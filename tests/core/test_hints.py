@@ -1,0 +1,25 @@
+"""Common sandbox failures carry a hint that says what to do."""
+
+import pytest
+
+from wasm_runner.hints import ENV_HINT, NETWORK_HINT, OUTSIDE_HINT
+
+
+@pytest.mark.parametrize(
+    "code, hint",
+    [
+        ("import socket\nsocket.socket().connect(('127.0.0.1', 80))", NETWORK_HINT),
+        ("import urllib.request\nurllib.request.urlopen('http://example.com')", NETWORK_HINT),
+        ("import os\nos.environ['API_TOKEN']", ENV_HINT),
+        ("open('/etc/app.conf', 'w').write('x')", OUTSIDE_HINT),
+    ],
+    ids=["network", "url", "env", "outside"],
+)
+def test_common_failures_say_what_to_do(runner, code, hint):
+    result = runner.run_sync(code)
+    assert result.error is not None and result.error.hint == hint
+
+
+def test_ordinary_errors_get_no_hint(runner):
+    assert runner.run_sync("open('missing.txt').read()").error.hint is None
+    assert runner.run_sync("{}['key']").error.hint is None
