@@ -42,9 +42,6 @@ class Workspace:
         self.tmp.mkdir(parents=True, exist_ok=True)
         return self
 
-    def exists(self) -> bool:
-        return self.files.is_dir()
-
     def is_empty(self) -> bool:
         for top in (self.files, self.tmp):
             try:

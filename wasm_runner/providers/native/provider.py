@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...api import ExecRequest, ExecResult, GuestError, LimitName, Limits
+from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
 from ...capture import Capture
 from ...quota import over_quota, watcher
 from ...workspace import Workspace, diff
@@ -51,14 +51,6 @@ from .toolchain import (
 
 log = logging.getLogger("wasm_runner.native")
 
-LIMIT_MESSAGES: dict[str, str] = {
-    "timeout": "stopped at the wall-clock deadline (limits.timeout_s, at most {cap:g} s natively); "
-               "raise it or make the program faster",
-    "memory": "ran out of memory (limits.memory_bytes); raise it or use less memory",
-    "output": "printed more than limits.output_bytes; print less or write large output to a file",
-    "disk": "the workspace passed its quota (limits.disk_bytes / limits.disk_files); delete files or raise the quota",
-    "cancelled": "cancelled by the caller",
-}
 READ_CHUNK = 65536
 RECHECK_S = 30.0
 """How often an unusable sandbox (bwrap missing, no user namespaces) is looked for again."""
@@ -640,7 +632,9 @@ class _Run:
 
     def _error(self, limit: LimitName | None, exit_code: int, stderr: str, pids_hit: bool) -> GuestError | None:
         if limit is not None:
-            message = LIMIT_MESSAGES[limit].format(cap=self.policy.max_timeout_s)
+            message = LIMIT_MESSAGES[limit]
+            if limit == "timeout":
+                message += f" (natively at most {self.policy.max_timeout_s:g} s)"
             if self.processes_exceeded:
                 message = (f"stopped: the run started more than {self.policy.max_processes} processes "
                            "(policy.max_processes; without cgroups this is enforced by counting)")
