@@ -1,7 +1,10 @@
 """The audit log: one append-only SQLite row per execution and per file change.
 
 Rows are never updated (a trigger refuses it) and no API deletes them; only the
-retention prune removes rows older than `auth.audit_retention_days`. Code and output
+retention prune removes rows older than `auth.audit_retention_days`. Rows are
+written in batches, one transaction each (`FLUSH_ROWS` rows or `FLUSH_S`
+seconds, whichever comes first; every read and `close` flush first), so that
+recording an execution costs the request path no database write. Code and output
 are stored capped, with the code's SHA-256 and full sizes. For an ephemeral session
 only the fact of the run is kept: sizes, outcome, timings, never code, output or paths.
 """
@@ -17,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DB_NAME = "audit.sqlite3"
+FLUSH_ROWS = 256
+"""Pending rows that force a write at once."""
+FLUSH_S = 0.05
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -62,6 +68,9 @@ COLUMNS = ("id", "ts", "kind", "workspace", "key_id", "session", "ephemeral", "m
            "status", "started_at", "finished_at")
 
 
+_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS[1:])}) VALUES ({', '.join('?' * (len(COLUMNS) - 1))})"
+
+
 def cap(text: str | None, limit: int) -> str | None:
     if text is None:
         return None
@@ -93,25 +102,46 @@ class AuditLog:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        self._pending: list[dict] = []
+        self._oldest_pending = 0.0
 
     @classmethod
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
+        self.flush()
         self._db.close()
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _insert(self, row: dict) -> int:
-        names = [c for c in COLUMNS if c != "id" and c in row]
-        cur = self._db.execute(f"INSERT INTO audit ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                               [row[n] for n in names])
-        return int(cur.lastrowid)
+    def _insert(self, row: dict) -> None:
+        if not self._pending:
+            self._oldest_pending = time.monotonic()
+        self._pending.append(row)
+        if len(self._pending) >= FLUSH_ROWS:
+            self.flush()
+
+    def flush_due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._oldest_pending >= FLUSH_S
+
+    def flush(self) -> None:
+        """Write the pending rows in one transaction."""
+        rows, self._pending = self._pending, []
+        if not rows:
+            return
+        values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
+        try:
+            with self._db:  # one transaction: BEGIN ... COMMIT
+                self._db.execute("BEGIN")
+                self._db.executemany(_INSERT, values)
+        except sqlite3.Error:
+            self._pending[:0] = rows  # kept for the next attempt
+            raise
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
-                         command: list[str] | None, result, outcome: str, finished_at: float) -> int:
+                         command: list[str] | None, result, outcome: str, finished_at: float) -> None:
         source = code if command is None else json.dumps(command)
         source = source or ""
         stdout = getattr(result, "stdout", "") or ""
@@ -137,12 +167,12 @@ class AuditLog:
                        files_changed=json.dumps(changed) if changed is not None else None)
         elif changed is not None:
             row["files_changed"] = json.dumps({k: len(v) for k, v in changed.items()})
-        return self._insert(row)
+        self._insert(row)
 
     def record_file_change(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
-                           path: str | None, status: int) -> int:
+                           path: str | None, status: int) -> None:
         now = time.time()
-        return self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
+        self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
                              "session": session, "ephemeral": int(ephemeral), "mode": mode,
                              "path": None if ephemeral else path, "status": status,
                              "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
@@ -150,6 +180,7 @@ class AuditLog:
     # -- reading ------------------------------------------------------------------------------
 
     def query(self, filters: AuditFilter, *, after_id: int | None = None, limit: int = 100) -> list[dict]:
+        self.flush()
         where, args = [], []
         for name in ("workspace", "session", "key_id", "kind", "outcome"):
             value = getattr(filters, name)
@@ -173,6 +204,7 @@ class AuditLog:
         return [dict(zip(COLUMNS, row)) for row in self._db.execute(sql, args)]
 
     def get(self, entry_id: int) -> dict | None:
+        self.flush()
         row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
         return dict(zip(COLUMNS, row)) if row else None
 
@@ -186,6 +218,7 @@ class AuditLog:
             after = rows[-1]["id"]
 
     def count(self) -> int:
+        self.flush()
         return self._db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
 
     def prune(self, retention_days: float | None, now: float | None = None) -> int:
@@ -193,4 +226,5 @@ class AuditLog:
         if retention_days is None:
             return 0
         cutoff = (now or time.time()) - retention_days * 86400
+        self.flush()
         return self._db.execute("DELETE FROM audit WHERE ts < ?", (cutoff,)).rowcount

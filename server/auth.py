@@ -20,6 +20,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from aiohttp import web
 from wasm_runner import Mount
 from wasm_runner.wire import SessionCreate
 
-from .audit import AuditLog
+from .audit import FLUSH_S, AuditLog
 from .auth_settings import AuthSettings
 from .errors import ApiError, not_found, overloaded
 from .execution import outcome as outcome_of
@@ -345,10 +346,12 @@ async def security_context(app: web.Application) -> AsyncIterator[None]:
         tenants.release(session_id)
     pruned = audit.prune(settings.audit_retention_days)
     pruner = asyncio.create_task(_prune_daily(security), name="wasm-runner-audit-prune")
+    flusher = asyncio.create_task(_flush_audit(audit), name="wasm-runner-audit-flush")
     if pruned:
         log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
     yield
     pruner.cancel()
+    flusher.cancel()
     for session_id in tenants.ephemeral_sessions():
         live = service.sessions.sessions.get(session_id)
         if live is not None:
@@ -356,6 +359,16 @@ async def security_context(app: web.Application) -> AsyncIterator[None]:
         tenants.release(session_id)
     tenants.close()
     audit.close()
+
+
+async def _flush_audit(audit: AuditLog) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_S)
+        if audit.flush_due():
+            try:
+                audit.flush()
+            except sqlite3.Error:
+                log.exception("audit write failed; retrying", extra={"event": "audit_failed"})
 
 
 async def _prune_daily(security: Security) -> None:

@@ -99,6 +99,7 @@ class TenantStore:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
         self._touched: dict[str, float] = {}
+        self._owners: dict[str, Owner] = {}
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> TenantStore:
@@ -183,14 +184,21 @@ class TenantStore:
     # -- session ownership ------------------------------------------------------------------
 
     def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool) -> None:
+        self._owners.pop(session_id, None)
         self._db.execute(
             "INSERT OR REPLACE INTO session_owners (session_id, workspace, key_id, kind, ephemeral, created_at) "
             "VALUES (?,?,?,?,?,?)", (session_id, workspace, key_id, kind, int(ephemeral), time.time()))
 
     def owner(self, session_id: str) -> Owner | None:
+        cached = self._owners.get(session_id)  # asked on every call; changes only here
+        if cached is not None:
+            return cached
         row = self._db.execute("SELECT session_id, workspace, key_id, kind, ephemeral FROM session_owners "
                                "WHERE session_id = ?", (session_id,)).fetchone()
-        return Owner(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
+        if row is None:
+            return None
+        owner = self._owners[session_id] = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        return owner
 
     def sessions_of(self, workspace: str) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE workspace = ?",
@@ -200,4 +208,5 @@ class TenantStore:
         return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
 
     def release(self, session_id: str) -> None:
+        self._owners.pop(session_id, None)
         self._db.execute("DELETE FROM session_owners WHERE session_id = ?", (session_id,))

@@ -78,6 +78,40 @@ def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
     assert len(lines) == 1 and json.loads(lines[0])["path"] == "p"
 
 
+def test_audit_rows_are_written_in_batches_and_kept_when_a_write_fails(tmp_path):
+    log = AuditLog.in_data_dir(tmp_path)
+    other = sqlite3.connect(tmp_path / "audit.sqlite3")
+    for n in range(3):
+        log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path=f"p{n}",
+                               status=201)
+    assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 0  # not written one by one
+    assert log.count() == 3  # a read writes the pending rows first
+    assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 3
+    log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p3", status=201)
+    broken, log._db = log._db, sqlite3.connect(":memory:")  # no audit table: the write fails
+    with pytest.raises(sqlite3.Error):
+        log.flush()
+    log._db.close()
+    log._db = broken
+    log.close()  # the row that failed is written now
+    assert [r[0] for r in other.execute("SELECT path FROM audit ORDER BY id")] == ["p0", "p1", "p2", "p3"]
+    other.close()
+
+
+async def test_audit_rows_reach_the_database_without_a_read(secure):
+    sid = await _new(secure)
+    status, _, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json={"code": "print(1)"})
+    assert status == 200
+    db = sqlite3.connect(secure.data_dir / "audit.sqlite3")
+    for _ in range(100):  # the server writes pending rows every 50 ms
+        if db.execute("SELECT COUNT(*) FROM audit WHERE kind = 'exec' AND session = ?", (sid,)).fetchone()[0]:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        pytest.fail("the execution's audit row was not written within 2 s")
+    db.close()
+
+
 async def test_ephemeral_session_leaves_no_files_and_no_code_in_the_audit_log(secure):
     sid = await _new(secure, ephemeral=True)
     secret_code = "open('kept.txt', 'w').write('zzz')\nprint('TOPSECRET')"

@@ -119,6 +119,9 @@ class PythonRuntime:
 class PythonKernel:
     """One live interpreter instance; calls run one at a time."""
 
+    runs_tests = True
+    """A call may carry the check harness's tests: the guest runs them after the program."""
+
     def __init__(self, runtime: PythonRuntime, view: View, limits: Limits) -> None:
         self.settings = engine_settings(limits)
         linker, compiled = runtime.prepare(self.settings)
@@ -155,6 +158,8 @@ class PythonKernel:
         request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
         if call.filename:
             request["filename"] = call.filename
+        if call.tests is not None:
+            request["tests"] = call.tests
         call.bind(self.interrupt, self.store)
         try:
             raw = self._run(self.store, json.dumps(request))
@@ -177,7 +182,7 @@ class PythonKernel:
 
 def _outcome(response: dict) -> Outcome:
     error = response.get("error")
-    outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"))
+    outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"), phase=response.get("phase"))
     if error is not None:
         outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""),
                                    line=error.get("line"), source=error.get("source"))

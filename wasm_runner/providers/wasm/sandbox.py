@@ -123,6 +123,8 @@ class Call:
     env: dict[str, str] = field(default_factory=dict)
     listener: OutputListener | None = None
     filename: str | None = None
+    tests: str | None = None
+    """With the check harness, on a runtime that runs program and tests in one call."""
     stdout: Capture | None = None
     """Captures may be shared by calls that make up one execution (the check harness)."""
     stderr: Capture | None = None

@@ -33,6 +33,8 @@ class WarmPool:
         self._active = 0
         self._closed = False
         self._idle = threading.Condition(self._lock)
+        self._making: Key | None = None
+        self._made = threading.Condition(self._lock)
         threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
 
     def busy(self) -> None:
@@ -50,8 +52,13 @@ class WarmPool:
         self._wanted.put((language, view))
 
     def take(self, language: str, view: View, limits: Limits) -> Any | None:
+        """The sandbox made for this view, waiting for it if it is being made now (its
+        head start beats making another one beside it)."""
+        key = (language, view)
         with self._lock:
-            kernel = self._ready.pop((language, view), None)
+            while self._making == key:
+                self._made.wait()
+            kernel = self._ready.pop(key, None)
         if kernel is not None and not kernel.accepts(limits):
             kernel.close()
             return None
@@ -72,14 +79,18 @@ class WarmPool:
                     self._idle.wait()
                 if key in self._ready or self._closed:
                     continue
-            if not key[1].workspace.is_dir():
-                continue  # the scratch workspace was removed meanwhile
+                self._making = key
+            kernel = None
             try:
-                kernel = self._make(key[0], key[1], self._limits)
+                if key[1].workspace.is_dir():  # else the scratch workspace was removed meanwhile
+                    kernel = self._make(key[0], key[1], self._limits)
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
                 log.exception("could not pre-instantiate a %s sandbox", key[0])
-                continue
             with self._lock:
+                self._making = None
+                self._made.notify_all()
+                if kernel is None:
+                    continue
                 if key in self._ready or self._closed:
                     kernel.close()
                 else:
