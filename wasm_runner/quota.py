@@ -7,12 +7,15 @@ executions (those running longer than one period) and stops the ones over quota.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 from .api import Limits
 from .workspace import Workspace
+
+log = logging.getLogger("wasm_runner")
 
 CHECK_PERIOD_S = 0.05
 
@@ -53,7 +56,12 @@ class QuotaWatcher:
             with self._lock:
                 due = [(k, w) for k, w in self._watched.items() if now - w[3] >= CHECK_PERIOD_S]
             for key, (workspace, limits, stop, _) in due:
-                if over_quota(workspace, limits):
+                try:
+                    over = over_quota(workspace, limits)
+                except OSError:  # e.g. the workspace was removed meanwhile; the next pass retries
+                    log.warning("could not measure %s", workspace.root, exc_info=True)
+                    continue
+                if over:
                     stop()
                     self.unwatch(key)
 

@@ -77,8 +77,8 @@ class Workspace:
         for top in (self.files, self.tmp):
             for entry in _walk(top):
                 total_entries += 1
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
+                st = _lstat(entry)
+                if st is not None and stat.S_ISREG(st.st_mode):
                     total_bytes += st.st_size
                 if stop_after_files is not None and total_entries > stop_after_files:
                     return total_bytes, total_entries
@@ -98,13 +98,24 @@ def _walk(top: Path):
             continue
 
 
+def _lstat(entry: os.DirEntry) -> os.stat_result | None:
+    """The entry's own metadata, or None when it vanished since it was listed (a guest
+    may delete files while the quota watcher counts them)."""
+    try:
+        return entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def _scan(top: Path) -> tuple[Snapshot, int, int]:
     base = len(str(top)) + 1
     files: Snapshot = {}
     used = entries = 0
     for entry in _walk(top):
+        st = _lstat(entry)
+        if st is None:
+            continue
         entries += 1
-        st = entry.stat(follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
             continue
         files[entry.path[base:]] = (st.st_size, st.st_mtime_ns)
