@@ -76,9 +76,11 @@ class Workspace:
         total_bytes = total_entries = 0
         for top in (self.files, self.tmp):
             for entry in _walk(top):
-                total_entries += 1
                 st = _lstat(entry)
-                if st is not None and stat.S_ISREG(st.st_mode):
+                if st is None:
+                    continue
+                total_entries += 1
+                if stat.S_ISREG(st.st_mode):
                     total_bytes += st.st_size
                 if stop_after_files is not None and total_entries > stop_after_files:
                     return total_bytes, total_entries
