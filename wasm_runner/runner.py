@@ -9,6 +9,7 @@ blocks the event loop and the sync `run_sync` is the same path.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import os
@@ -52,6 +53,10 @@ def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
     return providers
 
 
+READY_SCRATCH = 2
+"""Idle scratch workspaces kept for one-shot runs, each with sandboxes made ahead."""
+
+
 class Runner:
     """Runs executions one-shot (`run`) or in sessions (`session(...).run`)."""
 
@@ -77,7 +82,9 @@ class Runner:
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
-        self._idle_scratch: list[Workspace] = []
+        self._idle_scratch: collections.deque[Workspace] = collections.deque()
+        """Untouched scratch workspaces, oldest first: the oldest had the longest time to get
+        its sandboxes made ahead."""
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
 
@@ -142,38 +149,55 @@ class Runner:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
-        request = self.request(code, **fields)
-        workspace = self._scratch_workspace()
+        job = Job(self.request(code, **fields), self._scratch_workspace(), None, listener, scratch=True)
         try:
-            return await self._run_async(Job(request, workspace, None, listener), _State())
+            return await self._run_async(job, _State())
         finally:
-            self._recycle(workspace)
+            self._recycle(job)
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
-        request = self.request(code, **fields)
-        workspace = self._scratch_workspace()
+        job = Job(self.request(code, **fields), self._scratch_workspace(), None, listener, scratch=True)
         try:
-            return self._run_blocking(Job(request, workspace, None, listener), _State())
+            return self._run_blocking(job, _State())
         finally:
-            self._recycle(workspace)
+            self._recycle(job)
 
     def _scratch_workspace(self) -> Workspace:
         try:
-            return self._idle_scratch.pop()
+            return self._idle_scratch.popleft()
         except IndexError:
-            return Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+            return self._new_scratch()
 
-    def _recycle(self, workspace: Workspace) -> None:
+    def _new_scratch(self) -> Workspace:
+        return Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+
+    def _recycle(self, job: Job) -> None:
         """Keep an untouched scratch workspace (with sandboxes made ahead for it) for the next
-        one-shot run; remove a used one."""
-        keep = workspace.is_empty() and len(self._idle_scratch) < 2 * self.concurrency
+        one-shot run; remove a used one, and one whose guest may still be running."""
+        workspace = job.workspace
+        if job.cancelled:
+            empty = False
+        elif job.left_entries is not None:  # the provider's scan after the run
+            empty = job.left_entries == 0
+        else:
+            empty = workspace.is_empty()
+        keep = empty and len(self._idle_scratch) < 2 * self.concurrency
+        if not keep:
+            self._prewarm(workspace, False)
+            workspace.remove()
+            workspace = None
+        # Two idle workspaces at least: the next run takes one whose sandbox is ready while
+        # the other's is being made (the one just returned would still be in the making).
+        while workspace is not None or len(self._idle_scratch) < READY_SCRATCH:
+            workspace = workspace or self._new_scratch()
+            self._prewarm(workspace, True)
+            self._idle_scratch.append(workspace)
+            workspace = None
+
+    def _prewarm(self, workspace: Workspace, keep: bool) -> None:
         for provider in self.providers:
             if hasattr(provider, "prewarm"):
                 provider.prewarm(workspace) if keep else provider.discard(workspace)
-        if keep:
-            self._idle_scratch.append(workspace)
-        else:
-            workspace.remove()
 
     async def run_many(
         self,

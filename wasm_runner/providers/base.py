@@ -21,6 +21,10 @@ class Job:
     listener: OutputListener | None = None
     mounts: tuple = ()
     """Extra directories for this session only (wasm: `Mount`s), besides the provider's own."""
+    scratch: bool = False
+    """The workspace is a one-shot scratch directory, known to exist and to be empty."""
+    left_entries: int | None = None
+    """Set by the provider: how many files and directories the run left in the workspace."""
     cancelled: bool = False
     started_at: float | None = None
     """time.monotonic() when the guest began (after queueing and runtime preparation):

@@ -111,14 +111,14 @@ class WasmProvider:
 
     def execute(self, job: Job) -> ExecResult:
         request = job.request
-        workspace = job.workspace.ensure()
+        workspace = job.workspace if job.scratch else job.workspace.ensure()
         view = self._view(workspace, job.mounts)
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk))
         self._warm.busy()
-        before = workspace.snapshot()
+        before = {} if job.scratch else workspace.snapshot()
         restarted = False
         started = time.perf_counter()
         try:
@@ -156,6 +156,7 @@ class WasmProvider:
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
         after, used_bytes, entries = workspace.scan()
+        job.left_entries = entries
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])

@@ -1,15 +1,16 @@
 """Instances made ahead of need for one-shot runs.
 
 A one-shot run gets a scratch workspace from the Runner; the instance for it can
-be instantiated in the background while no execution is running, so the run
-itself only pays for its call. Under load nothing is made ahead (it would only
-compete with the runs for the cores). Each pooled instance is fresh: no user code
+be instantiated in the background while a core is free, so the run itself only
+pays for its call. While every core runs an execution nothing is made ahead (it
+would only compete with the runs). Each pooled instance is fresh: no user code
 has run in it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -31,6 +32,8 @@ class WarmPool:
         self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._active = 0
+        self._free_below = os.cpu_count() or 1
+        """Make sandboxes ahead only while fewer executions than cores are running."""
         self._closed = False
         self._idle = threading.Condition(self._lock)
         self._making: Key | None = None
@@ -38,14 +41,14 @@ class WarmPool:
         threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
 
     def busy(self) -> None:
-        """An execution started: hold back pre-instantiation until all are done."""
+        """An execution started: pre-instantiation waits while every core is busy."""
         with self._lock:
             self._active += 1
 
     def done(self) -> None:
         with self._lock:
             self._active -= 1
-            if self._active == 0:
+            if self._active < self._free_below:
                 self._idle.notify_all()
 
     def request(self, language: str, view: View) -> None:
@@ -75,7 +78,7 @@ class WarmPool:
         while True:
             key = self._wanted.get()
             with self._lock:
-                while self._active:
+                while self._active >= self._free_below:
                     self._idle.wait()
                 if key in self._ready or self._closed:
                     continue
