@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
+from pathlib import Path
 
 import msgspec
 from aiohttp import web
@@ -26,7 +27,7 @@ routes = web.RouteTableDef()
 _EXEC_ERRORS = (404, 409, 413, 415, 429, 503)
 
 
-def _code_or_path(body: ExecBody | OneShotBody, files: WorkspaceFiles, service: Service) -> tuple[str | None, str | None]:
+def _code_or_path(body: ExecBody | OneShotBody, files_dir: Path, service: Service) -> tuple[str | None, str | None]:
     """The code to run and the language its file name implies."""
     if body.path is None:
         if body.code is None and getattr(body, "command", None) is None:
@@ -35,7 +36,7 @@ def _code_or_path(body: ExecBody | OneShotBody, files: WorkspaceFiles, service: 
         return body.code, None
     if body.code is not None:
         raise ApiError(422, "validation_error", "give either code or path, not both")
-    code = files.read_text(body.path, max_bytes=service.config.server.max_read_bytes)
+    code = WorkspaceFiles(files_dir).read_text(body.path, max_bytes=service.config.server.max_read_bytes)
     return code, language_for_path(body.path)
 
 
@@ -50,7 +51,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, ExecBody)
     _, profile = service.execution.profile(body.profile or live.row.profile)
     runner, session = service.sessions.core(live, profile)
-    code, path_language = _code_or_path(body, WorkspaceFiles(session.workspace.files), service)
+    code, path_language = _code_or_path(body, session.workspace.files, service)
     exec_request = service.execution.request(
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
@@ -109,7 +110,7 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         if body.files:
             session.workspace.ensure()
             await asyncio.to_thread(_write_inputs, files, body.files, limits.disk_bytes)
-        code, path_language = _code_or_path(body, WorkspaceFiles(session.workspace.files), service)
+        code, path_language = _code_or_path(body, session.workspace.files, service)
         exec_request = service.execution.request(
             profile, language=body.language, code=code, command=body.command, stdin=body.stdin, env=body.env,
             limits=body.limits, fresh=True, id=body.id, path_language=path_language)
