@@ -181,18 +181,18 @@ class Runner:
             empty = job.left_entries == 0
         else:
             empty = workspace.is_empty()
-        keep = empty and len(self._idle_scratch) < 2 * self.concurrency
-        if not keep:
-            self._prewarm(workspace, False)
-            workspace.remove()
-            workspace = None
-        # Two idle workspaces at least: the next run takes one whose sandbox is ready while
-        # the other's is being made (the one just returned would still be in the making).
-        while workspace is not None or len(self._idle_scratch) < READY_SCRATCH:
-            workspace = workspace or self._new_scratch()
+        if empty and len(self._idle_scratch) < 2 * self.concurrency:
             self._prewarm(workspace, True)
             self._idle_scratch.append(workspace)
-            workspace = None
+        else:
+            self._prewarm(workspace, False)
+            workspace.remove()
+        # Two idle workspaces at least: the next run takes one whose sandbox is ready while
+        # the other's is being made (the one just returned would still be in the making).
+        while len(self._idle_scratch) < READY_SCRATCH:
+            spare = self._new_scratch()
+            self._prewarm(spare, True)
+            self._idle_scratch.append(spare)
 
     def _prewarm(self, workspace: Workspace, keep: bool) -> None:
         for provider in self.providers:

@@ -15,7 +15,7 @@ from ...hints import with_hint
 from ...quota import exceeds, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
-from .sandbox import Call, Mount, Outcome, View, engine_settings
+from .sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
 from .warm_pool import WarmPool
 
 
@@ -57,6 +57,7 @@ class WasmProvider:
 
     def close(self) -> None:
         self._warm.close()
+        wait_closed()
 
     def runtime(self, language: str):
         with self._lock:

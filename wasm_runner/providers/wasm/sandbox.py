@@ -184,11 +184,17 @@ def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
 
 
 _closing: "queue.SimpleQueue[wasmtime.Store]" = queue.SimpleQueue()
+_unclosed = 0
+_all_closed = threading.Condition()
 
 
 def _close_stores() -> None:
+    global _unclosed
     while True:
         _closing.get().close()
+        with _all_closed:
+            _unclosed -= 1
+            _all_closed.notify_all()
 
 
 def close_later(store: wasmtime.Store) -> None:
@@ -196,7 +202,17 @@ def close_later(store: wasmtime.Store) -> None:
 
     Closing also releases WASI handles the guest left open.
     """
+    global _unclosed
+    with _all_closed:
+        _unclosed += 1
     _closing.put(store)
+
+
+def wait_closed(timeout: float = 15.0) -> None:
+    """Wait until the stores handed to `close_later` are released, so that the process
+    does not exit while a thread is inside wasmtime."""
+    with _all_closed:
+        _all_closed.wait_for(lambda: _unclosed == 0, timeout)
 
 
 threading.Thread(target=_close_stores, name="wasm-store-close", daemon=True).start()

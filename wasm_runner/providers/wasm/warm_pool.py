@@ -99,9 +99,12 @@ class WarmPool:
                 else:
                     self._ready[key] = kernel
 
-    def close(self) -> None:
+    def close(self, timeout: float = 15.0) -> None:
+        """Drop the ready sandboxes, after the one being made (a process that exits while a
+        thread is inside wasmtime can abort)."""
         with self._lock:
             self._closed = True
+            self._made.wait_for(lambda: self._making is None, timeout)
             kernels, self._ready = list(self._ready.values()), {}
         for kernel in kernels:
             kernel.close()
