@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 
 import msgspec
 from dataclasses import dataclass
@@ -36,13 +38,8 @@ class WasmProvider:
         self.prewarm_languages = prewarm_languages
         self._runtimes: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._warm = WarmPool(self._warm_kernel, Limits())
-
-    def _warm_kernel(self, language: str, view: View, limits: Limits) -> Any:
-        kernel = self.runtime(language).new_kernel(view, limits)
-        if hasattr(kernel, "warm"):
-            kernel.warm()
-        return kernel
+        _open_providers.add(self)
+        self._warm = WarmPool(lambda language, view, limits: self.runtime(language).new_kernel(view, limits), Limits())
 
     def _view(self, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> View:
         return View(workspace.files, workspace.tmp, self.mounts + mounts)
@@ -58,6 +55,7 @@ class WasmProvider:
     def close(self) -> None:
         self._warm.close()
         wait_closed()
+        _open_providers.discard(self)
 
     def runtime(self, language: str):
         with self._lock:
@@ -184,6 +182,17 @@ class WasmProvider:
             isolation="wasm",
             id=request.id,
         )
+
+
+_open_providers: "weakref.WeakSet[WasmProvider]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_providers() -> None:
+    """A process exiting while a thread is inside wasmtime can abort: an embedder that
+    never closed its Runner still gets its sandboxes made ahead finished and released."""
+    for provider in list(_open_providers):
+        provider.close()
 
 
 def _verdict(outcome: Outcome) -> str:
