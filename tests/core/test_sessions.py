@@ -14,6 +14,15 @@ def test_kernel_keeps_variables_and_imports_between_calls(runner):
     session.destroy()
 
 
+def test_kernel_environment_keeps_guest_changes_until_a_call_passes_other_variables(runner):
+    session = runner.session()
+    session.run_sync("import os\nos.environ['MINE'] = '1'")
+    assert session.run_sync("import os\nos.environ.get('MINE')").value == "'1'"
+    passed = session.run_sync("import os\n(os.environ.get('MINE'), os.environ['GIVEN'])", env={"GIVEN": "x"})
+    assert passed.value == "(None, 'x')"  # other variables: the environment is set afresh
+    assert session.run_sync("import os\nos.environ.get('GIVEN')").value is None
+
+
 def test_fresh_run_sees_the_same_files_but_no_state(runner):
     session = runner.session()
     session.run_sync("secret = 1\nopen('shared.txt', 'w').write('data')")
