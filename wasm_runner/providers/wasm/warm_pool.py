@@ -37,7 +37,7 @@ class WarmPool:
         self._free_below = os.cpu_count() or 1
         """Make sandboxes ahead only while fewer executions than cores are running."""
         self._closed = False
-        self._idle = threading.Condition(self._lock)
+        self._core_free = threading.Condition(self._lock)
         self._making: Key | None = None
         self._made = threading.Condition(self._lock)
         threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
@@ -51,7 +51,7 @@ class WarmPool:
         with self._lock:
             self._active -= 1
             if self._active < self._free_below:
-                self._idle.notify_all()
+                self._core_free.notify_all()
 
     def request(self, language: str, view: View) -> None:
         self._wanted.put((language, view))
@@ -81,7 +81,7 @@ class WarmPool:
             key = self._wanted.get()
             with self._lock:
                 while self._active >= self._free_below:
-                    self._idle.wait()
+                    self._core_free.wait()
                 if key in self._ready or self._closed:
                     continue
                 self._making = key
