@@ -42,25 +42,33 @@ class StopReason(str, Enum):
 class Interrupt:
     """Stop conditions for whatever runs in one store; re-armed for every call.
 
-    `stop()` may be called from any thread; the guest traps at the next tick.
+    `stop()` may be called from any thread; the guest traps at the next tick. Each
+    `arm()` starts a new call: a stop aimed at an earlier call (by its number) is
+    ignored, so a late cancellation never reaches whatever runs in the store next.
     """
 
     def __init__(self, store: wasmtime.Store) -> None:
         self.deadline = float("inf")
         self.reason: StopReason | None = None
+        self.call = 0
         self._lock = threading.Lock()
         self._callback = _Callback(self._on_tick)  # kept alive as long as the store
         capi.wasmtime_store_epoch_deadline_callback(store.ptr(), self._callback, None, _NO_FINALIZER)
         store.set_epoch_deadline(1)
 
-    def arm(self, store: wasmtime.Store, timeout_s: float) -> None:
-        self.reason = None
-        self.deadline = time.monotonic() + timeout_s
-        store.set_epoch_deadline(1)
-
-    def stop(self, reason: StopReason) -> None:
+    def arm(self, store: wasmtime.Store, timeout_s: float) -> int:
+        """Start a call; returns its number."""
         with self._lock:
-            if self.reason is None:
+            self.call += 1
+            self.reason = None
+            self.deadline = time.monotonic() + timeout_s
+        store.set_epoch_deadline(1)
+        return self.call
+
+    def stop(self, reason: StopReason, call: int | None = None) -> None:
+        """Stop the current call (or only call number `call`, if it is still the current one)."""
+        with self._lock:
+            if self.reason is None and call in (None, self.call):
                 self.reason = reason
 
     def expired(self) -> bool:

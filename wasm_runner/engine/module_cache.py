@@ -48,6 +48,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def compiled_path(sha256: str, kind: Kind, settings: EngineSettings = EngineSettings()) -> Path:
+    """Where the compiled form of the artifact with this hash is cached (and mapped from)."""
+    return cache_dir() / f"{sha256[:32]}-{kind}-wasmtime{WASMTIME_VERSION}-{settings.cache_key()}.cwasm"
+
+
 def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings = EngineSettings()) -> Compiled:
     """Return the compiled form of `wasm` for the engine of `settings`, compiling at most once.
 
@@ -58,7 +63,7 @@ def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings 
         if key in _loaded:
             return _loaded[key]
         engine = get_engine(settings)
-        cwasm = cache_dir() / f"{sha256[:32]}-{kind}-wasmtime{WASMTIME_VERSION}-{settings.cache_key()}.cwasm"
+        cwasm = compiled_path(sha256, kind, settings)
         loader = component.Component if kind == "component" else wasmtime.Module
         if not cwasm.exists():
             _compile_to(cwasm, wasm, sha256, loader, engine)

@@ -223,6 +223,7 @@ class _Prepared:
 
 class JavaScriptRuntime:
     language = "javascript"
+    reuses_instances = False
 
     def __init__(self) -> None:
         self.manifest = load_manifest("javascript")

@@ -80,33 +80,33 @@ class WasmProvider:
                 runtime.prepare(EngineSettings(fuel=True))
 
     def _check(self, kernel: Any, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
-        """Run the program, then its tests in the same fresh instance, within one deadline.
+        """Run the program, then its tests in the same new instance, within one deadline.
 
         An exception in the program is an `error`; any exception in the tests means `failed`.
         Output of both phases is kept, in order.
         """
         started = time.monotonic()
         program.filename = "<program>"
-        try:
-            if getattr(kernel, "runs_tests", False):  # one guest call for both phases
-                program.tests = request.tests
-                outcome = kernel.run(program)
-                outcome.phase = outcome.phase or "program"  # a trap leaves the phase unknown
-                return outcome, program
+        if getattr(kernel, "runs_tests", False):  # one guest call for both phases
+            program.tests = request.tests
             outcome = kernel.run(program)
-            outcome.phase = "program"
-            failed = outcome.error is not None or outcome.limit is not None or outcome.exit_code != 0
-            if failed or program.stopped:
-                return outcome, program
-            remaining = max(request.limits.timeout_s - (time.monotonic() - started), 0.001)
-            tests = Call(code=request.tests, limits=msgspec.structs.replace(request.limits, timeout_s=remaining),
-                         env=request.env, listener=program.listener, filename="<tests>",
-                         stdout=program.stdout, stderr=program.stderr)
-            outcome = kernel.run(tests)  # same store: stops aimed at `program` reach it too
-            outcome.phase = "tests"
-            return outcome, tests
-        finally:
-            kernel.close()
+            outcome.phase = outcome.phase or "program"  # a trap leaves the phase unknown
+            return outcome, program
+        outcome = kernel.run(program)
+        outcome.phase = "program"
+        failed = outcome.error is not None or outcome.limit is not None or outcome.exit_code != 0
+        if failed or program.stopped:
+            return outcome, program
+        remaining = max(request.limits.timeout_s - (time.monotonic() - started), 0.001)
+        tests = Call(code=request.tests, limits=msgspec.structs.replace(request.limits, timeout_s=remaining),
+                     env=request.env, listener=program.listener, filename="<tests>",
+                     stdout=program.stdout, stderr=program.stderr)
+        program.successor = tests  # stops aimed at the execution reach the tests
+        if program.stopped is not None:  # one that arrived just before
+            tests.stop(program.stopped)
+        outcome = kernel.run(tests)
+        outcome.phase = "tests"
+        return outcome, tests
 
     def execute(self, job: Job) -> ExecResult:
         request = job.request
@@ -119,21 +119,23 @@ class WasmProvider:
         self._warm.busy()
         before = {} if job.scratch else workspace.snapshot()
         restarted = False
+        kernel = None
         started = time.perf_counter()
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
             job.started_at = time.monotonic()
-            if request.harness == "check":
-                warm = self._warm.take(request.language, view, request.limits) if job.kernels is None else None
-                outcome, call = self._check(warm or runtime.new_kernel(view, request.limits), call, request)
-            elif job.kernels is None and (warm := self._warm.take(request.language, view, request.limits)):
-                try:
-                    outcome = warm.run(call)
-                finally:
-                    warm.close()
-            elif request.fresh or job.kernels is None:
+            one_shot = job.kernels is None
+            kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
+            if kernel is None and (request.harness == "check" or (one_shot and runtime.reuses_instances)):
+                kernel = runtime.new_kernel(view, request.limits)
+            if kernel is not None:  # an instance for this execution alone
+                if request.harness == "check":
+                    outcome, call = self._check(kernel, call, request)
+                else:
+                    outcome = kernel.run(call)
+            elif request.fresh or one_shot:
                 outcome = runtime.fresh(view, call)
             else:
                 slot = job.kernels.setdefault(request.language, KernelSlot())
@@ -150,12 +152,20 @@ class WasmProvider:
                     slot.kernel, slot.lost = None, True
         except Exception as exc:  # the runtime could not start: report, never raise
             outcome = _startup_failure(exc, call)
+            outcome.instance_lost = True
         finally:
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
         after, used_bytes, entries = workspace.scan()
         job.left_entries = entries
+        if kernel is not None:
+            # A scratch workspace left empty goes back to the Runner with its instance,
+            # which is restored to new in the background before it serves again.
+            if job.scratch and entries == 0 and not outcome.instance_lost and runtime.reuses_instances:
+                self._warm.give_back(request.language, view, kernel)
+            else:
+                kernel.close()
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])

@@ -24,19 +24,22 @@ from wasmtime import component
 
 from ...api import GuestError, Limits
 from ...engine import EngineSettings, get_engine, load_compiled
-from ...engine.module_cache import cache_dir, sha256_file
+from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
+from .memory_reset import instantiate_located
 from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 
 class PythonRuntime:
     language = "python"
+    reuses_instances = True
+    """A one-shot instance can be reset to new and serve again (see `PythonKernel.reset`)."""
 
     def __init__(self) -> None:
         self.manifest = load_manifest("python")
         self._lock = threading.Lock()
         self._built: tuple[Path, str] | None = None
-        self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component]] = {}
+        self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component, Path]] = {}
 
     # -- preparation ---------------------------------------------------------
 
@@ -91,7 +94,8 @@ class PythonRuntime:
         # Builds are not byte-identical: the hash of *this* build pins what gets compiled.
         sha_file.write_text(sha256_file(out))
 
-    def prepare(self, settings: EngineSettings = EngineSettings()) -> tuple[component.Linker, component.Component]:
+    def prepare(self, settings: EngineSettings = EngineSettings()) -> tuple[component.Linker, component.Component, Path]:
+        """The linker, the compiled component and the file it is mapped from."""
         with self._lock:
             ready = self._linkers.get(settings)
         if ready is not None:
@@ -100,8 +104,9 @@ class PythonRuntime:
         compiled = load_compiled(wasm, sha, "component", settings)
         linker = component.Linker(get_engine(settings))
         linker.add_wasip2()
+        mapped_from = Path(os.path.realpath(compiled_path(sha, "component", settings)))
         with self._lock:
-            return self._linkers.setdefault(settings, (linker, compiled))
+            return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
 
     # -- execution -----------------------------------------------------------
 
@@ -116,6 +121,11 @@ class PythonRuntime:
         return PythonKernel(self, view, limits)
 
 
+MAX_REUSES = 100
+"""One-shot runs an instance serves before it is replaced (bounds what a guest can leave
+on the host side, such as handles it never released)."""
+
+
 class PythonKernel:
     """One live interpreter instance; calls run one at a time."""
 
@@ -124,7 +134,7 @@ class PythonKernel:
 
     def __init__(self, runtime: PythonRuntime, view: View, limits: Limits) -> None:
         self.settings = engine_settings(limits)
-        linker, compiled = runtime.prepare(self.settings)
+        linker, compiled, mapped_from = runtime.prepare(self.settings)
         self.store, self.interrupt = new_store(limits)
         self.router = OutputRouter()
         wasi = wasmtime.WasiConfig()
@@ -134,11 +144,14 @@ class PythonKernel:
         view.configure(wasi)
         self.store.set_wasi(wasi)
         self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
-        instance = linker.instantiate(self.store, compiled)
+        instance, self._memory = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
         func = instance.get_func(self.store, "run")
         assert func is not None, "the Python component exports no `run`"
         self._run = func
+        self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
         self.usable = True
+        self.reuses = 0
+        self._files_open = True
 
     def warm(self) -> None:
         """Do the first call's set-up now (page faults, seeding) so that a later call is quick."""
@@ -149,13 +162,26 @@ class PythonKernel:
     def accepts(self, limits: Limits) -> bool:
         return self.usable and engine_settings(limits) == self.settings
 
+    def reset(self) -> bool:
+        """Make the instance as new for another one-shot run: its memory is restored to the
+        instantiated state. False (and the instance must be closed) when it cannot be: the
+        run trapped, grew memory or left a file open, or the instance has served enough."""
+        if not self.usable or self._files_open or self._memory is None or self.reuses >= MAX_REUSES:
+            return False
+        if not self._memory.reset():
+            return False
+        self.reuses += 1
+        self._files_open = True  # until the next run reports otherwise
+        return True
+
     def run(self, call: Call) -> Outcome:
         limits = call.limits
         self.router.stdout, self.router.stderr = call.stdout, call.stderr
         self.store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:
             self.store.set_fuel(limits.fuel)
-        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
+        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s,
+                   "fd_base": self._fd_base}
         if call.filename:
             request["filename"] = call.filename
         if call.tests is not None:
@@ -168,7 +194,9 @@ class PythonKernel:
             self.usable = False
             outcome = trap_outcome(exc, self.interrupt)
         else:
-            outcome = _outcome(json.loads(raw))
+            response = json.loads(raw)
+            self._files_open = response.get("files_open", True)
+            outcome = _outcome(response)
         finally:
             self.router.stdout = self.router.stderr = None
         if limits.fuel is not None:

@@ -131,6 +131,9 @@ class Call:
 
     def __post_init__(self) -> None:
         self.interrupt: Interrupt | None = None
+        self.number = 0
+        self.successor: Call | None = None
+        """The next call of the same execution (the check harness's tests): stops reach it too."""
         self.stopped: StopReason | None = None
         if self.stdout is None:
             self.stdout = Capture("stdout", self.limits.output_bytes, self._overflow, self.listener)
@@ -143,16 +146,19 @@ class Call:
 
     def bind(self, interrupt: Interrupt, store: wasmtime.Store) -> None:
         """Arm the store's interrupt for this call; a stop requested earlier applies at once."""
-        interrupt.arm(store, self.limits.timeout_s)
+        self.number = interrupt.arm(store, self.limits.timeout_s)
         self.interrupt = interrupt
         if self.stopped is not None:
-            interrupt.stop(self.stopped)
+            interrupt.stop(self.stopped, self.number)
 
     def stop(self, reason: StopReason) -> None:
-        """Stop the guest running this call (from any thread), or keep it from starting."""
+        """Stop the guest running this call (from any thread), or keep it from starting;
+        once the call is over, its store may run another call, which this does not touch."""
         self.stopped = self.stopped or reason
         if self.interrupt is not None:
-            self.interrupt.stop(reason)
+            self.interrupt.stop(reason, self.number)
+        if self.successor is not None:
+            self.successor.stop(reason)
 
 
 @dataclass

@@ -5,8 +5,12 @@ be instantiated in the background while a core is free, so the run itself only
 pays for its call. While every core runs an execution nothing is made ahead (it
 would only compete with the runs). When nothing runs, the instance also makes a
 warm-up call (the first call into an instance costs several times a later one);
-under load it is offered as soon as it is instantiated. Each pooled instance is
-fresh: no user code has run in it.
+under load it is offered as soon as it is instantiated.
+
+An instance that served a one-shot run may be given back with its (empty) scratch
+workspace; it is reset to new (its memory restored) before it is offered again,
+which costs a fraction of a new instance. Every pooled instance is as new: no
+trace of user code is left in it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class WarmPool:
         self._make = make
         self._limits = limits
         self._ready: dict[Key, Any] = {}
+        self._returned: dict[Key, Any] = {}
+        """Instances given back after a run, waiting to be reset."""
         self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._active = 0
@@ -56,6 +62,14 @@ class WarmPool:
     def request(self, language: str, view: View) -> None:
         self._wanted.put((language, view))
 
+    def give_back(self, language: str, view: View, kernel: Any) -> None:
+        """An instance that served a run in this view; a later `request` resets and offers it."""
+        with self._lock:
+            previous = self._returned.pop((language, view), None)
+            self._returned[(language, view)] = kernel
+        if previous is not None:
+            previous.close()
+
     def take(self, language: str, view: View, limits: Limits) -> Any | None:
         """The sandbox made for this view, waiting for it if it is being made now (its
         head start beats making another one beside it)."""
@@ -71,8 +85,7 @@ class WarmPool:
 
     def discard(self, view: View) -> None:
         with self._lock:
-            stale = [k for k in self._ready if k[1] == view]
-            kernels = [self._ready.pop(k) for k in stale]
+            kernels = [pool.pop(k) for pool in (self._ready, self._returned) for k in list(pool) if k[1] == view]
         for kernel in kernels:
             kernel.close()
 
@@ -85,9 +98,12 @@ class WarmPool:
                 if key in self._ready or self._closed:
                     continue
                 self._making = key
-            kernel = None
+                kernel = self._returned.pop(key, None)
             try:
-                if key[1].workspace.is_dir():  # else the scratch workspace was removed meanwhile
+                if kernel is not None and not kernel.reset():
+                    kernel.close()
+                    kernel = None
+                if kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
                     kernel = self._make(key[0], key[1], self._limits)
                     with self._lock:
                         idle = self._active == 0
@@ -95,12 +111,16 @@ class WarmPool:
                         kernel.warm()
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
                 log.exception("could not pre-instantiate a %s sandbox", key[0])
+                if kernel is not None:
+                    kernel.close()
+                kernel = None
+            gone = not key[1].workspace.is_dir()  # discarded while it was being made
             with self._lock:
                 self._making = None
                 self._made.notify_all()
                 if kernel is None:
                     continue
-                if key in self._ready or self._closed:
+                if key in self._ready or self._closed or gone:
                     kernel.close()
                 else:
                     self._ready[key] = kernel
@@ -111,6 +131,7 @@ class WarmPool:
         with self._lock:
             self._closed = True
             self._made.wait_for(lambda: self._making is None, timeout)
-            kernels, self._ready = list(self._ready.values()), {}
+            kernels = [*self._ready.values(), *self._returned.values()]
+            self._ready, self._returned = {}, {}
         for kernel in kernels:
             kernel.close()

@@ -1,0 +1,174 @@
+"""One-shot Python instances are reset to new and reused: nothing of a run reaches the next."""
+
+import ctypes
+import threading
+
+import pytest
+
+from wasm_runner import Limits, Runner
+from wasm_runner.engine import StopReason
+from wasm_runner.providers.wasm import python as python_runtime
+from wasm_runner.providers.wasm.memory_reset import PAGE
+from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
+from wasm_runner.providers.wasm.sandbox import Call, View
+
+pytestmark = pytest.mark.skipif(not python_runtime.PythonRuntime.reuses_instances, reason="no reuse")
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return PythonRuntime()
+
+
+@pytest.fixture
+def view(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
+
+
+def run(kernel: PythonKernel, code: str, **limits) -> tuple[str, object]:
+    call = Call(code=code, limits=Limits(**limits))
+    outcome = kernel.run(call)
+    return call.stdout.text(), outcome
+
+
+def test_reset_restores_memory_byte_for_byte(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        assert kernel._memory is not None, "the instance's memory was not located"
+        out, outcome = run(kernel, "import json, random\nrandom.seed(7)\nx = [str(i) * 50 for i in range(2000)]\n"
+                                   "json.dumps(x)[:10]\nprint('ran')")
+        assert out == "ran\n" and outcome.error is None
+        assert kernel.reset()
+        memory = kernel._memory
+        image = memory._image
+        actual = ctypes.string_at(memory.base, memory.size)
+        first, end = memory._image_first * PAGE, memory._image_end * PAGE
+        expected = bytes(first) + ctypes.string_at(image.address, end - first) + bytes(memory.size - end)
+        assert actual == expected
+    finally:
+        kernel.close()
+
+
+def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        out, _ = run(kernel, """
+import builtins, sys, os, json, random
+builtins.LEAK = 1
+sys.modules["leaky"] = object()
+json.dumps = None
+os.environ["LEAK"] = "1"
+sys.setrecursionlimit(50)
+random.seed(1)
+kept = [bytearray(100) for _ in range(1000)]
+with open("/tmp/gone.txt", "w") as f:
+    f.write("x")
+os.remove("/tmp/gone.txt")
+os.chdir("/tmp")
+print("dirty")
+""")
+        assert out == "dirty\n"
+        assert kernel.reset()
+        out, outcome = run(kernel, """
+import builtins, sys, os, json, random
+print(hasattr(builtins, "LEAK"), "leaky" in sys.modules, json.dumps is None, "LEAK" in os.environ,
+      sys.getrecursionlimit() > 50, "kept" in globals(), os.getcwd())
+""")
+        assert outcome.error is None, outcome.error
+        assert out == "False False False False True False /workspace\n"
+    finally:
+        kernel.close()
+
+
+def test_each_reused_run_draws_fresh_randomness(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        draws = set()
+        for _ in range(3):
+            out, _ = run(kernel, "import random, uuid\nprint(random.random(), uuid.uuid4())")
+            draws.add(out)
+            assert kernel.reset()
+        assert len(draws) == 3
+    finally:
+        kernel.close()
+
+
+@pytest.mark.parametrize("code, why", [
+    ("x = bytearray(64 * 1024 * 1024)", "memory grew"),
+    ("f = open('/tmp/held.txt', 'w')", "a file is left open"),
+    ("import os\nfs = [os.open(f'/tmp/f{i}', os.O_CREAT | os.O_WRONLY) for i in range(5)]\n"
+     "[os.close(fd) for fd in fs[:-2]]", "descriptors are left open"),
+])
+def test_instance_is_not_reused_after(runtime, view, code, why):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        _, outcome = run(kernel, code)
+        assert outcome.error is None, outcome.error
+        assert not kernel.reset(), why
+    finally:
+        kernel.close()
+
+
+def test_files_opened_and_closed_allow_reuse(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        _, outcome = run(kernel, "import os\nfor i in range(5):\n    open(f'/tmp/f{i}', 'w').close()\n"
+                                 "with os.scandir('/tmp') as it:\n    names = sorted(e.name for e in it)")
+        assert outcome.error is None
+        assert kernel.reset()
+    finally:
+        kernel.close()
+
+
+def test_a_trapped_instance_is_not_reused(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        _, outcome = run(kernel, "while True: pass", timeout_s=0.2)
+        assert outcome.limit == "timeout"
+        assert not kernel.reset()
+    finally:
+        kernel.close()
+
+
+def test_a_late_stop_does_not_reach_the_next_call(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        first = Call(code="print(1)", limits=Limits())
+        kernel.run(first)
+        assert kernel.reset()
+        second = Call(code="import time\ntime.sleep(0.3)\nprint('done')", limits=Limits())
+        threading.Timer(0.1, first.stop, (StopReason.cancelled,)).start()  # the first call is long over
+        outcome = kernel.run(second)
+        assert outcome.limit is None and second.stdout.text() == "done\n"
+    finally:
+        kernel.close()
+
+
+def test_one_shot_runs_reuse_instances_and_stay_isolated(tmp_path, monkeypatch):
+    served: list[tuple[int, int]] = []
+    run_kernel = PythonKernel.run
+
+    def recording_run(self, call):
+        served.append((id(self), self.reuses))
+        return run_kernel(self, call)
+
+    monkeypatch.setattr(PythonKernel, "run", recording_run)
+    with Runner(tmp_path) as runner:
+        for i in range(30):
+            result = runner.run_sync(f"import sys\nprint(getattr(sys, 'mark', None))\nsys.mark = {i}")
+            assert result.stdout == "None\n", result
+        result = runner.run_sync("open('left.txt', 'w').write('x')")  # leaves a file: not reused
+        assert result.exit_code == 0
+        result = runner.run_sync("import os\nprint(os.listdir('.'))")
+        assert result.stdout == "[]\n"
+    assert max(reuses for _, reuses in served) >= 10, served
+    assert len(served) == 32
+
+
+def test_reused_fuel_instances_meter_each_run(tmp_path):
+    with Runner(tmp_path) as runner:
+        used = [runner.run_sync("sum(range(10000))", limits=Limits(fuel=50_000_000)).fuel_used for _ in range(6)]
+    assert all(u and u > 0 for u in used)
+    assert max(used) < 3 * min(used), used  # a reused instance does not inherit a run's fuel

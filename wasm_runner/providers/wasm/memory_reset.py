@@ -1,0 +1,193 @@
+"""Put a used instance's linear memory back to the state it was instantiated in.
+
+A fresh instance of the Python snapshot costs several milliseconds, most of them
+page faults: wasmtime maps the memory image copy-on-write from the compiled
+`.cwasm` file, and the first call copies a few hundred pages and maps a few
+thousand. Restoring the pages a run wrote is about ten times cheaper than a new
+instance, and leaves memory byte for byte as a new instance would see it.
+
+Which pages a run wrote is read from /proc/self/pagemap: a written page of a
+private file mapping has become anonymous. Pages of the image are copied back
+from the file; written pages outside it (zero at instantiation) are dropped.
+Linux only; where the layout is not the expected one, nothing is reused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import mmap
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("wasm_runner")
+PAGE = mmap.PAGESIZE
+WASM_PAGE = 65536
+FD_VALVE_SHARE = 4
+"""No instance is reused while the process holds more than 1/4 of its file-descriptor limit
+(a guest that leaves files open keeps them open in its instance until it is closed)."""
+
+_PRESENT, _FILE = 0x80, 0x20  # bits 63 and 61 of a pagemap entry, in its last byte
+_WRITTEN = bytes(1 if (b & (_PRESENT | _FILE)) == _PRESENT else 0 for b in range(256))
+_RUNS = re.compile(b"\x01+")
+
+
+@dataclass(frozen=True)
+class _Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+
+def _maps(path: str | None = None) -> list[_Mapping]:
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            name = fields[5].rstrip("\n") if len(fields) > 5 else ""
+            if path is None or name == path:
+                out.append(_Mapping(start, end, fields[1], int(fields[2], 16), int(fields[4]), name))
+    return out
+
+
+class _Image:
+    """The pristine bytes of a memory image: the compiled file, mapped read-only once."""
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        with open(path, "rb") as f:
+            self.inode = os.fstat(f.fileno()).st_ino
+            address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), offset)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "could not map the memory image")
+        self.address: int = address
+
+
+class LinearMemory:
+    """One instance's linear memory, located once; `reset` restores it."""
+
+    def __init__(self, base: int, size: int, image_start: int, image: _Image, image_len: int) -> None:
+        self.base, self.size = base, size
+        self._image_first = (image_start - base) // PAGE
+        self._image_end = self._image_first + image_len // PAGE
+        self._image = image
+
+    def reset(self) -> bool:
+        """Restore every page written since instantiation; False when the memory grew
+        (its size is visible to the guest, so the instance must not be reused)."""
+        if _accessible(self.base + self.size) or _fd_pressure():
+            return False
+        pages = self.size // PAGE
+        entries = os.pread(_pagemap(), pages * 8, self.base // PAGE * 8)
+        if len(entries) != pages * 8:
+            return False
+        written = entries[7::8].translate(_WRITTEN)
+        for run in _RUNS.finditer(written):
+            first, end = run.span()
+            copy_from, copy_to = max(first, self._image_first), min(end, self._image_end)
+            if copy_from < copy_to:
+                ctypes.memmove(self.base + copy_from * PAGE, self._image.address + (copy_from - self._image_first) * PAGE,
+                               (copy_to - copy_from) * PAGE)
+            for lo, hi in ((first, min(end, self._image_first)), (max(first, self._image_end), end)):
+                if lo < hi:  # zero at instantiation: drop the pages
+                    if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
+                        return False
+        return True
+
+
+_lock = threading.Lock()
+_images: dict[tuple[str, int, int, int], _Image] = {}
+_MADV_DONTNEED = 4
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+if _libc is not None:
+    _libc.mmap.restype = ctypes.c_void_p
+    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _libc.process_vm_readv.restype = ctypes.c_ssize_t
+_pagemap_fd: int | None = None
+
+
+def _pagemap() -> int:
+    global _pagemap_fd
+    if _pagemap_fd is None:
+        _pagemap_fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    return _pagemap_fd
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def _accessible(address: int) -> bool:
+    """Whether `address` is readable, without touching it (a grown memory made it so)."""
+    byte = ctypes.create_string_buffer(1)
+    local, remote = _IoVec(ctypes.addressof(byte), 1), _IoVec(address, 1)
+    return _libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 1
+
+
+def _fd_pressure() -> bool:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return len(os.listdir("/proc/self/fd")) * FD_VALVE_SHARE > soft
+
+
+def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tuple[T, LinearMemory | None]:
+    """Instantiate, and find the new instance's linear memory (None if it cannot be reset).
+
+    The memory is the one new copy-on-write mapping of `compiled_file`; instantiations
+    that locate take a lock, so no other such mapping appears meanwhile.
+    """
+    if _libc is None:
+        return instantiate(), None
+    path = str(compiled_file)
+    with _lock:
+        before = {m.start for m in _maps(path)}
+        result = instantiate()
+        maps = _maps()
+    try:
+        memory = _locate(maps, path, before)
+    except (OSError, ValueError):
+        log.debug("could not map the memory image of %s", path, exc_info=True)
+        memory = None
+    if memory is None:
+        log.debug("an instance of %s was not located: it will not be reused", path)
+    return result, memory
+
+
+def _locate(maps: list[_Mapping], path: str, before: set[int]) -> LinearMemory | None:
+    new = [i for i, m in enumerate(maps) if m.path == path and m.perms == "rw-p" and m.start not in before]
+    if len(new) != 1 or not 1 <= new[0] < len(maps) - 1:
+        return None
+    i = new[0]
+    image = maps[i]
+    anon = lambda m: m.path == "" and m.inode == 0  # noqa: E731
+    base, first = image.start, i
+    if maps[i - 1].end == image.start and maps[i - 1].perms == "rw-p" and anon(maps[i - 1]):
+        base, first = maps[i - 1].start, i - 1
+    end, last = image.end, i
+    if maps[i + 1].start == image.end and maps[i + 1].perms == "rw-p" and anon(maps[i + 1]):
+        end, last = maps[i + 1].end, i + 1
+    guarded = (first > 0 and maps[first - 1].perms == "---p" and maps[first - 1].end == base
+               and last + 1 < len(maps) and maps[last + 1].perms == "---p" and maps[last + 1].start == end)
+    if not guarded or base % WASM_PAGE or (end - base) % WASM_PAGE:
+        return None
+    key = (path, image.inode, image.offset, image.end - image.start)
+    with _lock:
+        pristine = _images.get(key)
+        if pristine is None:
+            pristine = _Image(path, image.offset, image.end - image.start)
+            if pristine.inode != image.inode:  # the file was replaced since it was loaded
+                return None
+            _images[key] = pristine
+    return LinearMemory(base, end - base, image.start, pristine, image.end - image.start)
