@@ -120,13 +120,13 @@ class WasmProvider:
         before = {} if job.scratch else workspace.snapshot()
         restarted = False
         kernel = None
+        one_shot = job.kernels is None
         started = time.perf_counter()
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
             job.started_at = time.monotonic()
-            one_shot = job.kernels is None
             kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
             if kernel is None and (request.harness == "check" or (one_shot and runtime.reuses_instances)):
                 kernel = runtime.new_kernel(view, request.limits)
@@ -159,13 +159,14 @@ class WasmProvider:
         duration_ms = (time.perf_counter() - started) * 1000
         after, used_bytes, entries = workspace.scan()
         job.left_entries = entries
-        if kernel is not None:
+        if one_shot:
             # A scratch workspace left empty goes back to the Runner with its instance,
             # which is restored to new in the background before it serves again.
-            if job.scratch and entries == 0 and not outcome.instance_lost and runtime.reuses_instances:
-                self._warm.give_back(request.language, view, kernel)
-            else:
-                kernel.close()
+            reusable = (kernel is not None and job.scratch and entries == 0 and not outcome.instance_lost
+                        and runtime.reuses_instances)
+            self._warm.give_back(request.language, view, kernel, reusable)
+        elif kernel is not None:
+            kernel.close()
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])

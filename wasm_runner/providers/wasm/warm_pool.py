@@ -37,6 +37,8 @@ class WarmPool:
         self._ready: dict[Key, Any] = {}
         self._returned: dict[Key, Any] = {}
         """Instances given back after a run, waiting to be reset."""
+        self._taken: set[Key] = set()
+        """Views a run is using: a request for one is stale (its instance comes back)."""
         self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._active = 0
@@ -62,22 +64,34 @@ class WarmPool:
     def request(self, language: str, view: View) -> None:
         self._wanted.put((language, view))
 
-    def give_back(self, language: str, view: View, kernel: Any) -> None:
-        """An instance that served a run in this view; a later `request` resets and offers it."""
+    def give_back(self, language: str, view: View, kernel: Any | None, reusable: bool) -> None:
+        """The run that took this view is over: keep its instance for a later `request` to
+        reset and offer (`reusable`), or close it."""
+        key = (language, view)
         with self._lock:
-            previous = self._returned.pop((language, view), None)
-            self._returned[(language, view)] = kernel
+            self._taken.discard(key)
+            previous = self._returned.pop(key, None) if reusable else kernel
+            if reusable:
+                self._returned[key] = kernel
         if previous is not None:
             previous.close()
 
     def take(self, language: str, view: View, limits: Limits) -> Any | None:
         """The sandbox made for this view, waiting for it if it is being made now (its
-        head start beats making another one beside it)."""
+        head start beats making another one beside it); one given back and not reset
+        yet is reset here."""
         key = (language, view)
         with self._lock:
             while self._making == key:
                 self._made.wait()
+            self._taken.add(key)
             kernel = self._ready.pop(key, None)
+            returned = self._returned.pop(key, None) if kernel is None else None
+        if returned is not None:
+            if returned.reset():
+                kernel = returned
+            else:
+                returned.close()
         if kernel is not None and not kernel.accepts(limits):
             kernel.close()
             return None
@@ -86,6 +100,7 @@ class WarmPool:
     def discard(self, view: View) -> None:
         with self._lock:
             kernels = [pool.pop(k) for pool in (self._ready, self._returned) for k in list(pool) if k[1] == view]
+            self._taken.difference_update([k for k in self._taken if k[1] == view])
         for kernel in kernels:
             kernel.close()
 
@@ -93,17 +108,20 @@ class WarmPool:
         while True:
             key = self._wanted.get()
             with self._lock:
-                while self._active >= self._free_below:
+                kernel = self._returned.pop(key, None)
+                while kernel is None and self._active >= self._free_below:  # a reset is cheap: no wait
                     self._core_free.wait()
-                if key in self._ready or self._closed:
+                if key in self._ready or key in self._taken or self._closed:
+                    if kernel is not None:
+                        kernel.close()
                     continue
                 self._making = key
-                kernel = self._returned.pop(key, None)
             try:
                 if kernel is not None and not kernel.reset():
                     kernel.close()
                     kernel = None
-                if kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
+                    self._wanted.put(key)  # a new one, once a core is free
+                elif kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
                     kernel = self._make(key[0], key[1], self._limits)
                     with self._lock:
                         idle = self._active == 0
