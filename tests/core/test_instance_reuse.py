@@ -34,7 +34,7 @@ def run(kernel: PythonKernel, code: str, **limits) -> tuple[str, object]:
 
 
 def test_reset_restores_memory_byte_for_byte(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         assert kernel._memory is not None, "the instance's memory was not located"
         out, outcome = run(kernel, "import json, random\nrandom.seed(7)\nx = [str(i) * 50 for i in range(2000)]\n"
@@ -52,7 +52,7 @@ def test_reset_restores_memory_byte_for_byte(runtime, view):
 
 
 def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         out, _ = run(kernel, """
 import builtins, sys, os, json, random
@@ -83,7 +83,7 @@ print(hasattr(builtins, "LEAK"), "leaky" in sys.modules, json.dumps is None, "LE
 
 
 def test_each_reused_run_draws_fresh_randomness(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         draws = set()
         for _ in range(3):
@@ -102,7 +102,7 @@ def test_each_reused_run_draws_fresh_randomness(runtime, view):
      "[os.close(fd) for fd in fs[:-2]]", "descriptors are left open"),
 ])
 def test_instance_is_not_reused_after(runtime, view, code, why):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         _, outcome = run(kernel, code)
         assert outcome.error is None, outcome.error
@@ -112,7 +112,7 @@ def test_instance_is_not_reused_after(runtime, view, code, why):
 
 
 def test_files_opened_and_closed_allow_reuse(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         _, outcome = run(kernel, "import os\nfor i in range(5):\n    open(f'/tmp/f{i}', 'w').close()\n"
                                  "with os.scandir('/tmp') as it:\n    names = sorted(e.name for e in it)")
@@ -123,7 +123,7 @@ def test_files_opened_and_closed_allow_reuse(runtime, view):
 
 
 def test_a_trapped_instance_is_not_reused(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         _, outcome = run(kernel, "while True: pass", timeout_s=0.2)
         assert outcome.limit == "timeout"
@@ -133,7 +133,7 @@ def test_a_trapped_instance_is_not_reused(runtime, view):
 
 
 def test_a_late_stop_does_not_reach_the_next_call(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits())
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
         first = Call(code="print(1)", limits=Limits())
         kernel.run(first)

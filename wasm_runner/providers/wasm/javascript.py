@@ -333,8 +333,8 @@ class JavaScriptRuntime:
         finally:
             guest.close()
 
-    def new_kernel(self, view: View, limits: Limits) -> "JavaScriptKernel":
-        return JavaScriptKernel(self, view, limits)
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> "JavaScriptKernel":
+        return JavaScriptKernel(self, view, limits)  # not reusable: a new one is cheap
 
 
 class JavaScriptKernel:

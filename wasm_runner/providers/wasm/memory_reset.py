@@ -14,11 +14,14 @@ Linux only; where the layout is not the expected one, nothing is reused.
 
 from __future__ import annotations
 
+import array
 import ctypes
+import errno
 import logging
 import mmap
 import os
 import re
+import resource
 import sys
 import threading
 from collections.abc import Callable
@@ -92,28 +95,47 @@ class LinearMemory:
         if len(entries) != pages * 8:
             return False
         written = entries[7::8].translate(_WRITTEN)
-        for run in _RUNS.finditer(written):
-            first, end = run.span()
-            copy_from, copy_to = max(first, self._image_first), min(end, self._image_end)
-            if copy_from < copy_to:
-                ctypes.memmove(self.base + copy_from * PAGE, self._image.address + (copy_from - self._image_first) * PAGE,
-                               (copy_to - copy_from) * PAGE)
-            for lo, hi in ((first, min(end, self._image_first)), (max(first, self._image_end), end)):
-                if lo < hi:  # zero at instantiation: drop the pages
-                    if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
-                        return False
-        return True
+        first, end = self._image_first, self._image_end
+        for outside in _RUNS.finditer(written, 0, first), _RUNS.finditer(written, end):
+            for run in outside:  # zero at instantiation: drop the pages
+                lo, hi = run.span()
+                if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
+                    return False
+        copies, sources = array.array("Q"), array.array("Q")  # (address, length) pairs
+        to, source = self.base, self._image.address - first * PAGE
+        for run in _RUNS.finditer(written, first, end):
+            lo, hi = run.span()
+            length = (hi - lo) * PAGE
+            copies.extend((to + lo * PAGE, length))
+            sources.extend((source + lo * PAGE, length))
+        return _copy(copies, sources)
 
 
-_lock = threading.Lock()
+def _copy(to: array.array, sources: array.array) -> bool:
+    """Copy each source range to its destination: one system call per 1024 ranges."""
+    for at in range(0, len(to), 2 * _IOV_MAX):
+        count = len(to[at:at + 2 * _IOV_MAX]) // 2
+        local, remote = to.buffer_info()[0] + at * 8, sources.buffer_info()[0] + at * 8
+        expected = sum(to[at + 1:at + 2 * count:2])
+        if _libc.process_vm_readv(os.getpid(), local, count, remote, count, 0) != expected:
+            return False
+    return True
+
+
+mapping_lock = threading.Lock()
+"""Held while an instance is located; stores of the same compiled file close under it, so
+that no mapping vanishes (and its address is reused) while the new one is told apart."""
 _images: dict[tuple[str, int, int, int], _Image] = {}
 _MADV_DONTNEED = 4
+_IOV_MAX = 1024
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 if _libc is not None:
     _libc.mmap.restype = ctypes.c_void_p
     _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     _libc.process_vm_readv.restype = ctypes.c_ssize_t
+    _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                                       ctypes.c_ulong]
 _pagemap_fd: int | None = None
 
 
@@ -124,22 +146,26 @@ def _pagemap() -> int:
     return _pagemap_fd
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
 def _accessible(address: int) -> bool:
-    """Whether `address` is readable, without touching it (a grown memory made it so)."""
+    """Whether `address` is readable, without touching it (a grown memory made it so).
+    Raises OSError when the system does not let a process read itself this way."""
     byte = ctypes.create_string_buffer(1)
-    local, remote = _IoVec(ctypes.addressof(byte), 1), _IoVec(address, 1)
-    return _libc.process_vm_readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) == 1
+    iov = array.array("Q", (ctypes.addressof(byte), 1, address, 1))
+    local = iov.buffer_info()[0]
+    if _libc.process_vm_readv(os.getpid(), local, 1, local + 16, 1, 0) == 1:
+        return True
+    if ctypes.get_errno() == errno.EFAULT:
+        return False
+    raise OSError(ctypes.get_errno(), "process_vm_readv on the own process failed")
 
 
 def _fd_pressure() -> bool:
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return len(os.listdir("/proc/self/fd")) * FD_VALVE_SHARE > soft
+    """Whether the process holds more than 1/FD_VALVE_SHARE of its descriptor limit. New
+    descriptors take the lowest free numbers, so the lowest free one bounds the count."""
+    read, write = os.pipe()
+    os.close(read)
+    os.close(write)
+    return read * FD_VALVE_SHARE > resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tuple[T, LinearMemory | None]:
@@ -151,7 +177,7 @@ def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tu
     if _libc is None:
         return instantiate(), None
     path = str(compiled_file)
-    with _lock:
+    with mapping_lock:
         before = {m.start for m in _maps(path)}
         result = instantiate()
         maps = _maps()
@@ -180,10 +206,10 @@ def _locate(maps: list[_Mapping], path: str, before: set[int]) -> LinearMemory |
         end, last = maps[i + 1].end, i + 1
     guarded = (first > 0 and maps[first - 1].perms == "---p" and maps[first - 1].end == base
                and last + 1 < len(maps) and maps[last + 1].perms == "---p" and maps[last + 1].start == end)
-    if not guarded or base % WASM_PAGE or (end - base) % WASM_PAGE:
+    if not guarded or base % WASM_PAGE or (end - base) % WASM_PAGE or not _accessible(base):
         return None
     key = (path, image.inode, image.offset, image.end - image.start)
-    with _lock:
+    with mapping_lock:
         pristine = _images.get(key)
         if pristine is None:
             pristine = _Image(path, image.offset, image.end - image.start)

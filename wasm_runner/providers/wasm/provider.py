@@ -39,7 +39,8 @@ class WasmProvider:
         self._runtimes: dict[str, Any] = {}
         self._lock = threading.Lock()
         _open_providers.add(self)
-        self._warm = WarmPool(lambda language, view, limits: self.runtime(language).new_kernel(view, limits), Limits())
+        self._warm = WarmPool(lambda language, view, limits: self.runtime(language).new_kernel(view, limits, True),
+                              Limits())
 
     def _view(self, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> View:
         return View(workspace.files, workspace.tmp, self.mounts + mounts)
@@ -129,7 +130,7 @@ class WasmProvider:
             job.started_at = time.monotonic()
             kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
             if kernel is None and (request.harness == "check" or (one_shot and runtime.reuses_instances)):
-                kernel = runtime.new_kernel(view, request.limits)
+                kernel = runtime.new_kernel(view, request.limits, reusable=one_shot)
             if kernel is not None:  # an instance for this execution alone
                 if request.harness == "check":
                     outcome, call = self._check(kernel, call, request)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -26,7 +27,9 @@ from ...api import GuestError, Limits
 from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
-from .memory_reset import instantiate_located
+from .memory_reset import instantiate_located, mapping_lock
+
+log = logging.getLogger("wasm_runner")
 from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 
@@ -117,8 +120,9 @@ class PythonRuntime:
         finally:
             kernel.close()
 
-    def new_kernel(self, view: View, limits: Limits) -> "PythonKernel":
-        return PythonKernel(self, view, limits)
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> "PythonKernel":
+        """An instance; a `reusable` one can be reset to new after a one-shot run."""
+        return PythonKernel(self, view, limits, reusable)
 
 
 MAX_REUSES = 100
@@ -132,7 +136,7 @@ class PythonKernel:
     runs_tests = True
     """A call may carry the check harness's tests: the guest runs them after the program."""
 
-    def __init__(self, runtime: PythonRuntime, view: View, limits: Limits) -> None:
+    def __init__(self, runtime: PythonRuntime, view: View, limits: Limits, reusable: bool = False) -> None:
         self.settings = engine_settings(limits)
         linker, compiled, mapped_from = runtime.prepare(self.settings)
         self.store, self.interrupt = new_store(limits)
@@ -144,7 +148,10 @@ class PythonKernel:
         view.configure(wasi)
         self.store.set_wasi(wasi)
         self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
-        instance, self._memory = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
+        if reusable:
+            instance, self._memory = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
+        else:
+            instance, self._memory = linker.instantiate(self.store, compiled), None
         func = instance.get_func(self.store, "run")
         assert func is not None, "the Python component exports no `run`"
         self._run = func
@@ -168,7 +175,12 @@ class PythonKernel:
         run trapped, grew memory or left a file open, or the instance has served enough."""
         if not self.usable or self._files_open or self._memory is None or self.reuses >= MAX_REUSES:
             return False
-        if not self._memory.reset():
+        try:
+            if not self._memory.reset():
+                return False
+        except OSError:
+            log.warning("could not reset a Python instance; instances will not be reused", exc_info=True)
+            self._memory = None
             return False
         self.reuses += 1
         self._files_open = True  # until the next run reports otherwise
@@ -205,7 +217,7 @@ class PythonKernel:
 
     def close(self) -> None:
         self.usable = False
-        close_later(self.store)
+        close_later(self.store, mapping_lock)
 
 
 def _outcome(response: dict) -> Outcome:

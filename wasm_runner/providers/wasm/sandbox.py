@@ -7,6 +7,7 @@ and the mapping from a trap to the limit that caused it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import queue
@@ -14,6 +15,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ContextManager
 
 import wasmtime
 from wasmtime import _bindings as capi
@@ -189,7 +191,7 @@ def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
     return store, Interrupt(store)
 
 
-_closing: "queue.SimpleQueue[wasmtime.Store]" = queue.SimpleQueue()
+_closing: "queue.SimpleQueue[tuple[wasmtime.Store, ContextManager[Any]]]" = queue.SimpleQueue()
 _unclosed = 0
 _all_closed = threading.Condition()
 
@@ -197,21 +199,24 @@ _all_closed = threading.Condition()
 def _close_stores() -> None:
     global _unclosed
     while True:
-        _closing.get().close()
+        store, guard = _closing.get()
+        with guard:
+            store.close()
         with _all_closed:
             _unclosed -= 1
             _all_closed.notify_all()
 
 
-def close_later(store: wasmtime.Store) -> None:
+def close_later(store: wasmtime.Store, guard: ContextManager[Any] | None = None) -> None:
     """Release a finished store off the caller's path (unmapping an instance takes ~1 ms).
 
-    Closing also releases WASI handles the guest left open.
+    Closing also releases WASI handles the guest left open. `guard` is held while the
+    store closes (no memory is unmapped while someone locates a new instance's).
     """
     global _unclosed
     with _all_closed:
         _unclosed += 1
-    _closing.put(store)
+    _closing.put((store, guard or contextlib.nullcontext()))
 
 
 def wait_closed(timeout: float = 15.0) -> None:
