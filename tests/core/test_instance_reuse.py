@@ -1,11 +1,13 @@
 """One-shot Python instances are reset to new and reused: nothing of a run reaches the next."""
 
+import asyncio
 import ctypes
 import threading
+import time
 
 import pytest
 
-from wasm_runner import Limits, Runner
+from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
 from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.memory_reset import PAGE
@@ -172,3 +174,27 @@ def test_reused_fuel_instances_meter_each_run(tmp_path):
         used = [runner.run_sync("sum(range(10000))", limits=Limits(fuel=50_000_000)).fuel_used for _ in range(6)]
     assert all(u and u > 0 for u in used)
     assert max(used) < 3 * min(used), used  # a reused instance does not inherit a run's fuel
+
+
+def test_a_session_kernel_is_never_reset(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits())
+    try:
+        run(kernel, "x = 1")
+        assert not kernel.reset()
+    finally:
+        kernel.close()
+
+
+async def test_cancelling_a_two_call_check_stops_its_tests(tmp_path):
+    """JavaScript checks run program and tests as two calls: a cancellation during the
+    tests reaches the tests call (calls are numbered, and the program's forwards to them)."""
+    with Runner(tmp_path, concurrency=1) as runner:
+        check = asyncio.create_task(runner.run(ExecRequest(
+            code="let x = 1", tests="while (true) {}", harness="check", language="javascript",
+            limits=Limits(timeout_s=30))))
+        await asyncio.sleep(0.5)
+        check.cancel()
+        started = time.monotonic()
+        result = await runner.run("print(1)")  # the only worker must be free again
+        assert result.stdout == "1\n"
+        assert time.monotonic() - started < 3

@@ -3,13 +3,15 @@
 A fresh instance of the Python snapshot costs several milliseconds, most of them
 page faults: wasmtime maps the memory image copy-on-write from the compiled
 `.cwasm` file, and the first call copies a few hundred pages and maps a few
-thousand. Restoring the pages a run wrote is about ten times cheaper than a new
-instance, and leaves memory byte for byte as a new instance would see it.
+thousand. Restoring the written pages costs about a millisecond, and leaves
+memory byte for byte as a new instance would see it.
 
-Which pages a run wrote is read from /proc/self/pagemap: a written page of a
-private file mapping has become anonymous. Pages of the image are copied back
-from the file; written pages outside it (zero at instantiation) are dropped.
-Linux only; where the layout is not the expected one, nothing is reused.
+Which pages were written since instantiation is read from /proc/self/pagemap: a
+written page of a private file mapping has become anonymous (and stays so once
+restored, so the set grows with the runs an instance serves). Pages of the image
+are copied back from the file; written pages outside it (zero at instantiation)
+are dropped. Linux only; where the layout is not the expected one, nothing is
+reused.
 """
 
 from __future__ import annotations

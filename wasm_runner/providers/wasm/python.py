@@ -28,9 +28,9 @@ from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
 from .memory_reset import instantiate_located, mapping_lock
+from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 log = logging.getLogger("wasm_runner")
-from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 
 class PythonRuntime:
