@@ -10,6 +10,7 @@ import pytest
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
 from wasm_runner.providers.wasm import python as python_runtime
+from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View
@@ -198,3 +199,44 @@ async def test_cancelling_a_two_call_check_stops_its_tests(tmp_path):
         result = await runner.run("print(1)")  # the only worker must be free again
         assert result.stdout == "1\n"
         assert time.monotonic() - started < 3
+
+
+def test_no_reuse_while_the_process_holds_many_descriptors(runtime, view, monkeypatch):
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    try:
+        run(kernel, "x = 1")
+        monkeypatch.setattr(memory_reset, "FD_VALVE_SHARE", 10**9)  # any descriptor count is "too many"
+        assert not kernel.reset()
+    finally:
+        kernel.close()
+
+
+def test_a_system_that_refuses_the_reset_gets_new_instances(runtime, view, monkeypatch):
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    try:
+        run(kernel, "x = 1")
+
+        def refuse(address):
+            raise OSError(1, "not permitted")
+
+        monkeypatch.setattr(memory_reset, "_accessible", refuse)
+        assert not kernel.reset()
+        assert kernel._memory is None  # not tried again
+    finally:
+        kernel.close()
+
+
+def test_runs_work_when_the_memory_layout_is_not_recognised(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory_reset, "_locate", lambda maps, path, before: None)
+    made = []
+    init = PythonKernel.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(PythonKernel, "__init__", counting_init)
+    with Runner(tmp_path) as runner:
+        for i in range(5):
+            assert runner.run_sync(f"print({i})").stdout == f"{i}\n"
+    assert len(made) >= 5  # every run had a new instance
