@@ -158,16 +158,19 @@ class WasmProvider:
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
-        after, used_bytes, entries = workspace.scan()
-        job.left_entries = entries
-        if one_shot:
-            # A scratch workspace left empty goes back to the Runner with its instance,
-            # which is restored to new in the background before it serves again.
-            reusable = (kernel is not None and job.scratch and entries == 0 and not outcome.instance_lost
-                        and runtime.reuses_instances)
-            self._warm.give_back(request.language, view, kernel, reusable)
-        elif kernel is not None:
-            kernel.close()
+        entries = None
+        try:
+            after, used_bytes, entries = workspace.scan()
+            job.left_entries = entries
+        finally:
+            if one_shot:
+                # A scratch workspace left empty goes back to the Runner with its instance,
+                # which is restored to new in the background before it serves again.
+                reusable = (kernel is not None and job.scratch and entries == 0 and not outcome.instance_lost
+                            and runtime.reuses_instances)
+                self._warm.give_back(request.language, view, kernel, reusable)
+            elif kernel is not None:
+                kernel.close()
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
