@@ -240,3 +240,17 @@ def test_runs_work_when_the_memory_layout_is_not_recognised(tmp_path, monkeypatc
         for i in range(5):
             assert runner.run_sync(f"print({i})").stdout == f"{i}\n"
     assert len(made) >= 5  # every run had a new instance
+
+
+def test_a_run_that_closes_its_streams_and_directories_leaves_the_next_intact(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    probe = ("import os\nopen('/workspace/f', 'w').write('x')\nopen('/tmp/g', 'w').write('y')\n"
+             "print(os.listdir('/workspace'), os.listdir('/tmp'))\nos.remove('/workspace/f')\nos.remove('/tmp/g')")
+    try:
+        out, _ = run(kernel, "import os, sys\nsys.stdout.flush()\nfor fd in (1, 2, 3, 4):\n    os.close(fd)")
+        assert kernel.reset()
+        out, outcome = run(kernel, probe)
+        assert outcome.error is None, outcome.error
+        assert out == "['f'] ['g']\n"
+    finally:
+        kernel.close()
