@@ -116,7 +116,7 @@ class LinearMemory:
 def _copy(to: array.array, sources: array.array) -> bool:
     """Copy each source range to its destination: one system call per 1024 ranges."""
     for at in range(0, len(to), 2 * _IOV_MAX):
-        count = len(to[at:at + 2 * _IOV_MAX]) // 2
+        count = min(_IOV_MAX, (len(to) - at) // 2)
         local, remote = to.buffer_info()[0] + at * 8, sources.buffer_info()[0] + at * 8
         expected = sum(to[at + 1:at + 2 * count:2])
         if _libc.process_vm_readv(os.getpid(), local, count, remote, count, 0) != expected:
@@ -186,7 +186,6 @@ def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tu
     try:
         memory = _locate(maps, path, before)
     except (OSError, ValueError):
-        log.debug("could not map the memory image of %s", path, exc_info=True)
         memory = None
     if memory is None:
         log.debug("an instance of %s was not located: it will not be reused", path)
