@@ -54,6 +54,21 @@ def test_reset_restores_memory_byte_for_byte(runtime, view):
         kernel.close()
 
 
+def test_written_pages_are_told_from_the_pagemap_flags():
+    flags = memory_reset._WRITTEN  # indexed by the last byte of a pagemap entry
+    assert flags[0x80]  # present, anonymous: a copy the instance wrote
+    assert flags[0x40]  # swapped out: only anonymous pages are, so written too
+    assert not flags[0xA0]  # present, still the file's page
+    assert not flags[0x00]  # never touched
+
+
+def test_page_numbers_group_into_runs():
+    import numpy as np
+
+    assert memory_reset._runs(np.array([], dtype=np.int64)) == []
+    assert memory_reset._runs(np.array([3, 4, 5, 9, 11, 12])) == [(3, 6), (9, 10), (11, 13)]
+
+
 def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view):
     kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:

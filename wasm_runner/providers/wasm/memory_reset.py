@@ -3,15 +3,16 @@
 A fresh instance of the Python snapshot costs several milliseconds, most of them
 page faults: wasmtime maps the memory image copy-on-write from the compiled
 `.cwasm` file, and the first call copies a few hundred pages and maps a few
-thousand. Restoring the written pages costs about a millisecond, and leaves
+thousand. Restoring the written pages costs a few hundred microseconds, and leaves
 memory byte for byte as a new instance would see it.
 
 Which pages were written since instantiation is read from /proc/self/pagemap: a
-written page of a private file mapping has become anonymous (and stays so once
-restored, so the set grows with the runs an instance serves). Pages of the image
-are copied back from the file; written pages outside it (zero at instantiation)
-are dropped. Linux only; where the layout is not the expected one, nothing is
-reused.
+written page of a private file mapping has become anonymous (or swapped out), and
+stays so once restored, so the set grows with the runs an instance serves. Pages of
+the image are copied back from the file; written pages outside it (zero at
+instantiation) are dropped. The page lists and the copy are numpy operations: a
+Python loop over a few hundred page runs cost more than the copy itself. Linux
+only; where the layout is not the expected one, nothing is reused.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import errno
 import logging
 import mmap
 import os
-import re
 import resource
 import sys
 import threading
@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner")
@@ -39,9 +41,9 @@ FD_VALVE_SHARE = 4
 """No instance is reused while the process holds more than 1/4 of its file-descriptor limit
 (a guest that leaves files open keeps them open in its instance until it is closed)."""
 
-_PRESENT, _FILE = 0x80, 0x20  # bits 63 and 61 of a pagemap entry, in its last byte
-_WRITTEN = bytes(1 if (b & (_PRESENT | _FILE)) == _PRESENT else 0 for b in range(256))
-_RUNS = re.compile(b"\x01+")
+_PRESENT, _SWAPPED, _FILE = 0x80, 0x40, 0x20  # bits 63, 62 and 61 of a pagemap entry, in its last byte
+_WRITTEN = np.array([(b & (_PRESENT | _FILE)) == _PRESENT or bool(b & _SWAPPED) for b in range(256)])
+"""Whether a page whose pagemap entry ends in this byte was written: a private anonymous copy, in memory or swap."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class _Image:
         if address in (None, ctypes.c_void_p(-1).value):
             raise OSError(ctypes.get_errno(), "could not map the memory image")
         self.address: int = address
+        self.pages = _pages(address, length)
 
 
 class LinearMemory:
@@ -86,42 +89,41 @@ class LinearMemory:
         self._image_first = (image_start - base) // PAGE
         self._image_end = self._image_first + image_len // PAGE
         self._image = image
+        self._pages = _pages(base, size)
+        self._entries = bytearray(size // PAGE * 8)
+        self._entry_flags = np.frombuffer(self._entries, np.uint8)[7::8]
 
     def reset(self) -> bool:
         """Restore every page written since instantiation; False when the memory grew
         (its size is visible to the guest, so the instance must not be reused)."""
         if _accessible(self.base + self.size) or _fd_pressure():
             return False
-        pages = self.size // PAGE
-        entries = os.pread(_pagemap(), pages * 8, self.base // PAGE * 8)
-        if len(entries) != pages * 8:
+        if os.preadv(_pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
             return False
-        written = entries[7::8].translate(_WRITTEN)
+        written = np.flatnonzero(_WRITTEN[self._entry_flags])
         first, end = self._image_first, self._image_end
-        for outside in _RUNS.finditer(written, 0, first), _RUNS.finditer(written, end):
-            for run in outside:  # zero at instantiation: drop the pages
-                lo, hi = run.span()
-                if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
-                    return False
-        copies, sources = array.array("Q"), array.array("Q")  # (address, length) pairs
-        to, source = self.base, self._image.address - first * PAGE
-        for run in _RUNS.finditer(written, first, end):
-            lo, hi = run.span()
-            length = (hi - lo) * PAGE
-            copies.extend((to + lo * PAGE, length))
-            sources.extend((source + lo * PAGE, length))
-        return _copy(copies, sources)
+        inside = (written >= first) & (written < end)
+        for lo, hi in _runs(written[~inside]):  # zero at instantiation: drop the pages
+            if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
+                return False
+        written = written[inside]
+        self._pages[written] = self._image.pages[written - first]
+        return True
 
 
-def _copy(to: array.array, sources: array.array) -> bool:
-    """Copy each source range to its destination: one system call per 1024 ranges."""
-    for at in range(0, len(to), 2 * _IOV_MAX):
-        count = min(_IOV_MAX, (len(to) - at) // 2)
-        local, remote = to.buffer_info()[0] + at * 8, sources.buffer_info()[0] + at * 8
-        expected = sum(to[at + 1:at + 2 * count:2])
-        if _libc.process_vm_readv(os.getpid(), local, count, remote, count, 0) != expected:
-            return False
-    return True
+def _pages(address: int, length: int) -> np.ndarray:
+    """The memory at `address` as an array of pages (a view: no copy)."""
+    return np.frombuffer((ctypes.c_char * length).from_address(address), np.uint8).reshape(-1, PAGE)
+
+
+def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted page numbers as (first, end) runs of consecutive pages."""
+    if not len(pages):
+        return []
+    breaks = np.flatnonzero(np.diff(pages) != 1) + 1
+    firsts = pages[np.concatenate(([0], breaks))]
+    lasts = pages[np.concatenate((breaks - 1, [len(pages) - 1]))]
+    return list(zip(firsts.tolist(), (lasts + 1).tolist()))
 
 
 mapping_lock = threading.Lock()
@@ -129,7 +131,6 @@ mapping_lock = threading.Lock()
 that no mapping vanishes (and its address is reused) while the new one is told apart."""
 _images: dict[tuple[str, int, int, int], _Image] = {}
 _MADV_DONTNEED = 4
-_IOV_MAX = 1024
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 if _libc is not None:
     _libc.mmap.restype = ctypes.c_void_p
