@@ -234,9 +234,10 @@ def _compile_cell(code, filename):
     return body, (compile(last, filename, "eval", dont_inherit=True) if last else None)
 
 
-def _exec_cell(code, filename):
-    """Run a cell in the kernel's namespace; return the last expression's value (or None)."""
-    body, last = _compile_cell(code, filename)
+def _exec_cell(code, filename, want_value=True):
+    """Run a cell in the kernel's namespace; return the last expression's value (or None).
+    Without `want_value` the source compiles directly: the AST round trip costs twice the compile."""
+    body, last = _compile_cell(code, filename) if want_value else (compile(code, filename, "exec", dont_inherit=True), None)
     if body is not None:
         exec(body, _namespace)
     return eval(last, _namespace) if last is not None else None
@@ -288,25 +289,26 @@ def _run_cell(request):
     sys.stdin = io.StringIO(stdin) if stdin else _EMPTY_STDIN
     _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
     _opened[0] = 0
-    response = _run_source(request["code"], request.get("filename"))
     tests = request.get("tests")
-    if tests is not None:  # the check harness: the tests run only after the program succeeded
+    check = tests is not None  # the check harness: a verdict, no values
+    response = _run_source(request["code"], request.get("filename"), want_value=not check)
+    if check:  # the tests run only after the program succeeded
         response["phase"] = "program"
         if response["exit_code"] == 0 and "error" not in response:
-            response = _run_source(tests, "<tests>")
+            response = _run_source(tests, "<tests>", want_value=False)
             response["phase"] = "tests"
     if "fd_base" in request:
         response["files_open"] = _files_open(request["fd_base"])
     return response
 
 
-def _run_source(code, filename=None):
+def _run_source(code, filename=None, want_value=True):
     _cells[0] += 1
     filename = filename or f"<cell {_cells[0]}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     response = {"exit_code": 0}
     try:
-        value = _exec_cell(code, filename)
+        value = _exec_cell(code, filename, want_value)
         if value is not None:
             _namespace["_"] = value
             text = repr(value)
@@ -340,12 +342,14 @@ def _warm_up():
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         for code in ("x = 1\nprint(x)\nx", "def f(a):\n    return [a] * 2\nf(3)", "1/0", "import sys; sys.exit(2)"):
             _run_cell({"code": code, "cwd": os.getcwd(), "env": dict(os.environ), "timeout_s": 60})
+        _run_cell({"code": "def f(a):\n    return a\n", "tests": "assert f(1) == 1\nassert f(2) == 3\n",
+                   "cwd": os.getcwd(), "env": dict(os.environ), "timeout_s": 60})  # the check harness
     _namespace.clear()
     _namespace.update({"__name__": "__main__", "__builtins__": __builtins__})
     _cells[0] = 0
     _applied_env[0] = None
     _deadline[0] = float("inf")
-    for key in [k for k in linecache.cache if k.startswith("<cell")]:
+    for key in [k for k in linecache.cache if k.startswith("<cell") or k == "<tests>"]:
         del linecache.cache[key]
 
 
