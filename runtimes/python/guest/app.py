@@ -375,6 +375,13 @@ class WitWorld:
 
 _warm_up()
 
+# The environment a run with no variables of its own gets (the host's base environment,
+# passed to the build): set now, such runs skip applying it, which costs about 0.2 ms.
+if "WASM_RUNNER_GUEST_ENV" in os.environ:
+    _applied_env[0] = _loads(os.environ["WASM_RUNNER_GUEST_ENV"])
+    os.environ.clear()
+    os.environ.update(_applied_env[0])
+
 # Grow the heap now, while building, to just under the smallest memory limit (32 MiB):
 # an instance is reused after a run only if its memory did not grow, and with about
 # 11 MiB free (rather than under one) most runs fit. Free pages cost nothing.

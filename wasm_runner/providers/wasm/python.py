@@ -28,7 +28,8 @@ from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
 from .memory_reset import instantiate_located, mapping_lock
-from .sandbox import Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
+from .sandbox import (BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store,
+                      trap_outcome)
 
 log = logging.getLogger("wasm_runner")
 
@@ -65,7 +66,7 @@ class PythonRuntime:
                 f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
                 "run `wasm-runner prepare` or `pip install --require-hashes -r runtimes/requirements.lock`"
             )
-        digest = hashlib.sha256(builder_version.encode())
+        digest = hashlib.sha256(builder_version.encode() + json.dumps(BASE_ENV, sort_keys=True).encode())
         for path in sorted(guest.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(guest)).encode() + b"\0" + path.read_bytes())
@@ -84,7 +85,8 @@ class PythonRuntime:
             built = Path(tmp) / "python.wasm"
             exe = shutil.which("componentize-py") or "componentize-py"
             # A minimal environment: the snapshot keeps what the build's interpreter saw.
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8"}
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "LANG": "C.UTF-8",
+                   "WASM_RUNNER_GUEST_ENV": json.dumps(BASE_ENV)}  # set in the snapshot, for runs to find
             proc = subprocess.run(
                 [exe, "-d", "wit", "-w", self.manifest["world"], "componentize", "app", "-o", str(built)],
                 cwd=work, capture_output=True, text=True, env=env,

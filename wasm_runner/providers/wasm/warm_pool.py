@@ -3,7 +3,7 @@
 A one-shot run gets a scratch workspace from the Runner; the instance for it can
 be instantiated in the background while a core is free, so the run itself only
 pays for its call. While every core runs an execution nothing is made ahead (it
-would only compete with the runs). When nothing runs, the instance also makes a
+would only compete with the runs). When nothing runs, an instance (new or reset) also makes a
 warm-up call (the first call into an instance costs several times a later one);
 under load it is offered as soon as it is instantiated.
 
@@ -123,9 +123,10 @@ class WarmPool:
                     self._wanted.put(key)  # a new one, once a core is free
                 elif kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
                     kernel = self._make(key[0], key[1], self._limits)
+                if kernel is not None and hasattr(kernel, "warm"):
                     with self._lock:
                         idle = self._active == 0
-                    if idle and hasattr(kernel, "warm"):
+                    if idle:
                         kernel.warm()
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
                 log.exception("could not pre-instantiate a %s sandbox", key[0])
