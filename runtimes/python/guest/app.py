@@ -237,7 +237,10 @@ def _compile_cell(code, filename):
 def _exec_cell(code, filename, want_value=True):
     """Run a cell in the kernel's namespace; return the last expression's value (or None).
     Without `want_value` the source compiles directly: the AST round trip costs twice the compile."""
-    body, last = _compile_cell(code, filename) if want_value else (compile(code, filename, "exec", dont_inherit=True), None)
+    if want_value:
+        body, last = _compile_cell(code, filename)
+    else:
+        body, last = compile(code, filename, "exec", dont_inherit=True), None
     if body is not None:
         exec(body, _namespace)
     return eval(last, _namespace) if last is not None else None

@@ -33,7 +33,8 @@ class WasmProvider:
     name = "wasm"
     languages = frozenset({"python", "javascript"})
 
-    def __init__(self, mounts: tuple[Mount, ...] = (), prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
+    def __init__(self, mounts: tuple[Mount, ...] = (),
+                 prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
         self.mounts = mounts
         self.prewarm_languages = prewarm_languages
         self._runtimes: dict[str, Any] = {}
