@@ -72,6 +72,15 @@ def test_environment_is_the_allowlist_plus_explicit_variables(runner, monkeypatc
     assert set(env) <= {"HOME", "PWD", "TMPDIR", "LANG", "LC_ALL", "TZ", "USER", "PYTHONIOENCODING", "MY_VAR"}
 
 
+def test_a_run_without_variables_sees_exactly_the_base_environment(runner):
+    from wasm_runner.providers.wasm.sandbox import BASE_ENV
+
+    show = "import os; print(sorted(os.environ.items()))"
+    assert dict(eval(runner.run_sync(show).stdout)) == BASE_ENV  # nothing of the build's environment
+    assert dict(eval(runner.run_sync(show, env={"MY_VAR": "1"}).stdout)) == {**BASE_ENV, "MY_VAR": "1"}
+    assert dict(eval(runner.run_sync(show).stdout)) == BASE_ENV  # nor of an earlier run's
+
+
 def test_each_fresh_run_has_its_own_random_state(runner):
     draws = {runner.run_sync("import random; print(random.random())").stdout for _ in range(3)}
     assert len(draws) == 3
