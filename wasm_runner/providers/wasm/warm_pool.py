@@ -129,7 +129,8 @@ class WarmPool:
                     if idle:
                         kernel.warm()
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
-                log.exception("could not pre-instantiate a %s sandbox", key[0])
+                if key[1].workspace.is_dir():  # else its scratch workspace was removed meanwhile: no fault
+                    log.exception("could not pre-instantiate a %s sandbox", key[0])
                 if kernel is not None:
                     kernel.close()
                 kernel = None
