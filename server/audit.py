@@ -173,9 +173,9 @@ class AuditLog:
                            path: str | None, status: int) -> None:
         now = time.time()
         self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
-                             "session": session, "ephemeral": int(ephemeral), "mode": mode,
-                             "path": None if ephemeral else path, "status": status,
-                             "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
+                      "session": session, "ephemeral": int(ephemeral), "mode": mode,
+                      "path": None if ephemeral else path, "status": status,
+                      "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
 
     # -- reading ------------------------------------------------------------------------------
 

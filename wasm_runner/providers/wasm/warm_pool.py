@@ -116,6 +116,7 @@ class WarmPool:
                         kernel.close()
                     continue
                 self._making = key
+            failure: Exception | None = None
             try:
                 if kernel is not None and not kernel.reset():
                     kernel.close()
@@ -128,13 +129,14 @@ class WarmPool:
                         idle = self._active == 0
                     if idle:
                         kernel.warm()
-            except Exception:  # noqa: BLE001 - a failed warm-up only costs the run its head start
-                if key[1].workspace.is_dir():  # else its scratch workspace was removed meanwhile: no fault
-                    log.exception("could not pre-instantiate a %s sandbox", key[0])
+            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs the run its head start
+                failure = exc
                 if kernel is not None:
                     kernel.close()
                 kernel = None
             gone = not key[1].workspace.is_dir()  # discarded while it was being made
+            if failure is not None and not gone:  # a removed workspace fails to preopen: no fault
+                log.error("could not pre-instantiate a %s sandbox", key[0], exc_info=failure)
             with self._lock:
                 self._making = None
                 self._made.notify_all()
