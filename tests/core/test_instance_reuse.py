@@ -54,6 +54,45 @@ def test_reset_restores_memory_byte_for_byte(runtime, view):
         kernel.close()
 
 
+def test_reset_restores_the_warmed_up_state_byte_for_byte(runtime, view):
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    try:
+        kernel.warm()
+        memory = kernel._memory
+        warmed_up = ctypes.string_at(memory.base, memory.size)
+        out, outcome = run(kernel, "import os, random\nx = [bytearray(300) for _ in range(3000)]\nos.chdir('/tmp')\n"
+                                   "print(random.random() < 1)")
+        assert out == "True\n" and outcome.error is None
+        assert ctypes.string_at(memory.base, memory.size) != warmed_up
+        assert kernel.reset()
+        assert ctypes.string_at(memory.base, memory.size) == warmed_up
+    finally:
+        kernel.close()
+
+
+@pytest.mark.parametrize("fd", [0, 1, 2, 3, 4])
+def test_a_run_that_closes_a_stream_or_preopen_of_the_warm_up_is_not_reused(runtime, view, fd):
+    """The warmed-up state holds the handles of the standard streams and preopens: restored
+    after such a run, it would name a handle the host has dropped."""
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    try:
+        kernel.warm()
+        _, outcome = run(kernel, f"import os\nos.close({fd})")
+        assert outcome.error is None, outcome.error
+        assert not kernel.reset()
+    finally:
+        kernel.close()
+
+
+def test_one_shot_runs_after_one_that_closed_its_streams_work(tmp_path):
+    with Runner(tmp_path, concurrency=1) as runner:
+        for _ in range(3):
+            assert runner.run_sync("import os\nfor fd in range(5):\n    os.close(fd)").exit_code == 0
+            result = runner.run_sync("open('a.txt', 'w').write('x')\nprint(open('a.txt').read())\n"
+                                     "import os\nos.remove('a.txt')")
+            assert (result.exit_code, result.stdout) == (0, "x\n"), result
+
+
 def test_written_pages_are_told_from_the_pagemap_flags():
     flags = memory_reset._WRITTEN  # indexed by the last byte of a pagemap entry
     assert flags[0x80]  # present, anonymous: a copy the instance wrote
@@ -69,9 +108,12 @@ def test_page_numbers_group_into_runs():
     assert memory_reset._runs(np.array([3, 4, 5, 9, 11, 12])) == [(3, 6), (9, 10), (11, 13)]
 
 
-def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view):
+@pytest.mark.parametrize("warmed", [False, True])
+def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view, warmed):
     kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
+        if warmed:
+            kernel.warm()
         out, _ = run(kernel, """
 import builtins, sys, os, json, random
 builtins.LEAK = 1
@@ -100,15 +142,21 @@ print(hasattr(builtins, "LEAK"), "leaky" in sys.modules, json.dumps is None, "LE
         kernel.close()
 
 
-def test_each_reused_run_draws_fresh_randomness(runtime, view):
+@pytest.mark.parametrize("warmed", [False, True])
+def test_each_reused_run_draws_fresh_randomness(runtime, view, warmed):
     kernel = PythonKernel(runtime, view, Limits(), reusable=True)
     try:
-        draws = set()
+        if warmed:
+            kernel.warm()
+        draws, uuids = set(), set()
         for _ in range(3):
-            out, _ = run(kernel, "import random, uuid\nprint(random.random(), uuid.uuid4())")
+            out, _ = run(kernel, "import random\nprint(random.random())")
             draws.add(out)
             assert kernel.reset()
-        assert len(draws) == 3
+            out, _ = run(kernel, "import uuid\nprint(uuid.uuid4())")
+            uuids.add(out)
+            assert kernel.reset()
+        assert len(draws) == 3 and len(uuids) == 3
     finally:
         kernel.close()
 

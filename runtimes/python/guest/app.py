@@ -181,16 +181,21 @@ def _patch_asyncio():
 _patch_asyncio()
 del _patch_asyncio
 
-# --- files left open -----------------------------------------------------------
-# The host may reuse a one-shot instance after restoring its memory; a file a run
-# left open would stay open on the host side. Opens are counted (audit hooks
-# cannot be removed), and after a run the descriptors they could have taken
-# (the table frees last-in first-out, from the first one after the preopens) are
-# probed.
+# --- descriptors a run changed ------------------------------------------------
+# The host may reuse a one-shot instance after restoring its memory to the state
+# the warm-up call left. A file a run left open would stay open on the host side:
+# opens are counted (audit hooks cannot be removed), and after a run the
+# descriptors they could have taken (the table frees last-in first-out, from the
+# first one after the preopens) are probed. The restored memory also holds the
+# handles of the standard streams and preopens the warm-up call obtained, so a run
+# that closed one of them (the only way to change them: WASI has no dup2) must not
+# be reused either: their identities are compared with the warm-up call's.
 
 _FD_EVENTS = frozenset({"open", "os.scandir", "sqlite3.connect"})
 _opened = [0]
 _fstat = os.fstat
+_base_fds = [None]
+"""(mode, device, inode) or errno of each descriptor below the first free one, at warm-up."""
 
 
 def _count_opens(event, _args):
@@ -201,14 +206,26 @@ def _count_opens(event, _args):
 sys.addaudithook(_count_opens)
 
 
-def _files_open(fd_base):
+def _identities(fd_base):
+    identities = []
+    for fd in range(fd_base):
+        try:
+            st = _fstat(fd)
+        except OSError as exc:
+            identities.append(exc.errno)
+        else:
+            identities.append((st.st_mode, st.st_dev, st.st_ino))
+    return identities
+
+
+def _descriptors_changed(fd_base):
     for fd in range(fd_base, fd_base + _opened[0]):
         try:
             _fstat(fd)
         except OSError:
             continue
         return True
-    return False
+    return _base_fds[0] is not None and _identities(fd_base) != _base_fds[0]
 
 
 # --- running a cell ----------------------------------------------------------
@@ -271,9 +288,6 @@ def _exit_code(exc):
 
 
 def _run_cell(request):
-    if not _seeded[0]:
-        random.seed()  # the snapshot's PRNG state is shared by every instance
-        _seeded[0] = True
     env = request.get("env")
     if env is not None and env != _applied_env[0]:  # a plain dict comparison: os.environ's is slow
         os.environ.clear()
@@ -287,7 +301,12 @@ def _run_cell(request):
         _exec_cell("_warm = None\ndel _warm", "<warm-up>")  # the multi-statement path
         _cells[0] = 0
         linecache.cache.pop("<warm-up>", None)
+        if "fd_base" in request:
+            _base_fds[0] = _identities(request["fd_base"])
         return {"exit_code": 0}
+    if not _seeded[0]:  # after the warm-up: an instance restored to that state reseeds
+        random.seed()  # the snapshot's PRNG state is shared by every instance
+        _seeded[0] = True
     stdin = request.get("stdin")
     sys.stdin = io.StringIO(stdin) if stdin else _EMPTY_STDIN
     _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
@@ -301,7 +320,7 @@ def _run_cell(request):
             response = _run_source(tests, "<tests>", want_value=False)
             response["phase"] = "tests"
     if "fd_base" in request:
-        response["files_open"] = _files_open(request["fd_base"])
+        response["descriptors_changed"] = _descriptors_changed(request["fd_base"])
     return response
 
 
@@ -352,6 +371,7 @@ def _warm_up():
     _cells[0] = 0
     _applied_env[0] = None
     _deadline[0] = float("inf")
+    _seeded[0] = False
     for key in [k for k in linecache.cache if k.startswith("<cell") or k == "<tests>"]:
         del linecache.cache[key]
 

@@ -4,15 +4,19 @@ A fresh instance of the Python snapshot costs several milliseconds, most of them
 page faults: wasmtime maps the memory image copy-on-write from the compiled
 `.cwasm` file, and the first call copies a few hundred pages and maps a few
 thousand. Restoring the pages a run wrote (a few hundred) costs about 1-1.5 ms
-here, and leaves memory byte for byte as a new instance would see it.
+here, and leaves memory byte for byte as it was before the run.
 
 Which pages were written since instantiation is read from /proc/self/pagemap: a
 written page of a private file mapping has become anonymous (or swapped out), and
 stays so once restored, so the set grows with the runs an instance serves. Pages of
 the image are copied back from the file; written pages outside it (zero at
-instantiation) are dropped. The page lists and the copy are numpy operations: a
-Python loop over a few hundred page runs cost more than the copy itself. Linux
-only; where the layout is not the expected one, nothing is reused.
+instantiation) are dropped. An instance may also keep its state after a warm-up
+call (driver code only) as the one to restore: the first call into an instance does
+set-up work (preopens, standard streams, caches) that then need not be redone for
+every run; the pages that call changed are kept in a copy. The page lists and the
+copy are numpy operations: a Python loop over a few hundred page runs cost more than
+the copy itself. Linux only; where the layout is not the expected one, nothing is
+reused.
 """
 
 from __future__ import annotations
@@ -92,15 +96,35 @@ class LinearMemory:
         self._pages = _pages(base, size)
         self._entries = bytearray(size // PAGE * 8)
         self._entry_flags = np.frombuffer(self._entries, np.uint8)[7::8]
+        self._kept: np.ndarray | None = None
+        """Pages `keep` found changed from the image, as they were then."""
+        self._kept_slot: np.ndarray | None = None
+        """For each page, its row in `_kept`, or -1."""
+
+    def keep(self) -> None:
+        """Make the memory as it is now the state `reset` restores (only after calls that
+        ran driver code: whatever the memory holds now, every later run starts from)."""
+        written = self._written()
+        now = self._pages[written]  # a copy
+        pristine = np.zeros_like(now)
+        inside = (written >= self._image_first) & (written < self._image_end)
+        pristine[inside] = self._image.pages[written[inside] - self._image_first]
+        changed = (now != pristine).any(axis=1)
+        self._kept = now[changed]
+        self._kept_slot = np.full(len(self._pages), -1, np.int32)
+        self._kept_slot[written[changed]] = np.arange(int(changed.sum()), dtype=np.int32)
 
     def reset(self) -> bool:
-        """Restore every page written since instantiation; False when the memory grew
-        (its size is visible to the guest, so the instance must not be reused)."""
+        """Restore every page written since instantiation (or `keep`); False when the memory
+        grew (its size is visible to the guest, so the instance must not be reused)."""
         if _accessible(self.base + self.size) or _fd_pressure():
             return False
-        if os.preadv(_pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
-            return False
-        written = np.flatnonzero(_WRITTEN[self._entry_flags])
+        written = self._written()
+        if self._kept_slot is not None:
+            slots = self._kept_slot[written]
+            kept = slots >= 0
+            self._pages[written[kept]] = self._kept[slots[kept]]
+            written = written[~kept]
         first, end = self._image_first, self._image_end
         inside = (written >= first) & (written < end)
         for lo, hi in _runs(written[~inside]):  # zero at instantiation: drop the pages
@@ -109,6 +133,12 @@ class LinearMemory:
         written = written[inside]
         self._pages[written] = self._image.pages[written - first]
         return True
+
+    def _written(self) -> np.ndarray:
+        """Numbers of the pages written since instantiation."""
+        if os.preadv(_pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
+            raise OSError(errno.EIO, "short read of /proc/self/pagemap")
+        return np.flatnonzero(_WRITTEN[self._entry_flags])
 
 
 def _pages(address: int, length: int) -> np.ndarray:

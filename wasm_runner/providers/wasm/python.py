@@ -160,22 +160,41 @@ class PythonKernel:
         self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
         self.usable = True
         self.reuses = 0
-        self._files_open = True
+        self.warmed = False
+        """Calls start warm: `warm` ran, and resets restore the state it left."""
+        self._descriptors_changed = True
+        self._untouched = True
+        """No user code ran since instantiation or the last reset."""
+
+    @property
+    def keeps_warmth(self) -> bool:
+        """Whether a warm-up lasts for every run the instance serves (resets restore it)."""
+        return self._memory is not None
 
     def warm(self) -> None:
-        """Do the first call's set-up now (page faults, seeding) so that a later call is quick."""
+        """Do the first call's set-up now (page faults, preopens, caches) so that a later
+        call is quick; a reusable instance keeps the state it leaves as the one to reset to."""
         self.interrupt.arm(self.store, 10.0)
-        self._run(self.store, json.dumps({"warm": True, "env": guest_env({})}))
+        self._run(self.store, json.dumps({"warm": True, "env": guest_env({}), "fd_base": self._fd_base}))
         self._run.post_return(self.store)
+        if self._memory is not None and self._untouched:
+            try:
+                self._memory.keep()
+            except OSError:
+                log.warning("could not keep a warmed-up Python instance's state; it will not be reused",
+                            exc_info=True)
+                self._memory = None
+        self.warmed = True
 
     def accepts(self, limits: Limits) -> bool:
         return self.usable and engine_settings(limits) == self.settings
 
     def reset(self) -> bool:
         """Make the instance as new for another one-shot run: its memory is restored to the
-        instantiated state. False (and the instance must be closed) when it cannot be: the
-        run trapped, grew memory or left a file open, or the instance has served enough."""
-        if not self.usable or self._files_open or self._memory is None or self.reuses >= MAX_REUSES:
+        state after instantiation (or after `warm`). False (and the instance must be closed)
+        when it cannot be: the run trapped, grew memory, left a file open or closed a standard
+        stream or preopen, or the instance has served enough."""
+        if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= MAX_REUSES:
             return False
         try:
             if not self._memory.reset():
@@ -185,7 +204,8 @@ class PythonKernel:
             self._memory = None
             return False
         self.reuses += 1
-        self._files_open = True  # until the next run reports otherwise
+        self._descriptors_changed = True  # until the next run reports otherwise
+        self._untouched = True
         return True
 
     def run(self, call: Call) -> Outcome:
@@ -194,13 +214,15 @@ class PythonKernel:
         self.store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:
             self.store.set_fuel(limits.fuel)
-        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s,
-                   "fd_base": self._fd_base}
+        request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
+        if self._memory is not None:  # reusable: the guest reports the descriptors a run changed
+            request["fd_base"] = self._fd_base
         if call.filename:
             request["filename"] = call.filename
         if call.tests is not None:
             request["tests"] = call.tests
         call.bind(self.interrupt, self.store)
+        self._untouched = False
         try:
             raw = self._run(self.store, json.dumps(request))
             self._run.post_return(self.store)
@@ -209,7 +231,7 @@ class PythonKernel:
             outcome = trap_outcome(exc, self.interrupt)
         else:
             response = json.loads(raw)
-            self._files_open = response.get("files_open", True)
+            self._descriptors_changed = response.get("descriptors_changed", True)
             outcome = _outcome(response)
         finally:
             self.router.stdout = self.router.stderr = None

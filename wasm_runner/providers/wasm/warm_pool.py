@@ -3,9 +3,9 @@
 A one-shot run gets a scratch workspace from the Runner; the instance for it can
 be instantiated in the background while a core is free, so the run itself only
 pays for its call. While every core runs an execution nothing is made ahead (it
-would only compete with the runs). When nothing runs, an instance (new or reset) also makes a
-warm-up call (the first call into an instance costs several times a later one);
-under load it is offered as soon as it is instantiated.
+would only compete with the runs). A new instance also makes a warm-up call (the first
+call into an instance costs several times a later one): always when its resets restore
+the warmed-up state, else only when nothing runs (under load it is offered cold).
 
 An instance that served a one-shot run may be given back with its (empty) scratch
 workspace; it is reset to new (its memory restored) before it is offered again,
@@ -124,10 +124,10 @@ class WarmPool:
                     self._wanted.put(key)  # a new one, once a core is free
                 elif kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
                     kernel = self._make(key[0], key[1], self._limits)
-                if kernel is not None and hasattr(kernel, "warm"):
+                if kernel is not None and hasattr(kernel, "warm") and not kernel.warmed:
                     with self._lock:
                         idle = self._active == 0
-                    if idle:
+                    if idle or kernel.keeps_warmth:  # else it would only compete with the runs
                         kernel.warm()
             except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs the run its head start
                 failure = exc
