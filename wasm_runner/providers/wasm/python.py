@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -127,9 +128,12 @@ class PythonRuntime:
         return PythonKernel(self, view, limits, reusable)
 
 
-MAX_REUSES = 100
-"""One-shot runs an instance serves before it is replaced (bounds what a guest can leave
-on the host side, such as handles it never released)."""
+MAX_REUSES = 1000
+"""One-shot runs an instance serves before it is replaced, on average: a bound on whatever a
+guest could leave on the host side unseen (none is known: the process's memory stays flat
+over thousands of reuses of one instance). Each instance draws its own number between half
+and one and a half times this, so that instances made together are not all replaced at
+once (a new one costs 15-30 ms of a core under load, and the runs beside it wait)."""
 
 
 class PythonKernel:
@@ -160,6 +164,7 @@ class PythonKernel:
         self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
         self.usable = True
         self.reuses = 0
+        self._retire_after = random.randint(MAX_REUSES // 2, MAX_REUSES * 3 // 2)
         self.warmed = False
         """Calls start warm: `warm` ran, and resets restore the state it left."""
         self._descriptors_changed = True
@@ -194,7 +199,7 @@ class PythonKernel:
         state after instantiation (or after `warm`). False (and the instance must be closed)
         when it cannot be: the run trapped, grew memory, left a file open or closed a standard
         stream or preopen, or the instance has served enough."""
-        if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= MAX_REUSES:
+        if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= self._retire_after:
             return False
         try:
             if not self._memory.reset():

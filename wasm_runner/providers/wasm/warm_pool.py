@@ -9,8 +9,9 @@ the warmed-up state, else only when nothing runs (under load it is offered cold)
 
 An instance that served a one-shot run may be given back with its (empty) scratch
 workspace; it is reset to new (its memory restored) before it is offered again,
-which costs a fraction of a new instance. Every pooled instance is as new: no
-trace of user code is left in it.
+which costs a fraction of a new instance. One that cannot be reset is replaced at
+once, even under load: its workspace is next in line for a run. Every pooled
+instance is as new: no trace of user code is left in it.
 """
 
 from __future__ import annotations
@@ -118,11 +119,10 @@ class WarmPool:
                 self._making = key
             failure: Exception | None = None
             try:
-                if kernel is not None and not kernel.reset():
-                    kernel.close()
+                if kernel is not None and not kernel.reset():  # retired, or its run left something:
+                    kernel.close()  # replaced now, busy or not (else the workspace's next run makes one inline)
                     kernel = None
-                    self._wanted.put(key)  # a new one, once a core is free
-                elif kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
+                if kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
                     kernel = self._make(key[0], key[1], self._limits)
                 if kernel is not None and hasattr(kernel, "warm") and not kernel.warmed:
                     with self._lock:
