@@ -238,16 +238,33 @@ class Runner:
     # -- the worker path ------------------------------------------------------------------
 
     def _submit(self, job: Job, state: "_State") -> concurrent.futures.Future:
+        """Queue the job on a worker; the future is done as soon as its result is, before
+        the worker does the provider's `job.after` (such as resetting an instance)."""
         provider = self.provider_for(job.request)
+        delivered: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
 
-        def work() -> ExecResult:
-            with state.lock:  # one execution at a time per session
-                if job.kernels is not None:
-                    job.kernels = state.kernels
-                return provider.execute(job)
+        def work() -> None:
+            if not delivered.set_running_or_notify_cancel():
+                return  # cancelled while queued
+            try:
+                with state.lock:  # one execution at a time per session
+                    if job.kernels is not None:
+                        job.kernels = state.kernels
+                    result = provider.execute(job)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                delivered.set_exception(exc)
+                return
+            delivered.set_result(result)
+            if job.after is not None:
+                try:
+                    job.after()
+                except Exception:  # noqa: BLE001 - the result is out; the worker must go on
+                    log.exception("follow-up work of an execution failed")
 
         with self._executor_lock:
-            return self._executor.submit(work)
+            queued = self._executor.submit(work)
+        queued.add_done_callback(lambda f: f.cancelled() and delivered.cancel())  # the executor shut down first
+        return delivered
 
     def _run_blocking(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
         future = self._submit(job, state)

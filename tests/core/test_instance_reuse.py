@@ -14,6 +14,7 @@ from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View
+from wasm_runner.providers.wasm.warm_pool import WarmPool
 
 pytestmark = pytest.mark.skipif(not python_runtime.PythonRuntime.reuses_instances, reason="no reuse")
 
@@ -317,3 +318,34 @@ def test_a_run_that_closes_its_streams_and_directories_leaves_the_next_intact(ru
         assert out == "['f'] ['g']\n"
     finally:
         kernel.close()
+
+
+def test_a_result_is_delivered_before_its_instance_is_reset(tmp_path, monkeypatch):
+    received = [threading.Event() for _ in range(3)]
+    waited: list[bool] = []
+    settle = WarmPool.settle
+
+    def watched_settle(self, language, view):
+        waited.append(received[len(waited)].wait(10))  # times out if the result waits for the reset
+        settle(self, language, view)
+
+    monkeypatch.setattr(WarmPool, "settle", watched_settle)
+    with Runner(tmp_path, concurrency=1) as runner:
+        for i in range(3):
+            assert runner.run_sync(f"print({i})").stdout == f"{i}\n"
+            received[i].set()
+        deadline = time.monotonic() + 10
+        while len(waited) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert waited == [True, True, True]
+
+
+def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(tmp_path, monkeypatch, caplog):
+    def failing_settle(self, language, view):
+        raise RuntimeError("reset failed")
+
+    monkeypatch.setattr(WarmPool, "settle", failing_settle)
+    with Runner(tmp_path, concurrency=1) as runner:
+        results = [runner.run_sync(f"print({i})").stdout for i in range(3)]
+    assert results == ["0\n", "1\n", "2\n"]
+    assert "follow-up work of an execution failed" in caplog.text

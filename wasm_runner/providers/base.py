@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +30,8 @@ class Job:
     started_at: float | None = None
     """time.monotonic() when the guest began (after queueing and runtime preparation):
     the watchdog's clock starts here."""
+    after: Callable[[], None] | None = None
+    """Set by the provider: work for the same worker thread once the result is delivered."""
     _stoppers: list = field(default_factory=list)
 
     def on_cancel(self, stop) -> None:

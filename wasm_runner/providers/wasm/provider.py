@@ -170,6 +170,8 @@ class WasmProvider:
                 reusable = (kernel is not None and job.scratch and entries == 0 and not outcome.instance_lost
                             and runtime.reuses_instances)
                 self._warm.give_back(request.language, view, kernel, reusable)
+                if reusable:
+                    job.after = lambda: self._warm.settle(request.language, view)
             elif kernel is not None:
                 kernel.close()
         if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
