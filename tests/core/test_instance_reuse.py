@@ -320,32 +320,31 @@ def test_a_run_that_closes_its_streams_and_directories_leaves_the_next_intact(ru
         kernel.close()
 
 
-def test_a_result_is_delivered_before_its_instance_is_reset(tmp_path, monkeypatch):
-    received = [threading.Event() for _ in range(3)]
+async def test_under_load_a_result_is_delivered_before_its_worker_resets_the_instance(tmp_path, monkeypatch):
+    received = threading.Event()
     waited: list[bool] = []
     settle = WarmPool.settle
 
     def watched_settle(self, language, view):
-        waited.append(received[len(waited)].wait(10))  # times out if the result waits for the reset
+        waited.append(received.wait(10))  # times out if the result waited for the reset
         settle(self, language, view)
 
     monkeypatch.setattr(WarmPool, "settle", watched_settle)
     with Runner(tmp_path, concurrency=1) as runner:
-        for i in range(3):
-            assert runner.run_sync(f"print({i})").stdout == f"{i}\n"
-            received[i].set()
-        deadline = time.monotonic() + 10
-        while len(waited) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    assert waited == [True, True, True]
+        first = asyncio.create_task(runner.run("print(1)"))
+        second = asyncio.create_task(runner.run("print(2)"))  # waits behind the first and its reset
+        first.add_done_callback(lambda _: received.set())
+        results = await asyncio.gather(first, second)
+    assert [r.stdout for r in results] == ["1\n", "2\n"]
+    assert waited[:1] == [True]
 
 
-def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(tmp_path, monkeypatch, caplog):
+async def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(tmp_path, monkeypatch, caplog):
     def failing_settle(self, language, view):
         raise RuntimeError("reset failed")
 
     monkeypatch.setattr(WarmPool, "settle", failing_settle)
     with Runner(tmp_path, concurrency=1) as runner:
-        results = [runner.run_sync(f"print({i})").stdout for i in range(3)]
-    assert results == ["0\n", "1\n", "2\n"]
+        results = await asyncio.gather(*(runner.run(f"print({i})") for i in range(3)))
+    assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
     assert "follow-up work of an execution failed" in caplog.text

@@ -9,8 +9,8 @@ the warmed-up state, else only when nothing runs (under load it is offered cold)
 
 An instance that served a one-shot run may be given back with its (empty) scratch
 workspace; it is reset to new (its memory restored) before it is offered again,
-which costs a fraction of a new instance: by the worker that ran it once the result
-is out (`settle`), else by the pool's thread, or by the next run to take it. One that
+which costs a fraction of a new instance: under load by the worker that ran it, once
+the result is out (`settle`), else by the pool's thread, or by the next run to take it. One that
 cannot be reset is replaced at once, even under load: its workspace is next in line
 for a run. Every pooled instance is as new: no trace of user code is left in it.
 """
@@ -143,10 +143,9 @@ class WarmPool:
             self._offer(key, kernel, gone)
 
     def settle(self, language: str, view: View) -> None:
-        """Reset the instance this view's run gave back, on the worker that ran it, once the
-        result is out. Handing the reset to the pool's thread cost more than it saved: with two
-        workers, checks ran 11 % faster this way (the pool's thread competes with the workers
-        for the same cores, and the run's pages are in this core's cache)."""
+        """Reset, on the calling thread, the instance this view's run gave back (a worker calls
+        this once the run's result is out, when other jobs wait: under load, handing the reset
+        to the pool's thread costs more than it saves)."""
         key = (language, view)
         with self._lock:
             if self._closed or key not in self._returned:
