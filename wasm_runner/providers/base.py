@@ -31,7 +31,8 @@ class Job:
     """time.monotonic() when the guest began (after queueing and runtime preparation):
     the watchdog's clock starts here."""
     after: Callable[[], None] | None = None
-    """Set by the provider: work for the same worker thread once the result is delivered."""
+    """Set by the provider: optional work for the worker once the result is delivered (the
+    Runner does it while other jobs wait; the provider must not depend on it running)."""
     _stoppers: list = field(default_factory=list)
 
     def on_cancel(self, stop) -> None:
