@@ -10,9 +10,10 @@ the warmed-up state, else only when nothing runs (under load it is offered cold)
 An instance that served a one-shot run may be given back with its (empty) scratch
 workspace; it is reset to new (its memory restored) before it is offered again,
 which costs a fraction of a new instance: under load by the worker that ran it, once
-the result is out (`settle`), else by the pool's thread, or by the next run to take it. One that
-cannot be reset is replaced at once, even under load: its workspace is next in line
-for a run. Every pooled instance is as new: no trace of user code is left in it.
+the result is out (`settle`), else by the pool's thread, or by the next run to take
+it. One that cannot be reset is replaced at once, even under load: its workspace is
+next in line for a run. Every pooled instance is as new: no trace of user code is
+left in it.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class WarmPool:
             previous.close()
 
     def take(self, language: str, view: View, limits: Limits) -> Any | None:
-        """The sandbox made for this view, waiting for it if it is being made now (its
-        head start beats making another one beside it); one given back and not reset
+        """The sandbox made for this view, waiting for it if it is being made or reset now
+        (its head start beats making another one beside it); one given back and not reset
         yet is reset here."""
         key = (language, view)
         with self._lock:
