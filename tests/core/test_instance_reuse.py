@@ -31,58 +31,54 @@ def view(tmp_path):
     return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
 
 
+@pytest.fixture
+def kernel(runtime, view):
+    """A reusable instance, closed after the test."""
+    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
+    yield kernel
+    kernel.close()
+
+
 def run(kernel: PythonKernel, code: str, **limits) -> tuple[str, object]:
     call = Call(code=code, limits=Limits(**limits))
     outcome = kernel.run(call)
     return call.stdout.text(), outcome
 
 
-def test_reset_restores_memory_byte_for_byte(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        assert kernel._memory is not None, "the instance's memory was not located"
-        out, outcome = run(kernel, "import json, random\nrandom.seed(7)\nx = [str(i) * 50 for i in range(2000)]\n"
-                                   "json.dumps(x)[:10]\nprint('ran')")
-        assert out == "ran\n" and outcome.error is None
-        assert kernel.reset()
-        memory = kernel._memory
-        image = memory._image
-        actual = ctypes.string_at(memory.base, memory.size)
-        first, end = memory._image_first * PAGE, memory._image_end * PAGE
-        expected = bytes(first) + ctypes.string_at(image.address, end - first) + bytes(memory.size - end)
-        assert actual == expected
-    finally:
-        kernel.close()
+def test_reset_restores_memory_byte_for_byte(kernel):
+    assert kernel._memory is not None, "the instance's memory was not located"
+    out, outcome = run(kernel, "import json, random\nrandom.seed(7)\nx = [str(i) * 50 for i in range(2000)]\n"
+                               "json.dumps(x)[:10]\nprint('ran')")
+    assert out == "ran\n" and outcome.error is None
+    assert kernel.reset()
+    memory = kernel._memory
+    image = memory._image
+    actual = ctypes.string_at(memory.base, memory.size)
+    first, end = memory._image_first * PAGE, memory._image_end * PAGE
+    expected = bytes(first) + ctypes.string_at(image.address, end - first) + bytes(memory.size - end)
+    assert actual == expected
 
 
-def test_reset_restores_the_warmed_up_state_byte_for_byte(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        kernel.warm()
-        memory = kernel._memory
-        warmed_up = ctypes.string_at(memory.base, memory.size)
-        out, outcome = run(kernel, "import os, random\nx = [bytearray(300) for _ in range(3000)]\nos.chdir('/tmp')\n"
-                                   "print(random.random() < 1)")
-        assert out == "True\n" and outcome.error is None
-        assert ctypes.string_at(memory.base, memory.size) != warmed_up
-        assert kernel.reset()
-        assert ctypes.string_at(memory.base, memory.size) == warmed_up
-    finally:
-        kernel.close()
+def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel):
+    kernel.warm()
+    memory = kernel._memory
+    warmed_up = ctypes.string_at(memory.base, memory.size)
+    out, outcome = run(kernel, "import os, random\nx = [bytearray(300) for _ in range(3000)]\nos.chdir('/tmp')\n"
+                               "print(random.random() < 1)")
+    assert out == "True\n" and outcome.error is None
+    assert ctypes.string_at(memory.base, memory.size) != warmed_up
+    assert kernel.reset()
+    assert ctypes.string_at(memory.base, memory.size) == warmed_up
 
 
 @pytest.mark.parametrize("fd", [0, 1, 2, 3, 4])
-def test_a_run_that_closes_a_stream_or_preopen_of_the_warm_up_is_not_reused(runtime, view, fd):
+def test_a_run_that_closes_a_stream_or_preopen_of_the_warm_up_is_not_reused(kernel, fd):
     """The warmed-up state holds the handles of the standard streams and preopens: restored
     after such a run, it would name a handle the host has dropped."""
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        kernel.warm()
-        _, outcome = run(kernel, f"import os\nos.close({fd})")
-        assert outcome.error is None, outcome.error
-        assert not kernel.reset()
-    finally:
-        kernel.close()
+    kernel.warm()
+    _, outcome = run(kernel, f"import os\nos.close({fd})")
+    assert outcome.error is None, outcome.error
+    assert not kernel.reset()
 
 
 def test_one_shot_runs_after_one_that_closed_its_streams_work(tmp_path):
@@ -110,12 +106,10 @@ def test_page_numbers_group_into_runs():
 
 
 @pytest.mark.parametrize("warmed", [False, True])
-def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(runtime, view, warmed):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        if warmed:
-            kernel.warm()
-        out, _ = run(kernel, """
+def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(kernel, warmed):
+    if warmed:
+        kernel.warm()
+    out, _ = run(kernel, """
 import builtins, sys, os, json, random
 builtins.LEAK = 1
 sys.modules["leaky"] = object()
@@ -130,36 +124,30 @@ os.remove("/tmp/gone.txt")
 os.chdir("/tmp")
 print("dirty")
 """)
-        assert out == "dirty\n"
-        assert kernel.reset()
-        out, outcome = run(kernel, """
+    assert out == "dirty\n"
+    assert kernel.reset()
+    out, outcome = run(kernel, """
 import builtins, sys, os, json, random
 print(hasattr(builtins, "LEAK"), "leaky" in sys.modules, json.dumps is None, "LEAK" in os.environ,
       sys.getrecursionlimit() > 50, "kept" in globals(), os.getcwd())
 """)
-        assert outcome.error is None, outcome.error
-        assert out == "False False False False True False /workspace\n"
-    finally:
-        kernel.close()
+    assert outcome.error is None, outcome.error
+    assert out == "False False False False True False /workspace\n"
 
 
 @pytest.mark.parametrize("warmed", [False, True])
-def test_each_reused_run_draws_fresh_randomness(runtime, view, warmed):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        if warmed:
-            kernel.warm()
-        draws, uuids = set(), set()
-        for _ in range(3):
-            out, _ = run(kernel, "import random\nprint(random.random())")
-            draws.add(out)
-            assert kernel.reset()
-            out, _ = run(kernel, "import uuid\nprint(uuid.uuid4())")
-            uuids.add(out)
-            assert kernel.reset()
-        assert len(draws) == 3 and len(uuids) == 3
-    finally:
-        kernel.close()
+def test_each_reused_run_draws_fresh_randomness(kernel, warmed):
+    if warmed:
+        kernel.warm()
+    draws, uuids = set(), set()
+    for _ in range(3):
+        out, _ = run(kernel, "import random\nprint(random.random())")
+        draws.add(out)
+        assert kernel.reset()
+        out, _ = run(kernel, "import uuid\nprint(uuid.uuid4())")
+        uuids.add(out)
+        assert kernel.reset()
+    assert len(draws) == 3 and len(uuids) == 3
 
 
 @pytest.mark.parametrize("code, why", [
@@ -168,49 +156,33 @@ def test_each_reused_run_draws_fresh_randomness(runtime, view, warmed):
     ("import os\nfs = [os.open(f'/tmp/f{i}', os.O_CREAT | os.O_WRONLY) for i in range(5)]\n"
      "[os.close(fd) for fd in fs[:-2]]", "descriptors are left open"),
 ])
-def test_instance_is_not_reused_after(runtime, view, code, why):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        _, outcome = run(kernel, code)
-        assert outcome.error is None, outcome.error
-        assert not kernel.reset(), why
-    finally:
-        kernel.close()
+def test_instance_is_not_reused_after(kernel, code, why):
+    _, outcome = run(kernel, code)
+    assert outcome.error is None, outcome.error
+    assert not kernel.reset(), why
 
 
-def test_files_opened_and_closed_allow_reuse(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        _, outcome = run(kernel, "import os\nfor i in range(5):\n    open(f'/tmp/f{i}', 'w').close()\n"
-                                 "with os.scandir('/tmp') as it:\n    names = sorted(e.name for e in it)")
-        assert outcome.error is None
-        assert kernel.reset()
-    finally:
-        kernel.close()
+def test_files_opened_and_closed_allow_reuse(kernel):
+    _, outcome = run(kernel, "import os\nfor i in range(5):\n    open(f'/tmp/f{i}', 'w').close()\n"
+                             "with os.scandir('/tmp') as it:\n    names = sorted(e.name for e in it)")
+    assert outcome.error is None
+    assert kernel.reset()
 
 
-def test_a_trapped_instance_is_not_reused(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        _, outcome = run(kernel, "while True: pass", timeout_s=0.2)
-        assert outcome.limit == "timeout"
-        assert not kernel.reset()
-    finally:
-        kernel.close()
+def test_a_trapped_instance_is_not_reused(kernel):
+    _, outcome = run(kernel, "while True: pass", timeout_s=0.2)
+    assert outcome.limit == "timeout"
+    assert not kernel.reset()
 
 
-def test_a_late_stop_does_not_reach_the_next_call(runtime, view):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        first = Call(code="print(1)", limits=Limits())
-        kernel.run(first)
-        assert kernel.reset()
-        second = Call(code="import time\ntime.sleep(0.3)\nprint('done')", limits=Limits())
-        threading.Timer(0.1, first.stop, (StopReason.cancelled,)).start()  # the first call is long over
-        outcome = kernel.run(second)
-        assert outcome.limit is None and second.stdout.text() == "done\n"
-    finally:
-        kernel.close()
+def test_a_late_stop_does_not_reach_the_next_call(kernel):
+    first = Call(code="print(1)", limits=Limits())
+    kernel.run(first)
+    assert kernel.reset()
+    second = Call(code="import time\ntime.sleep(0.3)\nprint('done')", limits=Limits())
+    threading.Timer(0.1, first.stop, (StopReason.cancelled,)).start()  # the first call is long over
+    outcome = kernel.run(second)
+    assert outcome.limit is None and second.stdout.text() == "done\n"
 
 
 def test_one_shot_runs_reuse_instances_and_stay_isolated(tmp_path, monkeypatch):
@@ -265,29 +237,21 @@ async def test_cancelling_a_two_call_check_stops_its_tests(tmp_path):
         assert time.monotonic() - started < 3
 
 
-def test_no_reuse_while_the_process_holds_many_descriptors(runtime, view, monkeypatch):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        run(kernel, "x = 1")
-        monkeypatch.setattr(memory_reset, "FD_VALVE_SHARE", 10**9)  # any descriptor count is "too many"
-        assert not kernel.reset()
-    finally:
-        kernel.close()
+def test_no_reuse_while_the_process_holds_many_descriptors(kernel, monkeypatch):
+    run(kernel, "x = 1")
+    monkeypatch.setattr(memory_reset, "FD_VALVE_SHARE", 10**9)  # any descriptor count is "too many"
+    assert not kernel.reset()
 
 
-def test_a_system_that_refuses_the_reset_gets_new_instances(runtime, view, monkeypatch):
-    kernel = PythonKernel(runtime, view, Limits(), reusable=True)
-    try:
-        run(kernel, "x = 1")
+def test_a_system_that_refuses_the_reset_gets_new_instances(kernel, monkeypatch):
+    run(kernel, "x = 1")
 
-        def refuse(address):
-            raise OSError(1, "not permitted")
+    def refuse(address):
+        raise OSError(1, "not permitted")
 
-        monkeypatch.setattr(memory_reset, "_accessible", refuse)
-        assert not kernel.reset()
-        assert kernel._memory is None  # not tried again
-    finally:
-        kernel.close()
+    monkeypatch.setattr(memory_reset, "_accessible", refuse)
+    assert not kernel.reset()
+    assert kernel._memory is None  # not tried again
 
 
 def test_runs_work_when_the_memory_layout_is_not_recognised(tmp_path, monkeypatch):

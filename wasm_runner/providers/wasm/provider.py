@@ -166,7 +166,7 @@ class WasmProvider:
         finally:
             if one_shot:
                 # A scratch workspace left empty goes back to the Runner with its instance,
-                # which is restored to new in the background before it serves again.
+                # which is restored to new once the result is out, before it serves again.
                 reusable = (kernel is not None and job.scratch and entries == 0 and not outcome.instance_lost
                             and runtime.reuses_instances)
                 self._warm.give_back(request.language, view, kernel, reusable)

@@ -71,8 +71,8 @@ class WarmPool:
         self._wanted.put((language, view))
 
     def give_back(self, language: str, view: View, kernel: Any | None, reusable: bool) -> None:
-        """The run that took this view is over: keep its instance for a later `request` to
-        reset and offer (`reusable`), or close it."""
+        """The run that took this view is over: keep its instance for `settle` or a later
+        `request` to reset and offer (`reusable`), or close it."""
         key = (language, view)
         with self._lock:
             self._taken.discard(key)
