@@ -8,7 +8,10 @@ share the server's interpreter), then measures, at concurrency 1 and 8:
 
 and reports p50/p90/p99 latency (ms), requests/s and errors (any non-200, or a result
 other than stdout "2\\n" and exit code 0), and the CPU time the server and the load
-generator spent per request. Figures only, no assertions.
+generator spent per request. The four scenarios run in `--rounds` rounds (3 by default):
+each figure is the median of the rounds, `per_round` keeps every round's p50, p99 and
+requests/s, and the targets are judged on the medians (this machine's speed drifts from
+minute to minute). Figures only, no assertions.
 
 The load generator shares the machine's cores with the server, so by default it is a
 lean one: keep-alive HTTP/1.1 connections that send a prepared request and parse the
@@ -16,7 +19,7 @@ response's status line, headers and JSON body (0.2-0.4 ms of CPU a request here,
 against 0.6-1.4 ms for aiohttp's client). `--client aiohttp` measures with aiohttp's
 client instead, as a Python service calling this one would see it.
 
-    python benchmarks/bench_http.py [--requests 400] [--client lean|aiohttp] [--url http://127.0.0.1:8080]
+    python benchmarks/bench_http.py [--requests 400] [--rounds 3] [--client lean|aiohttp] [--url http://127.0.0.1:8080]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = {"code": "print(1+1)"}
+SCENARIOS = ("oneshot_c1", "session_turn_c1", "oneshot_c8", "session_turn_c8")
 TARGETS = {"oneshot_p50_ms_c1": 5.0, "session_p50_ms_c1": 3.0, "p99_ms_c8": 25.0}
 
 
@@ -185,6 +189,14 @@ async def measure(connect, urls: list[str], total: int, server_pid: int | None =
     }
 
 
+def median_of_rounds(rounds: list[dict]) -> dict:
+    """One scenario's figures over the rounds: medians, and the counts summed."""
+    merged = {key: round(statistics.median(r[key] for r in rounds), 3) for key in rounds[0]
+              if key not in ("requests", "concurrency", "errors") and rounds[0][key] is not None}
+    return {"requests": sum(r["requests"] for r in rounds), "concurrency": rounds[0]["concurrency"],
+            "errors": sum(r["errors"] for r in rounds), **merged}
+
+
 async def core_baseline(requests: int) -> dict:
     """The same runs through the library directly, in this process: what HTTP adds is the difference."""
     from wasm_runner import ExecRequest, Runner
@@ -206,7 +218,7 @@ async def core_baseline(requests: int) -> dict:
     return figures
 
 
-async def bench(url: str | None, requests: int, client: str) -> dict:
+async def bench(url: str | None, requests: int, client: str, rounds: int) -> dict:
     load_before = os.getloadavg()
     process = None
     data_dir = tempfile.mkdtemp(prefix="bench-http-")
@@ -227,12 +239,16 @@ async def bench(url: str | None, requests: int, client: str) -> dict:
             pid = process.pid if process is not None else None
             await measure(connect, [oneshot] * 2, 100)  # warm-up: runtimes, pools, connections
             await measure(connect, sessions, 100)
-            results = {
-                "oneshot_c1": await measure(connect, [oneshot], requests, pid),
-                "session_turn_c1": await measure(connect, sessions[:1], requests, pid),
-                "oneshot_c8": await measure(connect, [oneshot] * 8, requests * 2, pid),
-                "session_turn_c8": await measure(connect, sessions, requests * 2, pid),
-            }
+            clients = {"oneshot_c1": [oneshot], "session_turn_c1": sessions[:1],
+                       "oneshot_c8": [oneshot] * 8, "session_turn_c8": sessions}
+            measured: dict[str, list[dict]] = {name: [] for name in SCENARIOS}
+            for _ in range(rounds):
+                for name in SCENARIOS:
+                    total = requests * (2 if name.endswith("c8") else 1)
+                    measured[name].append(await measure(connect, clients[name], total, pid))
+            results = {name: median_of_rounds(runs) for name, runs in measured.items()}
+            per_round = {name: {key: [r[key] for r in runs] for key in ("p50_ms", "p99_ms", "requests_per_s")}
+                         for name, runs in measured.items()}
     finally:
         if process is not None:
             process.terminate()
@@ -255,7 +271,9 @@ async def bench(url: str | None, requests: int, client: str) -> dict:
                     "load_average_1m": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)}},
         "server": {"url": url, "spawned": process is not None},
         "client": "lean keep-alive HTTP/1.1" if client == "lean" else f"aiohttp {aiohttp.__version__}",
+        "rounds": rounds,
         "results": results,
+        "per_round": per_round,
         "core_baseline_in_process": baseline,
         "targets": TARGETS,
         "targets_met": met,
@@ -266,10 +284,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="benchmark a running server instead of starting one")
     parser.add_argument("--requests", type=int, default=400, help="requests per concurrency-1 scenario (x2 at 8)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the four scenarios; figures are medians")
     parser.add_argument("--client", choices=("lean", "aiohttp"), default="lean",
                         help="load generator: a lean HTTP/1.1 client (default) or aiohttp's")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(bench(args.url, args.requests, args.client)), indent=2))
+    print(json.dumps(asyncio.run(bench(args.url, args.requests, args.client, max(1, args.rounds))), indent=2))
 
 
 if __name__ == "__main__":
