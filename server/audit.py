@@ -4,7 +4,9 @@ Rows are never updated (a trigger refuses it) and no API deletes them; only the
 retention prune removes rows older than `auth.audit_retention_days`. Rows are
 written in batches, one transaction each (`FLUSH_ROWS` rows or `FLUSH_S`
 seconds, whichever comes first; every read and `close` flush first), so that
-recording an execution costs the request path no database write. Code and output
+recording an execution costs the request path no database write; the periodic
+writes run on a thread, off the event loop (a commit that checkpoints the WAL
+takes 20-30 ms here). Code and output
 are stored capped, with the code's SHA-256 and full sizes. For an ephemeral session
 only the fact of the run is kept: sizes, outcome, timings, never code, output or paths.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,40 +107,50 @@ class AuditLog:
         self._db.executescript(_SCHEMA)
         self._pending: list[dict] = []
         self._oldest_pending = 0.0
+        self._pending_lock = threading.Lock()
+        """Held only to add or take pending rows: the event loop never waits for a write."""
+        self._db_lock = threading.RLock()
+        """Serialises the connection's use: flushes run on a thread, reads on the caller's."""
 
     @classmethod
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
-        self.flush()
-        self._db.close()
+        with self._db_lock:
+            self.flush()
+            self._db.close()
 
     # -- writing ------------------------------------------------------------------------------
 
     def _insert(self, row: dict) -> None:
-        if not self._pending:
-            self._oldest_pending = time.monotonic()
-        self._pending.append(row)
-        if len(self._pending) >= FLUSH_ROWS:
+        with self._pending_lock:
+            if not self._pending:
+                self._oldest_pending = time.monotonic()
+            self._pending.append(row)
+            full = len(self._pending) >= FLUSH_ROWS
+        if full:
             self.flush()
 
     def flush_due(self) -> bool:
         return bool(self._pending) and time.monotonic() - self._oldest_pending >= FLUSH_S
 
     def flush(self) -> None:
-        """Write the pending rows in one transaction."""
-        rows, self._pending = self._pending, []
-        if not rows:
-            return
-        values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
-        try:
-            with self._db:  # one transaction: BEGIN ... COMMIT
-                self._db.execute("BEGIN")
-                self._db.executemany(_INSERT, values)
-        except sqlite3.Error:
-            self._pending[:0] = rows  # kept for the next attempt
-            raise
+        """Write the pending rows in one transaction (from any thread)."""
+        with self._db_lock:
+            with self._pending_lock:
+                rows, self._pending = self._pending, []
+            if not rows:
+                return
+            values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
+            try:
+                with self._db:  # one transaction: BEGIN ... COMMIT
+                    self._db.execute("BEGIN")
+                    self._db.executemany(_INSERT, values)
+            except sqlite3.Error:
+                with self._pending_lock:
+                    self._pending[:0] = rows  # kept for the next attempt
+                raise
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
@@ -201,11 +214,13 @@ class AuditLog:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id LIMIT ?"
         args.append(limit)
-        return [dict(zip(COLUMNS, row)) for row in self._db.execute(sql, args)]
+        with self._db_lock:
+            return [dict(zip(COLUMNS, row)) for row in self._db.execute(sql, args)]
 
     def get(self, entry_id: int) -> dict | None:
         self.flush()
-        row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
+        with self._db_lock:
+            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
         return dict(zip(COLUMNS, row)) if row else None
 
     def iterate(self, filters: AuditFilter = AuditFilter(), batch: int = 1000) -> Iterator[dict]:
@@ -219,7 +234,8 @@ class AuditLog:
 
     def count(self) -> int:
         self.flush()
-        return self._db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+        with self._db_lock:
+            return self._db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
 
     def prune(self, retention_days: float | None, now: float | None = None) -> int:
         """Remove rows older than the retention period; the only way rows ever leave."""
@@ -227,4 +243,5 @@ class AuditLog:
             return 0
         cutoff = (now or time.time()) - retention_days * 86400
         self.flush()
-        return self._db.execute("DELETE FROM audit WHERE ts < ?", (cutoff,)).rowcount
+        with self._db_lock:
+            return self._db.execute("DELETE FROM audit WHERE ts < ?", (cutoff,)).rowcount

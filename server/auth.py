@@ -366,7 +366,7 @@ async def _flush_audit(audit: AuditLog) -> None:
         await asyncio.sleep(FLUSH_S)
         if audit.flush_due():
             try:
-                audit.flush()
+                await asyncio.to_thread(audit.flush)
             except sqlite3.Error:
                 log.exception("audit write failed; retrying", extra={"event": "audit_failed"})
 

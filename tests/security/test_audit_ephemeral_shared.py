@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sqlite3
+import threading
 
 import pytest
 
@@ -96,6 +97,25 @@ def test_audit_rows_are_written_in_batches_and_kept_when_a_write_fails(tmp_path)
     log.close()  # the row that failed is written now
     assert [r[0] for r in other.execute("SELECT path FROM audit ORDER BY id")] == ["p0", "p1", "p2", "p3"]
     other.close()
+
+
+def test_rows_recorded_while_another_thread_writes_are_all_kept(tmp_path):
+    log = AuditLog.in_data_dir(tmp_path)
+    stop = threading.Event()
+
+    def write_until_stopped() -> None:  # as the server's flusher does, off the event loop
+        while not stop.is_set():
+            log.flush()
+
+    writer = threading.Thread(target=write_until_stopped)
+    writer.start()
+    for n in range(3000):
+        log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path=f"p{n}",
+                               status=201)
+    stop.set()
+    writer.join()
+    assert log.count() == 3000
+    log.close()
 
 
 async def test_audit_rows_reach_the_database_without_a_read(secure):
