@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -115,6 +116,11 @@ async def serve(config: ServiceConfig, *, stop: asyncio.Event | None = None) -> 
     for host, port, *_ in runner.addresses:
         log.info("listening", extra={"event": "listening", "host": host, "port": port,
                                      "url": f"http://{host}:{port}"})
+    # What start-up built (modules, models, schemas: about 120 000 objects) lives as long as
+    # the process. Left to the collector, every full collection walked it and stalled all
+    # requests for 90-130 ms here; frozen, a full collection takes under 1 ms.
+    gc.collect()
+    gc.freeze()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -83,6 +84,18 @@ async def test_shutdown_lets_in_flight_executions_finish_and_flushes_state(tmp_p
             async with http.get(f"{url}/v1/sessions/{sid}") as response:
                 assert (await response.json())["executions"] == 4
     finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.asyncio
+async def test_serving_keeps_what_start_up_built_out_of_garbage_collections(tmp_path):
+    gc.unfreeze()
+    task, stop, url = await _start(make_config(tmp_path / "data", server={"port": free_port()}))
+    try:
+        assert gc.get_freeze_count() > 10_000  # the modules, models and schemas loaded by then
+    finally:
+        gc.unfreeze()
         stop.set()
         await asyncio.wait_for(task, 20)
 
