@@ -151,20 +151,37 @@ class Runner:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
-        job = Job(self.request(code, **fields), self._scratch_workspace(), None, listener, scratch=True)
+        request = self.request(code, **fields)
+        job = Job(request, self._scratch_workspace(request), None, listener, scratch=True)
         try:
             return await self._run_async(job, _State())
         finally:
             self._recycle(job)
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
-        job = Job(self.request(code, **fields), self._scratch_workspace(), None, listener, scratch=True)
+        request = self.request(code, **fields)
+        job = Job(request, self._scratch_workspace(request), None, listener, scratch=True)
         try:
             return self._run_blocking(job, _State())
         finally:
             self._recycle(job)
 
-    def _scratch_workspace(self) -> Workspace:
+    def _scratch_workspace(self, request: ExecRequest) -> Workspace:
+        """An idle scratch workspace, the first whose sandbox is ready: the next in line may be
+        waiting for a new instance (one retired after its runs, or one a run left unusable),
+        and a run there would wait for it."""
+        try:
+            ready = getattr(self.provider_for(request), "ready", None)
+        except ValueError:  # reported when the job runs
+            ready = None
+        if ready is not None:
+            for workspace in list(self._idle_scratch):
+                if ready(workspace, request.language):
+                    try:
+                        self._idle_scratch.remove(workspace)
+                        return workspace
+                    except ValueError:  # another run took it meanwhile
+                        continue
         try:
             return self._idle_scratch.popleft()
         except IndexError:

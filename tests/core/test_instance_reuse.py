@@ -312,3 +312,67 @@ async def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(t
         results = await asyncio.gather(*(runner.run(f"print({i})") for i in range(3)))
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
     assert "follow-up work of an execution failed" in caplog.text
+
+
+class _Instance:
+    """What the warm pool needs of an instance."""
+
+    def accepts(self, limits) -> bool:
+        return True
+
+    def reset(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _wait_for(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_the_pool_tells_a_view_whose_instance_is_being_made_from_a_ready_one(tmp_path):
+    views = {}
+    for name in ("quick", "slow"):
+        (tmp_path / name).mkdir()
+        views[name] = View(workspace=tmp_path / name, tmp=tmp_path)
+    release = threading.Event()
+
+    def make(language, view, limits):
+        if view is views["slow"]:
+            release.wait(10)
+        return _Instance()
+
+    pool = WarmPool(make, Limits())
+    try:
+        assert not pool.ready("python", views["quick"])  # nothing made yet
+        pool.request("python", views["quick"])
+        assert _wait_for(lambda: pool.ready("python", views["quick"]))
+        pool.request("python", views["slow"])
+        assert _wait_for(lambda: ("python", views["slow"]) in pool._making)
+        assert not pool.ready("python", views["slow"])
+        release.set()
+        assert _wait_for(lambda: pool.ready("python", views["slow"]))
+    finally:
+        release.set()
+        pool.close()
+
+
+def test_a_one_shot_run_takes_the_first_scratch_workspace_whose_instance_is_ready(tmp_path, monkeypatch):
+    with Runner(tmp_path, concurrency=1) as runner:
+        assert runner.run_sync("print(1)").stdout == "1\n"
+        idle = list(runner._idle_scratch)
+        assert len(idle) >= 2
+        request = runner.request("print(2)")
+        provider = runner.provider_for(request)
+        monkeypatch.setattr(type(provider), "ready", lambda self, workspace, language: workspace is not idle[0])
+        assert runner._scratch_workspace(request) is idle[1]  # the first in line is waiting for its instance
+        monkeypatch.setattr(type(provider), "ready", lambda self, workspace, language: False)
+        assert runner._scratch_workspace(request) is idle[0]  # none ready: the first in line
+        runner._idle_scratch.extend([idle[0], idle[1]])
+        assert runner.run_sync("print(3)").stdout == "3\n"

@@ -54,6 +54,10 @@ class WasmProvider:
     def discard(self, workspace: Workspace) -> None:
         self._warm.discard(self._view(workspace))
 
+    def ready(self, workspace: Workspace, language: str) -> bool:
+        """Whether a one-shot run in this scratch workspace would find its instance made."""
+        return self._warm.ready(language, self._view(workspace))
+
     def close(self) -> None:
         self._warm.close()
         wait_closed()

@@ -53,6 +53,8 @@ class WarmPool:
         """Views whose instance a thread is making or resetting now."""
         self._replace: set[Key] = set()
         """Views whose instance could not be reset: a new one is made at once, even under load."""
+        self._making: set[Key] = set()
+        """Views whose instance is being made from scratch (15-30 ms, more under load)."""
         self._made = threading.Condition(self._lock)
         threading.Thread(target=self._fill, name="wasm-warm-pool", daemon=True).start()
 
@@ -69,6 +71,14 @@ class WarmPool:
 
     def request(self, language: str, view: View) -> None:
         self._wanted.put((language, view))
+
+    def ready(self, language: str, view: View) -> bool:
+        """Whether a run on this view would start at once: its instance is made (reset or not),
+        not waiting to be made or replaced."""
+        key = (language, view)
+        with self._lock:
+            return (key in self._ready or key in self._returned or key in self._busy) and not (
+                key in self._making or key in self._replace)
 
     def give_back(self, language: str, view: View, kernel: Any | None, reusable: bool) -> None:
         """The run that took this view is over: keep its instance for `settle` or a later
@@ -130,6 +140,8 @@ class WarmPool:
                     kernel.close()  # replaced now, busy or not (else the workspace's next run makes one inline)
                     kernel = None
                 if kernel is None and key[1].workspace.is_dir():  # else the scratch workspace was removed
+                    with self._lock:
+                        self._making.add(key)
                     kernel = self._make(key[0], key[1], self._limits)
                 if kernel is not None:
                     self._warm_if_due(kernel)
@@ -182,6 +194,7 @@ class WarmPool:
     def _offer(self, key: Key, kernel: Any | None, gone: bool) -> None:
         with self._lock:
             self._busy.discard(key)
+            self._making.discard(key)
             self._made.notify_all()
             if kernel is None:
                 return
