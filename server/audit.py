@@ -6,9 +6,9 @@ written in batches, one transaction each (`FLUSH_ROWS` rows or `FLUSH_S`
 seconds, whichever comes first; every read and `close` flush first), so that
 recording an execution costs the request path no database write; the periodic
 writes run on a thread, off the event loop (a commit that checkpoints the WAL
-takes 20-30 ms here). Code and output
-are stored capped, with the code's SHA-256 and full sizes. For an ephemeral session
-only the fact of the run is kept: sizes, outcome, timings, never code, output or paths.
+takes 20-30 ms here). Code and output are stored capped, with the code's SHA-256
+and full sizes. For an ephemeral session only the fact of the run is kept: sizes,
+outcome, timings, never code, output or paths.
 """
 
 from __future__ import annotations
