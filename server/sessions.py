@@ -361,7 +361,20 @@ class SessionManager:
                     await asyncio.to_thread(core.hibernate)
                 self.metrics.sessions_hibernated.inc()
                 log.info("session hibernated", extra={"event": "session_hibernated", "session": live.row.id})
-        self.flush()
+        await self._write_changed()
+
+    async def _write_changed(self) -> None:
+        """The sweep's batch write, on a thread: thousands of changed sessions take tens of ms,
+        which on the event loop would stall every request."""
+        dirty = [live for live in self.sessions.values() if live.dirty]
+        for live in dirty:
+            live.dirty = False
+        try:
+            await asyncio.to_thread(self.store.save_many, [live.row for live in dirty])
+        except BaseException:
+            for live in dirty:
+                live.dirty = True  # written by the next sweep, or on shutdown
+            raise
 
 
 def _encode_cursor(created_at: float, session_id: str) -> str:

@@ -1,15 +1,17 @@
 """Session metadata in SQLite (WAL): what must survive a restart besides the files.
 
-Used from the event loop thread only; every statement is a sub-millisecond local
-write or read. Creation and deletion are written through at once; the frequently
-changing fields (last use, kernels, execution count) are written in batches by the
-sweep and on shutdown (`save_many`).
+Creation and deletion are written through at once, from the event loop (a
+sub-millisecond local write); the frequently changing fields (last use, kernels,
+execution count) are written in batches by the sweep, on a thread (5,000 changed
+sessions take about 50 ms), and on shutdown (`save_many`). A lock serialises the
+connection's use.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +65,8 @@ class SessionStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
@@ -76,41 +79,48 @@ class SessionStore:
     def insert(self, row: SessionRow) -> bool:
         """Add a session; False if the id is taken."""
         try:
-            self._db.execute(
-                f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (*self._values(row), row.expires_at),
-            )
+            with self._lock:
+                self._db.execute(
+                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (*self._values(row), row.expires_at),
+                )
         except sqlite3.IntegrityError:
             return False
         return True
 
     def save_many(self, rows: list[SessionRow]) -> None:
+        """Write the changing fields of these sessions (from any thread)."""
         if not rows:
             return
-        with self._transaction():
+        with self._lock, self._transaction():
             self._db.executemany(
                 "UPDATE sessions SET last_used_at=?, kernels=?, executions=? WHERE id=?",
                 [(r.last_used_at, json.dumps(r.kernels), r.executions, r.id) for r in rows],
             )
 
     def delete(self, session_id: str) -> None:
-        self._db.execute("DELETE FROM sessions WHERE id=?", (session_id,))
+        with self._lock:
+            self._db.execute("DELETE FROM sessions WHERE id=?", (session_id,))
 
     def all(self) -> list[SessionRow]:
-        return [_row(v) for v in self._db.execute(f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, id")]
+        with self._lock:
+            values = self._db.execute(f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, id").fetchall()
+        return [_row(v) for v in values]
 
     def page(self, after: tuple[float, str] | None, limit: int) -> list[str]:
         """Session ids in creation order, after the (created_at, id) cursor."""
-        if after is None:
-            cur = self._db.execute("SELECT id FROM sessions ORDER BY created_at, id LIMIT ?", (limit,))
-        else:
-            cur = self._db.execute(
-                "SELECT id FROM sessions WHERE created_at > ? OR (created_at = ? AND id > ?) "
-                "ORDER BY created_at, id LIMIT ?", (after[0], after[0], after[1], limit))
-        return [r[0] for r in cur]
+        with self._lock:
+            if after is None:
+                cur = self._db.execute("SELECT id FROM sessions ORDER BY created_at, id LIMIT ?", (limit,))
+            else:
+                cur = self._db.execute(
+                    "SELECT id FROM sessions WHERE created_at > ? OR (created_at = ? AND id > ?) "
+                    "ORDER BY created_at, id LIMIT ?", (after[0], after[0], after[1], limit))
+            return [r[0] for r in cur]
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     @staticmethod
     def _values(row: SessionRow) -> tuple:

@@ -4,9 +4,11 @@ expiry and restart."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
+from server.service import SERVICE
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
 pytestmark = pytest.mark.asyncio
@@ -139,6 +141,24 @@ async def test_sessions_files_and_kernel_notice_survive_a_restart(serve, tmp_pat
         assert await response.read() == b"\x00\x01\x02"
     status, listing = await call(second, "GET", "/v1/sessions")
     assert [s["id"] for s in listing["sessions"]] == [sid]
+
+
+async def test_the_sweep_writes_session_metadata_on_a_thread(client, monkeypatch):
+    sessions = client.server.app[SERVICE].sessions
+    writers: list[threading.Thread] = []
+    save_many = sessions.store.save_many
+
+    def recorded(rows):
+        writers.append(threading.current_thread())
+        save_many(rows)
+
+    monkeypatch.setattr(sessions.store, "save_many", recorded)
+    sid = await new_session(client)
+    await run(client, sid, "x = 1")
+    await sessions.sweep()
+    assert writers and threading.current_thread() not in writers  # not the event loop's thread
+    row = next(r for r in sessions.store.all() if r.id == sid)
+    assert row.executions == 1 and row.kernels == ["python"]
 
 
 async def test_calls_to_one_session_run_in_order(client):
