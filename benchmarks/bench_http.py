@@ -42,7 +42,6 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = {"code": "print(1+1)"}
-SCENARIOS = ("oneshot_c1", "session_turn_c1", "oneshot_c8", "session_turn_c8")
 TARGETS = {"oneshot_p50_ms_c1": 5.0, "session_p50_ms_c1": 3.0, "p99_ms_c8": 25.0}
 
 
@@ -241,9 +240,9 @@ async def bench(url: str | None, requests: int, client: str, rounds: int) -> dic
             await measure(connect, sessions, 100)
             clients = {"oneshot_c1": [oneshot], "session_turn_c1": sessions[:1],
                        "oneshot_c8": [oneshot] * 8, "session_turn_c8": sessions}
-            measured: dict[str, list[dict]] = {name: [] for name in SCENARIOS}
+            measured: dict[str, list[dict]] = {name: [] for name in clients}
             for _ in range(rounds):
-                for name in SCENARIOS:
+                for name in clients:
                     total = requests * (2 if name.endswith("c8") else 1)
                     measured[name].append(await measure(connect, clients[name], total, pid))
             results = {name: median_of_rounds(runs) for name, runs in measured.items()}
