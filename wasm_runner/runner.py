@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
+from .batch import Batch
 from .capture import OutputListener
 from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider
@@ -200,12 +201,18 @@ class Runner:
             empty = job.left_entries == 0
         else:
             empty = workspace.is_empty()
-        if empty and len(self._idle_scratch) < 2 * self.concurrency:
+        if empty:
+            self._keep_scratch(workspace)
+        else:
+            self._discard_scratch(workspace)
+
+    def _keep_scratch(self, workspace: Workspace) -> None:
+        """An empty scratch workspace goes back to the idle ones (event loop's thread only)."""
+        if len(self._idle_scratch) < 2 * self.concurrency:
             self._prewarm(workspace, True)
             self._idle_scratch.append(workspace)
         else:
-            self._prewarm(workspace, False)
-            workspace.remove()
+            self._discard_scratch(workspace)
         # Two idle workspaces at least: the next run takes one whose sandbox is ready while
         # the other's is being made (the one just returned would still be in the making).
         while len(self._idle_scratch) < READY_SCRATCH:
@@ -213,12 +220,16 @@ class Runner:
             self._prewarm(spare, True)
             self._idle_scratch.append(spare)
 
+    def _discard_scratch(self, workspace: Workspace) -> None:
+        self._prewarm(workspace, False)
+        workspace.remove()
+
     def _prewarm(self, workspace: Workspace, keep: bool) -> None:
         for provider in self.providers:
             if hasattr(provider, "prewarm"):
                 provider.prewarm(workspace) if keep else provider.discard(workspace)
 
-    async def run_many(
+    def run_many(
         self,
         requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
         *,
@@ -226,33 +237,13 @@ class Runner:
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
-        Requests are read lazily and at most `concurrency` are in flight, so memory stays
-        flat however long the stream. Each result carries its request's `id`. Closing the
-        iterator (or cancelling its consumer) stops the guests still running.
+        Requests are read lazily and at most `concurrency` run at once (no more than the
+        Runner's workers), so memory stays flat however long the stream. Each result carries
+        its request's `id`; an item no provider runs gets a result with error type
+        InvalidRequest. Closing the iterator (or cancelling its consumer) stops the guests
+        still running.
         """
-        limit = concurrency or self.concurrency
-        source = _aiter(requests)
-        pending: set[asyncio.Task[ExecResult]] = set()
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(pending) < limit:
-                    try:
-                        request = await anext(source)
-                    except StopAsyncIteration:
-                        exhausted = True
-                        break
-                    pending.add(asyncio.create_task(self.run(request)))
-                if not pending:
-                    return
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    yield task.result()
-        finally:
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        return Batch(self, requests, concurrency or self.concurrency).results_in_completion_order()
 
     # -- the worker path ------------------------------------------------------------------
 
@@ -331,12 +322,17 @@ class Runner:
         job.cancel()
         if future.done():
             return future.result()
+        result = self._abandoned(job)
+        if owner is not None:
+            owner._state = _State(lost=set(owner._state.kernels) | owner._state.lost)
+        return result
+
+    def _abandoned(self, job: Job) -> ExecResult:
+        """Replace the worker stuck with this (cancelled) job, and answer for it."""
         with self._executor_lock:
             self.abandoned_workers += 1
             old, self._executor = self._executor, self._new_executor()
         old.shutdown(wait=False)
-        if owner is not None:
-            owner._state = _State(lost=set(owner._state.kernels) | owner._state.lost)
         log.warning("abandoned a worker blocked in a host call (total %d)", self.abandoned_workers)
         return ExecResult(
             exit_code=137, limit="timeout", language=job.request.language, id=job.request.id,
@@ -369,15 +365,6 @@ class Runner:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-
-async def _aiter(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
-    if hasattr(items, "__aiter__"):
-        async for item in items:  # type: ignore[union-attr]
-            yield item
-    else:
-        for item in items:  # type: ignore[union-attr]
-            yield item
 
 
 @dataclass

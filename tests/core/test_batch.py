@@ -1,9 +1,10 @@
 """run_many and the check harness: one correct verdict per item, streamed, cancellable."""
 
 import asyncio
+import threading
 import time
 
-from wasm_runner import ExecRequest, Limits
+from wasm_runner import ExecRequest, ExecResult, Limits, Runner
 
 ADD_OK = "def add(a, b):\n    return a + b"
 ADD_BAD = "def add(a, b):\n    return a - b"
@@ -71,3 +72,66 @@ async def test_closing_the_batch_stops_running_guests_within_a_second(runner):
     await batch.aclose()
     assert time.monotonic() - started < 1.0
     assert (await asyncio.wait_for(runner.run("print('free')"), 5)).stdout == "free\n"  # workers were freed
+
+
+async def test_items_never_see_files_an_earlier_item_left(runner):
+    write = "open('left.txt', 'w').write('x')\nimport os\nprint(sorted(os.listdir('.')), sorted(os.listdir('/tmp')))"
+    requests = [ExecRequest(code=write + ("\nopen('/tmp/t', 'w').write('y')" if i % 3 else ""), id=str(i))
+                for i in range(40)]
+    outputs = [result.stdout async for result in runner.run_many(requests, concurrency=2)]
+    assert outputs == ["['left.txt'] []\n"] * 40
+
+
+async def test_an_item_no_provider_runs_gets_its_own_result_and_the_batch_goes_on(runner):
+    requests = [ExecRequest(code="print(1)", id="a"), ExecRequest(code="echo", provider="wasm", language="bash", id="b"),
+                ExecRequest(code="print(2)", id="c")]
+    results = {result.id: result async for result in runner.run_many(requests)}
+    assert results["a"].stdout == "1\n" and results["c"].stdout == "2\n"
+    assert results["b"].error.type == "InvalidRequest" and "bash" in results["b"].error.message
+
+
+async def test_a_session_call_is_not_held_until_a_long_batch_ends(runner):
+    session = runner.session()
+    requests = (ExecRequest(code="sum(range(20000))", id=str(i)) for i in range(3000))
+    batch = runner.run_many(requests)
+    done = 0
+    call = None
+    async for _ in batch:
+        done += 1
+        if done == 10:
+            call = asyncio.create_task(session.run("print('turn')"))
+        if call is not None and call.done():
+            break
+    await batch.aclose()
+    assert call.done() and call.result().stdout == "turn\n"
+    assert done < 1000  # the session's call ran between the batch's items
+
+
+class _StuckProvider:
+    """Blocks on item "stuck" as a guest blocked in a host call would; runs the others at once."""
+
+    name = "wasm"
+    languages = frozenset({"python"})
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def execute(self, job):
+        job.started_at = time.monotonic()
+        if job.request.id == "stuck":
+            self.release.wait(30)
+        job.left_entries = 0
+        return ExecResult(stdout=job.request.code, id=job.request.id)
+
+
+async def test_a_worker_stuck_past_its_deadline_is_answered_for_and_the_batch_goes_on(tmp_path):
+    provider = _StuckProvider()
+    with Runner(tmp_path, concurrency=2, providers=[provider]) as runner:
+        requests = [ExecRequest(code="x", id="stuck", limits=Limits(timeout_s=0.2))]
+        requests += [ExecRequest(code=str(i), id=str(i)) for i in range(200)]
+        started = time.monotonic()
+        results = {result.id: result async for result in runner.run_many(requests, concurrency=2)}
+        provider.release.set()
+    assert len(results) == 201 and all(results[str(i)].stdout == str(i) for i in range(200))
+    assert results["stuck"].limit == "timeout" and runner.abandoned_workers == 1
+    assert time.monotonic() - started < 10

@@ -81,6 +81,13 @@ def test_a_run_that_closes_a_stream_or_preopen_of_the_warm_up_is_not_reused(kern
     assert not kernel.reset()
 
 
+def test_a_run_that_closes_a_preopen_and_opens_another_directory_in_its_place_is_not_reused(kernel):
+    kernel.warm()
+    _, outcome = run(kernel, "import os\nos.close(3)\nassert os.open('/tmp', os.O_RDONLY) == 3")
+    assert outcome.error is None, outcome.error
+    assert not kernel.reset()
+
+
 def test_one_shot_runs_after_one_that_closed_its_streams_work(tmp_path):
     with Runner(tmp_path, concurrency=1) as runner:
         for _ in range(3):

@@ -61,6 +61,15 @@ class View:
     tmp: Path
     mounts: tuple[Mount, ...] = ()
 
+    def __hash__(self) -> int:
+        # A view keys the warm pool's tables several times a run; hashing its paths each
+        # time cost more than the lookups.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.workspace, self.tmp, self.mounts))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def configure(self, wasi: wasmtime.WasiConfig) -> None:
         wasi.preopen_dir(str(self.workspace), GUEST_WORKSPACE, True)
         wasi.preopen_dir(str(self.tmp), GUEST_TMP, True)
