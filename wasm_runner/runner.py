@@ -25,6 +25,7 @@ from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
 from .batch import Batch
+from .batch_processes import WorkerPool
 from .capture import OutputListener
 from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider
@@ -76,10 +77,14 @@ class Runner:
         self.scratch_dir = self.data_dir / "scratch"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.scratch_dir, ignore_errors=True)  # one-shot leftovers of an earlier process
+        shutil.rmtree(self.data_dir / "batch-workers", ignore_errors=True)
         self.scratch_dir.mkdir(parents=True)
         self.limits = limits
         self.concurrency = concurrency or os.cpu_count() or 2
+        self.mounts = mounts
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
+        self._batch_workers = WorkerPool(self) if providers is None else None
+        """Processes for batch lanes (providers of the caller's own cannot be rebuilt in one)."""
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
@@ -347,6 +352,8 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
+        if self._batch_workers is not None:
+            self._batch_workers.close()
         for provider in self.providers:
             if hasattr(provider, "close"):
                 provider.close()

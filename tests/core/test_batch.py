@@ -135,3 +135,40 @@ async def test_a_worker_stuck_past_its_deadline_is_answered_for_and_the_batch_go
     assert len(results) == 201 and all(results[str(i)].stdout == str(i) for i in range(200))
     assert results["stuck"].limit == "timeout" and runner.abandoned_workers == 1
     assert time.monotonic() - started < 10
+
+
+def _worker_pids(runner):
+    pool = runner._batch_workers
+    return {w.proc.pid for w in pool.idle}
+
+
+async def test_batch_lanes_run_in_worker_processes_kept_for_the_next_batch(runner):
+    code = "import os\nprint(os.getpid() if hasattr(os, 'getpid') else 0)"
+    first = [r async for r in runner.run_many([ExecRequest(code=code, id=str(i)) for i in range(20)], concurrency=2)]
+    workers = _worker_pids(runner)
+    assert len(workers) == 2 and all(r.exit_code == 0 for r in first)
+    again = [r async for r in runner.run_many([ExecRequest(code="print(1)")] * 20, concurrency=2)]
+    assert all(r.stdout == "1\n" for r in again) and _worker_pids(runner) == workers
+
+
+async def test_a_worker_that_dies_loses_only_its_item_and_is_replaced(runner):
+    [r async for r in runner.run_many([ExecRequest(code="pass")] * 4, concurrency=2)]  # workers started
+    requests = [ExecRequest(code="import time\ntime.sleep(1)", id="slow")]
+    requests += [ExecRequest(code=f"print({i})", id=str(i)) for i in range(40)]
+    results = {}
+    async for result in runner.run_many(requests, concurrency=2):
+        results[result.id] = result
+        if len(results) == 1:  # "slow" still runs: kill the worker that has it
+            busy = [w for w in runner._batch_workers.lent if any(r.id == "slow" for r in w.in_flight)]
+            busy[0].kill()
+    assert len(results) == 41 and all(results[str(i)].stdout == f"{i}\n" for i in range(40))
+    assert results["slow"].error.type == "HostError" and "run it again" in results["slow"].error.message
+    assert len(_worker_pids(runner)) == 2
+
+
+async def test_a_worker_that_cannot_start_leaves_the_batch_to_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with Runner(tmp_path, concurrency=2) as runner:
+        results = [r async for r in runner.run_many([ExecRequest(code=f"print({i})", id=str(i)) for i in range(10)])]
+        assert sorted(r.stdout for r in results) == sorted(f"{i}\n" for i in range(10))
+        assert runner._batch_workers.broken

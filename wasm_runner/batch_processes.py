@@ -1,0 +1,330 @@
+"""Batch lanes in worker processes, both ends of the pipe.
+
+A Runner starts its batch workers on its first `run_many` and keeps them for later
+batches: each is `python -m wasm_runner.batch_processes` with a Runner of its own
+(same mounts, its own data directory), running one `ItemLane`. Requests and
+results cross the pipes as length-prefixed msgpack frames; pipe I/O is done by
+threads, so a worker serves batches of any event loop. Each worker holds up to
+`DEPTH` items, so that the next one is there when it finishes one.
+
+A worker whose guest is stuck in a host call past its deadline answers for the
+item itself and exits; a worker that dies loses only the item it was running
+(its result says so) and is replaced. Closing a batch kills the workers that are
+still running its items: their guests stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Callable
+
+import msgspec
+
+from .api import ExecRequest, ExecResult, GuestError
+
+if TYPE_CHECKING:
+    from .batch import Batch
+    from .runner import Runner
+
+log = logging.getLogger("wasm_runner")
+
+DEPTH = 2
+"""Items handed to a worker at once: the one it runs and the next."""
+_HEADER = struct.Struct("<I")
+_READY = b"ready"
+
+
+def _write_frame(stream: IO[bytes], body: bytes) -> None:
+    stream.write(_HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def _read_frame(stream: IO[bytes]) -> bytes | None:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(header)
+    body = stream.read(size)
+    return body if len(body) == size else None
+
+
+# -- the parent's side ----------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, runner: "Runner") -> None:
+        self.data_dir = runner.data_dir / "batch-workers" / uuid.uuid4().hex
+        config = {"data_dir": str(self.data_dir),
+                  "mounts": [{"host": str(m.host), "guest": m.guest, "writable": m.writable} for m in runner.mounts]}
+        # The parent's own way to the package comes first (inherited environment and working
+        # directory); its location is the fallback (a script run from elsewhere).
+        start = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
+                 "from wasm_runner.batch_processes import main; main()")
+        self.proc = subprocess.Popen([sys.executable, "-c", start, json.dumps(config)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.ready = threading.Event()
+        self.in_flight: collections.deque[ExecRequest] = collections.deque()
+        self.on_result: Callable[["Worker", ExecResult], None] | None = None
+        self.on_exit: Callable[["Worker"], None] | None = None
+        """Set by the batch using the worker; called on the reader thread."""
+        self.exited = threading.Event()
+        self.lock = threading.Lock()
+        self._decode = msgspec.msgpack.Decoder(ExecResult).decode
+        self._encode = msgspec.msgpack.Encoder().encode
+        threading.Thread(target=self._read, name="wasm-batch-reader", daemon=True).start()
+
+    def send(self, request: ExecRequest) -> None:
+        self.in_flight.append(request)
+        try:
+            _write_frame(self.proc.stdin, self._encode(request))  # the worker reads eagerly: no wait
+        except OSError:  # it died: its reader reports the exit
+            pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def _read(self) -> None:
+        try:
+            if _read_frame(self.proc.stdout) == _READY:
+                self.ready.set()
+                while (frame := _read_frame(self.proc.stdout)) is not None:
+                    if self.on_result is not None:
+                        self.on_result(self, self._decode(frame))
+        finally:
+            self.proc.wait()
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            with self.lock:  # either this thread sees on_exit, or `watch` sees exited
+                self.exited.set()
+                on_exit = self.on_exit
+            if on_exit is not None:
+                on_exit(self)
+
+    def watch(self, on_result: Callable[["Worker", ExecResult], None] | None,
+              on_exit: Callable[["Worker"], None] | None) -> bool:
+        """Report results and the exit to these callbacks; False if it has exited already."""
+        with self.lock:
+            self.on_result, self.on_exit = on_result, on_exit
+            return not self.exited.is_set()
+
+
+class WorkerPool:
+    """A Runner's batch workers; at most one batch uses a worker at a time."""
+
+    def __init__(self, runner: "Runner") -> None:
+        self.runner = runner
+        self.idle: list[Worker] = []
+        self.lent: set[Worker] = set()
+        """Workers a batch is using."""
+        self.lock = threading.Lock()
+        self.broken = False
+        """A worker could not start: batches run their lanes as threads."""
+
+    def take(self, count: int) -> list[Worker]:
+        with self.lock:
+            alive = [w for w in self.idle if not w.exited.is_set()]
+            taken, self.idle = alive[:count], alive[count:]
+        taken += [Worker(self.runner) for _ in range(count - len(taken))]
+        with self.lock:
+            self.lent.update(taken)
+        return taken
+
+    def give_back(self, worker: Worker) -> None:
+        with self.lock:
+            self.lent.discard(worker)
+            if worker.proc.poll() is None and not worker.in_flight:
+                worker.watch(None, None)
+                self.idle.append(worker)
+                return
+        worker.kill()
+
+    def close(self) -> None:
+        with self.lock:
+            workers, self.idle = self.idle + list(self.lent), []
+        for worker in workers:
+            worker.kill()
+
+
+class ProcessLanes:
+    """A batch's lanes, one per worker process."""
+
+    def __init__(self, batch: "Batch", pool: WorkerPool) -> None:
+        self.batch = batch
+        self.pool = pool
+        self.workers: list[Worker] = []
+        self.starting: list[Worker] = []
+
+    def start(self) -> None:
+        for worker in self.pool.take(self.batch.lane_count):
+            self._adopt(worker)
+
+    def _post(self, callback: Callable[..., None], *args: object) -> None:
+        """Run on the batch's event loop (from a pipe thread); not once the loop is gone."""
+        try:
+            self.batch.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # closed: the batch is over
+            pass
+
+    def _adopt(self, worker: Worker) -> None:
+        alive = worker.watch(lambda w, result: self._post(self._result, w, result),
+                             lambda w: self._post(self._exited, w))
+        if not alive and worker.ready.is_set():  # it died since it was idle: another one
+            self.pool.lent.discard(worker)
+            self._adopt(self.pool.take(1)[0])
+        elif not alive:
+            self.starting.append(worker)
+            self._exited(worker)
+        elif worker.ready.is_set():
+            self.workers.append(worker)
+        else:
+            self.starting.append(worker)
+            threading.Thread(target=self._await_ready, args=(worker,), daemon=True).start()
+
+    def _await_ready(self, worker: Worker) -> None:
+        while not worker.ready.wait(0.1):
+            if worker.exited.is_set():
+                return
+        self._post(self._ready, worker)
+
+    def _ready(self, worker: Worker) -> None:
+        if worker in self.starting:  # else given back already, at the batch's end
+            self.starting.remove(worker)
+            self.workers.append(worker)
+            self.fill()
+
+    def fill(self) -> None:
+        batch = self.batch
+        for worker in self.workers:
+            while batch.pending and len(worker.in_flight) < DEPTH and not batch.stopped:
+                worker.send(batch.pending.popleft())
+
+    def _result(self, worker: Worker, result: ExecResult) -> None:
+        if worker.in_flight:
+            worker.in_flight.popleft()
+            self.batch.deliver(result)
+            self.fill()
+
+    def _exited(self, worker: Worker) -> None:
+        """A worker ended: the item it ran is lost (its result says so), the ones after it
+        go back to the read-ahead, and a new worker takes its place."""
+        batch = self.batch
+        self.pool.lent.discard(worker)
+        if worker in self.workers:
+            self.workers.remove(worker)
+        elif worker in self.starting:  # it could not start: no worker will
+            self.starting.remove(worker)
+            log.error("a batch worker could not start (exit code %s); batches run in threads",
+                      worker.proc.returncode)
+            self.pool.broken = True
+            if not self.workers and batch.lanes is self:
+                self._fall_back_to_threads()
+            return
+        if worker.in_flight:
+            lost = worker.in_flight.popleft()
+            if not batch.stopped:
+                batch.deliver(_lost(lost, worker.proc.returncode))
+            batch.pending.extendleft(reversed(worker.in_flight))
+            worker.in_flight.clear()
+        if not batch.stopped:
+            self._adopt(self.pool.take(1)[0])
+
+    def _fall_back_to_threads(self) -> None:
+        from .batch import ThreadLanes
+
+        self.batch.lanes = ThreadLanes(self.batch)
+        self.batch.lanes.start()
+        self.batch.lanes.fill()
+
+    async def stop(self) -> None:
+        """Give idle workers back; kill the ones still running this batch's items."""
+        for worker in self.starting:
+            self.pool.give_back(worker)
+        self.starting = []
+        for worker in self.workers:
+            if worker.in_flight:
+                worker.kill()
+            else:
+                self.pool.give_back(worker)
+        busy = [w for w in self.workers if w.in_flight]
+        self.workers = []
+        for worker in busy:
+            await asyncio.to_thread(worker.exited.wait, 5)
+
+
+def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
+    return ExecResult(exit_code=1, id=request.id, language=request.language, error=GuestError(
+        type="HostError", message=f"the batch worker running this item exited (code {exit_code}); "
+                                  "the item did not finish: run it again"))
+
+
+# -- the worker's side ----------------------------------------------------------------
+
+
+def main() -> None:
+    from .batch import ItemLane
+    from .providers.wasm.sandbox import Mount
+    from .runner import WATCHDOG_POLL_S, Runner, _overdue
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    config = json.loads(sys.argv[1])
+    mounts = tuple(Mount(Path(m["host"]), m["guest"], m["writable"]) for m in config["mounts"])
+    # The pipes carry frames only: nothing else in the process (a print, a library, a
+    # native sandbox) may read or write them as its standard streams.
+    source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    write_lock = threading.Lock()
+    answered = [False]
+    encode = msgspec.msgpack.Encoder().encode
+    decode = msgspec.msgpack.Decoder(ExecRequest).decode
+
+    def read_requests() -> None:  # eagerly, so that the parent's writes never wait
+        while (frame := _read_frame(source)) is not None:
+            requests.put(frame)
+        requests.put(None)
+
+    def answer(result: ExecResult) -> None:
+        with write_lock:
+            if not answered[0]:
+                answered[0] = True
+                _write_frame(out, encode(result))
+
+    with Runner(config["data_dir"], concurrency=1, mounts=mounts) as runner:
+        lane = ItemLane(runner)
+
+        def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
+            while True:
+                time.sleep(WATCHDOG_POLL_S)
+                job = lane.job
+                if job is not None and _overdue(job):
+                    job.cancel()
+                    answer(runner._abandoned(job))
+                    os._exit(70)
+
+        threading.Thread(target=read_requests, daemon=True).start()
+        threading.Thread(target=watch, daemon=True).start()
+        _write_frame(out, _READY)
+        while (frame := requests.get()) is not None:
+            answered[0] = False
+            answer(lane.run(decode(frame)))
+            lane.finish()
+        lane.close()
+
+
+if __name__ == "__main__":
+    main()
