@@ -29,6 +29,7 @@ from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
 from .memory_reset import instantiate_located, mapping_lock
+from .string_call import StringCall
 from .sandbox import (BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store,
                       trap_outcome)
 
@@ -160,7 +161,7 @@ class PythonKernel:
             instance, self._memory = linker.instantiate(self.store, compiled), None
         func = instance.get_func(self.store, "run")
         assert func is not None, "the Python component exports no `run`"
-        self._run = func
+        self._run = StringCall(func, self.store)
         self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
         self.usable = True
         self.reuses = 0

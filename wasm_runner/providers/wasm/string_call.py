@@ -1,0 +1,48 @@
+"""Calling a component export `run(string) -> string` through the C API directly.
+
+wasmtime-py's `Func.__call__` reads the function's type on every call and makes a
+new ctypes array type for every string length it passes (about 20 us each), all
+while holding the GIL that the event loop and other workers wait for. The
+signature is checked once here instead; the call, the string lowering and the
+result's release are the same C calls `Func.__call__` makes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref
+
+import wasmtime
+from wasmtime import _ffi as ffi
+from wasmtime import component
+from wasmtime.component._enter import enter_wasm
+
+
+class StringCall:
+    def __init__(self, func: component.Func, store: wasmtime.Store) -> None:
+        signature = func.type(store)
+        params = [type(ty) for _, ty in signature.params]
+        if params != [component.String] or not isinstance(signature.result, component.String):
+            raise TypeError(f"expected an export of type func(string) -> string, found {params} -> {signature.result}")
+        self._func = func
+
+    def __call__(self, store: wasmtime.Store, text: str) -> str:
+        data = text.encode()
+        param = ffi.wasmtime_component_val_t()
+        param.kind = ffi.WASMTIME_COMPONENT_STRING
+        ffi.wasm_byte_vec_new_uninitialized(byref(param.of.string), len(data))
+        ctypes.memmove(param.of.string.data, data, len(data))
+        result = ffi.wasmtime_component_val_t()
+        try:
+            enter_wasm(lambda: ffi.wasmtime_component_func_call(
+                byref(self._func._func), store._context(), byref(param), 1, byref(result), 1))
+        finally:
+            ffi.wasmtime_component_val_delete(byref(param))
+        returned = result.of.string
+        try:
+            return ctypes.string_at(returned.data, returned.size).decode()
+        finally:
+            ffi.wasm_byte_vec_delete(byref(returned))
+
+    def post_return(self, store: wasmtime.Store) -> None:
+        self._func.post_return(store)
