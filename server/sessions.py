@@ -57,7 +57,8 @@ class RunnerPool:
         runner = self._runners.get(key)
         if runner is None:
             mounts = tuple(Mount(Path(host), guest) for host, guest in key)
-            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=mounts)
+            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=mounts,
+                            one_shot_workers=self.concurrency)
             self._runners[key] = runner
         return runner
 

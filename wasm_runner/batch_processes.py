@@ -16,7 +16,7 @@ still running its items: their guests stop at once.
 from __future__ import annotations
 
 import asyncio
-import collections
+import concurrent.futures
 import json
 import logging
 import os
@@ -48,6 +48,18 @@ _HEADER = struct.Struct("<I")
 _READY = b"ready"
 
 
+class _Order(msgspec.Struct, array_like=True):
+    """Parent to worker: run `request` as item `seq`, or (no request) cancel item `seq`."""
+
+    seq: int
+    request: ExecRequest | None = None
+
+
+class _Answer(msgspec.Struct, array_like=True):
+    seq: int
+    result: ExecResult
+
+
 def _write_frame(stream: IO[bytes], body: bytes) -> None:
     stream.write(_HEADER.pack(len(body)) + body)
     stream.flush()
@@ -67,7 +79,7 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 
 class Worker:
     def __init__(self, runner: "Runner") -> None:
-        self.data_dir = runner.data_dir / "batch-workers" / uuid.uuid4().hex
+        self.data_dir = runner.scratch_dir / f"batch-worker-{uuid.uuid4().hex}"
         config = {"data_dir": str(self.data_dir),
                   "mounts": [{"host": str(m.host), "guest": m.guest, "writable": m.writable} for m in runner.mounts]}
         # The parent's own way to the package comes first (inherited environment and working
@@ -77,21 +89,34 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-c", start, json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.ready = threading.Event()
-        self.in_flight: collections.deque[ExecRequest] = collections.deque()
-        self.on_result: Callable[["Worker", ExecResult], None] | None = None
+        self.in_flight: dict[int, ExecRequest] = {}
+        """Items sent and not answered, oldest (the one running) first."""
+        self._seq = 0
+        self.on_result: Callable[["Worker", int, ExecResult], None] | None = None
         self.on_exit: Callable[["Worker"], None] | None = None
         """Set by the batch using the worker; called on the reader thread."""
         self.exited = threading.Event()
         self.lock = threading.Lock()
-        self._decode = msgspec.msgpack.Decoder(ExecResult).decode
+        self._decode = msgspec.msgpack.Decoder(_Answer).decode
         self._encode = msgspec.msgpack.Encoder().encode
+        self._write_lock = threading.Lock()
         threading.Thread(target=self._read, name="wasm-batch-reader", daemon=True).start()
 
-    def send(self, request: ExecRequest) -> None:
-        self.in_flight.append(request)
+    def send(self, request: ExecRequest) -> int:
+        self._seq += 1
+        self.in_flight[self._seq] = request
+        self._order(_Order(self._seq, request))
+        return self._seq
+
+    def cancel(self, seq: int) -> None:
+        """Stop item `seq` (its answer still comes, and is dropped)."""
+        self._order(_Order(seq))
+
+    def _order(self, order: _Order) -> None:
         try:
-            _write_frame(self.proc.stdin, self._encode(request))  # the worker reads eagerly: no wait
-        except OSError:  # it died: its reader reports the exit
+            with self._write_lock:  # the worker reads eagerly: no wait
+                _write_frame(self.proc.stdin, self._encode(order))
+        except (OSError, ValueError):  # it died: its reader reports the exit
             pass
 
     def kill(self) -> None:
@@ -103,8 +128,9 @@ class Worker:
             if _read_frame(self.proc.stdout) == _READY:
                 self.ready.set()
                 while (frame := _read_frame(self.proc.stdout)) is not None:
+                    answer = self._decode(frame)
                     if self.on_result is not None:
-                        self.on_result(self, self._decode(frame))
+                        self.on_result(self, answer.seq, answer.result)
         finally:
             self.proc.wait()
             shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -114,7 +140,7 @@ class Worker:
             if on_exit is not None:
                 on_exit(self)
 
-    def watch(self, on_result: Callable[["Worker", ExecResult], None] | None,
+    def watch(self, on_result: Callable[["Worker", int, ExecResult], None] | None,
               on_exit: Callable[["Worker"], None] | None) -> bool:
         """Report results and the exit to these callbacks; False if it has exited already."""
         with self.lock:
@@ -180,7 +206,7 @@ class ProcessLanes:
             pass
 
     def _adopt(self, worker: Worker) -> None:
-        alive = worker.watch(lambda w, result: self._post(self._result, w, result),
+        alive = worker.watch(lambda w, seq, result: self._post(self._result, w, seq, result),
                              lambda w: self._post(self._exited, w))
         if not alive and worker.ready.is_set():  # it died since it was idle: another one
             self.pool.lent.discard(worker)
@@ -208,13 +234,14 @@ class ProcessLanes:
 
     def fill(self) -> None:
         batch = self.batch
-        for worker in self.workers:
-            while batch.pending and len(worker.in_flight) < DEPTH and not batch.stopped:
-                worker.send(batch.pending.popleft())
+        while batch.pending and self.workers and not batch.stopped:
+            worker = min(self.workers, key=lambda w: len(w.in_flight))  # spread: a short batch runs in parallel
+            if len(worker.in_flight) >= DEPTH:
+                return
+            worker.send(batch.pending.popleft())
 
-    def _result(self, worker: Worker, result: ExecResult) -> None:
-        if worker.in_flight:
-            worker.in_flight.popleft()
+    def _result(self, worker: Worker, seq: int, result: ExecResult) -> None:
+        if worker.in_flight.pop(seq, None) is not None:
             self.batch.deliver(result)
             self.fill()
 
@@ -234,10 +261,10 @@ class ProcessLanes:
                 self._fall_back_to_threads()
             return
         if worker.in_flight:
-            lost = worker.in_flight.popleft()
+            lost, *after = worker.in_flight.values()
             if not batch.stopped:
                 batch.deliver(_lost(lost, worker.proc.returncode))
-            batch.pending.extendleft(reversed(worker.in_flight))
+            batch.pending.extendleft(reversed(after))
             worker.in_flight.clear()
         if not batch.stopped:
             self._adopt(self.pool.take(1)[0])
@@ -265,10 +292,68 @@ class ProcessLanes:
             await asyncio.to_thread(worker.exited.wait, 5)
 
 
+class OneShotWorkers:
+    """Worker processes for a Runner's one-shot runs (opt-in, see `Runner`): the calling
+    process keeps only its event loop and bookkeeping, and guests on several cores do not
+    contend with it for one interpreter. Until its workers are up, and for runs that
+    stream their output, the Runner runs in-process."""
+
+    def __init__(self, pool: WorkerPool, count: int) -> None:
+        self.pool = pool
+        self.count = count
+        self.workers: list[Worker] = []
+        self.waiting: dict[tuple[Worker, int], concurrent.futures.Future[ExecResult]] = {}
+        self.lock = threading.Lock()
+
+    async def run(self, request: ExecRequest) -> ExecResult | None:
+        """The result, or None when no worker is ready (the caller runs it itself)."""
+        with self.lock:
+            if len(self.workers) < self.count:
+                for worker in self.pool.take(self.count - len(self.workers)):
+                    if worker.watch(self._result, self._exited):
+                        self.workers.append(worker)
+            ready = [w for w in self.workers if w.ready.is_set()]
+            if not ready:
+                return None
+            worker = min(ready, key=lambda w: len(w.in_flight))
+            future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
+            seq = worker.send(request)
+            self.waiting[(worker, seq)] = future
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            worker.cancel(seq)
+            raise
+
+    def _result(self, worker: Worker, seq: int, result: ExecResult) -> None:
+        with self.lock:
+            worker.in_flight.pop(seq, None)
+            future = self.waiting.pop((worker, seq), None)
+        if future is not None and not future.cancelled():
+            future.set_result(result)
+
+    def _exited(self, worker: Worker) -> None:
+        with self.lock:
+            if worker in self.workers:
+                self.workers.remove(worker)
+            self.pool.lent.discard(worker)
+            lost = [(self.waiting.pop((worker, seq), None), request) for seq, request in worker.in_flight.items()]
+            worker.in_flight.clear()
+        for future, request in lost:
+            if future is not None and not future.cancelled():
+                future.set_result(_lost(request, worker.proc.returncode))
+
+    def close(self) -> None:
+        with self.lock:
+            workers, self.workers = self.workers, []
+        for worker in workers:
+            worker.kill()
+
+
 def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
     return ExecResult(exit_code=1, id=request.id, language=request.language, error=GuestError(
-        type="HostError", message=f"the batch worker running this item exited (code {exit_code}); "
-                                  "the item did not finish: run it again"))
+        type="HostError", message=f"the worker process running this exited (code {exit_code}); "
+                                  "it did not finish: run it again"))
 
 
 # -- the worker's side ----------------------------------------------------------------
@@ -287,22 +372,30 @@ def main() -> None:
     source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
-    requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    orders: queue.SimpleQueue[_Order | None] = queue.SimpleQueue()
     write_lock = threading.Lock()
-    answered = [False]
+    running = [0, False]
+    """The item running now, and whether it was answered (the watchdog may answer for it)."""
+    cancelled: set[int] = set()
     encode = msgspec.msgpack.Encoder().encode
-    decode = msgspec.msgpack.Decoder(ExecRequest).decode
+    decode = msgspec.msgpack.Decoder(_Order).decode
 
-    def read_requests() -> None:  # eagerly, so that the parent's writes never wait
+    def read_orders() -> None:  # eagerly, so that the parent's writes never wait
         while (frame := _read_frame(source)) is not None:
-            requests.put(frame)
-        requests.put(None)
+            order = decode(frame)
+            if order.request is not None:
+                orders.put(order)
+            elif order.seq == running[0] and lane.job is not None:
+                lane.job.cancel()
+            else:
+                cancelled.add(order.seq)
+        orders.put(None)
 
-    def answer(result: ExecResult) -> None:
+    def answer(seq: int, result: ExecResult) -> None:
         with write_lock:
-            if not answered[0]:
-                answered[0] = True
-                _write_frame(out, encode(result))
+            if running[0] == seq and not running[1]:
+                running[1] = True
+                _write_frame(out, encode(_Answer(seq, result)))
 
     with Runner(config["data_dir"], concurrency=1, mounts=mounts) as runner:
         lane = ItemLane(runner)
@@ -310,18 +403,22 @@ def main() -> None:
         def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
             while True:
                 time.sleep(WATCHDOG_POLL_S)
-                job = lane.job
+                job, seq = lane.job, running[0]
                 if job is not None and _overdue(job):
                     job.cancel()
-                    answer(runner._abandoned(job))
+                    answer(seq, runner._abandoned(job))
                     os._exit(70)
 
-        threading.Thread(target=read_requests, daemon=True).start()
+        threading.Thread(target=read_orders, daemon=True).start()
         threading.Thread(target=watch, daemon=True).start()
         _write_frame(out, _READY)
-        while (frame := requests.get()) is not None:
-            answered[0] = False
-            answer(lane.run(decode(frame)))
+        while (order := orders.get()) is not None:
+            running[:] = [order.seq, False]
+            if order.seq in cancelled:  # cancelled before it started: nobody waits for it
+                cancelled.discard(order.seq)
+                answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
+                continue
+            answer(order.seq, lane.run(order.request))
             lane.finish()
         lane.close()
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
 from .batch import Batch
-from .batch_processes import WorkerPool
+from .batch_processes import OneShotWorkers, WorkerPool
 from .capture import OutputListener
 from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider
@@ -70,21 +70,24 @@ class Runner:
         limits: Limits = Limits(),
         mounts: tuple[Mount, ...] = (),
         providers: list[Provider] | None = None,
+        one_shot_workers: int = 0,
     ) -> None:
+        """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
+        worker processes: a service whose event loop shares the interpreter with its guests'
+        host-side work otherwise waits for them under load."""
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
         self.sessions_dir = self.data_dir / "sessions"
-        self.scratch_dir = self.data_dir / "scratch"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.scratch_dir, ignore_errors=True)  # one-shot leftovers of an earlier process
-        shutil.rmtree(self.data_dir / "batch-workers", ignore_errors=True)
-        self.scratch_dir.mkdir(parents=True)
+        self.scratch_dir = _own_scratch_dir(self.data_dir / "scratch")
         self.limits = limits
         self.concurrency = concurrency or os.cpu_count() or 2
         self.mounts = mounts
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
         self._batch_workers = WorkerPool(self) if providers is None else None
         """Processes for batch lanes (providers of the caller's own cannot be rebuilt in one)."""
+        self._one_shot_workers = (OneShotWorkers(self._batch_workers, one_shot_workers)
+                                  if one_shot_workers > 0 and self._batch_workers is not None else None)
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
@@ -158,11 +161,21 @@ class Runner:
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
         request = self.request(code, **fields)
+        if self._one_shot_workers is not None and listener is None and self._runs_in_wasm(request):
+            result = await self._one_shot_workers.run(request)
+            if result is not None:
+                return result
         job = Job(request, self._scratch_workspace(request), None, listener, scratch=True)
         try:
             return await self._run_async(job, _State())
         finally:
             self._recycle(job)
+
+    def _runs_in_wasm(self, request: ExecRequest) -> bool:
+        try:
+            return self.provider_for(request).name == "wasm"
+        except ValueError:  # reported by the in-process path
+            return False
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.request(code, **fields)
@@ -352,12 +365,15 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
+        if self._one_shot_workers is not None:
+            self._one_shot_workers.close()
         if self._batch_workers is not None:
             self._batch_workers.close()
         for provider in self.providers:
             if hasattr(provider, "close"):
                 provider.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -372,6 +388,27 @@ class Runner:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+def _own_scratch_dir(parent: Path) -> Path:
+    """A scratch directory for this Runner alone (Runners of one process may share a data
+    directory), after removing those of processes that are gone (one-shot leftovers)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for entry in parent.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 @dataclass

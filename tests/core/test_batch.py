@@ -159,7 +159,7 @@ async def test_a_worker_that_dies_loses_only_its_item_and_is_replaced(runner):
     async for result in runner.run_many(requests, concurrency=2):
         results[result.id] = result
         if len(results) == 1:  # "slow" still runs: kill the worker that has it
-            busy = [w for w in runner._batch_workers.lent if any(r.id == "slow" for r in w.in_flight)]
+            busy = [w for w in runner._batch_workers.lent if any(r.id == "slow" for r in w.in_flight.values())]
             busy[0].kill()
     assert len(results) == 41 and all(results[str(i)].stdout == f"{i}\n" for i in range(40))
     assert results["slow"].error.type == "HostError" and "run it again" in results["slow"].error.message
