@@ -135,13 +135,27 @@ class AiohttpConnection:
 
 
 def process_cpu_s(pid: int) -> float | None:
-    """User plus system CPU seconds of a process, from /proc (None where there is none)."""
+    """User plus system CPU seconds of a process and its live children (the service's worker
+    processes), from /proc (None where there is none)."""
+    own = _stat(pid)
+    if own is None:
+        return None
+    ticks = own[1]
+    for entry in os.listdir("/proc"):
+        child = _stat(int(entry)) if entry.isdigit() else None
+        if child is not None and child[0] == pid:
+            ticks += child[1]
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, user plus system ticks) of a process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return int(fields[1]), int(fields[11]) + int(fields[12])
 
 
 async def measure(connect, urls: list[str], total: int, server_pid: int | None = None) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import json
 import logging
 import os
@@ -361,10 +362,12 @@ def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
 
 def main() -> None:
     from .batch import ItemLane
+    from .providers.wasm import memory_reset
     from .providers.wasm.sandbox import Mount
     from .runner import WATCHDOG_POLL_S, Runner, _overdue
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    memory_reset.copy_by_runs()  # one lane: its thread is the only one that needs the GIL
     config = json.loads(sys.argv[1])
     mounts = tuple(Mount(Path(m["host"]), m["guest"], m["writable"]) for m in config["mounts"])
     # The pipes carry frames only: nothing else in the process (a print, a library, a
@@ -411,6 +414,8 @@ def main() -> None:
 
         threading.Thread(target=read_orders, daemon=True).start()
         threading.Thread(target=watch, daemon=True).start()
+        gc.collect()
+        gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
         _write_frame(out, _READY)
         while (order := orders.get()) is not None:
             running[:] = [order.seq, False]
