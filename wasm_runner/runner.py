@@ -25,7 +25,7 @@ from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
 from .batch import Batch
-from .batch_processes import OneShotWorkers, WorkerPool
+from .worker_processes import OneShotWorkers, WorkerPool
 from .capture import OutputListener
 from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider

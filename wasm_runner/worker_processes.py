@@ -1,16 +1,17 @@
-"""Batch lanes in worker processes, both ends of the pipe.
+"""Worker processes of a Runner, both ends of their pipes: batch lanes and one-shot runs.
 
-A Runner starts its batch workers on its first `run_many` and keeps them for later
-batches: each is `python -m wasm_runner.batch_processes` with a Runner of its own
-(same mounts, its own data directory), running one `ItemLane`. Requests and
-results cross the pipes as length-prefixed msgpack frames; pipe I/O is done by
-threads, so a worker serves batches of any event loop. Each worker holds up to
-`DEPTH` items, so that the next one is there when it finishes one.
+A Runner starts workers on its first batch (and, with `one_shot_workers`, on its first
+one-shot run) and keeps them: each is a `python -c` process running this module's
+`main`, with a Runner of its own (same mounts, a data directory inside the parent's
+scratch directory) and one `ItemLane`. Orders (run item N, or cancel item N) and answers
+cross the pipes as length-prefixed msgpack frames; pipe I/O is done by threads, so any
+event loop can use a worker. A batch keeps up to `DEPTH` items in each of its workers,
+so that the next one is there when one finishes.
 
-A worker whose guest is stuck in a host call past its deadline answers for the
-item itself and exits; a worker that dies loses only the item it was running
-(its result says so) and is replaced. Closing a batch kills the workers that are
-still running its items: their guests stop at once.
+A worker whose guest is stuck in a host call past its deadline answers for the item
+itself and exits; a worker that dies loses only the item it was running (its result
+says so) and is replaced. Closing a batch kills the workers still running its items:
+their guests stop at once.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class Worker:
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback (a script run from elsewhere).
         start = (f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-                 "from wasm_runner.batch_processes import main; main()")
+                 "from wasm_runner.worker_processes import main; main()")
         self.proc = subprocess.Popen([sys.executable, "-c", start, json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.ready = threading.Event()
@@ -150,7 +151,7 @@ class Worker:
 
 
 class WorkerPool:
-    """A Runner's batch workers; at most one batch uses a worker at a time."""
+    """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
     def __init__(self, runner: "Runner") -> None:
         self.runner = runner
