@@ -101,7 +101,7 @@ class Batch:
 
     async def results_in_completion_order(self) -> AsyncIterator[ExecResult]:
         self.loop = asyncio.get_running_loop()
-        workers = self.runner._batch_workers
+        workers = self.runner._worker_pool
         if self.lane_count > 1 and workers is not None and not workers.broken:
             from .worker_processes import ProcessLanes
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from .api import ExecRequest, ExecResult, GuestError, Limits
 from .batch import Batch
-from .worker_processes import OneShotWorkers, WorkerPool
 from .capture import OutputListener
 from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider
 from .providers.wasm.sandbox import Mount
+from .worker_processes import OneShotWorkers, WorkerPool
 from .workspace import Workspace
 
 log = logging.getLogger("wasm_runner")
@@ -84,10 +84,11 @@ class Runner:
         self.concurrency = concurrency or os.cpu_count() or 2
         self.mounts = mounts
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
-        self._batch_workers = WorkerPool(self) if providers is None else None
-        """Processes for batch lanes (providers of the caller's own cannot be rebuilt in one)."""
-        self._one_shot_workers = (OneShotWorkers(self._batch_workers, one_shot_workers)
-                                  if one_shot_workers > 0 and self._batch_workers is not None else None)
+        self._worker_pool = WorkerPool(self) if providers is None else None
+        """Processes for batch lanes and one-shot runs (providers of the caller's own cannot be
+        rebuilt in one)."""
+        self._one_shot_workers = (OneShotWorkers(self._worker_pool, one_shot_workers)
+                                  if one_shot_workers > 0 and self._worker_pool is not None else None)
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
@@ -367,8 +368,8 @@ class Runner:
             session.hibernate()
         if self._one_shot_workers is not None:
             self._one_shot_workers.close()
-        if self._batch_workers is not None:
-            self._batch_workers.close()
+        if self._worker_pool is not None:
+            self._worker_pool.close()
         for provider in self.providers:
             if hasattr(provider, "close"):
                 provider.close()

@@ -138,7 +138,7 @@ async def test_a_worker_stuck_past_its_deadline_is_answered_for_and_the_batch_go
 
 
 def _worker_pids(runner):
-    pool = runner._batch_workers
+    pool = runner._worker_pool
     return {w.proc.pid for w in pool.idle}
 
 
@@ -159,7 +159,7 @@ async def test_a_worker_that_dies_loses_only_its_item_and_is_replaced(runner):
     async for result in runner.run_many(requests, concurrency=2):
         results[result.id] = result
         if len(results) == 1:  # "slow" still runs: kill the worker that has it
-            busy = [w for w in runner._batch_workers.lent if any(r.id == "slow" for r in w.in_flight.values())]
+            busy = [w for w in runner._worker_pool.lent if any(r.id == "slow" for r in w.in_flight.values())]
             busy[0].kill()
     assert len(results) == 41 and all(results[str(i)].stdout == f"{i}\n" for i in range(40))
     assert results["slow"].error.type == "HostError" and "run it again" in results["slow"].error.message
@@ -171,4 +171,4 @@ async def test_a_worker_that_cannot_start_leaves_the_batch_to_threads(tmp_path, 
     with Runner(tmp_path, concurrency=2) as runner:
         results = [r async for r in runner.run_many([ExecRequest(code=f"print({i})", id=str(i)) for i in range(10)])]
         assert sorted(r.stdout for r in results) == sorted(f"{i}\n" for i in range(10))
-        assert runner._batch_workers.broken
+        assert runner._worker_pool.broken
