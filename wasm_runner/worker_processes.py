@@ -363,12 +363,10 @@ def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
 
 def main() -> None:
     from .batch import ItemLane
-    from .providers.wasm import memory_reset
     from .providers.wasm.sandbox import Mount
     from .runner import WATCHDOG_POLL_S, Runner, _overdue
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
-    memory_reset.copy_by_runs()  # one lane: its thread is the only one that needs the GIL
     config = json.loads(sys.argv[1])
     mounts = tuple(Mount(Path(m["host"]), m["guest"], m["writable"]) for m in config["mounts"])
     # The pipes carry frames only: nothing else in the process (a print, a library, a

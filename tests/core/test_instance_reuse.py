@@ -59,9 +59,7 @@ def test_reset_restores_memory_byte_for_byte(kernel):
     assert actual == expected
 
 
-@pytest.mark.parametrize("by_runs", [False, True], ids=["numpy", "memmove-by-runs"])
-def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel, by_runs, monkeypatch):
-    monkeypatch.setattr(memory_reset, "_copy_by_runs", by_runs)
+def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel):
     kernel.warm()
     memory = kernel._memory
     warmed_up = ctypes.string_at(memory.base, memory.size)

@@ -123,10 +123,7 @@ class LinearMemory:
         if self._kept_slot is not None:
             slots = self._kept_slot[written]
             kept = slots >= 0
-            if _copy_by_runs:
-                _copy_runs(self.base, written[kept], self._kept.ctypes.data, slots[kept])
-            else:
-                self._pages[written[kept]] = self._kept[slots[kept]]
+            self._pages[written[kept]] = self._kept[slots[kept]]
             written = written[~kept]
         first, end = self._image_first, self._image_end
         inside = (written >= first) & (written < end)
@@ -134,10 +131,7 @@ class LinearMemory:
             if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
                 return False
         written = written[inside]
-        if _copy_by_runs:
-            _copy_runs(self.base, written, self._image.address, written - first)
-        else:
-            self._pages[written] = self._image.pages[written - first]
+        self._pages[written] = self._image.pages[written - first]
         return True
 
     def _written(self) -> np.ndarray:
@@ -150,28 +144,6 @@ class LinearMemory:
 def _pages(address: int, length: int) -> np.ndarray:
     """The memory at `address` as an array of pages (a view: no copy)."""
     return np.frombuffer((ctypes.c_char * length).from_address(address), np.uint8).reshape(-1, PAGE)
-
-
-def copy_by_runs() -> None:
-    """Resets in this process copy each run of consecutive pages with one memmove, holding the
-    GIL, instead of numpy's gather and scatter (two copies, without the GIL). For a process
-    whose one thread resets instances and runs guests (a worker process), 10 % more checks/s;
-    where other threads wait for the GIL meanwhile, fewer."""
-    global _copy_by_runs
-    _copy_by_runs = True
-
-
-def _copy_runs(base: int, pages: np.ndarray, source: int, rows: np.ndarray) -> None:
-    """Copy page `rows[i]` of `source` to page `pages[i]` of `base`, a run of both at a time."""
-    if not len(pages):
-        return
-    breaks = np.flatnonzero((np.diff(pages) != 1) | (np.diff(rows) != 1)) + 1
-    firsts = np.concatenate(([0], breaks))
-    lengths = np.diff(np.concatenate((firsts, [len(pages)]))) * PAGE
-    targets = (base + pages[firsts].astype(np.int64) * PAGE).tolist()
-    sources = (source + rows[firsts].astype(np.int64) * PAGE).tolist()
-    for target, origin, length in zip(targets, sources, lengths.tolist()):
-        _memmove(target, origin, length)
 
 
 def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
@@ -198,11 +170,6 @@ if _libc is not None:
     _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
                                        ctypes.c_ulong]
 _pagemap_fd: int | None = None
-_copy_by_runs = False
-_memmove = ctypes.PyDLL(None).memmove if _libc is not None else None  # keeps the GIL: a call is shorter than handing it over
-if _memmove is not None:
-    _memmove.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    _memmove.restype = None
 
 
 def _pagemap() -> int:
