@@ -80,8 +80,10 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 
 
 class Worker:
+    """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
+
     def __init__(self, runner: "Runner") -> None:
-        self.data_dir = runner.scratch_dir / f"batch-worker-{uuid.uuid4().hex}"
+        self.data_dir = runner.scratch_dir / f"worker-{uuid.uuid4().hex}"
         config = {"data_dir": str(self.data_dir),
                   "mounts": [{"host": str(m.host), "guest": m.guest, "writable": m.writable} for m in runner.mounts]}
         # The parent's own way to the package comes first (inherited environment and working
@@ -96,13 +98,13 @@ class Worker:
         self._seq = 0
         self.on_result: Callable[["Worker", int, ExecResult], None] | None = None
         self.on_exit: Callable[["Worker"], None] | None = None
-        """Set by the batch using the worker; called on the reader thread."""
+        """Set by the user of the worker (a batch, or the one-shot runs); called on the reader thread."""
         self.exited = threading.Event()
         self.lock = threading.Lock()
         self._decode = msgspec.msgpack.Decoder(_Answer).decode
         self._encode = msgspec.msgpack.Encoder().encode
         self._write_lock = threading.Lock()
-        threading.Thread(target=self._read, name="wasm-batch-reader", daemon=True).start()
+        threading.Thread(target=self._read, name="wasm-worker-reader", daemon=True).start()
 
     def send(self, request: ExecRequest) -> int:
         self._seq += 1
@@ -310,6 +312,8 @@ class OneShotWorkers:
     async def run(self, request: ExecRequest) -> ExecResult | None:
         """The result, or None when no worker is ready (the caller runs it itself)."""
         with self.lock:
+            if self.pool.broken:
+                return None
             if len(self.workers) < self.count:
                 for worker in self.pool.take(self.count - len(self.workers)):
                     if worker.watch(self._result, self._exited):
@@ -335,6 +339,10 @@ class OneShotWorkers:
             future.set_result(result)
 
     def _exited(self, worker: Worker) -> None:
+        if not worker.ready.is_set():
+            log.error("a worker process could not start (exit code %s); one-shot runs stay in-process",
+                      worker.proc.returncode)
+            self.pool.broken = True
         with self.lock:
             if worker in self.workers:
                 self.workers.remove(worker)

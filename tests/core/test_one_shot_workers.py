@@ -53,3 +53,12 @@ async def test_a_run_that_streams_its_output_stays_in_the_calling_process(runner
     chunks = []
     result = await runner.run("print('streamed')", listener=lambda stream, data: chunks.append(data))
     assert result.stdout == "streamed\n" and b"".join(chunks) == b"streamed\n" and len(calls) == 1
+
+
+async def test_without_worker_processes_one_shot_runs_stay_in_process(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with Runner(tmp_path, concurrency=2, one_shot_workers=1) as runner:
+        for i in range(5):
+            assert (await runner.run(f"print({i})")).stdout == f"{i}\n"
+            await asyncio.sleep(0.1)
+        assert runner._worker_pool.broken and not runner._one_shot_workers.workers
