@@ -43,6 +43,8 @@ class ItemLane:
         self.workspace: Workspace | None = None
         self.job: Job | None = None
         """The item running now (a watchdog and cancellation reach it here)."""
+        self.stop_requested = False
+        """The next item is cancelled before it starts (set by another thread)."""
 
     def run(self, request: ExecRequest) -> ExecResult:
         try:
@@ -53,6 +55,8 @@ class ItemLane:
         if self.workspace is None:
             self.workspace = self.runner._new_scratch()
         job = self.job = Job(request, self.workspace, None, None, scratch=True)
+        if self.stop_requested:
+            job.cancel()
         try:
             return provider.execute(job)
         except Exception as exc:  # noqa: BLE001 - one item's failure is its result

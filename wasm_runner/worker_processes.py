@@ -387,6 +387,8 @@ def main() -> None:
     running = [0, False]
     """The item running now, and whether it was answered (the watchdog may answer for it)."""
     cancelled: set[int] = set()
+    order_lock = threading.Lock()
+    """Between the reader's cancels and the start of an item: a cancel is never missed."""
     encode = msgspec.msgpack.Encoder().encode
     decode = msgspec.msgpack.Decoder(_Order).decode
 
@@ -395,10 +397,15 @@ def main() -> None:
             order = decode(frame)
             if order.request is not None:
                 orders.put(order)
-            elif order.seq == running[0] and lane.job is not None:
-                lane.job.cancel()
-            else:
-                cancelled.add(order.seq)
+                continue
+            with order_lock:
+                if order.seq == running[0]:
+                    lane.stop_requested = True  # before its job exists
+                    job = lane.job
+                    if job is not None:
+                        job.cancel()
+                else:
+                    cancelled.add(order.seq)
         orders.put(None)
 
     def answer(seq: int, result: ExecResult) -> None:
@@ -425,9 +432,11 @@ def main() -> None:
         gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
         _write_frame(out, _READY)
         while (order := orders.get()) is not None:
-            running[:] = [order.seq, False]
-            if order.seq in cancelled:  # cancelled before it started: nobody waits for it
+            with order_lock:
+                running[:] = [order.seq, False]
+                lane.stop_requested = order.seq in cancelled
                 cancelled.discard(order.seq)
+            if lane.stop_requested:  # cancelled before it started: nobody waits for it
                 answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
                 continue
             answer(order.seq, lane.run(order.request))
