@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
@@ -151,10 +151,22 @@ class SessionManager:
         self.flush()
 
     def flush(self) -> None:
-        dirty = [live.row for live in self.sessions.values() if live.dirty]
-        self.store.save_many(dirty)
-        for live in self.sessions.values():
+        with self._changed() as rows:
+            self.store.save_many(rows)
+
+    @contextlib.contextmanager
+    def _changed(self) -> Iterator[list[SessionRow]]:
+        """The rows of the sessions changed since the last write, marked written; marked changed
+        again if the write fails (the next sweep, or shutdown, writes them)."""
+        dirty = [live for live in self.sessions.values() if live.dirty]
+        for live in dirty:
             live.dirty = False
+        try:
+            yield [live.row for live in dirty]
+        except BaseException:
+            for live in dirty:
+                live.dirty = True
+            raise
 
     # -- lookup and creation ----------------------------------------------------------------
 
@@ -367,15 +379,8 @@ class SessionManager:
     async def _write_changed(self) -> None:
         """The sweep's batch write, on a thread: thousands of changed sessions take tens of ms,
         which on the event loop would stall every request."""
-        dirty = [live for live in self.sessions.values() if live.dirty]
-        for live in dirty:
-            live.dirty = False
-        try:
-            await asyncio.to_thread(self.store.save_many, [live.row for live in dirty])
-        except BaseException:
-            for live in dirty:
-                live.dirty = True  # written by the next sweep, or on shutdown
-            raise
+        with self._changed() as rows:
+            await asyncio.to_thread(self.store.save_many, rows)
 
 
 def _encode_cursor(created_at: float, session_id: str) -> str:

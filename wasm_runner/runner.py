@@ -366,8 +366,6 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
-        if self._one_shot_workers is not None:
-            self._one_shot_workers.close()
         if self._worker_pool is not None:
             self._worker_pool.close()
         for provider in self.providers:

@@ -183,6 +183,7 @@ class WorkerPool:
         worker.kill()
 
     def close(self) -> None:
+        """Kill every worker, idle or in use (a batch's, or the one-shot runs')."""
         with self.lock:
             workers, self.idle = self.idle + list(self.lent), []
         for worker in workers:
@@ -352,12 +353,6 @@ class OneShotWorkers:
         for future, request in lost:
             if future is not None and not future.cancelled():
                 future.set_result(_lost(request, worker.proc.returncode))
-
-    def close(self) -> None:
-        with self.lock:
-            workers, self.workers = self.workers, []
-        for worker in workers:
-            worker.kill()
 
 
 def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
