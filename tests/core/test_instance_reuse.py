@@ -31,6 +31,14 @@ def view(tmp_path):
     return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def page_copy(request, monkeypatch):
+    """Resets copy pages with the compiled copy, then with numpy's (used where none was built)."""
+    if request.param == "numpy":
+        monkeypatch.setattr(memory_reset, "_compiled_copy_pages", None)
+    return request.param
+
+
 @pytest.fixture
 def kernel(runtime, view):
     """A reusable instance, closed after the test."""
@@ -45,7 +53,7 @@ def run(kernel: PythonKernel, code: str, **limits) -> tuple[str, object]:
     return call.stdout.text(), outcome
 
 
-def test_reset_restores_memory_byte_for_byte(kernel):
+def test_reset_restores_memory_byte_for_byte(kernel, page_copy):
     assert kernel._memory is not None, "the instance's memory was not located"
     out, outcome = run(kernel, "import json, random\nrandom.seed(7)\nx = [str(i) * 50 for i in range(2000)]\n"
                                "json.dumps(x)[:10]\nprint('ran')")
@@ -59,7 +67,7 @@ def test_reset_restores_memory_byte_for_byte(kernel):
     assert actual == expected
 
 
-def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel):
+def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel, page_copy):
     kernel.warm()
     memory = kernel._memory
     warmed_up = ctypes.string_at(memory.base, memory.size)
@@ -103,6 +111,33 @@ def test_written_pages_are_told_from_the_pagemap_flags():
     assert flags[0x40]  # swapped out: only anonymous pages are, so written too
     assert not flags[0xA0]  # present, still the file's page
     assert not flags[0x00]  # never touched
+
+
+def test_the_compiled_page_copy_is_built():
+    assert memory_reset._compiled_copy_pages is not None, (
+        "wasm_runner/providers/wasm/_page_copy.c was not built (no C compiler at install?): "
+        "install gcc and run scripts/install again")
+
+
+@pytest.mark.parametrize("page_copy", ["compiled", "numpy"], indirect=True)
+def test_page_copy_copies_each_listed_page_and_checks_its_numbers(page_copy):
+    import numpy as np
+
+    src = np.arange(6 * PAGE, dtype=np.uint64).astype(np.uint8).reshape(6, PAGE)
+    src[:, 0] = np.arange(6)
+    dst = np.zeros((8, PAGE), np.uint8)
+    memory_reset.copy_pages(dst, np.array([1, 2, 3, 7]), src, np.array([0, 1, 2, 5]))
+    assert (dst[[1, 2, 3, 7]] == src[[0, 1, 2, 5]]).all()
+    assert not dst[[0, 4, 5, 6]].any()
+    memory_reset.copy_pages(dst, np.array([], dtype=np.int64), src, np.array([], dtype=np.int64))
+    if page_copy == "compiled":
+        for to, frm in (([8], [0]), ([0], [6]), ([-1], [0])):
+            with pytest.raises(IndexError, match="out of range"):
+                memory_reset.copy_pages(dst, np.array(to), src, np.array(frm))
+        with pytest.raises(ValueError, match="differ in length"):
+            memory_reset.copy_pages(dst, np.array([0, 1]), src, np.array([0]))
+        with pytest.raises(TypeError):
+            memory_reset.copy_pages(src.tobytes(), np.array([0]), src, np.array([0]))  # not writable
 
 
 def test_page_numbers_group_into_runs():
