@@ -2,6 +2,7 @@
 
 import asyncio
 import ctypes
+import platform
 import threading
 import time
 
@@ -39,6 +40,15 @@ def page_copy(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["kernel", "page map"])
+def written_pages(request, monkeypatch):
+    """Pages written by a run are told by the kernel's write tracking, then read from the page
+    map (where the system has no tracking)."""
+    if request.param == "page map":
+        monkeypatch.setattr(memory_reset, "start_tracking", lambda address, length: None)
+    return request.param
+
+
 @pytest.fixture
 def kernel(runtime, view):
     """A reusable instance, closed after the test."""
@@ -67,9 +77,10 @@ def test_reset_restores_memory_byte_for_byte(kernel, page_copy):
     assert actual == expected
 
 
-def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel, page_copy):
+def test_reset_restores_the_warmed_up_state_byte_for_byte(kernel, page_copy, written_pages):
     kernel.warm()
     memory = kernel._memory
+    assert (memory._tracked is not None) == (written_pages == "kernel" and write_tracking_available())
     warmed_up = ctypes.string_at(memory.base, memory.size)
     out, outcome = run(kernel, "import os, random\nx = [bytearray(300) for _ in range(3000)]\nos.chdir('/tmp')\n"
                                "print(random.random() < 1)")
@@ -147,8 +158,36 @@ def test_page_numbers_group_into_runs():
     assert memory_reset._runs(np.array([3, 4, 5, 9, 11, 12])) == [(3, 6), (9, 10), (11, 13)]
 
 
+def write_tracking_available() -> bool:
+    return tuple(int(part) for part in platform.release().split(".")[:2] if part.isdigit()) >= (6, 7)
+
+
+@pytest.mark.skipif(not write_tracking_available(), reason="asynchronous write protection needs Linux 6.7")
+def test_every_page_a_run_changes_is_tracked_also_those_the_kernel_writes(kernel):
+    """Pages the host's system calls fill (a file read into the guest's memory) are written
+    in kernel mode: they must be told apart as well as the guest's own writes."""
+    import numpy as np
+
+    kernel.warm()
+    memory = kernel._memory
+    assert memory._tracked is not None
+    warmed_up = np.frombuffer(ctypes.string_at(memory.base, memory.size), np.uint8).reshape(-1, PAGE)
+    out, outcome = run(kernel, "import os\nopen('blob', 'wb').write(os.urandom(300_000))\n"
+                               "buffer = bytearray(300_000)\nview, n = memoryview(buffer), 0\n"
+                               "with open('blob', 'rb', buffering=0) as f:\n"
+                               "    while n < len(buffer):\n        n += f.readinto(view[n:])\n"
+                               "print(sum(buffer) > 0)")
+    assert out == "True\n" and outcome.error is None
+    now = np.frombuffer(ctypes.string_at(memory.base, memory.size), np.uint8).reshape(-1, PAGE)
+    changed = np.flatnonzero((now != warmed_up).any(axis=1))
+    assert len(changed) > 300_000 // PAGE
+    assert np.isin(changed, memory._written()).all()
+    assert kernel.reset()
+    assert ctypes.string_at(memory.base, memory.size) == warmed_up.tobytes()
+
+
 @pytest.mark.parametrize("warmed", [False, True])
-def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(kernel, warmed):
+def test_nothing_of_a_run_reaches_the_next_on_the_same_instance(kernel, warmed, written_pages):
     if warmed:
         kernel.warm()
     out, _ = run(kernel, """

@@ -6,9 +6,10 @@ page faults: wasmtime maps the memory image copy-on-write from the compiled
 thousand. Restoring the pages a run wrote (a few hundred) costs about 1-1.5 ms
 here, and leaves memory byte for byte as it was before the run.
 
-Which pages were written since instantiation is read from /proc/self/pagemap: a
-written page of a private file mapping has become anonymous (or swapped out), and
-stays so once restored, so the set grows with the runs an instance serves. Pages of
+Which pages were written is told by the kernel's write tracking (`write_tracking`), or
+where the system has none, read from /proc/self/pagemap: a written page of a private
+file mapping has become anonymous (or swapped out), and stays so once restored, so
+the set grows with the runs an instance serves. Pages of
 the image are copied back from the file; written pages outside it (zero at
 instantiation) are dropped. An instance may also keep its state after a warm-up
 call (driver code only) as the one to restore: the first call into an instance does
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+
+from .write_tracking import WrittenPages, start_tracking
 
 try:
     from ._page_copy import copy_pages as _compiled_copy_pages
@@ -105,11 +108,13 @@ class LinearMemory:
         """Pages `keep` found changed from the image, as they were then."""
         self._kept_slot: np.ndarray | None = None
         """For each page, its row in `_kept`, or -1."""
+        self._tracked: WrittenPages | None = None
+        """The kernel's record of the pages written since `keep`, where it keeps one."""
 
     def keep(self) -> None:
         """Make the memory as it is now the state `reset` restores (only after calls that
         ran driver code: whatever the memory holds now, every later run starts from)."""
-        written = self._written()
+        written = self._written_since_instantiation()
         now = self._pages[written]  # a copy
         pristine = np.zeros_like(now)
         inside = (written >= self._image_first) & (written < self._image_end)
@@ -118,6 +123,8 @@ class LinearMemory:
         self._kept = now[changed]
         self._kept_slot = np.full(len(self._pages), -1, np.int32)
         self._kept_slot[written[changed]] = np.arange(int(changed.sum()), dtype=np.int32)
+        if self._tracked is None:
+            self._tracked = start_tracking(self.base, self.size)
 
     def reset(self) -> bool:
         """Restore every page written since instantiation (or `keep`); False when the memory
@@ -140,7 +147,12 @@ class LinearMemory:
         return True
 
     def _written(self) -> np.ndarray:
-        """Numbers of the pages written since instantiation."""
+        """Numbers of the pages written since `keep` (with write tracking) or instantiation."""
+        if self._tracked is not None:
+            return self._tracked.pages()
+        return self._written_since_instantiation()
+
+    def _written_since_instantiation(self) -> np.ndarray:
         if os.preadv(_pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
             raise OSError(errno.EIO, "short read of /proc/self/pagemap")
         return np.flatnonzero(_WRITTEN[self._entry_flags])
