@@ -186,7 +186,8 @@ def plan(name: str, tasks: list[dict], quick: bool, timeout_s: float) -> tuple[d
     samples and time so the whole run stays under ~20 minutes after setup."""
     no_loops = [t for t in tasks if t["expected"] != "timeout"]
     loop = _loop_tasks(tasks)[:1]
-    check = lambda items: {"tasks": items, "timeout_s": timeout_s, "workers": 2, "rounds": 1}  # noqa: E731
+    check = lambda items, min_s=0.0: {"tasks": items, "timeout_s": timeout_s, "workers": 2, "rounds": 1,  # noqa: E731
+                                      "min_s": min_s}
     if name in SLOW:
         # ~7-40 s a run here (it compiles its module on every run): few samples, a bounded subset.
         m = {
@@ -216,7 +217,7 @@ def plan(name: str, tasks: list[dict], quick: bool, timeout_s: float) -> tuple[d
         "fresh_latency": {"samples": 200 if name == "wasm-runner" else 60, "max_s": 3, "warmup": 5},
         "throughput": {"seconds": 4, "workers": 2},
         "checks": check(tasks),
-        "checks_no_timeouts": check(no_loops),
+        "checks_no_timeouts": check(no_loops, min_s=2.0),
     }
     sequential = {
         "session_turn": {"samples": 300, "max_s": 10, "warmup": 20},

@@ -184,13 +184,17 @@ def cpu_loop(adapter: Adapter, cfg: dict) -> dict:
 
 
 def checks(adapter: Adapter, cfg: dict) -> dict:
-    """Run the tasks `rounds` times with `workers` in parallel; verdicts against expected."""
+    """Run the tasks `rounds` times with `workers` in parallel, and again while the passes
+    together took less than `min_s` (a pass of a fast system lasts a fraction of a second,
+    which a burst of load on a shared machine can fill): checks/s is the checks of all passes
+    over their time. Verdicts against expected."""
     tasks: list[dict] = cfg["tasks"]
     expected = {t["id"]: t["expected"] for t in tasks}
-    rates, walls = [], []
+    walls: list[float] = []
     verdicts: dict[str, str] = {}
     details: dict[str, str] = {}
-    for _ in range(cfg.get("rounds", 1)):
+    wrong = 0
+    while len(walls) < cfg.get("rounds", 1) or sum(walls) < cfg.get("min_s", 0.0):
         started = time.perf_counter()
         got = {}
         for task_id, verdict, detail in adapter.check_many(tasks, cfg["timeout_s"], cfg.get("workers", 2)):
@@ -199,18 +203,17 @@ def checks(adapter: Adapter, cfg: dict) -> dict:
         wall = time.perf_counter() - started
         if len(got) != len(tasks):
             raise RuntimeError(f"{len(got)} results for {len(tasks)} tasks")
+        wrong += sum(got[i] != expected[i] for i in expected)
         walls.append(wall)
-        rates.append(len(tasks) / wall)
         verdicts = got
-    matches = sum(verdicts[i] == expected[i] for i in expected)
     mismatched = sorted(i for i in expected if verdicts[i] != expected[i])
     return {
-        "checks_per_s": round(statistics.median(rates), 2),
-        "checks": len(tasks), "rounds": len(rates), "wall_s": [round(w, 3) for w in walls],
+        "checks_per_s": round(len(tasks) * len(walls) / sum(walls), 2),
+        "checks": len(tasks), "rounds": len(walls), "wall_s": [round(w, 3) for w in walls],
         "workers": cfg.get("workers", 2), "timeout_s": cfg["timeout_s"],
         "verdicts": dict(Counter(verdicts.values())),
         "expected": dict(Counter(expected.values())),
-        "verdicts_matching": round(matches / len(tasks), 4),
+        "verdicts_matching": round(1 - wrong / (len(tasks) * len(walls)), 4),
         "mismatches": [{"id": i, "expected": expected[i], "got": verdicts[i], "detail": details.get(i, "")[:200]}
                        for i in mismatched[:5]],
     }
