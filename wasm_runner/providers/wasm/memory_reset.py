@@ -3,21 +3,20 @@
 A fresh instance of the Python snapshot costs several milliseconds, most of them
 page faults: wasmtime maps the memory image copy-on-write from the compiled
 `.cwasm` file, and the first call copies a few hundred pages and maps a few
-thousand. Restoring the pages a run wrote (a few hundred) costs about 1-1.5 ms
-here, and leaves memory byte for byte as it was before the run.
+thousand. Restoring the pages a run wrote (a few hundred) costs about 0.5-1 ms, and
+leaves memory byte for byte as it was before the run.
 
-Which pages were written is told by the kernel's write tracking (`write_tracking`), or
-where the system has none, read from /proc/self/pagemap: a written page of a private
-file mapping has become anonymous (or swapped out), and stays so once restored, so
-the set grows with the runs an instance serves. Pages of
-the image are copied back from the file; written pages outside it (zero at
-instantiation) are dropped. An instance may also keep its state after a warm-up
-call (driver code only) as the one to restore: the first call into an instance does
-set-up work (preopens, standard streams, caches) that then need not be redone for
-every run; the pages that call changed are kept in a copy. The page lists and the
-copy are numpy operations (a Python loop over a few hundred page runs cost more than
-the copy itself), and the copy of the pages is `copy_pages`. Linux only; where the
-layout is not the expected one, nothing is reused.
+An instance may keep its state after a warm-up call (driver code only) as the one to
+restore: the first call into an instance does set-up work (preopens, standard
+streams, caches) that then need not be redone for every run; the pages that call
+changed are kept in a copy. The pages written since then are told by the kernel
+(`write_tracking`). Where it cannot tell, they are read from /proc/self/pagemap: a
+written page of a private file mapping has become anonymous (or swapped out), and
+stays so once restored, so that set grows with the runs an instance serves. Pages of
+the image are copied back from the file (`copy_pages`); written pages outside it
+(zero at instantiation) are dropped. The page lists are numpy operations: a Python
+loop over a few hundred page runs cost more than the copy itself. Linux only; where
+the layout is not the expected one, nothing is reused.
 """
 
 from __future__ import annotations
