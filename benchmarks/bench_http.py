@@ -216,7 +216,7 @@ async def core_baseline(requests: int) -> dict:
 
     request = ExecRequest(code=CODE["code"])
     figures = {}
-    with Runner(tempfile.mkdtemp(prefix="bench-core-")) as runner:
+    with tempfile.TemporaryDirectory(prefix="bench-core-") as data_dir, Runner(data_dir) as runner:
         session = runner.session("bench")
         for name, run in (("oneshot", lambda: runner.run(request)), ("session_turn", lambda: session.run(request))):
             for _ in range(50):
@@ -234,9 +234,9 @@ async def core_baseline(requests: int) -> dict:
 async def bench(url: str | None, requests: int, client: str, rounds: int) -> dict:
     load_before = os.getloadavg()
     process = None
-    data_dir = tempfile.mkdtemp(prefix="bench-http-")
+    data_dir = tempfile.TemporaryDirectory(prefix="bench-http-")
     if url is None:
-        process, url = await start_server(data_dir)
+        process, url = await start_server(data_dir.name)
     try:
         connector = aiohttp.TCPConnector(limit=64, force_close=False)
         async with aiohttp.ClientSession(connector=connector) as http:
@@ -269,6 +269,7 @@ async def bench(url: str | None, requests: int, client: str, rounds: int) -> dic
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        data_dir.cleanup()
     load_after = os.getloadavg()
     baseline = await core_baseline(requests)
     met = {

@@ -44,7 +44,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="bench-native-"))
+    with tempfile.TemporaryDirectory(prefix="bench-native-") as root:
+        return measure(args, Path(root))
+
+
+def measure(args: argparse.Namespace, root: Path) -> int:
     workspace = Workspace(root / "ws").ensure()
     provider = NativeProvider()
     rlimit_provider = NativeProvider(cgroups="off")
