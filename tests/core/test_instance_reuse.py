@@ -32,6 +32,10 @@ def view(tmp_path):
     return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
 
 
+def write_tracking_available() -> bool:
+    return tuple(int(part) for part in platform.release().split(".")[:2] if part.isdigit()) >= (6, 7)
+
+
 @pytest.fixture(params=["compiled", "numpy"])
 def page_copy(request, monkeypatch):
     """Resets copy pages with the compiled copy, then with numpy's (used where none was built)."""
@@ -156,10 +160,6 @@ def test_page_numbers_group_into_runs():
 
     assert memory_reset._runs(np.array([], dtype=np.int64)) == []
     assert memory_reset._runs(np.array([3, 4, 5, 9, 11, 12])) == [(3, 6), (9, 10), (11, 13)]
-
-
-def write_tracking_available() -> bool:
-    return tuple(int(part) for part in platform.release().split(".")[:2] if part.isdigit()) >= (6, 7)
 
 
 @pytest.mark.skipif(not write_tracking_available(), reason="asynchronous write protection needs Linux 6.7")

@@ -119,7 +119,8 @@ def _open() -> tuple[int, int] | None:
         log.info("pages written by runs are read from the page map: userfaultfd: %s",
                  os.strerror(ctypes.get_errno()))
         return None
-    api = ctypes.create_string_buffer(struct.pack("QQQ", _UFFD_API, _UFFD_FEATURE_WP_ASYNC | _UFFD_FEATURE_WP_UNPOPULATED, 0))
+    features = _UFFD_FEATURE_WP_ASYNC | _UFFD_FEATURE_WP_UNPOPULATED
+    api = ctypes.create_string_buffer(struct.pack("QQQ", _UFFD_API, features, 0))
     if _libc.ioctl(uffd, _UFFDIO_API, api) != 0:
         reason = os.strerror(ctypes.get_errno())
         os.close(uffd)
