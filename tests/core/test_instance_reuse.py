@@ -11,7 +11,7 @@ import pytest
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
 from wasm_runner.providers.wasm import python as python_runtime
-from wasm_runner.providers.wasm import memory_reset
+from wasm_runner.providers.wasm import memory_reset, write_tracking
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View
@@ -184,6 +184,37 @@ def test_every_page_a_run_changes_is_tracked_also_those_the_kernel_writes(kernel
     assert np.isin(changed, memory._written()).all()
     assert kernel.reset()
     assert ctypes.string_at(memory.base, memory.size) == warmed_up.tobytes()
+
+
+def test_a_system_without_write_tracking_gets_resets_from_the_page_map(kernel, monkeypatch, caplog):
+    """Where userfaultfd is refused (a container's seccomp policy, an old kernel), the process
+    says so once and resets read /proc/self/pagemap."""
+    monkeypatch.setattr(write_tracking, "_opened", False)
+    monkeypatch.setattr(write_tracking, "_descriptors", None)
+    monkeypatch.setattr(write_tracking, "_libc", _RefusingLibc(write_tracking._libc))
+    with caplog.at_level("INFO", logger="wasm_runner"):
+        kernel.warm()
+    assert kernel._memory._tracked is None
+    assert "read from the page map: userfaultfd" in caplog.text
+    warmed_up = ctypes.string_at(kernel._memory.base, kernel._memory.size)
+    out, outcome = run(kernel, "x = [bytearray(300) for _ in range(3000)]\nprint(len(x))")
+    assert out == "3000\n" and outcome.error is None
+    assert kernel.reset()
+    assert ctypes.string_at(kernel._memory.base, kernel._memory.size) == warmed_up
+
+
+class _RefusingLibc:
+    """libc whose userfaultfd system call fails as a seccomp filter makes it fail."""
+
+    def __init__(self, libc) -> None:
+        self._libc = libc
+
+    def syscall(self, *args) -> int:
+        ctypes.set_errno(1)  # EPERM
+        return -1
+
+    def __getattr__(self, name):
+        return getattr(self._libc, name)
 
 
 @pytest.mark.parametrize("warmed", [False, True])
