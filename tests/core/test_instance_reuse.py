@@ -190,7 +190,7 @@ def test_a_system_without_write_tracking_gets_resets_from_the_page_map(kernel, m
     """Where userfaultfd is refused (a container's seccomp policy, an old kernel), the process
     says so once and resets read /proc/self/pagemap."""
     monkeypatch.setattr(write_tracking, "_opened", False)
-    monkeypatch.setattr(write_tracking, "_descriptors", None)
+    monkeypatch.setattr(write_tracking, "_uffd", None)
     monkeypatch.setattr(write_tracking, "_libc", _RefusingLibc(write_tracking._libc))
     with caplog.at_level("INFO", logger="wasm_runner"):
         kernel.warm()

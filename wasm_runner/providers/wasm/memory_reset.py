@@ -37,7 +37,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .write_tracking import WrittenPages, start_tracking
+from .write_tracking import WrittenPages, pagemap, start_tracking
 
 try:
     from ._page_copy import copy_pages as _compiled_copy_pages
@@ -152,7 +152,7 @@ class LinearMemory:
         return self._written_since_instantiation()
 
     def _written_since_instantiation(self) -> np.ndarray:
-        if os.preadv(_pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
+        if os.preadv(pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
             raise OSError(errno.EIO, "short read of /proc/self/pagemap")
         return np.flatnonzero(_WRITTEN[self._entry_flags])
 
@@ -196,16 +196,6 @@ if _libc is not None:
     _libc.process_vm_readv.restype = ctypes.c_ssize_t
     _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
                                        ctypes.c_ulong]
-_pagemap_fd: int | None = None
-
-
-def _pagemap() -> int:
-    global _pagemap_fd
-    if _pagemap_fd is None:
-        _pagemap_fd = os.open("/proc/self/pagemap", os.O_RDONLY)
-    return _pagemap_fd
-
-
 def _accessible(address: int) -> bool:
     """Whether `address` is readable, without touching it (a grown memory made it so).
     Raises OSError when the system does not let a process read itself this way."""

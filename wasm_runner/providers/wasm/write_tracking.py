@@ -47,22 +47,31 @@ if _libc is not None:
     _libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 _lock = threading.Lock()
 _opened = False
-_descriptors: tuple[int, int] | None = None
-"""The process's userfaultfd and /proc/self/pagemap, once opened (None: not available)."""
+_uffd: int | None = None
+"""The process's userfaultfd, once opened (None: not available)."""
 _refused = False
+_pagemap_fd: int | None = None
+
+
+def pagemap() -> int:
+    """The process's descriptor of /proc/self/pagemap (opened once)."""
+    global _pagemap_fd
+    if _pagemap_fd is None:
+        _pagemap_fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    return _pagemap_fd
 
 
 def start_tracking(address: int, length: int) -> WrittenPages | None:
     """Protect the range (every page of it) and track its writes from now; None where the
     system cannot (the caller then reads /proc/self/pagemap)."""
-    global _opened, _descriptors, _refused
+    global _opened, _uffd, _refused
     with _lock:
         if not _opened:
-            _opened, _descriptors = True, _open()
-    if _descriptors is None:
+            _opened, _uffd = True, _open()
+    if _uffd is None:
         return None
     try:
-        return WrittenPages(address, length, *_descriptors)
+        return WrittenPages(address, length, _uffd)
     except OSError as exc:
         if not _refused:
             _refused = True
@@ -73,9 +82,9 @@ def start_tracking(address: int, length: int) -> WrittenPages | None:
 class WrittenPages:
     """One tracked range; `pages()` lists the pages written since tracking started."""
 
-    def __init__(self, address: int, length: int, uffd: int, pagemap: int) -> None:
+    def __init__(self, address: int, length: int, uffd: int) -> None:
         self.address, self.length = address, length
-        self._pagemap = pagemap
+        self._pagemap = pagemap()
         self._regions = np.zeros((_REGIONS, 3), np.uint64)
         self._arg = (ctypes.c_uint64 * 12)()
         register = ctypes.create_string_buffer(struct.pack("QQQQ", address, length, _UFFDIO_REGISTER_MODE_WP, 0))
@@ -107,7 +116,7 @@ class WrittenPages:
             start = arg[4]
 
 
-def _open() -> tuple[int, int] | None:
+def _open() -> int | None:
     if _libc is None or _SYS_USERFAULTFD is None:
         return None
     uffd = -1
@@ -127,11 +136,4 @@ def _open() -> tuple[int, int] | None:
         log.info("pages written by runs are read from the page map: asynchronous write protection: %s "
                  "(Linux 6.7 or later has it)", reason)
         return None
-    try:
-        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        os.close(uffd)
-        log.info("pages written by runs are read from the page map: %s", exc)
-        return None
-    return uffd, pagemap
-
+    return uffd
