@@ -136,6 +136,8 @@ async def test_serve_command_logs_json_lines_and_stops_on_sigterm(tmp_path):
             if lines[-1].get("event") == "listening":
                 break
         assert lines[-1]["port"] == port
+        # uvloop is a dependency wherever it builds (not on Windows); the line says which loop serves
+        assert lines[-1]["event_loop"] == ("asyncio" if sys.platform == "win32" else "uvloop")
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
                 assert response.status == 200
