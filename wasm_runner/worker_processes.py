@@ -17,7 +17,6 @@ their guests stop at once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
 import json
 import logging
@@ -307,7 +306,7 @@ class OneShotWorkers:
         self.pool = pool
         self.count = count
         self.workers: list[Worker] = []
-        self.waiting: dict[tuple[Worker, int], concurrent.futures.Future[ExecResult]] = {}
+        self.waiting: dict[tuple[Worker, int], asyncio.Future[ExecResult]] = {}
         self.lock = threading.Lock()
 
     async def run(self, request: ExecRequest) -> ExecResult | None:
@@ -323,11 +322,11 @@ class OneShotWorkers:
             if not ready:
                 return None
             worker = min(ready, key=lambda w: len(w.in_flight))
-            future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
+            future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
             seq = worker.send(request)
             self.waiting[(worker, seq)] = future
         try:
-            return await asyncio.wrap_future(future)
+            return await future
         except asyncio.CancelledError:
             worker.cancel(seq)
             raise
@@ -336,8 +335,8 @@ class OneShotWorkers:
         with self.lock:
             worker.in_flight.pop(seq, None)
             future = self.waiting.pop((worker, seq), None)
-        if future is not None and not future.cancelled():
-            future.set_result(result)
+        if future is not None:
+            _settle(future, result)
 
     def _exited(self, worker: Worker) -> None:
         if not worker.ready.is_set():
@@ -351,8 +350,19 @@ class OneShotWorkers:
             lost = [(self.waiting.pop((worker, seq), None), request) for seq, request in worker.in_flight.items()]
             worker.in_flight.clear()
         for future, request in lost:
-            if future is not None and not future.cancelled():
-                future.set_result(_lost(request, worker.proc.returncode))
+            if future is not None:
+                _settle(future, _lost(request, worker.proc.returncode))
+
+
+def _settle(future: asyncio.Future[ExecResult], result: ExecResult) -> None:
+    """Give a waiting run its result, from a pipe thread (not once it is cancelled, or its loop closed)."""
+    def settle() -> None:
+        if not future.done():
+            future.set_result(result)
+    try:
+        future.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop is closed: nobody waits
+        pass
 
 
 def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
