@@ -404,7 +404,8 @@ class WitWorld:
     def run(self, request: str) -> str:
         _t0 = time.perf_counter()
         try:
-            response = _run_cell(_loads(request))
+            call = _loads(request)
+            response = _snapshot_object_addresses() if call.get("snapshot_objects") else _run_cell(call)
         except BaseException as exc:  # noqa: BLE001 - an escaping exception would kill the instance
             response = {"exit_code": 1, "error": _error(exc, exc.__traceback__)}
         try:
@@ -425,6 +426,44 @@ if "WASM_RUNNER_GUEST_ENV" in os.environ:
     os.environ.clear()
     os.environ.update(_applied_env[0])
 
+# --- the snapshot's objects, made immortal by the host ---------------------------
+# Every object reachable from the modules now lives as long as the snapshot. The host marks
+# them immortal in the compiled image (their reference counts set to CPython's immortal
+# value), so that runs never write those counts: each such write dirties a page of the heap,
+# which a reset then copies back (a quarter of a check's written pages). This list keeps
+# every one of them alive, at its address, in the snapshot; the host asks for the addresses.
+
+
+def _reachable_objects():
+    import builtins
+    import types
+
+    seen = {}
+    stack = [sys.modules, builtins.__dict__]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen[id(obj)] = obj
+        stack.extend(gc.get_referents(obj))
+        if type(obj) is types.CodeType:  # not a container to the collector; these are stored, not computed
+            stack.extend((obj.co_consts, obj.co_names, obj.co_filename, obj.co_name, obj.co_qualname,
+                          obj.co_linetable, obj.co_exceptiontable))
+    return list(seen.values())
+
+
+def _snapshot_object_addresses():
+    import array
+    import base64
+
+    addresses = array.array("I", sorted(map(id, _SNAPSHOT_OBJECTS)))  # wasm32: 4-byte little-endian
+    return {"addresses": base64.b64encode(addresses.tobytes()).decode("ascii")}
+
+
+import gc  # noqa: E402
+
+_SNAPSHOT_OBJECTS = _reachable_objects()
+
 # Grow the heap now, while building, to just under the smallest memory limit (32 MiB):
 # an instance is reused after a run only if its memory did not grow, and with about
 # 11 MiB free (rather than under one) most runs fit. Free pages cost nothing.
@@ -432,7 +471,5 @@ bytearray(11 * 1024 * 1024)
 
 # Objects of the snapshot are never collected: keeping them out of the garbage
 # collector's scans keeps their memory pages shared (copy-on-write) and untouched.
-import gc  # noqa: E402
-
 gc.collect()
 gc.freeze()

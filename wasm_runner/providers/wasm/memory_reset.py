@@ -83,6 +83,8 @@ class _Image:
     """The pristine bytes of a memory image: the compiled file, mapped read-only once."""
 
     def __init__(self, path: str, offset: int, length: int) -> None:
+        self.offset = offset
+        """Where the image starts in the file."""
         with open(path, "rb") as f:
             self.inode = os.fstat(f.fileno()).st_ino
             address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), offset)
@@ -109,6 +111,11 @@ class LinearMemory:
         """For each page, its row in `_kept`, or -1."""
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
+
+    @property
+    def image_span(self) -> tuple[int, int, int]:
+        """(offset in linear memory, offset in the compiled file, length) of the memory image."""
+        return self._image_first * PAGE, self._image.offset, (self._image_end - self._image_first) * PAGE
 
     def keep(self) -> None:
         """Make the memory as it is now the state `reset` restores (only after calls that

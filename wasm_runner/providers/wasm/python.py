@@ -8,6 +8,7 @@ keeps one instance, whose namespace persists between calls.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import json
@@ -21,6 +22,7 @@ import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import numpy as np
 import wasmtime
 from wasmtime import component
 
@@ -28,6 +30,7 @@ from ...api import GuestError, Limits
 from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, sha256_file
 from ...manifests import load_manifest
+from .immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from .memory_reset import instantiate_located, mapping_lock
 from .string_call import StringCall
 from .sandbox import (BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store,
@@ -108,10 +111,18 @@ class PythonRuntime:
         if ready is not None:
             return ready
         wasm, sha = self.build()
-        compiled = load_compiled(wasm, sha, "component", settings)
-        linker = component.Linker(get_engine(settings))
+        engine = get_engine(settings)
+        linker = component.Linker(engine)
         linker.add_wasip2()
         mapped_from = Path(os.path.realpath(compiled_path(sha, "component", settings)))
+        immortal = immortal_path(mapped_from)
+        if not immortal.exists():
+            compiled = load_compiled(wasm, sha, "component", settings)
+            ensure_immortal_copy(mapped_from, lambda: _snapshot_objects(linker, compiled, mapped_from, settings))
+        if immortal.exists():
+            compiled, mapped_from = component.Component.deserialize_file(engine, str(immortal)), immortal
+        else:
+            compiled = load_compiled(wasm, sha, "component", settings)
         with self._lock:
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
 
@@ -127,6 +138,25 @@ class PythonRuntime:
     def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> "PythonKernel":
         """An instance; a `reusable` one can be reset to new after a one-shot run."""
         return PythonKernel(self, view, limits, reusable)
+
+
+def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
+                      settings: EngineSettings) -> tuple[np.ndarray, ImageSpan] | None:
+    """The addresses of the snapshot's objects (the guest lists them) and where its memory image lies."""
+    store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
+    try:
+        store.set_wasi(wasmtime.WasiConfig())
+        interrupt.arm(store, 60.0)
+        instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
+        if memory is None:
+            return None
+        run = StringCall(instance.get_func(store, "run"), store)
+        response = json.loads(run(store, json.dumps({"snapshot_objects": True})))
+        if "addresses" not in response:
+            raise RuntimeError(f"the guest did not list its objects: {response.get('error')}")
+        return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), memory.image_span
+    finally:
+        close_later(store)
 
 
 MAX_REUSES = 1000
