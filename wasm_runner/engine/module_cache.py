@@ -72,6 +72,17 @@ def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings 
         return compiled
 
 
+def load_file(cwasm: Path, kind: Kind, settings: EngineSettings = EngineSettings()) -> Compiled:
+    """A compiled file this wasmtime made for the engine of `settings` (a derived copy of one
+    `load_compiled` made), mapped once per process."""
+    key = (str(cwasm), settings)
+    with _lock:
+        if key not in _loaded:
+            loader = component.Component if kind == "component" else wasmtime.Module
+            _loaded[key] = loader.deserialize_file(get_engine(settings), str(cwasm))
+        return _loaded[key]
+
+
 def _compile_to(cwasm: Path, wasm: Path, sha256: str, loader, engine: wasmtime.Engine) -> None:
     # A file lock so that parallel processes (test workers, servers) compile once.
     with open(cwasm.with_suffix(".lock"), "w") as lock:

@@ -28,7 +28,7 @@ from wasmtime import component
 
 from ...api import GuestError, Limits
 from ...engine import EngineSettings, get_engine, load_compiled
-from ...engine.module_cache import cache_dir, compiled_path, sha256_file
+from ...engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
 from ...manifests import load_manifest
 from .immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from .memory_reset import instantiate_located, mapping_lock
@@ -111,18 +111,17 @@ class PythonRuntime:
         if ready is not None:
             return ready
         wasm, sha = self.build()
-        engine = get_engine(settings)
-        linker = component.Linker(engine)
+        linker = component.Linker(get_engine(settings))
         linker.add_wasip2()
-        mapped_from = Path(os.path.realpath(compiled_path(sha, "component", settings)))
-        immortal = immortal_path(mapped_from)
+        plain = Path(os.path.realpath(compiled_path(sha, "component", settings)))
+        immortal: Path | None = immortal_path(plain)
         if not immortal.exists():
             compiled = load_compiled(wasm, sha, "component", settings)
-            ensure_immortal_copy(mapped_from, lambda: _snapshot_objects(linker, compiled, mapped_from, settings))
-        if immortal.exists():
-            compiled, mapped_from = component.Component.deserialize_file(engine, str(immortal)), immortal
+            immortal = ensure_immortal_copy(plain, lambda: _snapshot_objects(linker, compiled, plain, settings))
+        if immortal is not None:
+            compiled, mapped_from = load_file(immortal, "component", settings), immortal
         else:
-            compiled = load_compiled(wasm, sha, "component", settings)
+            compiled, mapped_from = load_compiled(wasm, sha, "component", settings), plain
         with self._lock:
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
 
