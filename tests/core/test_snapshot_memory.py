@@ -33,8 +33,9 @@ def test_a_runs_small_objects_are_packed_not_scattered_over_the_heap(tmp_path):
     code = "objects = [object() for _ in range(3000)]\nprint(len({id(o) >> 12 for o in objects}))"
     with Runner(tmp_path) as runner:
         pages = int(runner.run_sync(code).stdout)
-    # 3000 16-byte objects fill 12 pages; in the holes of an unfilled heap they took 1180
-    assert pages <= 40
+    # 3000 16-byte objects fill 12 pages; builds took 19 to 60 (some land in what the warm-up
+    # call freed), the holes of an unfilled heap 1180
+    assert pages <= 200
 
 
 def test_only_ordinary_counts_inside_the_image_become_immortal(tmp_path):
