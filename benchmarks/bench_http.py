@@ -15,9 +15,9 @@ minute to minute). Figures only, no assertions.
 
 The load generator shares the machine's cores with the server, so by default it is a
 lean one: keep-alive HTTP/1.1 connections that send a prepared request and parse the
-response's status line, headers and JSON body (0.2-0.4 ms of CPU a request here,
-against 0.6-1.4 ms for aiohttp's client), on the event loop the server uses (uvloop where
-installed). `--client aiohttp` measures with aiohttp's client instead, as a Python service
+response's status line, headers and JSON body, on the event loop the server uses (uvloop
+where installed): about 0.2 ms of CPU a request here, against 0.6-1.4 ms for aiohttp's
+client. `--client aiohttp` measures with aiohttp's client instead, as a Python service
 calling this one would see it.
 
     python benchmarks/bench_http.py [--requests 400] [--rounds 3] [--client lean|aiohttp] [--url http://127.0.0.1:8080]

@@ -434,7 +434,7 @@ if "WASM_RUNNER_GUEST_ENV" in os.environ:
 # Every object reachable from the modules now lives as long as the snapshot. The host marks
 # them immortal in the compiled image (their reference counts set to CPython's immortal
 # value), so that runs never write those counts: each such write dirties a page of the heap,
-# which a reset then copies back (a quarter of a check's written pages). This list keeps
+# which a reset then copies back (a fifth of a check's written pages). This list keeps
 # every one of them alive, at its address, in the snapshot; the host asks for the addresses.
 
 
