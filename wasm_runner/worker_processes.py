@@ -203,11 +203,7 @@ class ProcessLanes:
             self._adopt(worker)
 
     def _post(self, callback: Callable[..., None], *args: object) -> None:
-        """Run on the batch's event loop (from a pipe thread); not once the loop is gone."""
-        try:
-            self.batch.loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:  # closed: the batch is over
-            pass
+        _call_soon(self.batch.loop, callback, *args)
 
     def _adopt(self, worker: Worker) -> None:
         alive = worker.watch(lambda w, seq, result: self._post(self._result, w, seq, result),
@@ -355,13 +351,18 @@ class OneShotWorkers:
 
 
 def _settle(future: asyncio.Future[ExecResult], result: ExecResult) -> None:
-    """Give a waiting run its result, from a pipe thread (not once it is cancelled, or its loop closed)."""
+    """Give a waiting run its result, from a pipe thread (not once it is cancelled)."""
     def settle() -> None:
         if not future.done():
             future.set_result(result)
+    _call_soon(future.get_loop(), settle)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:
+    """Run `callback` on `loop` (from a pipe thread); not once the loop is closed: nobody waits then."""
     try:
-        future.get_loop().call_soon_threadsafe(settle)
-    except RuntimeError:  # the loop is closed: nobody waits
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
         pass
 
 

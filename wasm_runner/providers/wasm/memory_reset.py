@@ -37,7 +37,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .write_tracking import WrittenPages, pagemap, start_tracking
+from .write_tracking import PAGE, WrittenPages, pagemap, start_tracking
 
 try:
     from ._page_copy import copy_pages as _compiled_copy_pages
@@ -46,7 +46,6 @@ except ImportError:  # built without a C compiler: numpy's copy
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner")
-PAGE = mmap.PAGESIZE
 WASM_PAGE = 65536
 FD_VALVE_SHARE = 4
 """No instance is reused while the process holds more than 1/4 of its file-descriptor limit
