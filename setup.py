@@ -1,7 +1,8 @@
-"""The one compiled part: the page copy of memory resets (optional: without a C compiler,
-resets fall back to numpy, which is slower; see `memory_reset.copy_pages`)."""
+"""The compiled parts, both optional (without a C compiler the package falls back to slower
+code): the page copy of memory resets (numpy then, see `memory_reset.copy_pages`) and the
+buffer of guest output (a Python callback per write then, see `sandbox.OutputRouter`)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("wasm_runner.providers.wasm._page_copy", ["wasm_runner/providers/wasm/_page_copy.c"],
-                             optional=True)])
+setup(ext_modules=[Extension(f"wasm_runner.providers.wasm.{name}", [f"wasm_runner/providers/wasm/{name}.c"], optional=True)
+                   for name in ("_page_copy", "_output_sink")])

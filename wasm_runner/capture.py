@@ -28,6 +28,16 @@ class Capture:
         self.on_overflow = on_overflow
         self._listener = listener
 
+    @property
+    def room(self) -> int:
+        """Bytes it keeps before it overflows."""
+        return max(self.limit - self._size, 0)
+
+    @property
+    def streams(self) -> bool:
+        """Whether a listener sees each chunk as it is written."""
+        return self._listener is not None
+
     def write(self, data: bytes) -> None:
         room = self.limit - self._size
         if len(data) > room:

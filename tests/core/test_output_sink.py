@@ -1,0 +1,82 @@
+"""Guest output kept in C during a call (`_output_sink`), and the Python path without it."""
+
+import ctypes
+
+import pytest
+
+from wasm_runner import Limits, Runner
+from wasm_runner.providers.wasm import sandbox
+
+_output_sink = pytest.importorskip("wasm_runner.providers.wasm._output_sink")
+
+_Write = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)
+_Release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@pytest.fixture
+def sink():
+    """A Sink, the C write function wasmtime would call, and what reached the forward callback."""
+    forwarded: list[tuple[int, bytes]] = []
+
+    @_Write
+    def forward(key, data, size):
+        forwarded.append((key, ctypes.string_at(data, size)))
+        return size
+
+    made = _output_sink.Sink(ctypes.cast(forward, ctypes.c_void_p).value, 7)
+    state = made.lend()
+    write = _Write(_output_sink.WRITE)
+    yield made, lambda data: write(state, data, len(data)), forwarded
+    _Release(_output_sink.RELEASE)(state)
+
+
+def test_writes_within_the_limit_are_kept_until_taken(sink):
+    made, write, forwarded = sink
+    made.configure(10, False)
+    assert write(b"abc") == 3 and write(b"def") == 3
+    assert forwarded == [] and made.take() == b"abcdef" and made.take() == b""
+
+
+def test_a_write_past_the_limit_forwards_what_was_kept_then_itself_in_order(sink):
+    made, write, forwarded = sink
+    made.configure(5, False)
+    write(b"abc")
+    assert write(b"defg") == 4
+    assert forwarded == [(7, b"abc"), (7, b"defg")] and made.take() == b""
+
+
+def test_forward_all_sends_each_write_at_once(sink):
+    made, write, forwarded = sink
+    made.configure(1 << 20, True)
+    write(b"one")
+    write(b"two")
+    assert forwarded == [(7, b"one"), (7, b"two")] and made.take() == b""
+
+
+@pytest.fixture(params=["sink", "python"])
+def output_runner(request, runner, tmp_path, monkeypatch):
+    """The session's runner, and one whose kernels were made without the compiled sink."""
+    if request.param == "sink":
+        yield runner
+        return
+    monkeypatch.setattr(sandbox, "Sink", None)
+    with Runner(tmp_path) as fallback:
+        yield fallback
+
+
+def test_every_line_arrives_in_order_on_each_stream(output_runner):
+    code = "import sys\nfor i in range(3000):\n    print(i)\n    print(-i, file=sys.stderr)"
+    result = output_runner.run_sync(code)
+    assert result.stdout.splitlines() == [str(i) for i in range(3000)]
+    assert result.stderr.splitlines() == [str(-i) for i in range(3000)]
+
+
+def test_a_guest_stopped_at_its_deadline_keeps_what_it_printed(output_runner):
+    result = output_runner.run_sync("print('before')\nwhile True: pass", limits=Limits(timeout_s=0.3))
+    assert result.limit == "timeout" and result.stdout == "before\n"
+
+
+def test_the_output_limit_still_stops_a_flood(output_runner):
+    result = output_runner.run_sync("while True: print('x' * 999)", limits=Limits(output_bytes=50_000))
+    assert result.limit == "output" and len(result.stdout) == 50_000
+    assert output_runner.run_sync("print('next')").stdout == "next\n"
