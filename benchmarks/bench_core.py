@@ -2,8 +2,8 @@
 
     python benchmarks/bench_core.py [--seconds 10] [--samples 200]
 
-Fresh-instance latency for Python and JavaScript, kernel-turn latency, a CPU-bound
-loop in the sandbox against native CPython, fresh Python runs per second with two
+Fresh-instance latency for Python and JavaScript, kernel-turn latency, the cost of
+printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh Python runs per second with two
 worker threads, and resident memory per idle kernel.
 """
 
@@ -61,6 +61,26 @@ def kernel_turn(runner: Runner, language: str, setup: str, turn: str, samples: i
     result = percentiles(time_calls(lambda: session.run_sync(turn, language=language), samples))
     session.destroy()
     return result
+
+
+PRINTING = {"python": ("for i in range(1000):\n    print(i)", "print('\\n'.join(map(str, range(1000))))"),
+            "javascript": ("for (let i = 0; i < 1000; i++) console.log(i)",
+                           "console.log([...Array(1000).keys()].join('\\n'))")}
+
+
+def printing(runner: Runner, language: str, samples: int = 15) -> dict:
+    """A fresh run printing 1000 lines one call each, against one printing the same text at once:
+    the difference is what the sandbox costs per written line."""
+    lines, at_once = PRINTING[language]
+    medians = {}
+    for name, code in (("lines", lines), ("at_once", at_once)):
+        def once():
+            result = runner.run_sync(code, language=language)
+            assert result.exit_code == 0 and result.stdout.count("\n") == 1000, result
+        once()
+        medians[name] = statistics.median(time_calls(once, samples))
+    return {"lines_1000_ms": round(medians["lines"], 2), "at_once_ms": round(medians["at_once"], 2),
+            "per_line_us": round((medians["lines"] - medians["at_once"]), 1)}
 
 
 def cpu_ratio(runner: Runner, repeats: int = 5) -> dict:
@@ -139,6 +159,8 @@ def main() -> None:
         report["javascript_fresh_back_to_back"] = fresh_latency(runner, "javascript", "console.log(1+1)", args.samples, 0)
         report["python_kernel_turn"] = kernel_turn(runner, "python", "x = 0", "x += 1", args.samples)
         report["javascript_kernel_turn"] = kernel_turn(runner, "javascript", "var x = 0", "x += 1", args.samples)
+        report["python_printing"] = printing(runner, "python")
+        report["javascript_printing"] = printing(runner, "javascript")
         report["cpu_loop"] = cpu_ratio(runner)
         report["python_fresh_throughput"] = throughput(runner, args.seconds)
         report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")

@@ -124,8 +124,13 @@ class Runner:
         """Normalise `code` plus keyword fields into an ExecRequest with this runner's default limits."""
         if isinstance(code, ExecRequest):
             return code
-        if fields.get("limits") is None:
+        limits = fields.get("limits")
+        if limits is None:
             fields["limits"] = self.limits
+        elif isinstance(limits, dict):  # as the HTTP API takes them: checked as a Limits is
+            fields["limits"] = Limits(**limits)
+        elif not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits or a dict of its fields, not {type(limits).__name__}")
         return ExecRequest(code=code, **fields)
 
     # -- sessions ------------------------------------------------------------------

@@ -162,3 +162,13 @@ async def test_async_runs_in_parallel_without_blocking_the_loop(runner):
     assert all(r.stdout == "ok\n" for r in results)
     assert ticks >= 10  # the event loop kept running while guests slept
     assert elapsed < 4 * 0.3 + 1.0
+
+
+def test_limits_may_be_given_as_a_dict_and_are_checked_as_limits_are(runner):
+    assert runner.run_sync("while True: pass", limits={"timeout_s": 0.3}).limit == "timeout"
+    with pytest.raises(TypeError, match="keyword argument 'timeout'"):
+        runner.run_sync("pass", limits={"timeout": 1})
+    with pytest.raises(ValueError, match="timeout_s"):
+        runner.run_sync("pass", limits={"timeout_s": -1})
+    with pytest.raises(TypeError, match="limits must be a Limits or a dict"):
+        runner.run_sync("pass", limits=5)
