@@ -5,6 +5,7 @@ interpreter state it leaves (stdlib table, pre-imported modules) is the
 snapshot every fresh instance starts from. `WitWorld.run` executes one cell.
 """
 
+import array
 import ast
 import io
 import json
@@ -99,15 +100,77 @@ for _name in ("json", "re", "math", "random", "collections", "itertools", "funct
 import random  # noqa: E402
 
 # --- standard streams ---------------------------------------------------------
-# The inherited stdout/stderr write straight to the WASI stream, which accepts at
-# most 8 KiB a call: a buffered writer retries short writes instead of losing data.
-# Line buffering: output streams as it is printed, and a guest stopped by a limit
-# keeps everything it printed up to then.
+# The standard streams write to WASI streams, which accept at most 8 KiB a call: a
+# buffered writer retries short writes instead of losing data. Line buffering:
+# output streams as it is printed, and a guest stopped by a limit keeps everything
+# it printed up to then.
+#
+# A WASI write costs about 40 us (a round trip through the host's I/O thread). So
+# during a call whose output nobody streams, the host lets the guest hold what it
+# writes in two fixed buffers (the request's `hold`: bytes per stream, the room left
+# in its capture), and reads them from the linear memory after the call, trapped or
+# not: a held write is a copy. Bytes beyond a full buffer, or beyond the room, go
+# out first in order, then everything after them, as before.
+
+HOLD_SIZE = 64 * 1024
+_held = [array.array("B", bytes(HOLD_SIZE)) for _ in range(2)]
+_held_views = [memoryview(buffer) for buffer in _held]  # an exported buffer never moves
+_held_fill = array.array("I", [0, 0])
+"""Bytes held in each buffer: the host reads them with the buffers."""
+_hold_left = [0, 0]
+"""Bytes each stream may still hold or send this call before it writes through."""
+_os_write = os.write
+
+
+def _release(index):
+    """Send what a stream holds, in order, before anything written after it."""
+    fill = _held_fill[index]
+    if fill:
+        data = _held_views[index][:fill]
+        while data:
+            data = data[_os_write(index + 1, data):]
+        _held_fill[index] = 0
+        _hold_left[index] -= fill
+
+
+class _Output(io.RawIOBase):
+    """A standard stream's raw file: writes are held for the host while the call allows."""
+
+    def __init__(self, fd):
+        self._fd = fd
+        self._index = fd - 1
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, data):
+        index, size = self._index, len(data)
+        fill = _held_fill[index]
+        if fill + size > min(HOLD_SIZE, _hold_left[index]):
+            _release(index)
+            fill = 0
+            if size > min(HOLD_SIZE, _hold_left[index]):
+                _hold_left[index] = 0  # past the room: the host sees the overflow as it happens
+                return _os_write(self._fd, data)
+        _held_views[index][fill:fill + size] = data
+        _held_fill[index] = fill + size
+        return size
+
+
+def _write(fd, data, /):
+    if fd in (1, 2) and _held_fill[fd - 1]:  # a direct write comes after what was printed before it
+        _release(fd - 1)
+    return _os_write(fd, data)
+
+
+os.write = _write
 
 
 def _stream(fd, line_buffering):
-    raw = io.FileIO(fd, "w", closefd=False)
-    return io.TextIOWrapper(io.BufferedWriter(raw, 64 * 1024), encoding="utf-8",
+    return io.TextIOWrapper(io.BufferedWriter(_Output(fd), 64 * 1024), encoding="utf-8",
                             errors="backslashreplace", line_buffering=line_buffering)
 
 
@@ -323,7 +386,12 @@ def _run_cell(request):
         if "fd_base" in request:
             _base_fds[0] = _identities(request["fd_base"])
             _base_offsets[0] = _offsets(request["fd_base"])
-        return {"exit_code": 0}
+        # Where the held output lies, for the host to read after each call (told before
+        # any user code ran in this instance).
+        return {"exit_code": 0, "held": [_held_fill.buffer_info()[0], _held[0].buffer_info()[0],
+                                         _held[1].buffer_info()[0], HOLD_SIZE]}
+    _hold_left[:] = request.get("hold") or (0, 0)
+    _held_fill[0] = _held_fill[1] = 0
     if not _seeded[0]:  # after the warm-up: an instance restored to that state reseeds
         random.seed()  # the snapshot's PRNG state is shared by every instance
         _seeded[0] = True

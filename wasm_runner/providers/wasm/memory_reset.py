@@ -111,6 +111,12 @@ class LinearMemory:
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
 
+    def read(self, offset: int, length: int) -> bytes:
+        """`length` bytes at `offset` in the linear memory (within its size at instantiation)."""
+        if not 0 <= offset <= offset + length <= self.size:
+            raise ValueError(f"{length} bytes at {offset} lie outside the linear memory")
+        return ctypes.string_at(self.base + offset, length)
+
     @property
     def image_span(self) -> tuple[int, int, int]:
         """(offset in linear memory, offset in the compiled file, length) of the memory image."""

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -27,11 +28,12 @@ import wasmtime
 from wasmtime import component
 
 from ...api import GuestError, Limits
+from ...capture import Capture
 from ...engine import EngineSettings, get_engine, load_compiled
 from ...engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
 from ...manifests import load_manifest
 from .immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
-from .memory_reset import instantiate_located, mapping_lock
+from .memory_reset import LinearMemory, instantiate_located, mapping_lock
 from .string_call import StringCall
 from .sandbox import (BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store,
                       trap_outcome)
@@ -158,6 +160,23 @@ def _snapshot_objects(linker: component.Linker, compiled: component.Component, m
         close_later(store)
 
 
+class HeldOutput:
+    """The two buffers in which the guest holds a call's stdout and stderr (see the guest's
+    standard streams), read from its linear memory once the call is over."""
+
+    def __init__(self, memory: LinearMemory, fill: int, stdout: int, stderr: int, size: int) -> None:
+        if not all(0 <= offset and offset + length <= memory.size
+                   for offset, length in ((fill, 8), (stdout, size), (stderr, size))):
+            raise ValueError("the guest placed its held output outside its linear memory")
+        self._memory, self._fill, self._buffers, self._size = memory, fill, (stdout, stderr), size
+
+    def deliver(self, stdout: Capture, stderr: Capture) -> None:
+        fills = struct.unpack("<II", self._memory.read(self._fill, 8))
+        for capture, buffer, fill in zip((stdout, stderr), self._buffers, fills):
+            if fill:
+                capture.write(self._memory.read(buffer, min(fill, self._size)))
+
+
 MAX_REUSES = 1000
 """One-shot runs an instance serves before it is replaced, on average: a bound on whatever a
 guest could leave on the host side unseen (none is known: the process's memory stays flat
@@ -200,6 +219,8 @@ class PythonKernel:
         self._descriptors_changed = True
         self._untouched = True
         """No user code ran since instantiation or the last reset."""
+        self._held: HeldOutput | None = None
+        """Where the guest holds a call's output for the host, once the warm-up call told."""
 
     @property
     def keeps_warmth(self) -> bool:
@@ -210,8 +231,15 @@ class PythonKernel:
         """Do the first call's set-up now (page faults, preopens, caches) so that a later
         call is quick; a reusable instance keeps the state it leaves as the one to reset to."""
         self.interrupt.arm(self.store, 10.0)
-        self._run(self.store, json.dumps({"warm": True, "env": guest_env({}), "fd_base": self._fd_base}))
+        response = json.loads(self._run(self.store, json.dumps({"warm": True, "env": guest_env({}),
+                                                                 "fd_base": self._fd_base})))
         self._run.post_return(self.store)
+        if self._memory is not None and "held" in response:
+            try:
+                self._held = HeldOutput(self._memory, *response["held"])
+            except (TypeError, ValueError):
+                log.warning("the Python guest's held output is unusable; its output goes through WASI",
+                            exc_info=True)
         if self._memory is not None and self._untouched:
             try:
                 self._memory.keep()
@@ -256,6 +284,9 @@ class PythonKernel:
             request["filename"] = call.filename
         if call.tests is not None:
             request["tests"] = call.tests
+        held = self._held if not (call.stdout.streams or call.stderr.streams) else None
+        if held is not None:
+            request["hold"] = [call.stdout.room, call.stderr.room]
         call.bind(self.interrupt, self.store)
         self._untouched = False
         try:
@@ -270,6 +301,8 @@ class PythonKernel:
             outcome = _outcome(response)
         finally:
             self.router.stdout = self.router.stderr = None
+            if held is not None:  # after what reached the host during the call
+                held.deliver(call.stdout, call.stderr)
         if limits.fuel is not None:
             outcome.fuel_used = limits.fuel - self.store.get_fuel()
         return outcome

@@ -1,4 +1,5 @@
-"""Guest output kept in C during a call (`_output_sink`), and the Python path without it."""
+"""Guest output: held by the Python guest for the host to read after the call, kept in C
+during a call (`_output_sink`), and the Python callback path without it."""
 
 import ctypes
 
@@ -80,3 +81,23 @@ def test_the_output_limit_still_stops_a_flood(output_runner):
     result = output_runner.run_sync("while True: print('x' * 999)", limits=Limits(output_bytes=50_000))
     assert result.limit == "output" and len(result.stdout) == 50_000
     assert output_runner.run_sync("print('next')").stdout == "next\n"
+
+
+def test_output_held_by_the_guest_reaches_the_host_complete_and_in_order(runner):
+    probe = "import sys\nprint('x')\nsys.stdout.flush()\nprint(sys.modules['app']._held_fill[0], file=sys.stderr)"
+    assert runner.run_sync(probe).stderr == "2\n"  # the two bytes of "x\n" were held, not written
+    lines = [f"{i:07d}" for i in range(30_000)]  # 240 kB: the 64 KiB buffer fills and is sent several times
+    result = runner.run_sync("for i in range(30_000):\n    print(f'{i:07d}')")
+    assert result.stdout.splitlines() == lines and result.limit is None
+
+
+def test_a_direct_write_comes_after_what_was_printed_before_it(runner):
+    result = runner.run_sync("import os\nprint('a')\nos.write(1, b'b\\n')\nprint('c')")
+    assert result.stdout == "a\nb\nc\n"
+
+
+def test_a_run_that_streams_its_output_is_not_held(runner):
+    chunks = []
+    result = runner.run_sync("import sys\nprint('x')\nsys.stdout.flush()\nprint(sys.modules['app']._held_fill[0])",
+                             listener=lambda stream, data: chunks.append(data))
+    assert result.stdout == "x\n0\n" and b"".join(chunks) == b"x\n0\n"
