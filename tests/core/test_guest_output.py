@@ -101,3 +101,13 @@ def test_a_run_that_streams_its_output_is_not_held(runner):
     result = runner.run_sync("import sys\nprint('x')\nsys.stdout.flush()\nprint(sys.modules['app']._held_fill[0])",
                              listener=lambda stream, data: chunks.append(data))
     assert result.stdout == "x\n0\n" and b"".join(chunks) == b"x\n0\n"
+
+
+async def test_a_session_kernel_holds_its_output_too(runner):
+    session = runner.session()
+    probe = "import sys\nprint('x')\nsys.stdout.flush()\nprint(sys.modules['app']._held_fill[0], file=sys.stderr)"
+    for _ in range(2):
+        result = await session.run(probe)
+        assert (result.stdout, result.stderr) == ("x\n", "2\n")
+    stopped = await session.run("print('before')\nwhile True: pass", limits=Limits(timeout_s=0.3))
+    assert stopped.limit == "timeout" and stopped.stdout == "before\n"

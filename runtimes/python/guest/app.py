@@ -386,10 +386,7 @@ def _run_cell(request):
         if "fd_base" in request:
             _base_fds[0] = _identities(request["fd_base"])
             _base_offsets[0] = _offsets(request["fd_base"])
-        # Where the held output lies, for the host to read after each call (told before
-        # any user code ran in this instance).
-        return {"exit_code": 0, "held": [_held_fill.buffer_info()[0], _held[0].buffer_info()[0],
-                                         _held[1].buffer_info()[0], HOLD_SIZE]}
+        return {"exit_code": 0}
     _hold_left[:] = request.get("hold") or (0, 0)
     _held_fill[0] = _held_fill[1] = 0
     if not _seeded[0]:  # after the warm-up: an instance restored to that state reseeds
@@ -477,7 +474,13 @@ class WitWorld:
         _t0 = time.perf_counter()
         try:
             call = _loads(request)
-            response = _snapshot_object_addresses() if call.get("snapshot_objects") else _run_cell(call)
+            if call.get("snapshot_objects"):
+                response = _snapshot_object_addresses()
+            elif call.get("held_layout"):  # where the host reads held output (asked before any user code)
+                response = {"held": [_held_fill.buffer_info()[0], _held[0].buffer_info()[0],
+                                     _held[1].buffer_info()[0], HOLD_SIZE]}
+            else:
+                response = _run_cell(call)
         except BaseException as exc:  # noqa: BLE001 - an escaping exception would kill the instance
             response = {"exit_code": 1, "error": _error(exc, exc.__traceback__)}
         try:

@@ -51,6 +51,8 @@ class PythonRuntime:
         self._lock = threading.Lock()
         self._built: tuple[Path, str] | None = None
         self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component, Path]] = {}
+        self._held_layouts: dict[EngineSettings, list[int] | None] = {}
+        """Where the guest holds a call's output (see `HeldOutput`): the same in every instance."""
 
     # -- preparation ---------------------------------------------------------
 
@@ -124,8 +126,15 @@ class PythonRuntime:
             compiled, mapped_from = load_file(immortal, "component", settings), immortal
         else:
             compiled, mapped_from = load_compiled(wasm, sha, "component", settings), plain
+        layout = _ask_new_instance(linker, compiled, settings, {"held_layout": True}).get("held")
         with self._lock:
+            self._held_layouts.setdefault(settings, layout)
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
+
+    def held_layout(self, settings: EngineSettings) -> list[int] | None:
+        """(fill counts, stdout buffer, stderr buffer, size) in the guest's memory, once prepared."""
+        with self._lock:
+            return self._held_layouts.get(settings)
 
     # -- execution -----------------------------------------------------------
 
@@ -144,18 +153,32 @@ class PythonRuntime:
 def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
                       settings: EngineSettings) -> tuple[np.ndarray, ImageSpan] | None:
     """The addresses of the snapshot's objects (the guest lists them) and where its memory image lies."""
+    located: list[ImageSpan] = []
+    response = _ask_new_instance(linker, compiled, settings, {"snapshot_objects": True}, mapped_from, located)
+    if not located:
+        return None
+    if "addresses" not in response:
+        raise RuntimeError(f"the guest did not list its objects: {response.get('error')}")
+    return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), located[0]
+
+
+def _ask_new_instance(linker: component.Linker, compiled: component.Component, settings: EngineSettings,
+                      request: dict, mapped_from: Path | None = None, located: list[ImageSpan] | None = None) -> dict:
+    """One call to a new instance, before any user code could run in it; with `mapped_from`,
+    the instance's memory is located and its image span appended to `located`."""
     store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
     try:
         store.set_wasi(wasmtime.WasiConfig())
         interrupt.arm(store, 60.0)
-        instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
-        if memory is None:
-            return None
+        if mapped_from is None:
+            instance = linker.instantiate(store, compiled)
+        else:
+            instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
+            if memory is None:
+                return {}
+            located.append(memory.image_span)
         run = StringCall(instance.get_func(store, "run"), store)
-        response = json.loads(run(store, json.dumps({"snapshot_objects": True})))
-        if "addresses" not in response:
-            raise RuntimeError(f"the guest did not list its objects: {response.get('error')}")
-        return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), memory.image_span
+        return json.loads(run(store, json.dumps(request)))
     finally:
         close_later(store)
 
@@ -175,6 +198,16 @@ class HeldOutput:
         for capture, buffer, fill in zip((stdout, stderr), self._buffers, fills):
             if fill:
                 capture.write(self._memory.read(buffer, min(fill, self._size)))
+
+
+def _held_output(memory: LinearMemory | None, layout: list[int] | None) -> HeldOutput | None:
+    if memory is None or layout is None:
+        return None
+    try:
+        return HeldOutput(memory, *layout)
+    except (TypeError, ValueError):
+        log.warning("the Python guest's held output is unusable; its output goes through WASI", exc_info=True)
+        return None
 
 
 MAX_REUSES = 1000
@@ -203,10 +236,11 @@ class PythonKernel:
         view.configure(wasi)
         self.store.set_wasi(wasi)
         self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
-        if reusable:
-            instance, self._memory = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
-        else:
-            instance, self._memory = linker.instantiate(self.store, compiled), None
+        instance, located = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
+        self._memory = located if reusable else None
+        """The memory to reset after a one-shot run (None: not reused)."""
+        self._held = _held_output(located, runtime.held_layout(self.settings))
+        """Where the guest holds a call's output for the host (None: it writes through WASI)."""
         func = instance.get_func(self.store, "run")
         assert func is not None, "the Python component exports no `run`"
         self._run = StringCall(func, self.store)
@@ -219,8 +253,6 @@ class PythonKernel:
         self._descriptors_changed = True
         self._untouched = True
         """No user code ran since instantiation or the last reset."""
-        self._held: HeldOutput | None = None
-        """Where the guest holds a call's output for the host, once the warm-up call told."""
 
     @property
     def keeps_warmth(self) -> bool:
@@ -231,15 +263,8 @@ class PythonKernel:
         """Do the first call's set-up now (page faults, preopens, caches) so that a later
         call is quick; a reusable instance keeps the state it leaves as the one to reset to."""
         self.interrupt.arm(self.store, 10.0)
-        response = json.loads(self._run(self.store, json.dumps({"warm": True, "env": guest_env({}),
-                                                                 "fd_base": self._fd_base})))
+        self._run(self.store, json.dumps({"warm": True, "env": guest_env({}), "fd_base": self._fd_base}))
         self._run.post_return(self.store)
-        if self._memory is not None and "held" in response:
-            try:
-                self._held = HeldOutput(self._memory, *response["held"])
-            except (TypeError, ValueError):
-                log.warning("the Python guest's held output is unusable; its output goes through WASI",
-                            exc_info=True)
         if self._memory is not None and self._untouched:
             try:
                 self._memory.keep()
