@@ -126,7 +126,7 @@ class PythonRuntime:
             compiled, mapped_from = load_file(immortal, "component", settings), immortal
         else:
             compiled, mapped_from = load_compiled(wasm, sha, "component", settings), plain
-        layout = _ask_new_instance(linker, compiled, settings, {"held_layout": True}).get("held")
+        layout = _ask_new_instance(linker, compiled, settings, {"held_layout": True})[0].get("held")
         with self._lock:
             self._held_layouts.setdefault(settings, layout)
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
@@ -153,32 +153,32 @@ class PythonRuntime:
 def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
                       settings: EngineSettings) -> tuple[np.ndarray, ImageSpan] | None:
     """The addresses of the snapshot's objects (the guest lists them) and where its memory image lies."""
-    located: list[ImageSpan] = []
-    response = _ask_new_instance(linker, compiled, settings, {"snapshot_objects": True}, mapped_from, located)
-    if not located:
+    response, span = _ask_new_instance(linker, compiled, settings, {"snapshot_objects": True}, mapped_from)
+    if span is None:
         return None
     if "addresses" not in response:
         raise RuntimeError(f"the guest did not list its objects: {response.get('error')}")
-    return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), located[0]
+    return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), span
 
 
 def _ask_new_instance(linker: component.Linker, compiled: component.Component, settings: EngineSettings,
-                      request: dict, mapped_from: Path | None = None, located: list[ImageSpan] | None = None) -> dict:
-    """One call to a new instance, before any user code could run in it; with `mapped_from`,
-    the instance's memory is located and its image span appended to `located`."""
+                      request: dict, mapped_from: Path | None = None) -> tuple[dict, ImageSpan | None]:
+    """The answer of a new instance, before any user code could run in it, to one call; with
+    `mapped_from`, also where its memory image lies (None, and no call, if it is not located)."""
     store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
     try:
         store.set_wasi(wasmtime.WasiConfig())
         interrupt.arm(store, 60.0)
+        span = None
         if mapped_from is None:
             instance = linker.instantiate(store, compiled)
         else:
             instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
             if memory is None:
-                return {}
-            located.append(memory.image_span)
+                return {}, None
+            span = memory.image_span
         run = StringCall(instance.get_func(store, "run"), store)
-        return json.loads(run(store, json.dumps(request)))
+        return json.loads(run(store, json.dumps(request))), span
     finally:
         close_later(store)
 
