@@ -120,12 +120,16 @@ def throughput(runner: Runner, seconds: float, threads: int = 2) -> dict:
             "errors": errors[0]}
 
 
-def rss_bytes() -> int:
+def rss_bytes() -> dict[str, int]:
+    """VmRSS, and its parts: RssAnon (private) and RssFile (mapped file pages, such as the
+    compiled image every kernel maps: shared with the other kernels and the page cache)."""
+    sizes = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssAnon", "RssFile"):
+                sizes[name] = int(value.split()[0]) * 1024
+    return sizes
 
 
 def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
@@ -139,10 +143,13 @@ def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
         s.run_sync("x = 1", language=language)
     gc.collect()
     time.sleep(0.2)
-    per = (rss_bytes() - before) / (count - 1)
+    after = rss_bytes()
+    per = {name: (after[name] - before[name]) / (count - 1) for name in before}
     for s in sessions:
         s.destroy()
-    return {"bytes_per_idle_kernel": int(per), "mib_per_idle_kernel": round(per / 2**20, 2), "kernels": count - 1}
+    return {"bytes_per_idle_kernel": int(per["VmRSS"]), "mib_per_idle_kernel": round(per["VmRSS"] / 2**20, 2),
+            "private_mib": round(per["RssAnon"] / 2**20, 2), "mapped_file_mib": round(per["RssFile"] / 2**20, 2),
+            "kernels": count - 1}
 
 
 def main() -> None:
