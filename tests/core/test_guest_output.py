@@ -91,6 +91,14 @@ def test_output_held_by_the_guest_reaches_the_host_complete_and_in_order(runner)
     assert result.stdout.splitlines() == lines and result.limit is None
 
 
+def test_a_write_larger_than_the_buffer_goes_through_and_holding_goes_on(runner):
+    code = ("import sys\nprint('a')\nprint('b' * 100_000)\nprint('c')\nsys.stdout.flush()\n"
+            "print(sys.modules['app']._held_fill[0], file=sys.stderr)")
+    result = runner.run_sync(code)
+    assert result.stdout == "a\n" + "b" * 100_000 + "\nc\n"
+    assert int(result.stderr) > 0  # what came after the large write was held again
+
+
 def test_a_direct_write_comes_after_what_was_printed_before_it(runner):
     result = runner.run_sync("import os\nprint('a')\nos.write(1, b'b\\n')\nprint('c')")
     assert result.stdout == "a\nb\nc\n"

@@ -152,9 +152,12 @@ class _Output(io.RawIOBase):
         if fill + size > min(HOLD_SIZE, _hold_left[index]):
             _release(index)
             fill = 0
-            if size > min(HOLD_SIZE, _hold_left[index]):
-                _hold_left[index] = 0  # past the room: the host sees the overflow as it happens
-                return _os_write(self._fd, data)
+            left = _hold_left[index]
+            if size > min(HOLD_SIZE, left):  # larger than the buffer, or past the room
+                written = _os_write(self._fd, data)
+                # past the room, nothing more is held: the host sees the overflow as it happens
+                _hold_left[index] = left - written if size <= left else 0
+                return written
         _held_views[index][fill:fill + size] = data
         _held_fill[index] = fill + size
         return size
