@@ -126,7 +126,7 @@ class PythonRuntime:
             compiled, mapped_from = load_file(immortal, "component", settings), immortal
         else:
             compiled, mapped_from = load_compiled(wasm, sha, "component", settings), plain
-        layout = _ask_new_instance(linker, compiled, settings, {"held_layout": True})[0].get("held")
+        layout = _ask_new_instance(linker, compiled, mapped_from, settings, {"held_layout": True})[0].get("held")
         with self._lock:
             self._held_layouts.setdefault(settings, layout)
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
@@ -153,7 +153,7 @@ class PythonRuntime:
 def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
                       settings: EngineSettings) -> tuple[np.ndarray, ImageSpan] | None:
     """The addresses of the snapshot's objects (the guest lists them) and where its memory image lies."""
-    response, span = _ask_new_instance(linker, compiled, settings, {"snapshot_objects": True}, mapped_from)
+    response, span = _ask_new_instance(linker, compiled, mapped_from, settings, {"snapshot_objects": True})
     if span is None:
         return None
     if "addresses" not in response:
@@ -161,26 +161,20 @@ def _snapshot_objects(linker: component.Linker, compiled: component.Component, m
     return np.frombuffer(base64.b64decode(response["addresses"]), "<u4"), span
 
 
-def _ask_new_instance(linker: component.Linker, compiled: component.Component, settings: EngineSettings,
-                      request: dict, mapped_from: Path | None = None) -> tuple[dict, ImageSpan | None]:
-    """The answer of a new instance, before any user code could run in it, to one call; with
-    `mapped_from`, also where its memory image lies (None, and no call, if it is not located)."""
+def _ask_new_instance(linker: component.Linker, compiled: component.Component, mapped_from: Path,
+                      settings: EngineSettings, request: dict) -> tuple[dict, ImageSpan | None]:
+    """The answer of a new instance, before any user code could run in it, to one call, and
+    where its memory image lies (None where it is not located). Instantiated as every instance
+    of the file is (`instantiate_located`), so that the others are still told apart."""
     store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
     try:
         store.set_wasi(wasmtime.WasiConfig())
         interrupt.arm(store, 60.0)
-        span = None
-        if mapped_from is None:
-            instance = linker.instantiate(store, compiled)
-        else:
-            instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
-            if memory is None:
-                return {}, None
-            span = memory.image_span
+        instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
         run = StringCall(instance.get_func(store, "run"), store)
-        return json.loads(run(store, json.dumps(request))), span
+        return json.loads(run(store, json.dumps(request))), memory.image_span if memory is not None else None
     finally:
-        close_later(store)
+        close_later(store, mapping_lock)
 
 
 class HeldOutput:
