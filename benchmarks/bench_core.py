@@ -3,8 +3,8 @@
     python benchmarks/bench_core.py [--seconds 10] [--samples 200]
 
 Fresh-instance latency for Python and JavaScript, kernel-turn latency, the cost of
-printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh Python runs per second with two
-worker threads, and resident memory per idle kernel.
+printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
+Python runs per second with two worker threads, and resident memory per idle kernel.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ def sink():
     _Release(_output_sink.RELEASE)(state)
 
 
+def test_a_sink_needs_a_forward_callback():
+    with pytest.raises(ValueError, match="forward"):
+        _output_sink.Sink(0, 1)
+
+
 def test_writes_within_the_limit_are_kept_until_taken(sink):
     made, write, forwarded = sink
     made.configure(10, False)

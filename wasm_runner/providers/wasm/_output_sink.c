@@ -97,6 +97,10 @@ Sink_init(Sink *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_RuntimeError, "a Sink is initialised once");
         return -1;
     }
+    if (forward == 0) {
+        PyErr_SetString(PyExc_ValueError, "forward must be a C callback's address");
+        return -1;
+    }
     sink_state *state = calloc(1, sizeof(sink_state));
     if (state == NULL) {
         PyErr_NoMemory();
