@@ -2,8 +2,8 @@
  *
  * wasmtime calls a WASI custom stream's write callback on a thread of its own. A Python
  * callback there makes a thread state and takes the GIL for every write: about 40 us of
- * the 80 a printed line took. `write` below keeps the bytes in a buffer instead, with no Python; the
- * host takes them once the call is over (`take`). Where the host must see the bytes as
+ * the 80 a printed line took. `write` below keeps the bytes in a buffer instead, with no
+ * Python; the host takes them once the call is over (`take`). Where the host must see the bytes as
  * they come (a listener streams them, or the buffer would pass `limit`, the room left in
  * the call's capture), the buffer is handed to `forward` first, then the write, in order.
  *
