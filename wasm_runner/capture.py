@@ -39,9 +39,9 @@ class Capture:
         return self._listener is not None
 
     def write(self, data: bytes) -> None:
-        room = self.limit - self._size
+        room = self.room
         if len(data) > room:
-            data = data[: max(room, 0)]
+            data = data[:room]
             if not self.truncated:
                 self.truncated = True
                 if self.on_overflow is not None:

@@ -111,9 +111,13 @@ class LinearMemory:
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
 
+    def holds(self, offset: int, length: int) -> bool:
+        """Whether `length` bytes at `offset` lie within the memory's size at instantiation."""
+        return 0 <= offset <= offset + length <= self.size
+
     def read(self, offset: int, length: int) -> bytes:
-        """`length` bytes at `offset` in the linear memory (within its size at instantiation)."""
-        if not 0 <= offset <= offset + length <= self.size:
+        """`length` bytes at `offset` in the linear memory."""
+        if not self.holds(offset, length):
             raise ValueError(f"{length} bytes at {offset} lie outside the linear memory")
         return ctypes.string_at(self.base + offset, length)
 

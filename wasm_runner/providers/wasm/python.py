@@ -182,8 +182,7 @@ class HeldOutput:
     standard streams), read from its linear memory once the call is over."""
 
     def __init__(self, memory: LinearMemory, fill: int, stdout: int, stderr: int, size: int) -> None:
-        if not all(0 <= offset and offset + length <= memory.size
-                   for offset, length in ((fill, 8), (stdout, size), (stderr, size))):
+        if not all(memory.holds(offset, length) for offset, length in ((fill, 8), (stdout, size), (stderr, size))):
             raise ValueError("the guest placed its held output outside its linear memory")
         self._memory, self._fill, self._buffers, self._size = memory, fill, (stdout, stderr), size
 

@@ -118,21 +118,13 @@ class OutputRouter:
         for sink, setter in zip(self._sinks, setters):
             setter(wasi.ptr(), _SINK_WRITE, sink.lend(), _SINK_RELEASE)
 
-    @property
-    def stdout(self) -> Capture | None:
-        return self._captures[0]
+    def _capture_of(stream: int) -> property:  # noqa: N805 - a property factory, used in the class body
+        return property(lambda self: self._captures[stream], lambda self, capture: self._switch(stream, capture),
+                        doc="The capture of the call in progress (None between calls).")
 
-    @stdout.setter
-    def stdout(self, capture: Capture | None) -> None:
-        self._switch(0, capture)
-
-    @property
-    def stderr(self) -> Capture | None:
-        return self._captures[1]
-
-    @stderr.setter
-    def stderr(self, capture: Capture | None) -> None:
-        self._switch(1, capture)
+    stdout = _capture_of(0)
+    stderr = _capture_of(1)
+    del _capture_of
 
     def _switch(self, stream: int, capture: Capture | None) -> None:
         """The previous capture gets what its call wrote; the new one is set up for its call."""
