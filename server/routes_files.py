@@ -352,17 +352,22 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
         "Content-Disposition": f'attachment; filename="{_safe_filename(stem)}{suffix}"',
     })
     response.enable_chunked_encoding()
-    await response.prepare(request)
     try:
-        while (chunk := await asyncio.to_thread(step)) is not None:
+        chunk = await asyncio.to_thread(step)  # before the headers: an error here still gets its error body
+        await response.prepare(request)
+        while chunk is not None:
             await response.write(chunk)
+            chunk = await asyncio.to_thread(step)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away mid-download
     except asyncio.CancelledError:
         budget.cancel()  # the running step stops at its next check; close() below waits for it
         raise
-    except wf.FileOpError as exc:  # past the headers no error body can be sent: end the stream broken
+    except wf.FileOpError as exc:
+        if not response.prepared:
+            raise
+        # Past the headers no error body can be sent: end the stream broken, not as a valid archive.
         log.info("archive stopped: %s", exc.message, extra={"event": "archive_stopped", "path": query.path})
         if request.transport is not None:
             request.transport.abort()
