@@ -681,7 +681,7 @@ class WorkspaceFiles:
                         result.truncated = result.timed_out = True
                         return result
                     try:
-                        found = compiled.search(line, timeout=remaining)
+                        found = compiled.search(line, timeout=remaining if remaining != math.inf else None)
                     except TimeoutError:
                         result.truncated = result.timed_out = True
                         return result

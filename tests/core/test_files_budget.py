@@ -144,6 +144,11 @@ def test_a_cancelled_grep_stops_soon_after(files):
     assert (time.monotonic() - full) * 40 > outcome["ended"] - started
 
 
+def test_a_grep_without_a_deadline_searches_to_the_end(files):
+    files.write_text("a.txt", "abc\n")
+    assert [m.line for m in files.grep("b", budget=wf.Budget()).matches] == [1]
+
+
 def test_a_grep_past_its_budget_answers_what_it_found(files):
     for i in range(20):
         files.write_text(f"f{i}.txt", "line\n" * 10_000)
