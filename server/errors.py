@@ -67,7 +67,7 @@ _FILE_STATUS: dict[type[files.FileOpError], int] = {
     files.PatchError: 409,
     files.InvalidPatternError: 422,
     files.BudgetExceededError: 422,
-    files.CancelledError: 503,
+    files.OperationCancelledError: 503,
 }
 
 

@@ -141,7 +141,7 @@ class BudgetExceededError(FileOpError):
     code = "budget_exceeded"
 
 
-class CancelledError(FileOpError):
+class OperationCancelledError(FileOpError):
     """The operation was stopped because the one who asked for it went away."""
 
     code = "cancelled"
@@ -629,7 +629,7 @@ class WorkspaceFiles:
         Binary files (a NUL in the first 8 KiB) and files over `max_file_bytes` are skipped;
         the search stops at `max_matches`, `max_files` or its time budget (`budget`, else
         `time_budget_s`) and says so. A pattern that backtracks catastrophically only costs its
-        time budget; a cancelled budget stops the search with CancelledError.
+        time budget; a cancelled budget stops the search with OperationCancelledError.
         """
         flags = regex.IGNORECASE if ignore_case else 0
         try:
@@ -1013,9 +1013,9 @@ class _Sink(io.RawIOBase):
 class Budget:
     """How long one request's file work may run, and whether the one who asked is still there.
 
-    The loops of glob, grep, edit, patch and archive call `check`: past the deadline it raises
-    BudgetExceededError, after `cancel` (the client went away) CancelledError. `cancel` may be
-    called from another thread (the event loop) while a worker thread checks.
+    The loops of glob, grep, edit, patch and archive call `check`: past the deadline it
+    raises BudgetExceededError, after `cancel` (the client went away) OperationCancelledError.
+    `cancel` may be called from another thread (the event loop) while a worker thread checks.
     """
 
     def __init__(self, seconds: float | None = None) -> None:
@@ -1041,7 +1041,7 @@ class Budget:
 
     def check(self, what: str, path: str = "", hint: str | None = None) -> None:
         if self._cancelled.is_set():
-            raise CancelledError(path, f"{what} was stopped: the request was cancelled")
+            raise OperationCancelledError(path, f"{what} was stopped: the request was cancelled")
         if time.monotonic() > self.deadline:
             raise BudgetExceededError(path, f"{what} took longer than its budget of {self.seconds:g} s", hint)
 
@@ -1221,7 +1221,8 @@ def _near_miss_hint(text: str, needle: str, budget: Budget) -> str:
 
 # -- unified diffs -----------------------------------------------------------------------
 
-_HUNK = re.compile(r"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")  # bounded: int() of a huge number is slow
+# Numbers bounded: int() of a huge one is slow (and past 4300 digits an error).
+_HUNK = re.compile(r"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")
 
 
 @dataclass

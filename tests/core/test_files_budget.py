@@ -136,7 +136,7 @@ def test_a_cancelled_grep_stops_soon_after(files):
     cancelled = time.monotonic()
     worker.join(10)
     assert not worker.is_alive()
-    assert isinstance(outcome.get("error"), wf.CancelledError), outcome
+    assert isinstance(outcome.get("error"), wf.OperationCancelledError), outcome
     assert outcome["ended"] - cancelled < 1.0
     # the whole search takes much longer than it ran
     full = time.monotonic()
@@ -231,6 +231,6 @@ def test_a_cancelled_archive_stops(files, tmp_path, fmt):
     chunks = files.archive("out", fmt, budget=budget)
     next(chunks)
     budget.cancel()
-    with pytest.raises(wf.CancelledError):
+    with pytest.raises(wf.OperationCancelledError):
         for _ in chunks:
             pass

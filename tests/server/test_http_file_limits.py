@@ -151,7 +151,7 @@ async def test_a_client_that_goes_away_stops_its_grep(client, tmp_path, monkeypa
         await asyncio.sleep(0.05)
     assert ended, "the search went on after its client left"
     at, error = ended[0]
-    assert isinstance(error, wf.CancelledError) and at - gone < 2.0
+    assert isinstance(error, wf.OperationCancelledError) and at - gone < 2.0
 
 
 @pytest.mark.parametrize("fmt", ["zip", "tar.gz"])
