@@ -26,7 +26,7 @@ import threading
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -1174,7 +1174,7 @@ def _class_regex(body: str, pattern: str) -> str:
     return f"[^/{''.join(items)}]" if negate else f"[{''.join(items)}]"
 
 
-def _grep_name_filter(pattern: str):
+def _grep_name_filter(pattern: str) -> Callable[[str], bool]:
     compiled = Glob(pattern, what="glob")
     if len(compiled.parts) > 1:
         return compiled.matches

@@ -76,7 +76,7 @@ def test_a_hunk_that_moved_far_is_found_in_linear_time(files):
     diff = "@@ -1,3 +1,3 @@\n x\n x\n-y\n+z\n"
     started = time.monotonic()
     files.apply_patch("t.txt", diff)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 5.0
     assert files.read_text("t.txt").endswith("x\nx\nz\n")
 
 
@@ -87,7 +87,7 @@ def test_a_long_hunk_that_is_nowhere_fails_in_linear_time(files):
     started = time.monotonic()
     with pytest.raises(wf.PatchError):
         files.apply_patch("t.txt", diff)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 5.0
 
 
 def test_the_nearest_place_wins_earlier_first(files):
@@ -137,7 +137,7 @@ def test_a_cancelled_grep_stops_soon_after(files):
     worker.join(10)
     assert not worker.is_alive()
     assert isinstance(outcome.get("error"), wf.OperationCancelledError), outcome
-    assert outcome["ended"] - cancelled < 1.0
+    assert outcome["ended"] - cancelled < 2.0
     # the whole search takes much longer than it ran
     full = time.monotonic()
     files.grep("needle", path="f0.txt")
