@@ -66,6 +66,8 @@ _FILE_STATUS: dict[type[files.FileOpError], int] = {
     files.EditError: 422,
     files.PatchError: 409,
     files.InvalidPatternError: 422,
+    files.BudgetExceededError: 422,
+    files.OperationCancelledError: 503,
 }
 
 

@@ -186,6 +186,9 @@ class ServerSettings(_Model):
     """Largest file read into memory (exec by path, edit, patch)."""
     max_output_files_bytes: Annotated[int, Field(ge=0)] = 16 * MiB
     """Total bytes of output files returned by a one-shot run."""
+    file_op_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    """Time one glob, grep, edit, patch or one-shot output collection may take on the shared file
+    workers (an archive: per chunk); past it 422 budget_exceeded (grep answers what it found)."""
     shutdown_timeout_s: Annotated[float, Field(ge=0)] = 30.0
     """How long in-flight requests may run on shutdown before they are cancelled."""
     prepare_on_start: bool = True

@@ -11,10 +11,11 @@ import msgspec
 from aiohttp import web
 
 from wasm_runner import ExecResult
-from wasm_runner.files import FileOpError, WorkspaceFiles, split_path
+from wasm_runner.files import Budget, FileOpError, Glob, WorkspaceFiles
 
 from .errors import ApiError, from_file_error
 from .execution import language_for_path
+from .file_work import request_budget, run_file_work
 from .openapi import operation
 from .bodies import read_json
 from .service import SERVICE, Service
@@ -85,8 +86,8 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     _, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
         raise ApiError(422, "validation_error", "give code, path or command, not several")
-    for pattern in body.outputs:
-        split_path(pattern, what="output path")
+    for pattern in body.outputs:  # an invalid pattern is refused before anything runs
+        Glob(pattern, what="output path")
     runner = service.pool.get(profile)
     if not body.files and not body.outputs and body.path is None:  # the core's one-shot path: no workspace to seed
         if body.code is None and body.command is None:
@@ -119,8 +120,8 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
                                                  on_start=started)
-            outputs, missing = await asyncio.to_thread(_collect_outputs, files, body.outputs,
-                                                       service.config.server.max_output_files_bytes)
+            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
+                                                   service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
 
         return await respond(request, run)
@@ -142,28 +143,29 @@ def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:
             raise from_file_error(exc) from None
 
 
-def _collect_outputs(files: WorkspaceFiles, patterns: list[str], budget: int) -> tuple[dict[str, OutputFile], list[str]]:
+def _collect_outputs(files: WorkspaceFiles, patterns: list[str], room: int, *,
+                     budget: Budget) -> tuple[dict[str, OutputFile], list[str]]:
     outputs: dict[str, OutputFile] = {}
     missing: list[str] = []
     for pattern in patterns:
         try:
-            matches = [e for e in files.glob(pattern, limit=1000).entries if e.type == "file"]
-        except FileOpError:
+            matches = [e for e in files.glob(pattern, limit=1000, budget=budget).entries if e.type == "file"]
+        except FileOpError:  # not there, or past the budget: reported as missing
             matches = []
         if not matches:
             missing.append(pattern)
         for entry in matches:
             if entry.path in outputs:
                 continue
-            if entry.size > budget:
+            if entry.size > room:
                 outputs[entry.path] = OutputFile(size=entry.size, encoding="none",
                                                  omitted="over the size budget for output files")
                 continue
             try:
-                data = files.read_bytes(entry.path, max_bytes=budget)
+                data = files.read_bytes(entry.path, max_bytes=room)
             except FileOpError:
                 continue
-            budget -= len(data)
+            room -= len(data)
             try:
                 if b"\x00" in data:
                     raise UnicodeDecodeError("utf-8", data, 0, 1, "binary")

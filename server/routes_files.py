@@ -5,8 +5,10 @@ these handlers only translate HTTP."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import mimetypes
 import re
+import threading
 from urllib.parse import unquote
 from datetime import datetime, UTC
 from email.utils import format_datetime
@@ -18,6 +20,7 @@ from wasm_runner import files as wf
 
 from .bodies import json_response, read_json, read_query
 from .errors import ApiError
+from .file_work import request_budget, run_file_work
 from .openapi import operation
 from .service import SERVICE, Service
 from .sessions import LiveSession
@@ -26,6 +29,7 @@ from wasm_runner.wire import (ArchiveQuery, DeleteQuery, DeleteResult, EditResul
                    WriteResult)
 
 routes = web.RouteTableDef()
+log = logging.getLogger("wasm_runner.server")
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _FILE_ERRORS = (400, 403, 404, 409)
@@ -262,8 +266,9 @@ async def edit_file(request: web.Request) -> web.Response:
         raise ApiError(422, "validation_error", "give exactly one of: old_text and new_text, edits, patch")
     files = service.sessions.files(live)
     max_bytes = service.config.server.max_read_bytes
+    budget = request_budget(service)
     if body.patch is not None:
-        result = await asyncio.to_thread(files.apply_patch, path, body.patch, max_bytes=max_bytes)
+        result = await run_file_work(budget, files.apply_patch, path, body.patch, max_bytes=max_bytes)
     else:
         if single:
             if body.old_text is None or body.new_text is None:
@@ -271,7 +276,7 @@ async def edit_file(request: web.Request) -> web.Response:
             edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
         else:
             edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]
-        result = await asyncio.to_thread(files.edit, path, edits, max_bytes=max_bytes)
+        result = await run_file_work(budget, files.edit, path, edits, max_bytes=max_bytes)
     service.sessions.touch(live)
     return json_response(EditResult(path=result.info.path, size=result.info.size,
                                     replacements=result.replacements, hunks=result.hunks))
@@ -288,7 +293,7 @@ async def glob_files(request: web.Request) -> web.Response:
     query = read_query(request, GlobQuery)
     files = service.sessions.files(live)
     wf.split_path(query.pattern, what="pattern")
-    listing = await asyncio.to_thread(files.glob, query.pattern, limit=query.limit)
+    listing = await run_file_work(request_budget(service), files.glob, query.pattern, limit=query.limit)
     return json_response(GlobResult(pattern=query.pattern, matches=[_entry(i) for i in listing.entries],
                                     truncated=listing.truncated))
 
@@ -301,9 +306,9 @@ async def grep_files(request: web.Request) -> web.Response:
     query = read_query(request, GrepQuery)
     files = service.sessions.files(live)
     try:
-        found = await asyncio.to_thread(files.grep, query.pattern, query.path, glob=query.glob,
-                                        ignore_case=query.ignore_case, fixed_string=query.fixed_string,
-                                        max_matches=query.max_matches)
+        found = await run_file_work(request_budget(service), files.grep, query.pattern, query.path, glob=query.glob,
+                                    ignore_case=query.ignore_case, fixed_string=query.fixed_string,
+                                    max_matches=query.max_matches)
     except wf.NoSuchFileError:
         if wf.split_path(query.path):
             raise
@@ -326,7 +331,19 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
     files = service.sessions.files(live)
     if not files.exists() and not wf.split_path(query.path):
         service.sessions.files(live, create=True)  # an unused session archives as empty
-    chunks = files.archive(query.path, query.format)
+    budget = request_budget(service)
+    chunks = files.archive(query.path, query.format, budget=budget)
+    turn = threading.Lock()  # the generator runs in one worker at a time; closing waits for a running step
+
+    def step() -> bytes | None:
+        with turn:
+            budget.restart()
+            return next(chunks, None)
+
+    def close() -> None:
+        with turn:
+            chunks.close()
+
     parts = wf.split_path(query.path)
     stem = parts[-1] if parts else live.row.id
     suffix = ".zip" if query.format == "zip" else ".tar.gz"
@@ -335,17 +352,27 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
         "Content-Disposition": f'attachment; filename="{_safe_filename(stem)}{suffix}"',
     })
     response.enable_chunked_encoding()
-    await response.prepare(request)
-    loop = asyncio.get_running_loop()
-    done = object()
     try:
-        while (chunk := await loop.run_in_executor(None, next, chunks, done)) is not done:
+        chunk = await asyncio.to_thread(step)  # before the headers: an error here still gets its error body
+        await response.prepare(request)
+        while chunk is not None:
             await response.write(chunk)
+            chunk = await asyncio.to_thread(step)
         await response.write_eof()
     except ConnectionResetError:
         pass  # the client went away mid-download
+    except asyncio.CancelledError:
+        budget.cancel()  # the running step stops at its next check; close() below waits for it
+        raise
+    except wf.FileOpError as exc:
+        if not response.prepared:
+            raise
+        # Past the headers no error body can be sent: end the stream broken, not as a valid archive.
+        log.info("archive stopped: %s", exc.message, extra={"event": "archive_stopped", "path": query.path})
+        if request.transport is not None:
+            request.transport.abort()
     finally:
-        await loop.run_in_executor(None, chunks.close)
+        await asyncio.to_thread(close)
     return response
 
 

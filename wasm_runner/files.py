@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import errno
 import io
+import math
 import os
 import re
 import secrets
 import shutil
 import stat
 import tarfile
+import threading
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import re2
 import regex
 
 EntryType = Literal["file", "directory", "symlink", "other"]
@@ -130,6 +133,18 @@ class PatchError(FileOpError):
 
 class InvalidPatternError(FileOpError):
     code = "invalid_pattern"
+
+
+class BudgetExceededError(FileOpError):
+    """The operation ran past its time budget (the request's share of the file workers)."""
+
+    code = "budget_exceeded"
+
+
+class OperationCancelledError(FileOpError):
+    """The operation was stopped because the one who asked for it went away."""
+
+    code = "cancelled"
 
 
 # -- results -----------------------------------------------------------------------
@@ -448,22 +463,28 @@ class WorkspaceFiles:
 
     # -- editing ----------------------------------------------------------------------
 
-    def edit(self, path: str, edits: Sequence[TextEdit], *, max_bytes: int | None = None) -> EditResult:
-        """Apply exact search-and-replace edits in order, all or none (one atomic write)."""
+    def edit(self, path: str, edits: Sequence[TextEdit], *, max_bytes: int | None = None,
+             budget: Budget | None = None) -> EditResult:
+        """Apply exact search-and-replace edits in order, all or none (one atomic write).
+
+        Finding and counting are linear in the file's size; `budget` bounds the whole edit."""
         if not edits:
             raise EditError(path, "no edits given")
+        budget = budget if budget is not None else Budget()
         text = self.read_text(path, max_bytes=max_bytes)
         total = 0
         for number, edit in enumerate(edits, 1):
+            budget.check("the edit", path, "send fewer edits, or edit a smaller file")
             which = f"edit {number}: " if len(edits) > 1 else ""
             if edit.old_text == "":
                 raise EditError(path, f"{which}old_text is empty", "to write a whole file use write (PUT)")
             count = text.count(edit.old_text)
             if count == 0:
-                raise EditNotFoundError(path, f"{which}old_text was not found in {path!r}", _near_miss_hint(text, edit.old_text))
+                raise EditNotFoundError(path, f"{which}old_text was not found in {path!r}",
+                                        _near_miss_hint(text, edit.old_text, budget))
             if count > 1 and not edit.replace_all:
-                lines = _occurrence_lines(text, edit.old_text)
-                shown = ", ".join(map(str, lines[:10])) + ("…" if len(lines) > 10 else "")
+                lines = _occurrence_lines(text, edit.old_text, budget)
+                shown = ", ".join(map(str, lines)) + ("…" if count > len(lines) else "")
                 raise EditNotUniqueError(
                     path, f"{which}old_text occurs {count} times in {path!r} (lines {shown})", count, lines,
                     "add surrounding lines to old_text so it matches once, or set replace_all")
@@ -472,8 +493,12 @@ class WorkspaceFiles:
         result = self.write_text(path, text, make_parents=False)
         return EditResult(info=result.info, replacements=total)
 
-    def apply_patch(self, path: str, diff: str, *, max_bytes: int | None = None) -> EditResult:
-        """Apply a unified diff to one file (headers optional; hunks may sit at shifted lines)."""
+    def apply_patch(self, path: str, diff: str, *, max_bytes: int | None = None,
+                    budget: Budget | None = None) -> EditResult:
+        """Apply a unified diff to one file (headers optional; hunks may sit at shifted lines).
+
+        `budget` bounds the search for hunks that moved."""
+        budget = budget if budget is not None else Budget()
         hunks = parse_unified_diff(diff)
         try:
             original = self.read_text(path, max_bytes=max_bytes)
@@ -481,7 +506,7 @@ class WorkspaceFiles:
             if not all(not h.old for h in hunks):
                 raise
             original = ""
-        patched = _apply_hunks(original, hunks, path)
+        patched = _apply_hunks(original, hunks, path, budget)
         result = self.write_text(path, patched)
         return EditResult(info=result.info, hunks=len(hunks))
 
@@ -550,12 +575,13 @@ class WorkspaceFiles:
             truncated = True
         return Listing(entries, truncated)
 
-    def glob(self, pattern: str, *, limit: int = 1000, max_scan: int = 200_000) -> Listing:
-        """Entries matching a glob: `*` and `?` stay within one component, `**` spans any depth,
-        `[abc]` and `{a,b}` as usual. Dotfiles match like any other name."""
-        parts = split_path(pattern, what="pattern")
-        if not parts:
-            raise InvalidPatternError(pattern, "the pattern is empty")
+    def glob(self, pattern: str, *, limit: int = 1000, max_scan: int = 200_000, budget: Budget | None = None,
+             ) -> Listing:
+        """Entries matching a glob (see `Glob`): `*` and `?` stay within one component, `**` spans
+        any depth, `[abc]` and `{a,b}` as usual. Dotfiles match like any other name."""
+        budget = budget if budget is not None else Budget()
+        matcher = Glob(pattern)
+        parts = matcher.parts
         static: list[str] = []
         for part in parts:
             if _has_magic(part):
@@ -566,13 +592,13 @@ class WorkspaceFiles:
                 return Listing([self.stat(join(static))], False)
             except (NoSuchFileError, NotDirectoryError):
                 return Listing([], False)
-        matcher = glob_regex(join(parts))
         depth = None if any(p == "**" or "**" in p for p in parts) else len(parts) - len(static)
         matches: list[FileInfo] = []
         truncated = False
         try:
             for rel, st in self.walk(join(static), max_depth=depth, max_entries=max_scan):
-                if matcher.fullmatch(rel):
+                budget.check("the glob", pattern, "narrow the pattern, or start it with a fixed directory")
+                if matcher.matches(rel):
                     if len(matches) >= limit:
                         truncated = True
                         break
@@ -596,12 +622,14 @@ class WorkspaceFiles:
         max_file_bytes: int = 8 * 1024 * 1024,
         time_budget_s: float = 5.0,
         max_files: int = 50_000,
+        budget: Budget | None = None,
     ) -> GrepResult:
         """Lines matching a regular expression (Python syntax), with 1-based line numbers.
 
         Binary files (a NUL in the first 8 KiB) and files over `max_file_bytes` are skipped;
-        the search stops at `max_matches`, `max_files` or `time_budget_s` and says so. A pattern
-        that backtracks catastrophically only costs its time budget.
+        the search stops at `max_matches`, `max_files` or its time budget (`budget`, else
+        `time_budget_s`) and says so. A pattern that backtracks catastrophically only costs its
+        time budget; a cancelled budget stops the search with OperationCancelledError.
         """
         flags = regex.IGNORECASE if ignore_case else 0
         try:
@@ -610,7 +638,7 @@ class WorkspaceFiles:
             raise InvalidPatternError(pattern, f"invalid regular expression: {exc}") from None
         name_filter = _grep_name_filter(glob) if glob else None
         result = GrepResult()
-        deadline = time.monotonic() + time_budget_s
+        budget = budget if budget is not None else Budget(time_budget_s)
         parts = split_path(path)
         info = self.stat(path) if parts else None
         if info is not None and info.type == "symlink":
@@ -623,6 +651,11 @@ class WorkspaceFiles:
             candidates = self.walk(path, max_entries=max_files * 4)
         try:
             for rel, st in candidates:
+                if budget.cancelled:
+                    budget.check("the search", path)
+                if budget.remaining() <= 0:
+                    result.truncated = result.timed_out = True
+                    return result
                 if st is not None and not stat.S_ISREG(st.st_mode):
                     continue
                 if name_filter is not None and not name_filter(rel):
@@ -641,12 +674,14 @@ class WorkspaceFiles:
                 result.files_searched += 1
                 text = data.decode("utf-8", errors="replace")
                 for number, line in enumerate(text.split("\n"), 1):
-                    remaining = deadline - time.monotonic()
+                    if budget.cancelled:
+                        budget.check("the search", path)
+                    remaining = budget.remaining()
                     if remaining <= 0:
                         result.truncated = result.timed_out = True
                         return result
                     try:
-                        found = compiled.search(line, timeout=remaining)
+                        found = compiled.search(line, timeout=remaining if remaining != math.inf else None)
                     except TimeoutError:
                         result.truncated = result.timed_out = True
                         return result
@@ -665,11 +700,15 @@ class WorkspaceFiles:
 
     # -- archives ---------------------------------------------------------------------
 
-    def archive(self, path: str = "", fmt: ArchiveFormat = "zip") -> Iterator[bytes]:
+    def archive(self, path: str = "", fmt: ArchiveFormat = "zip", *, budget: Budget | None = None,
+                ) -> Iterator[bytes]:
         """Stream a folder as a zip or tar.gz archive (chunks as they are produced).
 
-        Names inside are relative to `path`; symbolic links and special files are left
-        out (never followed). The folder is checked before the first chunk is produced.
+        Names inside are relative to `path`, made safe to extract anywhere (`archive_name`);
+        modes keep only the permission bits (no setuid, setgid or sticky bit); symbolic links
+        and special files are left out (never followed). The folder is checked before the
+        first chunk is produced. `budget` is checked while each chunk is produced (the caller
+        restarts it per chunk: a large folder streams for as long as the client reads).
         """
         parts = split_path(path)
         if parts:
@@ -680,22 +719,24 @@ class WorkspaceFiles:
                 raise NotDirectoryError(path, f"{join(parts)!r} is not a directory", "download a file with a plain read")
         elif not self.exists():
             raise NoSuchFileError(path, "the workspace does not exist yet (nothing has been written)")
+        budget = budget if budget is not None else Budget()
         if fmt == "zip":
-            return self._zip(parts)
+            return self._zip(parts, budget)
         if fmt == "tar.gz":
-            return self._targz(parts)
+            return self._targz(parts, budget)
         raise ValueError(f"unknown archive format {fmt!r} (zip or tar.gz)")
 
-    def _archive_entries(self, parts: tuple[str, ...]) -> Iterator[tuple[str, str, os.stat_result]]:
+    def _archive_entries(self, parts: tuple[str, ...], budget: Budget) -> Iterator[tuple[str, str, os.stat_result]]:
         strip = len(join(parts)) + 1 if parts else 0
         for rel, st in self.walk(join(parts)):
+            budget.check("the archive", join(parts), "archive a smaller folder")
             if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-                yield rel, rel[strip:], st
+                yield rel, archive_name(rel[strip:]), st
 
-    def _zip(self, parts: tuple[str, ...]) -> Iterator[bytes]:
+    def _zip(self, parts: tuple[str, ...], budget: Budget) -> Iterator[bytes]:
         sink = _Sink()
         with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-            for rel, name, st in self._archive_entries(parts):
+            for rel, name, st in self._archive_entries(parts, budget):
                 stamp = time.gmtime(max(st.st_mtime, 315532800))[:6]  # zip dates start in 1980
                 if stat.S_ISDIR(st.st_mode):
                     zi = zipfile.ZipInfo(name + "/", stamp)
@@ -703,7 +744,7 @@ class WorkspaceFiles:
                     zf.writestr(zi, b"")
                 else:
                     zi = zipfile.ZipInfo(name, stamp)
-                    zi.external_attr = (stat.S_IFREG | stat.S_IMODE(st.st_mode)) << 16
+                    zi.external_attr = (stat.S_IFREG | archive_mode(st.st_mode)) << 16
                     zi.compress_type = zipfile.ZIP_DEFLATED
                     try:
                         handle = self.open(rel)
@@ -711,6 +752,7 @@ class WorkspaceFiles:
                         continue
                     with handle, zf.open(zi, "w", force_zip64=st.st_size >= 2**31) as out:
                         for chunk in handle.chunks():
+                            budget.check("the archive", rel, "archive a smaller folder")
                             out.write(chunk)
                             if sink.size >= CHUNK:
                                 yield sink.drain()
@@ -720,7 +762,7 @@ class WorkspaceFiles:
         if rest:
             yield rest
 
-    def _targz(self, parts: tuple[str, ...]) -> Iterator[bytes]:
+    def _targz(self, parts: tuple[str, ...], budget: Budget) -> Iterator[bytes]:
         gz = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: gzip framing
         pending: list[bytes] = []
         size = 0
@@ -740,10 +782,10 @@ class WorkspaceFiles:
             return data
 
         written = 0
-        for rel, name, st in self._archive_entries(parts):
+        for rel, name, st in self._archive_entries(parts, budget):
             info = tarfile.TarInfo(name)
             info.mtime = int(st.st_mtime)
-            info.mode = stat.S_IMODE(st.st_mode)
+            info.mode = archive_mode(st.st_mode)
             info.uname = info.gname = "sandbox"
             if stat.S_ISDIR(st.st_mode):
                 info.type = tarfile.DIRTYPE
@@ -762,6 +804,7 @@ class WorkspaceFiles:
                     written += len(header)
                     sent = 0
                     for chunk in handle.chunks():
+                        budget.check("the archive", rel, "archive a smaller folder")
                         chunk = chunk[: info.size - sent]
                         if not chunk:
                             break
@@ -782,6 +825,31 @@ class WorkspaceFiles:
         emit(b"\0" * trailer)
         pending.append(gz.flush())
         yield drain()
+
+
+_NOT_PORTABLE = re.compile(r"[\\:]")
+
+
+def archive_name(rel: str) -> str:
+    """An entry name that extracts inside the target directory on any system.
+
+    Workspace names never hold `/`, `..` or an absolute start, but may hold what other
+    systems read as a separator or a drive (`..\\..\\x`, `C:`): each `\\` and `:` is
+    stored as `_`, and a component Windows would trim to `.`, `..` or nothing (only dots
+    and spaces) gets a leading `_`.
+    """
+    out = []
+    for part in rel.split("/"):
+        part = _NOT_PORTABLE.sub("_", part)
+        if part.strip(". ") == "":
+            part = "_" + part
+        out.append(part)
+    return "/".join(out)
+
+
+def archive_mode(mode: int) -> int:
+    """The permission bits an archive entry keeps: never setuid, setgid or sticky."""
+    return stat.S_IMODE(mode) & 0o777
 
 
 class OpenFile:
@@ -939,9 +1007,53 @@ class _Sink(io.RawIOBase):
         return data
 
 
+# -- budgets ----------------------------------------------------------------------------
+
+
+class Budget:
+    """How long one request's file work may run, and whether the one who asked is still there.
+
+    The loops of glob, grep, edit, patch and archive call `check`: past the deadline it
+    raises BudgetExceededError, after `cancel` (the client went away) OperationCancelledError.
+    `cancel` may be called from another thread (the event loop) while a worker thread checks.
+    """
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = seconds
+        self.deadline = math.inf
+        self._cancelled = threading.Event()
+        self.restart()
+
+    def restart(self) -> None:
+        """Start a new period of `seconds` (a streamed archive has one per chunk it produces)."""
+        if self.seconds is not None:
+            self.deadline = time.monotonic() + self.seconds
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def check(self, what: str, path: str = "", hint: str | None = None) -> None:
+        if self._cancelled.is_set():
+            raise OperationCancelledError(path, f"{what} was stopped: the request was cancelled")
+        if time.monotonic() > self.deadline:
+            raise BudgetExceededError(path, f"{what} took longer than its budget of {self.seconds:g} s", hint)
+
+
 # -- glob --------------------------------------------------------------------------------
 
 _MAGIC = re.compile(r"(?<!\\)[*?\[{]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the caller's error, answered, not logged
+_RE2_OPTIONS.never_capture = True
+_RE2_OPTIONS.dot_nl = True
 
 
 def _has_magic(part: str) -> bool:
@@ -952,8 +1064,42 @@ def _unescape(part: str) -> str:
     return re.sub(r"\\(.)", r"\1", part)
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """The regular expression a glob pattern stands for, over `/`-separated relative paths."""
+class Glob:
+    """A glob pattern compiled for matching `/`-separated relative paths.
+
+    `*` and `?` stay within one component, `**` as a whole component spans any depth,
+    `[abc]`, `[a-z]`, `[!a]` or `[^a]` and `{a,b}` as usual, a backslash escapes the next character.
+    Matching runs on RE2, whose automaton never backtracks: its time is linear in the
+    path's length whatever the pattern, so no pattern can make a match slow.
+    """
+
+    __slots__ = ("pattern", "parts", "source", "_compiled")
+
+    def __init__(self, pattern: str, *, what: str = "pattern") -> None:
+        self.pattern = pattern
+        self.parts = split_path(pattern, what=what)
+        if not self.parts:
+            raise InvalidPatternError(pattern, f"the {what} is empty", "e.g. *.py or **/*.txt")
+        self.source = glob_regex(join(self.parts))
+        try:
+            self._compiled = re2.compile(self.source, _RE2_OPTIONS)
+        except re2.error as exc:
+            reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+            raise InvalidPatternError(pattern, f"invalid glob pattern {pattern[:200]!r}: {reason}",
+                                      "simplify the pattern") from None
+
+    def matches(self, path: str) -> bool:
+        try:
+            return self._compiled.fullmatch(path) is not None
+        except UnicodeEncodeError:  # a name that is not UTF-8 on disk: each stray byte is one character
+            return self._compiled.fullmatch(_SURROGATE.sub("\ufffd", path)) is not None
+
+
+def glob_regex(pattern: str) -> str:
+    """The RE2 expression a glob pattern stands for, over `/`-separated relative paths.
+
+    Raises InvalidPatternError for a pattern with no meaning (a reversed range such as `[z-a]`).
+    """
     parts = [p for p in pattern.split("/") if p not in ("", ".")]
     out: list[str] = []
     for i, part in enumerate(parts):
@@ -961,17 +1107,17 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         if part == "**":
             out.append(".*" if last else "(?:[^/]+/)*")
         else:
-            out.append(_component_regex(part) + ("" if last else "/"))
-    return re.compile("".join(out), re.DOTALL)
+            out.append(_component_regex(part, pattern) + ("" if last else "/"))
+    return "".join(out)
 
 
-def _component_regex(part: str) -> str:
+def _component_regex(part: str, pattern: str) -> str:
     out: list[str] = []
     i, n = 0, len(part)
     while i < n:
         c = part[i]
         if c == "\\" and i + 1 < n:
-            out.append(re.escape(part[i + 1]))
+            out.append(re2.escape(part[i + 1]))
             i += 2
             continue
         if c == "*":
@@ -989,64 +1135,94 @@ def _component_regex(part: str) -> str:
             while j < n and part[j] != "]":
                 j += 1
             if j >= n:
-                out.append(re.escape(c))
+                out.append(re2.escape(c))
             else:
-                body = part[i + 1: j]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                body = body.replace("\\", "\\\\").replace("[", "\\[")
-                out.append(f"[^/{body}]" if negate else f"[{body}]")
+                out.append(_class_regex(part[i + 1: j], pattern))
                 i = j
         elif c == "{":
             j = part.find("}", i)
             if j == -1:
-                out.append(re.escape(c))
+                out.append(re2.escape(c))
             else:
                 options = part[i + 1: j].split(",")
-                out.append("(?:" + "|".join(_component_regex(o) for o in options) + ")")
+                out.append("(?:" + "|".join(_component_regex(o, pattern) for o in options) + ")")
                 i = j
         else:
-            out.append(re.escape(c))
+            out.append(re2.escape(c))
         i += 1
     return "".join(out)
 
 
-def _grep_name_filter(pattern: str):
-    split_path(pattern, what="glob")
-    compiled = glob_regex(pattern)
-    if "/" in pattern.strip("/"):
-        return lambda rel: compiled.fullmatch(rel) is not None
-    return lambda rel: compiled.fullmatch(rel.rsplit("/", 1)[-1]) is not None
+def _class_regex(body: str, pattern: str) -> str:
+    """`[body]` of a glob as an RE2 class: ranges checked, every character escaped, never `/`."""
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    items: list[str] = []
+    k = 0
+    while k < len(body):
+        if k + 2 < len(body) and body[k + 1] == "-":
+            low, high = body[k], body[k + 2]
+            if low > high:
+                raise InvalidPatternError(pattern, f"the range {low}-{high} in [{body}] is reversed",
+                                          f"write it low to high: {high}-{low}")
+            items.append(f"{re2.escape(low)}-{re2.escape(high)}")
+            k += 3
+        else:
+            items.append(re2.escape(body[k]))
+            k += 1
+    return f"[^/{''.join(items)}]" if negate else f"[{''.join(items)}]"
+
+
+def _grep_name_filter(pattern: str) -> Callable[[str], bool]:
+    compiled = Glob(pattern, what="glob")
+    if len(compiled.parts) > 1:
+        return compiled.matches
+    return lambda rel: compiled.matches(rel.rsplit("/", 1)[-1])
 
 
 # -- edits -------------------------------------------------------------------------------
 
 
-def _occurrence_lines(text: str, needle: str) -> list[int]:
-    lines = []
+SHOWN_OCCURRENCES = 10
+"""How many line numbers an edit_not_unique error names."""
+
+
+def _occurrence_lines(text: str, needle: str, budget: Budget, limit: int = SHOWN_OCCURRENCES) -> list[int]:
+    """The lines of the first `limit` occurrences of `needle` (not overlapping, as `str.replace` sees
+    them), numbered in one pass: each step counts only the newlines since the previous one."""
+    lines: list[int] = []
+    line, counted = 1, 0
     start = text.find(needle)
-    while start != -1:
-        lines.append(text.count("\n", 0, start) + 1)
-        start = text.find(needle, start + 1)
+    while start != -1 and len(lines) < limit:
+        budget.check("the edit", hint="make old_text longer so it matches once")
+        line += text.count("\n", counted, start)
+        counted = start
+        lines.append(line)
+        start = text.find(needle, start + len(needle))
     return lines
 
 
-def _near_miss_hint(text: str, needle: str) -> str:
+def _near_miss_hint(text: str, needle: str, budget: Budget) -> str:
+    """Why `needle` may not have been found; every step is one linear pass over the text."""
     squash = re.compile(r"\s+")
     flat_needle = squash.sub(" ", needle).strip()
+    budget.check("the edit")
     if flat_needle and flat_needle in squash.sub(" ", text):
         return "the text occurs with different whitespace or line breaks; copy it exactly from the file"
+    budget.check("the edit")
     first = needle.strip().splitlines()[0].strip() if needle.strip() else ""
-    if first and first in text:
-        line = text.count("\n", 0, text.find(first)) + 1
+    at = text.find(first) if first else -1
+    if at != -1:
+        line = text.count("\n", 0, at) + 1
         return f"its first line occurs at line {line} but the rest differs; read the file again and copy the text exactly"
     return "read the file again: it may have changed, and old_text must match exactly (whitespace included)"
 
 
 # -- unified diffs -----------------------------------------------------------------------
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# Numbers bounded: int() of a huge one is slow (and past 4300 digits an error).
+_HUNK = re.compile(r"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")
 
 
 @dataclass
@@ -1121,11 +1297,11 @@ def parse_unified_diff(diff: str) -> list[Hunk]:
 _LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 
 
-def _apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
+def _apply_hunks(text: str, hunks: list[Hunk], path: str, budget: Budget) -> str:
     lines = _LINE.findall(text)
     crlf = sum(1 for line in lines if line.endswith("\r\n"))
     eol = "\r\n" if crlf > len(lines) / 2 else "\n"
-    keys = [line.rstrip("\r\n") for line in lines]
+    keys = _LineKeys([line.rstrip("\r\n") for line in lines], budget)
     out: list[str] = []
     cursor = 0
     delta = 0
@@ -1133,7 +1309,7 @@ def _apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
         expected = max(hunk.old_start - 1 + delta, cursor) if hunk.old else max(hunk.old_start + delta, cursor)
         if not hunk.old and hunk.old_start == 0:
             expected = cursor
-        at = _find_block(keys, hunk.old, expected, cursor)
+        at = keys.find_block(hunk.old, expected, cursor)
         if at is None:
             raise PatchError(path, f"hunk {number} (@@ -{hunk.old_start}) does not apply: its context and removed "
                              f"lines are not in {path!r}", "read the file again and regenerate the diff")
@@ -1157,13 +1333,76 @@ def _apply_hunks(text: str, hunks: list[Hunk], path: str) -> str:
     return "".join(out)
 
 
-def _find_block(keys: list[str], block: list[str], expected: int, floor: int) -> int | None:
-    if not block:
-        return min(max(expected, floor), len(keys))
-    n = len(block)
-    limit = len(keys) - n
-    for offset in range(0, len(keys) + 1):
-        for candidate in (expected - offset, expected + offset) if offset else (expected,):
-            if floor <= candidate <= limit and keys[candidate: candidate + n] == block:
-                return candidate
-    return None
+class _LineKeys:
+    """The lines of a file, compared by block in constant time (a rolling hash over line ids).
+
+    Comparing a hunk's lines at each candidate position would cost the hunk's length per
+    position (quadratic when the hunk moved far); the hash of any block is a subtraction.
+    The base is random per file, so no diff can be made to collide on purpose; a hash match
+    is confirmed line by line.
+    """
+
+    _MOD = (1 << 61) - 1
+
+    def __init__(self, keys: list[str], budget: Budget) -> None:
+        self.keys = keys
+        self.budget = budget
+        self._base = secrets.randbelow(self._MOD - 2) + 2
+        self._ids: dict[str, int] = {}
+        self._prefix: list[int] | None = None
+        self._powers: list[int] = [1]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _id(self, key: str) -> int:
+        return self._ids.setdefault(key, len(self._ids) + 1)
+
+    def _power(self, n: int) -> int:
+        powers = self._powers
+        while len(powers) <= n:
+            powers.append(powers[-1] * self._base % self._MOD)
+        return powers[n]
+
+    def _hash_of(self, block: list[str]) -> int:
+        h = 0
+        for k, key in enumerate(block):
+            if k % 4096 == 0:
+                self.budget.check("applying the patch", hint="regenerate the diff against the current file")
+            h = (h * self._base + self._id(key)) % self._MOD
+        return h
+
+    def _prefixes(self) -> list[int]:
+        if self._prefix is None:
+            prefix = [0]
+            for k, key in enumerate(self.keys):
+                if k % 4096 == 0:
+                    self.budget.check("applying the patch", hint="regenerate the diff against the current file")
+                prefix.append((prefix[-1] * self._base + self._id(key)) % self._MOD)
+            self._prefix = prefix
+        return self._prefix
+
+    def find_block(self, block: list[str], expected: int, floor: int) -> int | None:
+        """Where `block` starts in the lines, at `floor` or after, nearest to `expected` (earlier first)."""
+        keys = self.keys
+        if not block:
+            return min(max(expected, floor), len(keys))
+        n = len(block)
+        limit = len(keys) - n
+        if floor <= expected <= limit and keys[expected: expected + n] == block:
+            return expected  # the usual case: the hunk did not move
+        prefix = self._prefixes()
+        target = self._hash_of(block)
+        shift = self._power(n)
+        mod = self._MOD
+        for offset in range(1, len(keys) + 1):
+            if offset % 4096 == 0:
+                self.budget.check("applying the patch", hint="regenerate the diff against the current file")
+            for candidate in (expected - offset, expected + offset):
+                if floor <= candidate <= limit and \
+                        (prefix[candidate + n] - prefix[candidate] * shift) % mod == target and \
+                        keys[candidate: candidate + n] == block:
+                    return candidate
+            if expected - offset < floor and expected + offset > limit:
+                break
+        return None
