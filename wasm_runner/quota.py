@@ -153,6 +153,17 @@ class Reservation:
         """Reserve `n` more bytes; QuotaExceeded (nothing reserved) when they do not fit."""
         self.ledger.take(self, n)
 
+    def room(self) -> int:
+        """Bytes this reservation could still take (at this moment)."""
+        with self.ledger._lock:
+            held = self.used + self.ledger._pending(self.scope, self.measured_at, self)
+            return max(self.limit - held - self.bytes, 0)
+
+    def give_back(self, n: int) -> None:
+        """Undo a `take(n)` (another limit refused the same bytes)."""
+        with self.ledger._lock:
+            self.bytes = max(self.bytes - n, 0)
+
     def commit(self) -> None:
         """The bytes are on disk now: they keep counting until every measurement sees them."""
         self.ledger.settle(self, committed=True)

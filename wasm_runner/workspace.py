@@ -9,6 +9,7 @@ build trees deeper and with longer paths than the kernel accepts in one path.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -17,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 
 from .api import FileChanges
+
+log = logging.getLogger("wasm_runner")
 
 Snapshot = dict[str, tuple[int, int]]
 """relative path -> (size, mtime_ns) of every entry, links not followed."""
@@ -219,6 +222,16 @@ def remove_tree(path: str | os.PathLike[str], *, dir_fd: int | None = None, miss
             except FileNotFoundError:
                 pass
     os.rmdir(path, dir_fd=dir_fd)
+
+
+def discard_tree(path: str | os.PathLike[str]) -> bool:
+    """remove_tree for clean-ups that must go on: False (and a warning) when it failed."""
+    try:
+        remove_tree(path)
+        return True
+    except OSError:
+        log.warning("could not remove %s", path, exc_info=True)
+        return False
 
 
 def _scan(top: Path) -> tuple[Snapshot, int, int]:
