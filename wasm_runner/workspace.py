@@ -139,8 +139,11 @@ def walk_tree(top: str | os.PathLike[str] | None = None, *, dir_fd: int | None =
     a subdirectory is done (remove_tree removes it there). A missing `top` is an empty tree;
     every other failure raises: a caller counting usage must not count less than there is.
     The relative path is "" with `paths=False`, and past NAMED_PATH_CHARS."""
+    # A top the host names by path may be a link it chose (e.g. the CLI's --workspace); a name
+    # relative to a descriptor is inside an untrusted tree and never followed.
+    flags = DIR_FLAGS if dir_fd is not None else DIR_FLAGS & ~os.O_NOFOLLOW
     try:
-        root = os.open(top if top is not None else ".", DIR_FLAGS, dir_fd=dir_fd)
+        root = os.open(top if top is not None else ".", flags, dir_fd=dir_fd)
     except FileNotFoundError:
         return
     stack = [_Frame("", "" if paths else None, _identity(root), root)]
@@ -175,24 +178,19 @@ def walk_tree(top: str | os.PathLike[str] | None = None, *, dir_fd: int | None =
                     lowest_open += 1
                 continue
             stack.pop()
-            if stack:
-                parent = stack[-1]
-                if parent.fd < 0:
+            try:
+                if stack and stack[-1].fd < 0:  # reopen the parent through "..", if it still is
                     fd = os.open("..", DIR_FLAGS, dir_fd=frame.fd)
-                    if _identity(fd) != parent.identity:
+                    if _identity(fd) != stack[-1].identity:
                         os.close(fd)
-                        os.close(frame.fd)
-                        frame.fd = -1
                         raise TreeChanged(errno.ESTALE, "a directory moved while it was walked")
-                    parent.fd = fd
+                    stack[-1].fd = fd
                     lowest_open -= 1
+            finally:
                 os.close(frame.fd)
                 frame.fd = -1
-                if on_leave is not None:
-                    on_leave(parent.fd, frame.name)
-            else:
-                os.close(frame.fd)
-                frame.fd = -1
+            if stack and on_leave is not None:
+                on_leave(stack[-1].fd, frame.name)
     finally:
         for frame in stack:
             if frame.fd >= 0:

@@ -187,3 +187,14 @@ def test_an_edit_that_would_outgrow_the_limit_is_refused_before_it_is_built(tmp_
         files.edit("a.txt", edits, max_result_bytes=1 << 20)
     assert files.read_text("a.txt") == "a"
     assert files.edit("a.txt", edits[:10], max_result_bytes=1 << 20).info.size == 1024
+
+
+def test_a_workspace_the_host_names_through_a_link_is_still_measured(tmp_path):
+    """The CLI's --workspace may be a link the user chose; links inside it are never followed."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a").write_bytes(b"x" * 7)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    ws = Workspace(tmp_path / "session", files_dir=link).ensure()
+    assert ws.usage() == (7, 1)

@@ -100,6 +100,17 @@ async def test_session_delete_removes_a_chain_deeper_than_the_recursion_limit(st
     assert not (secure.data_dir / "sessions" / sid).exists()
 
 
+async def test_a_recursive_file_delete_removes_a_tree_past_path_max(start_secure):
+    secure = await start_secure()
+    sid = await session(secure)
+    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/top/a.txt", "a_member", data=b"a"))[0] == 201
+    build_deep_tree(secure.data_dir / "sessions" / sid / "files" / "top")
+    status, body, _ = await secure.call("DELETE", f"/v1/sessions/{sid}/files/top", "a_member",
+                                        params={"recursive": "true"})
+    assert status == 200, body
+    assert os.listdir(secure.data_dir / "sessions" / sid / "files") == []
+
+
 async def test_concurrent_uploads_cannot_pass_the_workspace_quota(start_secure):
     secure = await start_secure(auth={"quotas": {"disk_bytes": MiB}})
     sids = [await session(secure) for _ in range(2)]
