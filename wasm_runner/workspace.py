@@ -72,6 +72,15 @@ class Workspace:
     def snapshot(self) -> Snapshot:
         return _scan(self.files)[0]
 
+    def snapshot_before_run(self) -> Snapshot:
+        """The snapshot a run's changes are computed from; empty when the workspace cannot be
+        measured (the run goes on to be stopped as over quota by the quota watcher)."""
+        try:
+            return self.snapshot()
+        except OSError:
+            log.warning("could not measure %s before a run", self.root, exc_info=True)
+            return {}
+
     def usage(self, stop_after_files: int | None = None) -> tuple[int, int]:
         """(bytes, entries) used by files/ and tmp/; counting stops early past `stop_after_files`.
 

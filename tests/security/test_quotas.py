@@ -206,3 +206,27 @@ async def test_shared_writes_reserve_against_the_workspace_quota(start_secure):
     status, body, _ = await secure.call("PUT", "/v1/shared/files/s.bin", "a_member", data=b"s" * 400_000)
     assert status == 413 and body["error"]["code"] == "quota_exceeded", body
     assert (await secure.call("PUT", "/v1/shared/files/s.bin", "a_member", data=b"s" * 300_000))[0] == 201
+
+
+async def test_a_usage_that_cannot_be_measured_refuses_writes_and_stops_guests(start_secure, monkeypatch):
+    from wasm_runner import workspace as workspace_module
+
+    secure = await start_secure(auth={"enabled": False})  # the run itself meets the failure, not the 429 check
+    status, created, _ = await secure.call("POST", "/v1/sessions", json={})
+    sid = created["id"]
+    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/a.txt", data=b"a"))[0] == 201
+    real = workspace_module.walk_tree
+
+    def too_long(top=None, **kwargs):
+        if top is not None and "sessions" in str(top):
+            raise OSError(36, "File name too long")
+        return real(top, **kwargs)
+
+    monkeypatch.setattr(workspace_module, "walk_tree", too_long)
+    status, body, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/b.txt", data=b"b")
+    assert status == 413 and body["error"]["code"] == "quota_unmeasurable" and body["error"]["hint"], body
+    status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec",
+                                          json={"code": "import time\ntime.sleep(0.3)\nprint('ran on')"})
+    assert status == 200 and result["limit"] == "disk", result
+    status, body, _ = await secure.call("DELETE", f"/v1/sessions/{sid}/files/a.txt")
+    assert status == 200, body  # deleting still works

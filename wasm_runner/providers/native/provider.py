@@ -291,7 +291,7 @@ class _Run:
 
     def execute(self) -> ExecResult:
         request = self.request
-        before = self.workspace.snapshot()
+        before = self.workspace.snapshot_before_run()
         quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
         self.job.on_cancel(lambda: self.stop("cancelled"))
         started = time.perf_counter()

@@ -126,7 +126,7 @@ class WasmProvider:
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk), view.mounts)
         self._warm.busy()
-        before = {} if job.scratch else workspace.snapshot()
+        before = {} if job.scratch else workspace.snapshot_before_run()
         restarted = False
         kernel = None
         one_shot = job.kernels is None
