@@ -165,8 +165,6 @@ async def test_an_exponential_patch_is_refused_before_it_is_built(start_secure):
                                         json={"edits": edits})
     assert status == 413 and body["error"]["code"] == "quota_exceeded", body
     assert "bytes" in body["error"]["message"] and body["error"]["hint"]
-    status, body, _ = await secure.call("GET", f"/v1/sessions/{sid}/files/a.txt", "a_member")
-    assert body == "a" or body == 1 or status == 200  # unchanged
     assert (secure.data_dir / "sessions" / sid / "files" / "a.txt").read_bytes() == b"a"
     status, body, _ = await secure.call("PATCH", f"/v1/sessions/{sid}/files/a.txt", "a_member",
                                         json={"edits": edits[:10]})
