@@ -19,7 +19,6 @@ import asyncio
 import contextvars
 import hashlib
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +32,7 @@ from wasm_runner import Mount
 from wasm_runner.wire import SessionCreate
 
 from .audit import FLUSH_S, AuditLog
+from .disk_quota import WorkspaceDisk, WorkspaceMeasure, unmeasurable
 from .auth_settings import AuthSettings
 from .errors import ApiError, not_found, overloaded
 from .execution import outcome as outcome_of
@@ -80,7 +80,8 @@ class Security:
     signer: Signer
     limiter: RateLimiter
     running: Counter = field(default_factory=Counter)
-    _disk: dict[str, tuple[float, int]] = field(default_factory=dict)
+    disk: WorkspaceDisk | None = None
+    """Each workspace's disk usage against auth.quotas.disk_bytes (set when the service starts)."""
 
     @property
     def enabled(self) -> bool:
@@ -115,29 +116,15 @@ class Security:
         owner = self.tenants.owner(session_id)
         if owner is None or owner.kind == "app":
             return ()
-        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True),)
+        budget = self.disk.budget(owner.workspace) if self.disk is not None else None
+        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, budget=budget),)
 
-    async def disk_usage(self, workspace: str, session_ids: list[str]) -> int:
-        cached = self._disk.get(workspace)
-        now = time.monotonic()
-        if cached is not None and now - cached[0] < 2.0:
-            return cached[1]
-        roots = [self.data_dir / "sessions" / s for s in session_ids] + [self.data_dir / "workspaces" / workspace]
-        used = await asyncio.to_thread(_tree_size, roots)
-        self._disk[workspace] = (now, used)
-        return used
-
-
-def _tree_size(roots: list[Path]) -> int:
-    total = 0
-    for root in roots:
-        for dirpath, _, filenames in os.walk(root):
-            for name in filenames:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
-    return total
+    def workspace_quota(self, workspace: str | None) -> tuple[str, int, WorkspaceMeasure] | None:
+        """What a write into `workspace` reserves against (None: no workspace quota applies)."""
+        if workspace is None or self.disk is None:
+            return None
+        disk = self.disk
+        return workspace, disk.quota, lambda: disk.measure_async(workspace)
 
 
 SECURITY = web.AppKey("security", Security)
@@ -183,7 +170,7 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         is_exec = request.method == "POST" and route in EXEC_ROUTES
         writes = is_exec or (request.method in _FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                 or route.startswith("/v1/shared/")))
-        if security.enabled and writes:
+        if security.enabled and writes and request.method != "DELETE":  # deleting frees room: never refused
             await _check_disk(request, security, principal)
         if is_exec and security.enabled:
             cap = security.settings.quotas.concurrent_executions
@@ -205,10 +192,12 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
 
 
 async def _check_disk(request: web.Request, security: Security, principal: Principal) -> None:
-    service = request.app[SERVICE]
-    owned = [s for s in security.tenants.sessions_of(principal.workspace) if s in service.sessions.sessions]
-    used = await security.disk_usage(principal.workspace, owned)
-    quota = security.settings.quotas.disk_bytes
+    assert security.disk is not None
+    try:
+        used, _ = await security.disk.measure_async(principal.workspace)
+    except OSError as exc:
+        raise unmeasurable("the workspace", exc) from None
+    quota = security.disk.quota
     if used >= quota:
         raise ApiError(429, "workspace_disk_quota", f"this workspace holds {used} bytes, its quota is {quota}",
                        "delete files or sessions, then retry after the seconds in Retry-After",
@@ -293,6 +282,8 @@ def audit_observer(app: web.Application):
         if security is None:
             return
         principal = CURRENT.get() or (LOCAL if not security.enabled else Principal("unknown", "unknown", "unknown"))
+        if security.disk is not None:
+            security.disk.forget(principal.workspace)
         session_id = getattr(target, "id", None)
         if session_id is not None and session_id.startswith("oneshot-"):
             session_id = None
@@ -329,6 +320,7 @@ async def security_context(app: web.Application) -> AsyncIterator[None]:
     security = Security(settings, data_dir, tenants, audit, signer, RateLimiter(settings.rate_per_s, settings.burst))
     app[SECURITY] = security
     service = app[SERVICE]
+    security.disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
     service.sessions.session_mounts = security.session_mounts
     service.execution.observers.append(audit_observer(app))
     if not settings.enabled:

@@ -18,7 +18,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from wasm_runner import files as wf
 
+from .auth import SECURITY
 from .bodies import json_response, read_json, read_query
+from .disk_quota import WriteBudget, existing_size, reserve
 from .errors import ApiError
 from .file_work import request_budget, run_file_work
 from .openapi import operation
@@ -144,30 +146,30 @@ async def read_file(request: web.Request) -> web.StreamResponse:
 # -- write --------------------------------------------------------------------------------------
 
 
-def _room(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str) -> tuple[int, str]:
-    """How many bytes a write of `path` may take, and the error code when it takes more."""
+async def write_budget(request: web.Request, service: Service, live: LiveSession, files: wf.WorkspaceFiles,
+                       path: str) -> WriteBudget:
+    """Reservations for writing `path` into the session: its disk limit and its workspace's quota.
+    Refused at once (413) when the session holds its maximum number of files."""
     limits = service.sessions.session_limits(live)
     _, session = service.sessions.core(live)
-    used_bytes, entries = session.workspace.usage()
-    try:
-        existing = files.stat(path)
-    except (wf.NoSuchFileError, wf.NotDirectoryError):
-        existing = None
-    if existing is None and entries + 1 > limits.disk_files:
-        raise ApiError(413, "quota_exceeded", f"the workspace holds its maximum of {limits.disk_files} files",
-                       "delete files first")
-    room = limits.disk_bytes - used_bytes + (existing.size if existing is not None else 0)
-    cap = service.config.server.max_file_bytes
-    if room < cap:
-        return max(room, 0), "quota_exceeded"
-    return cap, "file_too_large"
+    credit = await asyncio.to_thread(existing_size, files, path)
+
+    def measure() -> int:
+        used_bytes, entries = session.workspace.usage(stop_after_files=limits.disk_files)
+        if credit is None and entries + 1 > limits.disk_files:
+            raise ApiError(413, "quota_exceeded", f"the workspace holds its maximum of {limits.disk_files} files",
+                           "delete files first")
+        return used_bytes
+
+    security = request.app.get(SECURITY)
+    owner = security.tenants.owner(live.row.id) if security is not None else None
+    workspace = security.workspace_quota(owner.workspace if owner is not None else None) if security else None
+    return await reserve(service.disk, path, credit=credit or 0, session=(live.row.id, limits.disk_bytes, measure),
+                         workspace=workspace)
 
 
-def _too_large(code: str, limit: int, path: str) -> ApiError:
-    if code == "quota_exceeded":
-        return ApiError(413, code, f"writing {path!r} would pass the workspace quota ({limit} bytes left)",
-                        "delete files first, or use a profile with a larger limits.disk_bytes")
-    return ApiError(413, code, f"{path!r} is larger than the {limit}-byte limit for one file")
+def file_too_large(limit: int, path: str) -> ApiError:
+    return ApiError(413, "file_too_large", f"{path!r} is larger than the {limit}-byte limit for one file")
 
 
 @routes.put("/v1/sessions/{id}/files/{path:.*}")
@@ -181,17 +183,20 @@ async def write_file(request: web.Request) -> web.Response:
     query = read_query(request, PutQuery)
     wf.split_path(path)
     files = service.sessions.files(live, create=True)
-    limit, code = await asyncio.to_thread(_room, service, live, files, path)
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(code, limit, path)
-    writer = files.writer(path, max_bytes=limit, make_parents=query.mkdirs)
-    with writer:
-        try:
-            async for chunk in request.content.iter_chunked(wf.CHUNK):
-                writer.write(chunk)
-        except wf.FileTooLargeError:
-            raise _too_large(code, limit, path) from None
-        result = writer.commit()
+    cap = service.config.server.max_file_bytes
+    if request.content_length is not None and request.content_length > cap:
+        raise file_too_large(cap, path)
+    with await write_budget(request, service, live, files, path) as budget:
+        if request.content_length:
+            budget.take_upfront(request.content_length)  # refused before a byte is read
+        with files.writer(path, max_bytes=cap, make_parents=query.mkdirs, reserve=budget.take) as writer:
+            try:
+                async for chunk in request.content.iter_chunked(wf.CHUNK):
+                    writer.write(chunk)
+            except wf.FileTooLargeError:
+                raise file_too_large(cap, path) from None
+            result = writer.commit()
+        budget.commit()
     service.sessions.touch(live)
     return json_response(WriteResult(path=result.info.path, size=result.info.size, created=result.created),
                          status=201 if result.created else 200)
@@ -221,14 +226,16 @@ async def upload_files(request: web.Request) -> web.Response:
                 raise ApiError(400, "invalid_multipart", "a part has neither a filename nor a name",
                                "give each part the file's path as its filename")
             path = "/".join((*base, *wf.split_path(name)))
-            limit, code = await asyncio.to_thread(_room, service, live, files, path)
-            with files.writer(path, max_bytes=limit) as writer:
-                try:
-                    while chunk := await part.read_chunk(wf.CHUNK):
-                        writer.write(chunk)
-                except wf.FileTooLargeError:
-                    raise _too_large(code, limit, path) from None
-                result = writer.commit()
+            cap = service.config.server.max_file_bytes
+            with await write_budget(request, service, live, files, path) as budget:
+                with files.writer(path, max_bytes=cap, reserve=budget.take) as writer:
+                    try:
+                        while chunk := await part.read_chunk(wf.CHUNK):
+                            writer.write(chunk)
+                    except wf.FileTooLargeError:
+                        raise file_too_large(cap, path) from None
+                    result = writer.commit()
+                budget.commit()
             written.append(WriteResult(path=result.info.path, size=result.info.size, created=result.created))
     except (HttpProcessingError, ValueError, AssertionError) as exc:
         raise ApiError(400, "invalid_multipart", f"the multipart body is malformed: {exc}".strip(),
@@ -266,20 +273,39 @@ async def edit_file(request: web.Request) -> web.Response:
         raise ApiError(422, "validation_error", "give exactly one of: old_text and new_text, edits, patch")
     files = service.sessions.files(live)
     max_bytes = service.config.server.max_read_bytes
-    budget = request_budget(service)
-    if body.patch is not None:
-        result = await run_file_work(budget, files.apply_patch, path, body.patch, max_bytes=max_bytes)
-    else:
-        if single:
-            if body.old_text is None or body.new_text is None:
-                raise ApiError(422, "validation_error", "old_text and new_text go together")
-            edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
-        else:
-            edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]
-        result = await run_file_work(budget, files.edit, path, edits, max_bytes=max_bytes)
+    # The result is bounded by the file-size limit before it is built, and its bytes are
+    # reserved against the quotas as it is written.
+    file_cap = min(service.config.server.max_file_bytes, max_bytes)
+    with await write_budget(request, service, live, files, path) as reservation:
+        room = reservation.room()
+        cap = file_cap if room is None else min(file_cap, room)
+        try:
+            result = await _apply_edit(files, path, body, single, max_bytes, cap, reservation,
+                                      request_budget(service))
+        except wf.FileTooLargeError as exc:
+            if cap < file_cap:
+                raise ApiError(413, "quota_exceeded", f"{exc.message}: the room left under the quota",
+                               "delete files first, or edit fewer occurrences") from None
+            raise
+        reservation.commit()
     service.sessions.touch(live)
     return json_response(EditResult(path=result.info.path, size=result.info.size,
                                     replacements=result.replacements, hunks=result.hunks))
+
+
+async def _apply_edit(files: wf.WorkspaceFiles, path: str, body: FileEdit, single: bool, max_bytes: int, cap: int,
+                      reservation: WriteBudget, budget: wf.Budget) -> wf.EditResult:
+    if body.patch is not None:
+        return await run_file_work(budget, files.apply_patch, path, body.patch, max_bytes=max_bytes,
+                                   max_result_bytes=cap, reserve=reservation.take)
+    if single:
+        if body.old_text is None or body.new_text is None:
+            raise ApiError(422, "validation_error", "old_text and new_text go together")
+        edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
+    else:
+        edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]
+    return await run_file_work(budget, files.edit, path, edits, max_bytes=max_bytes, max_result_bytes=cap,
+                               reserve=reservation.take)
 
 
 # -- search ---------------------------------------------------------------------------------------

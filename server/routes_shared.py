@@ -16,9 +16,11 @@ from wasm_runner import files as wf
 
 from .auth import SECURITY, principal_of
 from .bodies import json_response, read_query
+from .disk_quota import existing_size, reserve
 from .errors import ApiError
 from .openapi import operation
-from .routes_files import _entry, _listing
+from .routes_files import _entry, _listing, file_too_large
+from .service import SERVICE
 from wasm_runner.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 
 routes = web.RouteTableDef()
@@ -68,14 +70,24 @@ async def write_shared(request: web.Request) -> web.Response:
     files = _shared(request)
     path = request.match_info["path"]
     wf.split_path(path)
-    limit = request.app[SECURITY].settings.quotas.disk_bytes
-    with files.writer(path, max_bytes=limit, make_parents=True) as writer:
-        try:
-            async for chunk in request.content.iter_chunked(wf.CHUNK):
-                writer.write(chunk)
-        except wf.FileTooLargeError:
-            raise ApiError(413, "quota_exceeded", f"{path!r} is larger than the workspace quota") from None
-        result = writer.commit()
+    security = request.app[SECURITY]
+    cap = request.app[SERVICE].config.server.max_file_bytes
+    if request.content_length is not None and request.content_length > cap:
+        raise file_too_large(cap, path)
+    credit = await asyncio.to_thread(existing_size, files, path)
+    budget = await reserve(request.app[SERVICE].disk, path, credit=credit or 0,
+                           workspace=security.workspace_quota(principal_of(request).workspace))
+    with budget:
+        if request.content_length:
+            budget.take_upfront(request.content_length)
+        with files.writer(path, max_bytes=cap, make_parents=True, reserve=budget.take) as writer:
+            try:
+                async for chunk in request.content.iter_chunked(wf.CHUNK):
+                    writer.write(chunk)
+            except wf.FileTooLargeError:
+                raise file_too_large(cap, path) from None
+            result = writer.commit()
+        budget.commit()
     return json_response(WriteResult(path=result.info.path, size=result.info.size, created=result.created),
                          status=201 if result.created else 200)
 

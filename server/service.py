@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from wasm_runner import ExecRequest
+from wasm_runner.quota import DiskLedger
 
 from .backpressure import ExecutionGate
 from .execution import Execution
@@ -32,6 +33,8 @@ class Service:
     ready: bool = False
     closing: bool = False
     checks: dict[str, str] = field(default_factory=dict)
+    disk: DiskLedger = field(default_factory=DiskLedger)
+    """Bytes reserved by API writes in progress (wasm_runner.quota)."""
     _warmup: asyncio.Task | None = None
 
     @classmethod

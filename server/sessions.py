@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
 from wasm_runner.files import WorkspaceFiles
+from wasm_runner.workspace import discard_tree
 
 from .errors import ApiError, not_found, overloaded
 from .execution import Execution
@@ -129,13 +129,13 @@ class SessionManager:
             else:
                 self.sessions[row.id] = LiveSession(row, restored_kernels=set(row.kernels))
         for row in expired:
-            await asyncio.to_thread(shutil.rmtree, self.sessions_dir / row.id, True)
+            await asyncio.to_thread(discard_tree, self.sessions_dir / row.id)
             self.store.delete(row.id)
             self.metrics.sessions_expired.inc()
         if self.sessions_dir.is_dir():
             leftovers = [p for p in self.sessions_dir.iterdir() if p.name.startswith(ONESHOT_PREFIX)]
             for path in leftovers:
-                await asyncio.to_thread(shutil.rmtree, path, True)
+                await asyncio.to_thread(discard_tree, path)
         log.info("sessions restored", extra={"event": "sessions_restored", "sessions": len(self.sessions),
                                              "expired": len(expired)})
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="wasm-runner-sweep")

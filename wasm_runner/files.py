@@ -19,7 +19,6 @@ import math
 import os
 import re
 import secrets
-import shutil
 import stat
 import tarfile
 import threading
@@ -33,6 +32,8 @@ from typing import Literal
 
 import re2
 import regex
+
+from .workspace import remove_tree
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
@@ -404,8 +405,12 @@ class WorkspaceFiles:
 
     # -- writing ----------------------------------------------------------------------
 
-    def writer(self, path: str, *, max_bytes: int | None = None, make_parents: bool = True) -> AtomicWriter:
-        """An atomic writer: write chunks, then commit (rename into place) or abort."""
+    def writer(self, path: str, *, max_bytes: int | None = None, make_parents: bool = True,
+               reserve: Callable[[int], None] | None = None) -> AtomicWriter:
+        """An atomic writer: write chunks, then commit (rename into place) or abort.
+
+        `reserve(n)` is called before each chunk of n bytes is written; what it raises aborts
+        the write (a quota reservation refusing the bytes)."""
         parts = split_path(path)
         if not parts:
             raise IsDirectoryError(path, "cannot write to the workspace root")
@@ -418,13 +423,14 @@ class WorkspaceFiles:
                 raise PathEscapeError(path, f"{join(parts)!r} is a symbolic link; links are never written through",
                                       "delete the link first to put a file in its place")
             mode = stat.S_IMODE(existing.st_mode) if existing is not None and stat.S_ISREG(existing.st_mode) else 0o644
-            return AtomicWriter(dfd, parts[-1], join(parts), mode, existing is None, max_bytes)
+            return AtomicWriter(dfd, parts[-1], join(parts), mode, existing is None, max_bytes, reserve)
         except BaseException:
             os.close(dfd)
             raise
 
-    def write_bytes(self, path: str, data: bytes, *, max_bytes: int | None = None, make_parents: bool = True) -> WriteResult:
-        with self.writer(path, max_bytes=max_bytes, make_parents=make_parents) as out:
+    def write_bytes(self, path: str, data: bytes, *, max_bytes: int | None = None, make_parents: bool = True,
+                    reserve: Callable[[int], None] | None = None) -> WriteResult:
+        with self.writer(path, max_bytes=max_bytes, make_parents=make_parents, reserve=reserve) as out:
             out.write(data)
             return out.commit()
 
@@ -448,7 +454,7 @@ class WorkspaceFiles:
                 raise NoSuchFileError(path, f"{name!r} does not exist")
             if stat.S_ISDIR(st.st_mode):
                 if recursive:
-                    shutil.rmtree(parts[-1], dir_fd=dfd)  # the fd-based rmtree never follows links
+                    remove_tree(parts[-1], dir_fd=dfd)  # descriptor-based, iterative: never follows links
                 else:
                     try:
                         os.rmdir(parts[-1], dir_fd=dfd)
@@ -464,14 +470,18 @@ class WorkspaceFiles:
     # -- editing ----------------------------------------------------------------------
 
     def edit(self, path: str, edits: Sequence[TextEdit], *, max_bytes: int | None = None,
+             max_result_bytes: int | None = None, reserve: Callable[[int], None] | None = None,
              budget: Budget | None = None) -> EditResult:
         """Apply exact search-and-replace edits in order, all or none (one atomic write).
 
-        Finding and counting are linear in the file's size; `budget` bounds the whole edit."""
+        Finding and counting are linear in the file's size; `budget` bounds the whole edit. A
+        result over `max_result_bytes` is refused before it is built: each edit's size is its
+        occurrences times the size change, known before replacing."""
         if not edits:
             raise EditError(path, "no edits given")
         budget = budget if budget is not None else Budget()
         text = self.read_text(path, max_bytes=max_bytes)
+        size = len(text.encode("utf-8"))
         total = 0
         for number, edit in enumerate(edits, 1):
             budget.check("the edit", path, "send fewer edits, or edit a smaller file")
@@ -488,12 +498,18 @@ class WorkspaceFiles:
                 raise EditNotUniqueError(
                     path, f"{which}old_text occurs {count} times in {path!r} (lines {shown})", count, lines,
                     "add surrounding lines to old_text so it matches once, or set replace_all")
+            size += count * (len(edit.new_text.encode("utf-8")) - len(edit.old_text.encode("utf-8")))
+            if max_result_bytes is not None and size > max_result_bytes:
+                raise FileTooLargeError(path, max_result_bytes, f"{which}the edits would make {path!r} {size} bytes, "
+                                        f"over the {max_result_bytes}-byte limit",
+                                        "replace fewer occurrences, or write the file whole with PUT")
             text = text.replace(edit.old_text, edit.new_text)
             total += count
-        result = self.write_text(path, text, make_parents=False)
+        result = self.write_text(path, text, make_parents=False, max_bytes=max_result_bytes, reserve=reserve)
         return EditResult(info=result.info, replacements=total)
 
     def apply_patch(self, path: str, diff: str, *, max_bytes: int | None = None,
+                    max_result_bytes: int | None = None, reserve: Callable[[int], None] | None = None,
                     budget: Budget | None = None) -> EditResult:
         """Apply a unified diff to one file (headers optional; hunks may sit at shifted lines).
 
@@ -506,8 +522,8 @@ class WorkspaceFiles:
             if not all(not h.old for h in hunks):
                 raise
             original = ""
-        patched = _apply_hunks(original, hunks, path, budget)
-        result = self.write_text(path, patched)
+        patched = _apply_hunks(original, hunks, path, budget)  # at most the file plus the diff's added lines
+        result = self.write_text(path, patched, max_bytes=max_result_bytes, reserve=reserve)
         return EditResult(info=result.info, hunks=len(hunks))
 
     # -- listing, glob, grep --------------------------------------------------------------
@@ -899,8 +915,10 @@ class OpenFile:
 class AtomicWriter:
     """Writes into a temporary file beside the target; `commit` renames it into place."""
 
-    def __init__(self, dir_fd: int, name: str, path: str, mode: int, creating: bool, max_bytes: int | None) -> None:
+    def __init__(self, dir_fd: int, name: str, path: str, mode: int, creating: bool, max_bytes: int | None,
+                 reserve: Callable[[int], None] | None = None) -> None:
         self._dir_fd = dir_fd
+        self._reserve = reserve
         self._name = name
         self.path = path
         self._creating = creating
@@ -918,6 +936,12 @@ class AtomicWriter:
         if self.max_bytes is not None and self.size + len(data) > self.max_bytes:
             self.abort()
             raise FileTooLargeError(self.path, self.max_bytes)
+        if self._reserve is not None and data:
+            try:
+                self._reserve(len(data))
+            except BaseException:
+                self.abort()
+                raise
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)

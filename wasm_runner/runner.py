@@ -13,7 +13,6 @@ import collections
 import concurrent.futures
 import logging
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -30,7 +29,7 @@ from .providers.base import Job, Provider
 from .providers.wasm.provider import KernelSlot, WasmProvider
 from .providers.wasm.sandbox import Mount
 from .worker_processes import OneShotWorkers, WorkerPool
-from .workspace import Workspace
+from .workspace import Workspace, discard_tree
 
 log = logging.getLogger("wasm_runner")
 
@@ -377,9 +376,9 @@ class Runner:
             if hasattr(provider, "close"):
                 provider.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        discard_tree(self.scratch_dir)
         if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+            discard_tree(self.data_dir)
 
     def __enter__(self) -> "Runner":
         return self
@@ -401,7 +400,7 @@ def _own_scratch_dir(parent: Path) -> Path:
     for entry in parent.iterdir():
         pid = entry.name.split("-", 1)[0]
         if not pid.isdigit() or not _alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
+            discard_tree(entry)
     return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
 
 

@@ -116,7 +116,9 @@ async def test_concurrent_execution_quota_answers_429(start_secure):
 async def test_disk_quota_answers_429(start_secure):
     secure = await start_secure(auth={"quotas": {"disk_bytes": 1000}})
     sid = (await secure.call("POST", "/v1/sessions", "a_member", json={}))[1]["id"]
-    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/big.bin", "a_member", data=b"x" * 2000))[0] == 201
+    status, body, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/big.bin", "a_member", data=b"x" * 2000)
+    assert status == 413 and body["error"]["code"] == "quota_exceeded"  # reserved before written: never past
+    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/big.bin", "a_member", data=b"x" * 1000))[0] == 201
     import asyncio
 
     await asyncio.sleep(2.1)  # the usage figure is cached for 2 s

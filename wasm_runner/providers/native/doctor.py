@@ -7,13 +7,16 @@ CLI prints; `main()` is a ready-made command (`python -m wasm_runner.providers.n
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from ...disk_enforcement import disk_enforcement
 from .toolchain import REQUIREMENTS, find_python_data, python_data_dir
 
 TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
@@ -75,6 +78,12 @@ def doctor(provider: Any = None) -> dict[str, Any]:
         "sandbox_usable": problem is None,
     }
     report["isolation"] = isolation
+    data_home = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "wasm-runner"
+    disk = disk_enforcement(data_home)
+    isolation["disk_quota"] = {"path": disk.path, "filesystem": disk.fs_type, "mount": disk.mount_point,
+                               "kernel": disk.kernel, "detail": disk.detail,
+                               "enforcement": "host accounting: running guests re-measured every 50 ms, "
+                                              "API writes reserved before they are written"}
     if bwrap_path is None:
         missing.append("bubblewrap (apt-get install bubblewrap)")
     elif problem is not None:
@@ -135,6 +144,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"  {mark[limits['enforcement'] != 'rlimit']} resource limits: {limits['enforcement']} "
                  f"({limits['detail']})")
     lines.append(f"  ok   network: {iso['network']}")
+    if "disk_quota" in iso:
+        quota = iso["disk_quota"]
+        lines.append(f"  ok   disk quotas: {quota['enforcement']}; kernel quotas: {'not used' if quota['kernel'] else 'none'} "
+                     f"({quota['detail']})")
     if iso["unsandboxed_fallback"]:
         lines.append("  !!   unsandboxed fallback allowed: results say isolation \"none\" where bubblewrap is unusable")
     lines += ["", "tools:"]

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
 from ...capture import Capture
-from ...quota import over_quota, watcher
+from ...quota import over_quota_or_unmeasurable, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
 from . import bwrap as sandbox
@@ -291,8 +291,8 @@ class _Run:
 
     def execute(self) -> ExecResult:
         request = self.request
-        before = self.workspace.snapshot()
-        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"))
+        before = self.workspace.snapshot_before_run()
+        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
         self.job.on_cancel(lambda: self.stop("cancelled"))
         started = time.perf_counter()
         status = rusage = None
@@ -345,7 +345,7 @@ class _Run:
             truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
             duration_ms=round(duration_ms, 3),
             memory_peak_bytes=memory_peak,
-            files=diff(before, self.workspace.snapshot()),
+            files=diff(before, self._snapshot_after(before)),
             language=request.language,
             isolation="bubblewrap" if self.bwrap else "none",
             enforcement=self.enforcement,
@@ -610,6 +610,12 @@ class _Run:
 
     # -- reading the outcome -------------------------------------------------------------------
 
+    def _snapshot_after(self, before: dict) -> dict:
+        try:
+            return self.workspace.snapshot()
+        except OSError:  # unmeasurable: the run is already reported over quota (limit disk)
+            return before
+
     def _memory_peak(self, rusage: Any) -> int | None:
         if self.cgroup is not None:
             peak = self.cgroup.memory_peak()
@@ -624,7 +630,7 @@ class _Run:
             return self._stop.reason
         if oom:
             return "memory"
-        if over_quota(self.workspace, self.limits) or exit_code == 128 + signal.SIGXFSZ:
+        if over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts) or exit_code == 128 + signal.SIGXFSZ:
             return "disk"
         if self.cgroup is None and exit_code != 0 and any(h in stderr[-4000:] for h in MEMORY_HINTS):
             return "memory"  # rlimit mode: the allocation failed inside the program

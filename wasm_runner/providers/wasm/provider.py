@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 import time
 import weakref
@@ -14,11 +15,13 @@ from typing import Any
 from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
 from ...engine import EngineSettings, StopReason
 from ...hints import with_hint
-from ...quota import exceeds, watcher
+from ...quota import exceeds, mounts_exceed, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
 from .sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
 from .warm_pool import WarmPool
+
+log = logging.getLogger("wasm_runner")
 
 
 @dataclass
@@ -121,9 +124,9 @@ class WasmProvider:
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
-        quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk))
+        quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk), view.mounts)
         self._warm.busy()
-        before = {} if job.scratch else workspace.snapshot()
+        before = {} if job.scratch else workspace.snapshot_before_run()
         restarted = False
         kernel = None
         one_shot = job.kernels is None
@@ -164,9 +167,17 @@ class WasmProvider:
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
         entries = None
+        disk_over = True
+        after = before  # what cannot be measured is reported as unchanged
         try:
-            after, used_bytes, entries = workspace.scan()
-            job.left_entries = entries
+            try:
+                after, used_bytes, entries = workspace.scan()
+                job.left_entries = entries
+                disk_over = (exceeds(request.limits, used_bytes, entries)
+                             or mounts_exceed(request.limits, view.mounts, used_bytes, entries))
+            except Exception:  # noqa: BLE001 - what cannot be measured counts as over quota
+                log.warning("could not measure the disk usage of %s", workspace.root, exc_info=True)
+                entries = None
         finally:
             if one_shot:
                 # A scratch workspace left empty goes back to the Runner with its instance,
@@ -178,7 +189,7 @@ class WasmProvider:
                     job.after = lambda: self._warm.settle(request.language, view)
             elif kernel is not None:
                 kernel.close()
-        if outcome.limit is None and exceeds(request.limits, used_bytes, entries):
+        if outcome.limit is None and disk_over:
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
         if outcome.error is not None:

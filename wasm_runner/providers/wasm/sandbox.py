@@ -24,6 +24,7 @@ from ...api import LIMIT_MESSAGES, GuestError, LimitName, Limits
 from ...capture import Capture, OutputListener
 from ...engine import EngineSettings, Interrupt, StopReason, get_engine
 from ...engine.interrupt import stop_reason_in
+from ...quota import DiskBudget
 
 try:
     from ._output_sink import RELEASE as _SINK_RELEASE_ADDRESS, WRITE as _SINK_WRITE_ADDRESS, Sink
@@ -50,12 +51,14 @@ BASE_ENV: dict[str, str] = {
 class Mount:
     """A host directory shown to the guest at `guest` (read-only unless `writable`).
 
-    A mount inside /workspace (e.g. /workspace/shared) takes precedence there; it is
-    not counted in the session's disk quota."""
+    A mount inside /workspace (e.g. /workspace/shared) takes precedence there. A writable
+    mount counts against the session's disk limits, unless it has a `budget` of its own
+    (e.g. the quota of a workspace's shared/ directory): then that budget limits it."""
 
     host: Path
     guest: str
     writable: bool = False
+    budget: DiskBudget | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
