@@ -16,13 +16,15 @@ With `auth.enabled = false` every caller is the `local` workspace (a loud warnin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +48,8 @@ log = logging.getLogger("wasm_runner.server.auth")
 LOCAL_WORKSPACE = "local"
 SHARED_GUEST = "/workspace/shared"
 SESSION_ROUTE_PREFIX = "/v1/sessions/{id}"
-EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", "/v1/batch"})
+BATCH_ROUTE = "/v1/batch"
+EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", BATCH_ROUTE})
 _FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete"}
 
 NO_KEY_HINT = ("send Authorization: Bearer <key>; an administrator creates keys with "
@@ -185,7 +188,7 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
                                                                 or route.startswith("/v1/shared/")))
         if security.enabled and writes:
             await _check_disk(request, security, principal)
-        if is_exec and security.enabled:
+        if is_exec and security.enabled and route != BATCH_ROUTE:  # a batch counts each item (batch_item_hold)
             cap = security.settings.quotas.concurrent_executions
             if not security.running.acquire(principal.workspace, cap):
                 raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
@@ -213,6 +216,27 @@ async def _check_disk(request: web.Request, security: Security, principal: Princ
         raise ApiError(429, "workspace_disk_quota", f"this workspace holds {used} bytes, its quota is {quota}",
                        "delete files or sessions, then retry after the seconds in Retry-After",
                        {"Retry-After": "30"})
+
+
+def batch_item_hold(request: web.Request) -> Callable[[], AbstractAsyncContextManager[None]] | None:
+    """What each batch item holds with keys on, as an execution of its own: the workspace's disk quota is
+    checked (a 429 refuses the item) and one of its concurrent executions taken, waiting for one to free."""
+    security = request.app.get(SECURITY)
+    if security is None or not security.enabled:
+        return None
+    principal = principal_of(request)
+    cap = security.settings.quotas.concurrent_executions
+
+    @contextlib.asynccontextmanager
+    async def hold() -> AsyncIterator[None]:
+        await _check_disk(request, security, principal)
+        await security.running.wait_acquire(principal.workspace, cap)
+        try:
+            yield
+        finally:
+            security.running.release(principal.workspace)
+
+    return hold
 
 
 def _audit_file_change(security: Security, principal: Principal, session_id: str | None, method: str,

@@ -64,7 +64,7 @@ from .errors import ApiError, from_validation
 from .service import CONFIG
 from wasm_runner.wire import (EditResult, ExecBody, FileEdit, FileListing, GlobQuery, GlobResult, GrepQuery, GrepResult,
                    ListQuery, ProcessBody, PutQuery, SessionCreate, SessionId, SessionInfo, SessionList,
-                   SessionListQuery, WriteResult)
+                   SessionListQuery, WriteResult, ecma_patterns)
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")
@@ -223,7 +223,7 @@ def _schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
     schema = dict(components.pop(name))
     if components:
         schema["$defs"] = components
-    return schema
+    return ecma_patterns(schema)
 
 
 def _text(text: str) -> types.TextContent:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import sqlite3
 import time
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS session_owners (
 CREATE INDEX IF NOT EXISTS owners_by_workspace ON session_owners (workspace);
 """
 
-WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+"""\\Z, not $ (which also matches before a final newline)."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,6 @@ class TenantStore:
     # -- workspaces and keys -------------------------------------------------------------
 
     def ensure_workspace(self, name: str) -> None:
-        import re
-
         if not re.match(WORKSPACE_PATTERN, name):
             raise ValueError("a workspace name is 1-64 letters, digits, '-' or '_'")
         self._db.execute("INSERT OR IGNORE INTO workspaces (name, created_at) VALUES (?, ?)", (name, time.time()))
