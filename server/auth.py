@@ -114,9 +114,15 @@ class Security:
         owner = self.tenants.owner(session_id)
         return owner is not None and owner.workspace == principal.workspace
 
+    def mounts_shared(self, session_id: str) -> bool:
+        """Whether the session sees shared/: fixed when it is created, by the kind of the key creating it.
+        Its kernels keep whatever they read there, so only keys allowed shared/ may use such a session."""
+        owner = self.tenants.owner(session_id)
+        return owner is not None and owner.kind != "app"
+
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         owner = self.tenants.owner(session_id)
-        if owner is None or owner.kind == "app":
+        if owner is None or not self.mounts_shared(session_id):
             return ()
         return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True),)
 
@@ -159,6 +165,12 @@ def session_not_found(session_id: str) -> ApiError:
     return not_found("session", session_id, "create one with POST /v1/sessions")
 
 
+def shared_session_refused(session_id: str) -> ApiError:
+    return ApiError(403, "shared_session", f"session {session_id!r} was opened with a member key and mounts the "
+                    "workspace's shared/ directory, which app keys cannot reach",
+                    "use a session opened with this key (POST /v1/sessions)")
+
+
 def _canonical(request: web.Request) -> str:
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else ""
@@ -183,6 +195,8 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         session_id = request.match_info.get("id") if route.startswith(SESSION_ROUTE_PREFIX) else None
         if session_id is not None and not security.owns(principal, session_id):
             raise session_not_found(session_id)
+        if session_id is not None and not principal.shared and security.mounts_shared(session_id):
+            raise shared_session_refused(session_id)
         is_exec = request.method == "POST" and route in EXEC_ROUTES
         writes = is_exec or (request.method in _FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                 or route.startswith("/v1/shared/")))
