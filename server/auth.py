@@ -38,7 +38,7 @@ from .audit import FLUSH_S, AuditLog
 from .auth_settings import AuthSettings
 from .errors import ApiError, not_found, overloaded
 from .execution import outcome as outcome_of
-from .presign import LINK_PREFIX, Signer, load_secrets
+from .presign import LINK_PREFIX, Signer, key_revoked, load_secrets
 from .ratelimit import Counter, RateLimiter, retry_after
 from .service import CONFIG, SERVICE
 from .tenants import TenantStore
@@ -107,6 +107,22 @@ class Security:
             raise ApiError(401, "invalid_key", "the API key is not valid or has been revoked", BAD_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
         return Principal(record.workspace, record.id, record.kind)
+
+    def take_rate(self, key_id: str) -> None:
+        """One request of this key's rate limit; a 429 past it."""
+        wait = self.limiter.take(key_id)
+        if wait > 0:
+            raise overloaded(retry_after(wait), f"this key is over its rate limit of {self.settings.rate_per_s:g} "
+                             "requests per second", "rate_limited")
+
+    def admit_link(self, key_id: str) -> None:
+        """A link acts for the key that made it: dead once that key is revoked, and each use counts
+        against the key's rate limit."""
+        if not self.enabled:
+            return
+        if self.tenants.active_key(key_id) is None:
+            raise key_revoked()
+        self.take_rate(key_id)
 
     def owns(self, principal: Principal, session_id: str) -> bool:
         if not self.enabled:
@@ -184,10 +200,7 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         return await handler(request)
     principal = security.authenticate(request)
     if security.enabled:
-        wait = security.limiter.take(principal.key_id)
-        if wait > 0:
-            raise overloaded(retry_after(wait), f"this key is over its rate limit of {security.settings.rate_per_s:g} "
-                             "requests per second", "rate_limited")
+        security.take_rate(principal.key_id)
     request[PRINCIPAL] = principal
     token = CURRENT.set(principal)
     try:

@@ -8,7 +8,6 @@ one file end with the later write whole, and no reader ever sees a torn file.
 from __future__ import annotations
 
 import asyncio
-import mimetypes
 
 from aiohttp import web
 
@@ -18,7 +17,7 @@ from .auth import SECURITY, principal_of
 from .bodies import json_response, read_query
 from .errors import ApiError
 from .openapi import operation
-from .routes_files import _entry, _listing
+from .routes_files import _entry, _listing, send_file
 from wasm_runner.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 
 routes = web.RouteTableDef()
@@ -45,19 +44,7 @@ async def list_shared(request: web.Request) -> web.Response:
 @operation(summary="Read a file of shared/", tag="shared", response="application/octet-stream",
            errors=(403, 404, 409))
 async def read_shared(request: web.Request) -> web.StreamResponse:
-    files = _shared(request)
-    path = request.match_info["path"]
-    handle = files.open(path)
-    with handle:
-        info = handle.info
-        response = web.StreamResponse(headers={
-            "Content-Type": mimetypes.guess_type(info.path)[0] or "application/octet-stream"})
-        response.content_length = info.size
-        await response.prepare(request)
-        for chunk in handle.chunks(0, info.size):
-            await response.write(chunk)
-        await response.write_eof()
-        return response
+    return await send_file(request, _shared(request), request.match_info["path"])
 
 
 @routes.put("/v1/shared/files/{path:.*}")

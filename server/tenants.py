@@ -162,6 +162,12 @@ class TenantStore:
             return None
         return next((k for k in self.keys() if k.id == key_id), None)
 
+    def active_key(self, key_id: str) -> KeyRecord | None:
+        """The record of an unrevoked key by its id (read each time: a revocation counts at once)."""
+        row = self._db.execute("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
+                               "WHERE id = ? AND revoked_at IS NULL", (key_id,)).fetchone()
+        return KeyRecord(*row) if row is not None else None
+
     def verify(self, key: str) -> KeyRecord | None:
         """The record of a valid, unrevoked key; None otherwise. Constant-time hash comparison."""
         key_id = split_key(key)
