@@ -100,3 +100,24 @@ async def test_a_batch_item_is_refused_once_the_workspace_is_over_its_disk_quota
     refused = results["second"]
     assert refused["error"]["type"] == "Rejected" and "workspace_disk_quota" in refused["error"]["message"]
     assert refused["stdout"] == "" and refused["exit_code"] != 0
+
+
+async def test_a_batch_whose_client_leaves_gives_back_its_slots_and_audits_the_aborted_items(start_secure):
+    secure = await start_secure(auth={"quotas": {"concurrent_executions": 2}})
+    slow = [{"id": str(i), "code": "import time; time.sleep(20)"} for i in range(2)]
+    response = await secure.client.post("/v1/batch?concurrency=2", data=ndjson(slow), headers=secure.auth("a_member"))
+    for _ in range(200):
+        if await _in_flight(secure) == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert await _in_flight(secure) == 2
+    response.close()  # the client goes away mid-batch
+    for _ in range(400):
+        if await _in_flight(secure) == 0:
+            break
+        await asyncio.sleep(0.025)
+    assert await _in_flight(secure) == 0
+    status, result, _ = await secure.call("POST", "/v1/exec", "a_member", json={"code": "print('free')"})
+    assert status == 200 and result["stdout"] == "free\n"  # the workspace's executions were given back
+    _, page, _ = await secure.call("GET", "/v1/audit?kind=exec", "a_member")
+    assert [row["outcome"] for row in page["entries"] if row["mode"] == "batch"] == ["aborted", "aborted"]
