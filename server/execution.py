@@ -14,7 +14,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -160,7 +160,7 @@ class Execution:
 
     async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
                        mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
-                       ) -> AsyncIterator[ExecResult]:
+                       ) -> AsyncGenerator[ExecResult, None]:
         """Batch items through the runner's lanes (`Runner.run_many`), each admitted as one execution.
 
         An item holds `hold()` (the caller's own admission, e.g. its workspace's quotas) and a

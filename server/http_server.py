@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 
 from .errors import parser_error
 
@@ -29,7 +30,7 @@ from .errors import parser_error
 class JsonErrorRequestHandler(RequestHandler):
     """aiohttp's connection handler, with its own error answers in the service's error shape."""
 
-    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
         super().handle_error(request, status, exc, message)  # logs, and raises if the response had started
         response = parser_error(status, exc, message).response()
