@@ -31,12 +31,12 @@ async def test_a_link_dies_with_the_key_that_made_it(secure):
     sid = await _session_with(secure, {"report.txt": b"hello"})
     get = await _link(secure, sid, "report.txt")
     put = await _link(secure, sid, "upload.txt", method="PUT")
-    admins = await _link(secure, sid, "report.txt", "a_member")  # another link of the same key
+    another = await _link(secure, sid, "report.txt")  # another link of the same key
     assert (await secure.call("GET", get))[0] == 200
     store = TenantStore.in_data_dir(secure.data_dir)
     assert store.revoke(secure.keys["a_member"][:15]) is not None
     store.close()
-    for method, url in (("GET", get), ("PUT", put), ("GET", admins)):
+    for method, url in (("GET", get), ("PUT", put), ("GET", another)):
         status, body, _ = await secure.call(method, url, data=b"x")
         assert status == 403 and body["error"]["code"] == "link_revoked", (method, body)
         assert "request a new link" in body["error"]["hint"]
