@@ -1,7 +1,7 @@
 """The application factory: routes, middlewares, and the service opened and closed with the app.
 
     app = create_app(load_config("wasm-runner.toml"))
-    web.run_app(app, handler_cancellation=True)   # or server.cli
+    runner = ServiceRunner(app, handler_cancellation=True)   # server.http_server; or server.cli
 
 Start-up opens the session store, restores sessions and warms the Python runtime
 (readiness waits for it). Shutdown stops admitting executions, gives running ones

@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS audit (
     key_id TEXT NOT NULL,
     session TEXT,
     ephemeral INTEGER NOT NULL DEFAULT 0,
-    mode TEXT,                        -- session | process | oneshot (exec); put | upload | delete | edit (file)
+    mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file)
     profile TEXT,
     provider TEXT,
     language TEXT,

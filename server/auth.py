@@ -16,12 +16,14 @@ With `auth.enabled = false` every caller is the `local` workspace (a loud warnin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from .disk_quota import WorkspaceDisk, WorkspaceMeasure, unmeasurable
 from .auth_settings import AuthSettings
 from .errors import ApiError, not_found, overloaded
 from .execution import outcome as outcome_of
-from .presign import LINK_PREFIX, Signer, load_secrets
+from .presign import LINK_PREFIX, Signer, key_revoked, load_secrets
 from .ratelimit import Counter, RateLimiter, retry_after
 from .service import CONFIG, SERVICE
 from .tenants import TenantStore
@@ -46,7 +48,8 @@ log = logging.getLogger("wasm_runner.server.auth")
 LOCAL_WORKSPACE = "local"
 SHARED_GUEST = "/workspace/shared"
 SESSION_ROUTE_PREFIX = "/v1/sessions/{id}"
-EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", "/v1/batch"})
+BATCH_ROUTE = "/v1/batch"
+EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", BATCH_ROUTE})
 _FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete"}
 
 NO_KEY_HINT = ("send Authorization: Bearer <key>; an administrator creates keys with "
@@ -106,15 +109,37 @@ class Security:
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
         return Principal(record.workspace, record.id, record.kind)
 
+    def take_rate(self, key_id: str) -> None:
+        """One request of this key's rate limit; a 429 past it."""
+        wait = self.limiter.take(key_id)
+        if wait > 0:
+            raise overloaded(retry_after(wait), f"this key is over its rate limit of {self.settings.rate_per_s:g} "
+                             "requests per second", "rate_limited")
+
+    def admit_link(self, key_id: str) -> None:
+        """A link acts for the key that made it: dead once that key is revoked, and each use counts
+        against the key's rate limit."""
+        if not self.enabled:
+            return
+        if self.tenants.active_key(key_id) is None:
+            raise key_revoked()
+        self.take_rate(key_id)
+
     def owns(self, principal: Principal, session_id: str) -> bool:
         if not self.enabled:
             return True
         owner = self.tenants.owner(session_id)
         return owner is not None and owner.workspace == principal.workspace
 
+    def mounts_shared(self, session_id: str) -> bool:
+        """Whether the session sees shared/: fixed when it is created, by the kind of the key creating it.
+        Its kernels keep whatever they read there, so only keys allowed shared/ may use such a session."""
+        owner = self.tenants.owner(session_id)
+        return owner is not None and owner.kind != "app"
+
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         owner = self.tenants.owner(session_id)
-        if owner is None or owner.kind == "app":
+        if owner is None or not self.mounts_shared(session_id):
             return ()
         budget = self.disk.budget(owner.workspace) if self.disk is not None else None
         return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, budget=budget),)
@@ -143,6 +168,12 @@ def session_not_found(session_id: str) -> ApiError:
     return not_found("session", session_id, "create one with POST /v1/sessions")
 
 
+def shared_session_refused(session_id: str) -> ApiError:
+    return ApiError(403, "shared_session", f"session {session_id!r} was opened with a member key and mounts the "
+                    "workspace's shared/ directory, which app keys cannot reach",
+                    "use a session opened with this key (POST /v1/sessions)")
+
+
 def _canonical(request: web.Request) -> str:
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else ""
@@ -156,10 +187,7 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         return await handler(request)
     principal = security.authenticate(request)
     if security.enabled:
-        wait = security.limiter.take(principal.key_id)
-        if wait > 0:
-            raise overloaded(retry_after(wait), f"this key is over its rate limit of {security.settings.rate_per_s:g} "
-                             "requests per second", "rate_limited")
+        security.take_rate(principal.key_id)
     request[PRINCIPAL] = principal
     token = CURRENT.set(principal)
     try:
@@ -167,12 +195,14 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         session_id = request.match_info.get("id") if route.startswith(SESSION_ROUTE_PREFIX) else None
         if session_id is not None and not security.owns(principal, session_id):
             raise session_not_found(session_id)
+        if session_id is not None and not principal.shared and security.mounts_shared(session_id):
+            raise shared_session_refused(session_id)
         is_exec = request.method == "POST" and route in EXEC_ROUTES
         writes = is_exec or (request.method in _FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                 or route.startswith("/v1/shared/")))
         if security.enabled and writes and request.method != "DELETE":  # deleting frees room: never refused
             await _check_disk(request, security, principal)
-        if is_exec and security.enabled:
+        if is_exec and security.enabled and route != BATCH_ROUTE:  # a batch counts each item (batch_item_hold)
             cap = security.settings.quotas.concurrent_executions
             if not security.running.acquire(principal.workspace, cap):
                 raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
@@ -202,6 +232,27 @@ async def _check_disk(request: web.Request, security: Security, principal: Princ
         raise ApiError(429, "workspace_disk_quota", f"this workspace holds {used} bytes, its quota is {quota}",
                        "delete files or sessions, then retry after the seconds in Retry-After",
                        {"Retry-After": "30"})
+
+
+def batch_item_hold(request: web.Request) -> Callable[[], AbstractAsyncContextManager[None]] | None:
+    """What each batch item holds with keys on, as an execution of its own: the workspace's disk quota is
+    checked (a 429 refuses the item) and one of its concurrent executions taken, waiting for one to free."""
+    security = request.app.get(SECURITY)
+    if security is None or not security.enabled:
+        return None
+    principal = principal_of(request)
+    cap = security.settings.quotas.concurrent_executions
+
+    @contextlib.asynccontextmanager
+    async def hold() -> AsyncIterator[None]:
+        await _check_disk(request, security, principal)
+        await security.running.wait_acquire(principal.workspace, cap)
+        try:
+            yield
+        finally:
+            security.running.release(principal.workspace)
+
+    return hold
 
 
 def _audit_file_change(security: Security, principal: Principal, session_id: str | None, method: str,

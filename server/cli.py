@@ -29,6 +29,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from .app import create_app
+from .http_server import ServiceRunner
 from .profiles import ServiceConfig, load_config
 
 log = logging.getLogger("wasm_runner.server")
@@ -120,7 +121,7 @@ async def serve(config: ServiceConfig, *, stop: asyncio.Event | None = None) -> 
     """Serve until SIGINT/SIGTERM (or `stop` is set), then shut down gracefully."""
     settings = config.server
     app = create_app(config)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True,
+    runner = ServiceRunner(app, handle_signals=False, access_log=None, handler_cancellation=True,
                            shutdown_timeout=settings.shutdown_timeout_s + 5)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)

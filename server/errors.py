@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 
 from wasm_runner import files
 
@@ -115,6 +116,28 @@ def from_http_exception(exc: web.HTTPException) -> ApiError:
     return ApiError(status, code, message, hint, headers)
 
 
+PARSER_HINT = "the request is not valid HTTP/1.1: check the request line, the headers and the body's framing"
+
+
+def parser_error(status: int, exc: BaseException | None, message: str | None) -> ApiError:
+    """The error answered for what aiohttp's server refused or failed at, before or around a handler."""
+    if status == 500:
+        return ApiError(500, "internal_error", "the server failed to handle this request",
+                        "retry; if it persists, report it with the time of the request")
+    if status == 504:
+        return ApiError(504, "handler_timeout", "the request took too long to handle", "retry later")
+    text = (message or getattr(exc, "message", "") or "").strip()
+    text = text.splitlines()[0].rstrip(":") if text else "malformed request"
+    if isinstance(exc, LineTooLong):
+        return ApiError(status, "line_too_long", f"a request line or header is too long ({text})",
+                        "keep URLs and each header under 8 KiB; send data in the body")
+    if isinstance(exc, BadHttpMethod):
+        return ApiError(status, "bad_method", f"the request's method is not valid ({text})", PARSER_HINT)
+    if isinstance(exc, BadHttpMessage) and "too many headers" in text.lower():
+        return ApiError(status, "too_many_headers", "the request has too many headers", "send fewer headers")
+    return ApiError(status, "malformed_request", f"the request could not be parsed: {text[:300]}", PARSER_HINT)
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
     try:
@@ -129,6 +152,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         return from_http_exception(exc).response()
+    except HttpProcessingError as exc:  # the body's framing broke while a handler read it
+        response = parser_error(400, exc, exc.message).response()
+        response.force_close()
+        return response
     except (ConnectionResetError, BrokenPipeError):
         raise
     except Exception:

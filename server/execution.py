@@ -10,10 +10,13 @@ it runs, and is counted in the metrics whatever its outcome.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 
 import msgspec
 
@@ -129,7 +132,7 @@ class Execution:
         explicit cancel (that task cancelled, not our caller) is a `cancelled` result; our
         caller being cancelled (client gone, shutdown) cancels the guest and propagates.
         """
-        language = request.language if request.command is None else "command"
+        language = metric_language(request)
         try:
             async with self.gate.slot() as waited:
                 self.metrics.queue_wait_seconds.observe(waited)
@@ -140,15 +143,92 @@ class Execution:
                 try:
                     result = await self._run_task(target, request, listener, on_task)
                 finally:
-                    self.metrics.execution_seconds.observe(time.perf_counter() - started, language, mode)
-                    for observe in self.observers:  # issue 5: the audit log
-                        observe(target, request, result, mode)
+                    self._finished(target, request, result, mode, started)
         except ApiError as exc:
             if exc.status == 429:
                 self.metrics.executions.inc(language, mode, "rejected", "")
             raise
         self.metrics.executions.inc(language, mode, outcome(result), result.limit or "")
         return result
+
+    def _finished(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None, mode: str,
+                  started: float) -> None:
+        """An admitted execution ended (result None: aborted): its time, then the observers (the audit log)."""
+        self.metrics.execution_seconds.observe(time.perf_counter() - started, metric_language(request), mode)
+        for observe in self.observers:
+            observe(target, request, result, mode)
+
+    async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
+                       mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
+                       ) -> AsyncGenerator[ExecResult, None]:
+        """Batch items through the runner's lanes (`Runner.run_many`), each admitted as one execution.
+
+        An item holds `hold()` (the caller's own admission, e.g. its workspace's quotas) and a
+        gate slot from when it is handed to a lane until its result is out; at most
+        `concurrency` are held at once, so an admitted item is one a lane runs now. Each is
+        counted in the metrics and seen by the observers exactly like an execution of
+        `run`. An item refused admission gets a result saying why, and the batch goes on; an
+        `ExecResult` among `items` (a line that could not become a request) passes through.
+        Close the iterator (`contextlib.aclosing`) to stop the items still running.
+        """
+        admitted: dict[str, _Admitted] = {}
+        decided: collections.deque[ExecResult] = collections.deque()
+        room = asyncio.Semaphore(concurrency)
+
+        async def admit() -> AsyncIterator[ExecRequest]:
+            number = 0
+            async for item in items:
+                if isinstance(item, ExecResult):
+                    decided.append(item)
+                    continue
+                await room.acquire()
+                stack = contextlib.AsyncExitStack()
+                stack.callback(room.release)
+                try:
+                    if hold is not None:
+                        await stack.enter_async_context(hold())
+                    waited = await stack.enter_async_context(self.gate.slot())
+                except ApiError as exc:
+                    await stack.aclose()
+                    self.metrics.executions.inc(metric_language(item), mode, "rejected", "")
+                    decided.append(refused_result(item, exc))
+                    continue
+                except BaseException:
+                    await stack.aclose()
+                    raise
+                self.metrics.queue_wait_seconds.observe(waited)
+                number += 1
+                key = str(number)  # the item's own id may repeat; the result is matched by this one
+                admitted[key] = _Admitted(item, stack, time.perf_counter())
+                yield msgspec.structs.replace(item, id=key)
+
+        results = runner.run_many(admit(), concurrency=concurrency)
+        try:
+            async for result in results:
+                while decided:
+                    yield decided.popleft()
+                entry = admitted.pop(result.id or "", None)
+                if entry is not None:
+                    result.id = entry.request.id
+                    try:
+                        self._finished(runner, entry.request, result, mode, entry.started)
+                    finally:
+                        await entry.stack.aclose()
+                    self.metrics.executions.inc(metric_language(entry.request), mode, outcome(result),
+                                                result.limit or "")
+                yield result
+            while decided:
+                yield decided.popleft()
+        finally:
+            try:
+                await results.aclose()  # stops the guests still running
+            finally:
+                left = list(admitted.values())
+                admitted.clear()
+                for entry in left:
+                    await entry.stack.aclose()
+                for entry in left:
+                    self._finished(runner, entry.request, None, mode, entry.started)
 
     async def _run_task(self, target: Runner | Session, request: ExecRequest, listener: OutputListener | None,
                         on_task: Callable[[asyncio.Task | None], None] | None) -> ExecResult:
@@ -186,6 +266,25 @@ class Execution:
             log.warning("cancelled executions at shutdown", extra={"event": "drain_cancelled", "executions": len(pending)})
             with contextlib.suppress(Exception):
                 await asyncio.wait(pending, timeout=5)
+
+
+@dataclass(eq=False)
+class _Admitted:
+    """A batch item handed to a lane: what it holds until its result is out."""
+
+    request: ExecRequest
+    stack: contextlib.AsyncExitStack
+    started: float
+
+
+def metric_language(request: ExecRequest) -> str:
+    return request.language if request.command is None else "command"
+
+
+def refused_result(request: ExecRequest, exc: ApiError) -> ExecResult:
+    """The result of a batch item not admitted (what /exec answers with a 429 or 503)."""
+    return ExecResult(exit_code=2, id=request.id, language=request.language,
+                      error=GuestError(type="Rejected", message=f"{exc.code}: {exc.message}", hint=exc.hint))
 
 
 def outcome(result: ExecResult) -> str:

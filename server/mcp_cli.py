@@ -106,11 +106,12 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
     from aiohttp import web
 
     from .app import create_app
+    from .http_server import ServiceRunner
 
     assert config is not None
     socket_dir = tempfile.mkdtemp(prefix="wasm-runner-mcp-")  # mode 0700: this user only
     socket_path = os.path.join(socket_dir, "api.sock")
-    runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None, handler_cancellation=True,
+    runner = ServiceRunner(create_app(config), handle_signals=False, access_log=None, handler_cancellation=True,
                            shutdown_timeout=config.server.shutdown_timeout_s + 5)
     await runner.setup()
     try:

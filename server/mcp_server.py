@@ -16,7 +16,8 @@ use (again if it expires), so files and kernels persist across tool calls. Every
 takes an optional `session` naming another session of the caller's workspace. Over
 stdio the connection is the process; over HTTP it is the MCP session (Mcp-Session-Id)
 with the caller's credential; a stateless request (no MCP session) gets a new session
-per call, whose id the result names.
+per call, whose id the result names. An MCP session belongs to the key that opened it:
+with another key its id answers 404, as an unknown session does.
 
 Tool input schemas are generated with msgspec from Structs derived from the HTTP wire's
 own (wasm_runner/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
@@ -47,6 +48,8 @@ import msgspec
 import mcp_types as types
 from aiohttp import web
 from mcp.server import Server
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -60,11 +63,12 @@ from wasm_runner.client.calls import file_path
 from wasm_runner.client.errors import ApiError as ClientApiError
 from wasm_runner.client.errors import ConflictError, NotFoundError, TransportError
 
+from .auth import LOCAL, PRINCIPAL
 from .errors import ApiError, from_validation
 from .service import CONFIG
 from wasm_runner.wire import (EditResult, ExecBody, FileEdit, FileListing, GlobQuery, GlobResult, GrepQuery, GrepResult,
                    ListQuery, ProcessBody, PutQuery, SessionCreate, SessionId, SessionInfo, SessionList,
-                   SessionListQuery, WriteResult)
+                   SessionListQuery, WriteResult, ecma_patterns)
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")
@@ -223,7 +227,7 @@ def _schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
     schema = dict(components.pop(name))
     if components:
         schema["$defs"] = components
-    return schema
+    return ecma_patterns(schema)
 
 
 def _text(text: str) -> types.TextContent:
@@ -801,12 +805,26 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
             raise ApiError(503, "not_ready", "the MCP endpoint is not running", "retry shortly")
         if tools.base_url is None:
             tools.base_url, tools.uds = _own_address(request)
-        return await serve_asgi(request, transport.manager.handle_request, transport.background)
+        user = _mcp_user(request)
+
+        async def as_caller(scope: dict, receive: Callable[[], Awaitable[dict]],
+                            send: Callable[[dict], Awaitable[None]]) -> None:
+            scope["user"] = user
+            await transport.manager.handle_request(scope, receive, send)
+
+        return await serve_asgi(request, as_caller, transport.background)
 
     app.on_startup.append(start)
     app.on_shutdown.append(stop)
     app.on_cleanup.append(stop)
     app.router.add_route("*", path, handle)
+
+
+def _mcp_user(request: web.Request) -> AuthenticatedUser:
+    """The caller's key as the SDK's authenticated user: the SDK binds an MCP session to the user that
+    opened it and answers any other exactly as an unknown session (404), so a session id is no credential."""
+    principal = request.get(PRINCIPAL) or LOCAL
+    return AuthenticatedUser(AccessToken(token="", client_id=f"{principal.workspace}/{principal.key_id}", scopes=[]))
 
 
 def _own_address(request: web.Request) -> tuple[str, str | None]:

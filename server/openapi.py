@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from wasm_runner.wire import ErrorResponse
+from wasm_runner.wire import SESSION_ID_PATTERN, ErrorResponse, ecma_patterns
 
 REF = "#/components/schemas/{name}"
 
@@ -55,7 +55,7 @@ def _path_params(path: str) -> list[dict]:
     for name in re.findall(r"\{(\w+)\}", path):  # also `{path}:presign` (issue 5)
         schema: dict = {"type": "string"}
         if name == "id":
-            schema = {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}$"}
+            schema = {"type": "string", "pattern": SESSION_ID_PATTERN}
         params.append({"name": name, "in": "path", "required": True, "schema": schema,
                        "description": "session id" if name == "id" else "a path inside the workspace"})
     return params
@@ -139,11 +139,11 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
         op["responses"] = responses
         paths.setdefault(path, {})[method] = op
 
-    return {
+    return ecma_patterns({
         "openapi": "3.1.0",
         "info": {"title": title, "version": version,
                  "description": "Run untrusted Python and JavaScript in WebAssembly: sessions, execution, files. "
                                 "Every error has the shape {\"error\": {\"code\", \"message\", \"hint\"}}."},
         "paths": paths,
         "components": {"schemas": components},
-    }
+    })

@@ -45,6 +45,7 @@ from .auth_settings import AuthSettings
 
 GiB = 1024 * MiB
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+"""pydantic-core matches with Rust's regex, whose $ is the end of the text (no final-newline match)."""
 
 
 class _Model(BaseModel):

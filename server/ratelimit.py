@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -41,10 +43,11 @@ def retry_after(seconds: float) -> int:
 
 
 class Counter:
-    """How many of something each workspace has in flight."""
+    """How many of something each workspace has in flight (event loop only)."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self._waiters: dict[str, deque[asyncio.Future[None]]] = {}
 
     def get(self, key: str) -> int:
         return self._counts.get(key, 0)
@@ -55,9 +58,36 @@ class Counter:
         self._counts[key] = self._counts.get(key, 0) + 1
         return True
 
+    async def wait_acquire(self, key: str, cap: int) -> None:
+        """Acquire, waiting for a release when `key` is at `cap`."""
+        while not self.acquire(key, cap):
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(key, deque()).append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake(key)  # woken as we gave up: the next waiter tries instead
+                raise
+            finally:
+                queue = self._waiters.get(key)
+                if queue is not None and waiter in queue:
+                    queue.remove(waiter)
+                if queue is not None and not queue:
+                    del self._waiters[key]
+
     def release(self, key: str) -> None:
         left = self._counts.get(key, 0) - 1
         if left > 0:
             self._counts[key] = left
         else:
             self._counts.pop(key, None)
+        self._wake(key)
+
+    def _wake(self, key: str) -> None:
+        queue = self._waiters.get(key)
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return

@@ -13,11 +13,11 @@ from .auth import SECURITY, principal_of
 from .bodies import json_response, read_json, read_query
 from .errors import ApiError, not_found
 from .openapi import operation
-from .tenants import KeyRecord
+from .tenants import WORKSPACE_PATTERN, KeyRecord
 
 routes = web.RouteTableDef()
 
-WorkspaceName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+WorkspaceName = Annotated[str, Meta(pattern=WORKSPACE_PATTERN)]
 
 
 class KeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

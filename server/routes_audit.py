@@ -98,7 +98,13 @@ async def list_audit(request: web.Request) -> web.Response:
         if principal.kind != "admin":
             raise ApiError(403, "admin_only", "only an admin key reads another workspace's audit log")
         workspace = query.workspace
-    filters = AuditFilter(workspace=workspace, session=query.session, key_id=query.key_id, kind=query.kind,
+    key_id = query.key_id
+    if not principal.shared:  # others' rows hold code and output that may come from shared/
+        if key_id is not None and key_id != principal.key_id:
+            raise ApiError(403, "own_rows_only", "an app key reads only the audit rows of its own calls",
+                           "leave out key_id, or use a member key")
+        key_id = principal.key_id
+    filters = AuditFilter(workspace=workspace, session=query.session, key_id=key_id, kind=query.kind,
                           outcome=query.outcome, since=query.since, until=query.until)
     rows = security.audit.query(filters, after_id=_decode(query.cursor) if query.cursor else None,
                                 limit=query.limit + 1)
@@ -115,6 +121,7 @@ async def get_audit(request: web.Request) -> web.Response:
     principal = principal_of(request)
     raw = request.match_info["entry"]
     row = security.audit.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
-    if row is None or row["workspace"] != principal.workspace:
+    if row is None or row["workspace"] != principal.workspace or (
+            not principal.shared and row["key_id"] != principal.key_id):
         raise not_found("audit_entry", raw)
     return json_response(_entry(row))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 import msgspec
-from aiohttp import web
+from aiohttp import StreamReader, web
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner import ExecRequest, ExecResult, GuestError
 from wasm_runner.api import Harness, Language
 
+from .auth import batch_item_hold
 from .errors import ApiError
 from .openapi import operation
 from .service import SERVICE
@@ -20,6 +22,7 @@ from wasm_runner.wire import EnvMap, LimitsPatch, ProfileName, Tag
 routes = web.RouteTableDef()
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
+"""The longest line (one item) read; a longer one is an InvalidRequest result and the batch goes on."""
 
 
 class BatchItem(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -44,18 +47,49 @@ _decode_item = msgspec.json.Decoder(BatchItem).decode
 _encode = msgspec.json.Encoder().encode
 
 
-def _rejected(line_number: int, item_id: str | None, message: str) -> ExecResult:
-    return ExecResult(exit_code=2, id=item_id or f"line {line_number}",
-                      error=GuestError(type="InvalidRequest", message=f"line {line_number}: {message}"))
+def _rejected(line_number: int, message: str, hint: str | None = None) -> ExecResult:
+    return ExecResult(exit_code=2, id=f"line {line_number}",
+                      error=GuestError(type="InvalidRequest", message=f"line {line_number}: {message}", hint=hint))
+
+
+async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[bytes | None]:
+    """The lines of a streamed body (without their newline), read as they arrive; None stands for
+    a line longer than `max_bytes`, whose bytes are skipped, not held."""
+    line = bytearray()
+    too_long = False
+    async for chunk in stream.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            if too_long or len(line) + end - start > max_bytes:
+                yield None
+            else:
+                line += chunk[start:end]
+                yield bytes(line)
+            line.clear()
+            too_long = False
+            start = end + 1
+        if not too_long:
+            if len(line) + len(chunk) - start > max_bytes:
+                too_long = True
+                line.clear()
+            else:
+                line += chunk[start:]
+    if too_long:
+        yield None
+    elif line:
+        yield bytes(line)
 
 
 @routes.post("/v1/batch")
 @operation(summary="Run many one-shot requests: NDJSON in, NDJSON results out in completion order",
            tag="execution", body="application/x-ndjson", query=BatchQuery, response="application/x-ndjson",
-           errors=(415, 422),
-           description="Each line is a BatchItem; each output line an ExecResult with the item's id "
-                       "(a line that cannot run gives a result with error.type InvalidRequest). Every "
-                       "item runs in a fresh instance. Closing the connection stops the running items.")
+           errors=(415, 422, 429),
+           description="Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the "
+                       "item's id. A line that cannot run (malformed, too long) gives a result with error.type "
+                       "InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) "
+                       "one with error.type Rejected; the batch goes on. Every item runs in a fresh instance "
+                       "and counts as one execution (slots, workspace quotas, audit, metrics). Closing the "
+                       "connection stops the running items.")
 async def batch(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     try:
@@ -65,12 +99,15 @@ async def batch(request: web.Request) -> web.StreamResponse:
     _, profile = service.execution.profile(query.profile)
     runner = service.pool.get(profile)
     concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))
-    rejected: list[ExecResult] = []
 
-    async def items() -> AsyncIterator[ExecRequest]:
+    async def items() -> AsyncIterator[ExecRequest | ExecResult]:
         number = 0
-        while line := await request.content.readline():
+        async for line in ndjson_lines(request.content, MAX_LINE_BYTES):
             number += 1
+            if line is None:
+                yield _rejected(number, f"the line is longer than {MAX_LINE_BYTES} bytes",
+                                "send smaller items (one JSON object per line), or files through a session")
+                continue
             if not line.strip():
                 continue
             try:
@@ -80,20 +117,18 @@ async def batch(request: web.Request) -> web.StreamResponse:
                     env=item.env, limits=item.limits, fresh=True, id=item.id or str(number))
                 service.execution.check_provider(runner, exec_request)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                rejected.append(_rejected(number, None, str(exc)))
+                yield _rejected(number, str(exc))
                 continue
             except ApiError as exc:
-                rejected.append(_rejected(number, None, exc.message))
+                yield _rejected(number, exc.message, exc.hint)
                 continue
             yield msgspec.structs.replace(exec_request, harness=item.harness, tests=item.tests)
 
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
-    async for result in runner.run_many(items(), concurrency=concurrency):
-        while rejected:
-            await response.write(_encode(rejected.pop(0)) + b"\n")
-        await response.write(_encode(result) + b"\n")
-    for bad in rejected:
-        await response.write(_encode(bad) + b"\n")
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=batch_item_hold(request))
+    async with contextlib.aclosing(results):
+        async for result in results:
+            await response.write(_encode(result) + b"\n")
     await response.write_eof()
     return response

@@ -110,13 +110,19 @@ async def read_file(request: web.Request) -> web.StreamResponse:
         raise ApiError(422, "invalid_query", "reading a file takes no query parameters",
                        "use Range for part of a file, /files?path=...&recursive=true for listings")
     try:
-        handle = files.open(path)
+        return await send_file(request, files, path)
     except wf.IsDirectoryError:
         return json_response(await _listing(files, path, False, 1000))
     except wf.NoSuchFileError:
         if not wf.split_path(path):
             return json_response(await _listing(files, path, False, 1000))
         raise
+
+
+async def send_file(request: web.Request, files: wf.WorkspaceFiles, path: str) -> web.StreamResponse:
+    """The file's bytes (Range honoured), as a download: browsers neither render nor sniff it on the
+    API's origin. A directory raises IsDirectoryError."""
+    handle = files.open(path)
     with handle:
         info = handle.info
         span = _parse_range(request.headers.get("Range"), info.size)
@@ -127,6 +133,8 @@ async def read_file(request: web.Request) -> web.StreamResponse:
             "Last-Modified": format_datetime(datetime.fromtimestamp(info.mtime, tz=UTC), usegmt=True),
             "ETag": f'"{info.size:x}-{int(info.mtime * 1e6):x}"',
             "Content-Type": content_type,
+            "Content-Disposition": f'attachment; filename="{_safe_filename(info.path.rsplit("/", 1)[-1])}"',
+            "X-Content-Type-Options": "nosniff",
         }
         if span is not None:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{info.size}"

@@ -10,9 +10,11 @@ from . import routes_files
 from .auth import CURRENT, SECURITY, Principal, principal_of, session_not_found
 from .bodies import json_response, read_json
 from .errors import ApiError
+from .presign import altered
 from .openapi import operation
 from wasm_runner.wire import PresignBody, PresignResult
 from .service import SERVICE
+from .sessions import LiveSession
 from wasm_runner import files as wf
 
 routes = web.RouteTableDef()
@@ -36,22 +38,33 @@ async def presign(request: web.Request) -> web.Response:
     if expires_in > cap:
         raise ApiError(422, "limit_exceeds_maximum", f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
                        f"for {body.method} links", f"ask for at most {cap:g} seconds")
-    workspace = principal_of(request).workspace
-    url, expires = security.signer.sign(body.method, workspace, live.row.id, path, expires_in)
+    principal = principal_of(request)
+    url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
+                                        incarnation=incarnation(live), key_id=principal.key_id)
     return json_response(PresignResult(url=url, method=body.method, expires_at=expires,
                                        expires_in=round(expires - time.time(), 3)))
+
+
+def incarnation(live: LiveSession) -> str:
+    """What tells this session from one created later under the same id: its creation time."""
+    return repr(live.row.created_at)
 
 
 async def _follow(request: web.Request) -> web.StreamResponse:
     security = request.app[SECURITY]
     session_id = request.match_info["id"]
     path = "/".join(wf.split_path(request.match_info["path"]))
+    if path != request.match_info["path"] or request.query_string:  # one spelling per link
+        raise altered()
     owner = security.tenants.owner(session_id)
     workspace = owner.workspace if owner is not None else ("local" if not security.enabled else "")
-    security.signer.verify(request.match_info["token"], request.method, workspace, session_id, path)
+    live = request.app[SERVICE].sessions.sessions.get(session_id)
+    key_id = security.signer.verify(request.match_info["token"], request.method, workspace, session_id, path,
+                                    incarnation=incarnation(live) if live is not None else "")
     if owner is None and security.enabled:
         raise session_not_found(session_id)
-    principal = Principal(workspace, f"link:{request.match_info['token'].split('.')[1]}", "link")
+    security.admit_link(key_id)
+    principal = Principal(workspace, f"link:{key_id}", "link")
     token = CURRENT.set(principal)
     try:
         if request.method == "PUT":
@@ -60,7 +73,13 @@ async def _follow(request: web.Request) -> web.StreamResponse:
                                               ephemeral=bool(owner and owner.ephemeral), mode="put", path=path,
                                               status=response.status)
             return response
-        return await routes_files.read_file(request)
+        service = request.app[SERVICE]
+        files = service.sessions.files(service.sessions.get(session_id))
+        try:
+            return await routes_files.send_file(request, files, path)  # a file, never a listing
+        except wf.IsDirectoryError:
+            raise ApiError(409, "not_a_file", "a link serves one file, and this path is a directory",
+                           "presign a link to a file") from None
     finally:
         CURRENT.reset(token)
 

@@ -8,7 +8,6 @@ one file end with the later write whole, and no reader ever sees a torn file.
 from __future__ import annotations
 
 import asyncio
-import mimetypes
 
 from aiohttp import web
 
@@ -19,7 +18,7 @@ from .bodies import json_response, read_query
 from .disk_quota import existing_size, reserve
 from .errors import ApiError
 from .openapi import operation
-from .routes_files import _entry, _listing, file_too_large
+from .routes_files import _entry, _listing, file_too_large, send_file
 from .service import SERVICE
 from wasm_runner.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 
@@ -47,19 +46,7 @@ async def list_shared(request: web.Request) -> web.Response:
 @operation(summary="Read a file of shared/", tag="shared", response="application/octet-stream",
            errors=(403, 404, 409))
 async def read_shared(request: web.Request) -> web.StreamResponse:
-    files = _shared(request)
-    path = request.match_info["path"]
-    handle = files.open(path)
-    with handle:
-        info = handle.info
-        response = web.StreamResponse(headers={
-            "Content-Type": mimetypes.guess_type(info.path)[0] or "application/octet-stream"})
-        response.content_length = info.size
-        await response.prepare(request)
-        for chunk in handle.chunks(0, info.size):
-            await response.write(chunk)
-        await response.write_eof()
-        return response
+    return await send_file(request, _shared(request), request.match_info["path"])
 
 
 @routes.put("/v1/shared/files/{path:.*}")

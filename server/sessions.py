@@ -34,13 +34,13 @@ from .execution import Execution
 from .metrics import Metrics
 from .profiles import Profile, ServiceConfig
 from .store import SessionRow, SessionStore
-from wasm_runner.wire import SessionCreate, SessionInfo
+from wasm_runner.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 
 log = logging.getLogger("wasm_runner.server")
 
 ONESHOT_PREFIX = "oneshot-"
 """Throwaway sessions of POST /v1/exec; left-overs of a crash are removed at start."""
-SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
 
 class RunnerPool:

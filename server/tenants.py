@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import sqlite3
 import time
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS session_owners (
 CREATE INDEX IF NOT EXISTS owners_by_workspace ON session_owners (workspace);
 """
 
-WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+"""\\Z, not $ (which also matches before a final newline)."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,6 @@ class TenantStore:
     # -- workspaces and keys -------------------------------------------------------------
 
     def ensure_workspace(self, name: str) -> None:
-        import re
-
         if not re.match(WORKSPACE_PATTERN, name):
             raise ValueError("a workspace name is 1-64 letters, digits, '-' or '_'")
         self._db.execute("INSERT OR IGNORE INTO workspaces (name, created_at) VALUES (?, ?)", (name, time.time()))
@@ -161,6 +161,12 @@ class TenantStore:
         if self._db.execute(sql, args).rowcount == 0:
             return None
         return next((k for k in self.keys() if k.id == key_id), None)
+
+    def active_key(self, key_id: str) -> KeyRecord | None:
+        """The record of an unrevoked key by its id (read each time: a revocation counts at once)."""
+        row = self._db.execute("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
+                               "WHERE id = ? AND revoked_at IS NULL", (key_id,)).fetchone()
+        return KeyRecord(*row) if row is not None else None
 
     def verify(self, key: str) -> KeyRecord | None:
         """The record of a valid, unrevoked key; None otherwise. Constant-time hash comparison."""

@@ -11,19 +11,40 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner.api import ExecResult, Harness, Language, Limits
 
-SessionId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="1-64 letters, digits, '-' or '_'")]
-ProfileName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+T = TypeVar("T")
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+"""Identifier patterns end in \\Z, never $: msgspec searches with Python's re, whose $ also matches
+before a final newline ("abc\\n" would pass). The JSON Schemas turn \\Z back into $, which means the
+end of the text in their ECMA-262 dialect (see `ecma_patterns`)."""
+SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN, description="1-64 letters, digits, '-' or '_'")]
+ProfileName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")]
 EnvMap = Annotated[dict[EnvName, Annotated[str, Meta(max_length=32768)]], Meta(max_length=256)]
 Seconds = Annotated[float, Meta(gt=0, le=10 * 365 * 86400)]
 Tag = Annotated[str, Meta(max_length=256)]
+
+
+def ecma_patterns(schema: T) -> T:
+    """`schema` (a JSON Schema or OpenAPI document, changed in place) with the Python end anchor of
+    every `pattern` written as JSON Schema's own: \\Z there would be a literal Z or a syntax error."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "pattern" and isinstance(value, str) and value.endswith(r"\Z"):
+                schema[key] = value[:-2] + "$"
+            else:
+                ecma_patterns(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            ecma_patterns(value)
+    return schema
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):

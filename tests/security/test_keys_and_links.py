@@ -133,8 +133,8 @@ async def test_altered_and_expired_links_answer_403_saying_to_request_a_new_one(
         status, body, _ = await secure.call("GET", altered)
         assert status == 403 and "request a new link" in body["error"]["hint"], altered
     token = url.split("/")[3]
-    expires, kid, sig = token.split(".")
-    status, body, _ = await secure.call("GET", url.replace(token, f"{int(expires) + 3600}.{kid}.{sig}"))
+    expires, key_id, kid, sig = token.split(".")
+    status, body, _ = await secure.call("GET", url.replace(token, f"{int(expires) + 3600}.{key_id}.{kid}.{sig}"))
     assert status == 403 and body["error"]["code"] == "link_invalid"
     await asyncio.sleep(2.1)  # expiry is rounded up to the next second
     status, body, _ = await secure.call("GET", url)
@@ -150,7 +150,7 @@ async def test_rotated_secret_keeps_verifying_during_the_overlap(start_secure, t
     rotated = await start_secure(data_dir=tmp_path / "rot", keys=first.keys, auth={"presign_secrets": [new, old]})
     assert (await rotated.call("GET", link["url"]))[0] == 200
     _, fresh, _ = await rotated.call("POST", f"/v1/sessions/{sid}/files/out/report.txt:presign", "a_member", json={})
-    assert fresh["url"].split("/")[3].split(".")[1] != link["url"].split("/")[3].split(".")[1]
+    assert fresh["url"].split("/")[3].split(".")[2] != link["url"].split("/")[3].split(".")[2]
     await rotated.client.close()
     retired = await start_secure(data_dir=tmp_path / "rot", keys=first.keys, auth={"presign_secrets": [new]})
     assert (await retired.call("GET", link["url"]))[0] == 403
@@ -160,12 +160,12 @@ async def test_rotated_secret_keeps_verifying_during_the_overlap(start_secure, t
 def test_signer_expiry_is_checked_against_the_clock():
     now = [1000.0]
     signer = Signer(["s" * 32], clock=lambda: now[0])
-    url, expires = signer.sign("GET", "w", "sid", "a.txt", 10)
+    url, expires = signer.sign("GET", "w", "sid", "a.txt", 10, incarnation="1.5", key_id="0123456789ab")
     token = url.split("/")[3]
-    signer.verify(token, "GET", "w", "sid", "a.txt")
+    assert signer.verify(token, "GET", "w", "sid", "a.txt", incarnation="1.5") == "0123456789ab"
     now[0] = expires
     try:
-        signer.verify(token, "GET", "w", "sid", "a.txt")
+        signer.verify(token, "GET", "w", "sid", "a.txt", incarnation="1.5")
     except Exception as exc:  # noqa: BLE001
         assert getattr(exc, "code", None) == "link_expired"
     else:
