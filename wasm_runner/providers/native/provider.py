@@ -521,8 +521,9 @@ class _Run:
         status = rusage = None
         term_sent_at = kill_sent_at = exited_at = None
         # Without a pids cgroup, RLIMIT_NPROC bounds the run, except for uid 0 (the kernel
-        # exempts root, and the sandbox's uid maps to the service's): then count and kill.
-        watch_processes = self.cgroup is None and os.geteuid() == 0
+        # exempts root): a run as the service's root (unsandboxed) is counted and killed.
+        as_root = os.geteuid() == 0 and not (self.identity is not None and self.identity.dropped)
+        watch_processes = self.cgroup is None and as_root
         host_tasks_at_start = _host_tasks() if watch_processes else 0
         next_watch = time.monotonic() + PROCESS_WATCH_S
         try:
