@@ -109,9 +109,15 @@ def find_bwrap(explicit: str | None = None) -> str | None:
     return None
 
 
-def probe(bwrap: str) -> str | None:
-    """None when bwrap can make the namespaces the policy needs here, else why not (its stderr)."""
-    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+def probe(bwrap: str, as_user: tuple[int, int] | None = None) -> str | None:
+    """None when bwrap can make the namespaces the policy needs here, else why not (its stderr).
+
+    `as_user` (uid, gid) runs the probe as that user, as a root service runs its sandboxes:
+    unprivileged user namespaces may be allowed to root alone."""
+    prefix = []
+    if as_user is not None:
+        prefix = [shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv", f"--reuid={as_user[0]}", f"--regid={as_user[1]}", "--clear-groups", "--"]
+    argv = [*prefix, bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:

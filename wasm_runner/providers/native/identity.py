@@ -29,7 +29,9 @@ SANDBOX_ACCOUNT = "wasm-runner-sandbox"
 """The unprivileged system user a root service runs sandboxes as ($WASM_RUNNER_SANDBOX_USER overrides)."""
 
 HELPERS = ("unshare", "mount", "setpriv")
-"""util-linux programs the relay needs (a root service only)."""
+"""util-linux programs the relay needs (a root service only), looked up in the system's directories."""
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+SETUP_GUARD = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,18 @@ def sandbox_identity() -> SandboxIdentity | str:
                 "not exist: run scripts/install-native.sh as root (or: useradd --system --no-create-home "
                 f"--home-dir /nonexistent --shell /usr/sbin/nologin --user-group {name})")
     if entry.pw_uid == 0 or entry.pw_gid == 0:
-        return f"the sandbox user {name!r} is privileged (uid {entry.pw_uid}, gid {entry.pw_gid}): use an unprivileged one"
-    missing = [tool for tool in HELPERS if shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin") is None]
+        return (f"the sandbox user {name!r} is privileged (uid {entry.pw_uid}, gid {entry.pw_gid}): "
+                "use an unprivileged one")
+    missing = [tool for tool in HELPERS if shutil.which(tool, path=SYSTEM_PATH) is None]
     if missing:
-        return f"a root service needs util-linux's {', '.join(missing)} to drop privileges (apt-get install util-linux mount)"
+        return (f"a root service needs util-linux's {', '.join(missing)} to drop privileges "
+                "(apt-get install util-linux mount)")
     return SandboxIdentity(entry.pw_uid, entry.pw_gid, name, dropped=True)
+
+
+def helper(name: str) -> str:
+    """The absolute path of a util-linux helper (sandbox_identity checked it exists)."""
+    return shutil.which(name, path=SYSTEM_PATH) or name
 
 
 class Relay:
@@ -115,14 +124,12 @@ def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity:
     if setup:
         steps.append("{ " + " && ".join(setup) + "; }" + SETUP_GUARD)
     steps += ['n=$1; shift',
-              'while [ "$n" -gt 0 ]; do mount -n --bind -- "$1" "$2" || { echo "wasm-runner: could not '
-              'bind $1 for the sandbox" >&2; exit 125; }; shift 2; n=$((n-1)); done',
-              f'exec setpriv --reuid={identity.uid} --regid={identity.gid} --clear-groups -- "$@"']
+              f'while [ "$n" -gt 0 ]; do {helper("mount")} -n --bind -- "$1" "$2" || {{ echo "wasm-runner: '
+              'could not bind $1 for the sandbox" >&2; exit 125; }; shift 2; n=$((n-1)); done',
+              f'exec {helper("setpriv")} --reuid={identity.uid} --regid={identity.gid} --clear-groups -- "$@"']
     args = [str(len(mounts))]
     for source, point in mounts:
         args += [source, point]
-    return ["unshare", "--mount", "--propagation", "private", "--",
+    return [helper("unshare"), "--mount", "--propagation", "private", "--",
             "/bin/sh", "-c", "; ".join(steps), "wasm-runner-launch", *args]
 
-
-SETUP_GUARD = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'

@@ -135,15 +135,16 @@ class NativeProvider:
             if self._setup is None or stale:
                 self._checked_at = time.monotonic()
                 path = sandbox.find_bwrap(self._bwrap_explicit)
+                identity = sandbox_identity()
+                self.identity = identity if isinstance(identity, SandboxIdentity) else None
+                problem: str | None
                 if path is None:
                     problem = ("bubblewrap (bwrap) is not installed: run scripts/install-native.sh as root "
                                "(apt-get install bubblewrap)")
-                else:
-                    problem = sandbox.probe(path)
-                identity = sandbox_identity()
-                if problem is None and isinstance(identity, str):
+                elif isinstance(identity, str):
                     problem = identity
-                self.identity = identity if isinstance(identity, SandboxIdentity) else None
+                else:
+                    problem = sandbox.probe(path, (identity.uid, identity.gid) if identity.dropped else None)
                 self.seccomp_program = None
                 if problem is None:
                     try:
