@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -205,3 +205,25 @@ def test_no_host_path_in_what_a_guest_reads_of_its_processes(runner):
     assert "bwrap" in result.stdout  # the sandbox's init is readable: shows `bwrap --args N -- ...`
     for host in (str(runner.data_dir), str(session.path), "wasm-runner-relay", "wasm-runner-etc", "/root"):
         assert host not in result.stdout, host
+
+
+@needs_sandbox
+def test_doctor_says_who_guests_run_as_and_that_the_filter_applies():
+    from wasm_runner.providers.native import doctor, format_report
+
+    report = doctor(NativeProvider())
+    user, seccomp = report["isolation"]["sandbox_user"], report["isolation"]["seccomp"]
+    assert user["ok"] and seccomp["ok"] and user["uid"] != 0
+    assert user["dropped"] is (os.geteuid() == 0)
+    text = format_report(report)
+    assert "sandbox user:" in text and "seccomp:" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root service drops to a sandbox user")
+def test_a_root_service_without_its_sandbox_user_refuses_to_run_guests(tmp_path, monkeypatch):
+    monkeypatch.setenv("WASM_RUNNER_SANDBOX_USER", f"no-such-user-{uuid.uuid4().hex[:8]}")
+    with Runner(tmp_path / "data", providers=[NativeProvider()]) as runner:
+        result = runner.run_sync("id -u", language="bash")
+    assert result.exit_code != 0 and result.stdout == ""
+    assert result.error.type == "SandboxUnavailable"
+    assert "useradd" in result.error.message and "install-native.sh" in result.error.message

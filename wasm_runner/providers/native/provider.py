@@ -164,6 +164,10 @@ class NativeProvider:
         answer with that error, while commands and shell scripts are unaffected.
         """
         try:
+            ensure_program()  # the seccomp filter, generated once into the cache
+        except (FilterUnavailable, OSError) as exc:
+            log.warning("native sandboxes are unavailable: %s", exc)
+        try:
             ensure_python_data(path=self._python_data_path)
             self.prepare_error = None
         except (ToolchainError, OSError) as exc:
