@@ -227,3 +227,19 @@ def test_a_root_service_without_its_sandbox_user_refuses_to_run_guests(tmp_path,
     assert result.exit_code != 0 and result.stdout == ""
     assert result.error.type == "SandboxUnavailable"
     assert "useradd" in result.error.message and "install-native.sh" in result.error.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root service drops to a sandbox user")
+def test_the_unsandboxed_fallback_of_a_root_service_still_runs_as_the_sandbox_user(tmp_path):
+    identity = sandbox_identity()
+    assert isinstance(identity, SandboxIdentity)
+    provider = NativeProvider(bwrap=str(tmp_path / "no-bwrap"), allow_unsandboxed=True)
+    with Runner(tmp_path / "data", providers=[provider]) as runner:
+        session = runner.session()
+        session.workspace.ensure()
+        (session.path / "from-api.txt").write_text("api\n")
+        result = session.run_sync("id -u; echo more >> from-api.txt; touch new.txt", language="bash")
+    assert result.isolation == "none" and result.exit_code == 0, result.stderr
+    assert result.stdout == f"{identity.uid}\n"
+    assert (session.path / "new.txt").stat().st_uid == identity.uid
+    assert (session.path / "from-api.txt").read_text() == "api\nmore\n"

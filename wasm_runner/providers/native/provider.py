@@ -184,13 +184,16 @@ class NativeProvider:
         try:
             if not isolated and not self.allow_unsandboxed:
                 raise _Refusal("SandboxUnavailable", f"the native provider refuses to run unsandboxed: {problem}")
+            if not isolated and os.geteuid() == 0 and self.identity is None:
+                raise _Refusal("SandboxUnavailable", "the native provider refuses to run unsandboxed as root "
+                                                     f"without its unprivileged sandbox user: {problem}")
             program = self._program(request, isolated)
         except _Refusal as refusal:
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
         run = _Run(self.policy, request, workspace, job, support, program,
-                   bwrap_path if isolated else None, self.identity if isolated else None,
+                   bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None)
         return run.execute()
 
@@ -332,13 +335,13 @@ class _Run:
 
     def execute(self) -> ExecResult:
         request = self.request
-        if self.bwrap is not None:
-            try:
-                self._normalize(before_run=True)
-            except OSError as exc:
-                return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
-                                  error=GuestError(type="SandboxError", message=(
-                                      f"could not give the workspace to the sandbox user: {exc}")))
+        try:
+            self._normalize(before_run=True)
+        except OSError as exc:
+            return ExecResult(exit_code=126, language=request.language, id=request.id,
+                              isolation="bubblewrap" if self.bwrap else "none",
+                              error=GuestError(type="SandboxError", message=(
+                                  f"could not give the workspace to the sandbox user: {exc}")))
         before = self.workspace.snapshot()
         quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"))
         self.job.on_cancel(lambda: self.stop("cancelled"))
@@ -454,8 +457,9 @@ class _Run:
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
             return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
-        prefix = launcher(self.cgroup, run_limits.file_bytes)
-        # Unsandboxed (explicit opt-in): host paths, same allowlisted environment.
+        # Unsandboxed (explicit opt-in): host paths, same allowlisted environment; a root
+        # service still drops to its sandbox user (the program keeps the workspace as its cwd).
+        prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity)
         files, tmp = self.workspace.files, self.workspace.tmp
         env = sandbox.sandbox_env(python_data=program.python_data is not None, extra={})
         env.update(HOME=str(files), PWD=str(files), TMPDIR=str(tmp), MPLCONFIGDIR=str(tmp / ".matplotlib"),
@@ -467,6 +471,9 @@ class _Run:
             self._scratch = Path(tempfile.mkdtemp(prefix="wasm-runner-code-"))
             code_path = self._scratch / program.code_name
             code_path.write_bytes(program.code)
+            if self.identity is not None and self.identity.dropped:
+                for path in (self._scratch, code_path):
+                    os.chown(path, self.identity.uid, self.identity.gid)
             inner = [str(code_path) if a == f"{sandbox.GUEST_CODE_DIR}/{program.code_name}" else a for a in inner]
         return prefix + inner, env, str(files)
 
