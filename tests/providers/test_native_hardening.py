@@ -105,6 +105,14 @@ def test_host_walk_clears_special_bits_and_removes_device_nodes(tmp_path):
     os.fchmod(current, 0o2755)
     os.close(current)
     report = normalize(tmp_path)
+    current = os.open(deep, os.O_RDONLY)
+    for _ in range(300):
+        following = os.open("d" * 250, os.O_RDONLY, dir_fd=current)
+        os.close(current)
+        current = following
+    assert stat.S_IMODE(os.fstat(current).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat("x", dir_fd=current).st_mode) == 0o755
+    os.close(current)
     assert stat.S_IMODE(setuid.stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "g").stat().st_mode) == 0o755
     assert stat.S_IMODE(target.stat().st_mode) == 0o4755  # a link is never followed

@@ -12,6 +12,7 @@ It runs before each native run (ownership) and after it (the bits), on the host'
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from pathlib import Path
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RETRIES = 3
+KEEP_OPEN = 128
+"""Directory levels kept open during a walk; deeper ones are found again through '..', checked."""
 
 
 class TreeChanged(OSError):
@@ -57,39 +60,51 @@ def _walk(top: Path, owner: tuple[int, int] | None) -> TreeReport:
         fd = os.open(top, OPEN_DIR)
     except (FileNotFoundError, NotADirectoryError):
         return report
+    st = os.fstat(fd)
+    _fix_open(fd, st, owner, report, usable=True)
+    # Per level: its descriptor (closed past KEEP_OPEN levels, found again through ".."),
+    # its identity, and the subdirectories still to visit.
+    levels: list[list] = [[fd, _identity(st), _entries(fd, owner, report)]]
     try:
-        st = os.fstat(fd)
-        _fix_open(fd, st, owner, report, usable=True)
-        levels: list[tuple[tuple[int, int], list[str]]] = [(_identity(st), _entries(fd, owner, report))]
         while levels:
-            identity, pending = levels[-1]
-            if pending:
-                name = pending.pop()
-                try:
-                    child = os.open(name, OPEN_DIR, dir_fd=fd)
-                except (FileNotFoundError, NotADirectoryError, OSError) as exc:
-                    if isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == 40:  # ELOOP: a link now
-                        continue
-                    if isinstance(exc, PermissionError):  # a non-root service's own 0-mode directory
-                        child = _open_own(name, fd)
-                    else:
-                        raise
-                child_st = os.fstat(child)
-                os.close(fd)
-                fd = child
-                levels.append((_identity(child_st), _entries(fd, owner, report)))
+            level = levels[-1]
+            if level[2]:
+                name = level[2].pop()
+                child = _open_subdir(name, level[0])
+                if child is None:
+                    continue
+                if len(levels) > KEEP_OPEN:
+                    os.close(level[0])
+                    level[0] = None
+                levels.append([child, _identity(os.fstat(child)), _entries(child, owner, report)])
                 continue
-            levels.pop()
-            if levels:
-                parent = os.open("..", OPEN_DIR, dir_fd=fd)
-                if _identity(os.fstat(parent)) != levels[-1][0]:
+            done = levels.pop()
+            if levels and levels[-1][0] is None:
+                parent = os.open("..", OPEN_DIR, dir_fd=done[0])
+                if _identity(os.fstat(parent)) != levels[-1][1]:
                     os.close(parent)
                     raise TreeChanged(f"{top}: a directory moved during the walk")
-                os.close(fd)
-                fd = parent
+                levels[-1][0] = parent
+            os.close(done[0])
         return report
     finally:
-        os.close(fd)
+        for level in levels:
+            if level[0] is not None:
+                os.close(level[0])
+
+
+def _open_subdir(name: str, dir_fd: int) -> int | None:
+    """The subdirectory `name` opened, or None when it is gone or no longer a directory."""
+    try:
+        return os.open(name, OPEN_DIR, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError:  # a non-root service's own directory, made unreadable by a guest
+        return _open_own(name, dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # replaced by a link: not followed
+            return None
+        raise
 
 
 def _open_own(name: str, dir_fd: int) -> int:
