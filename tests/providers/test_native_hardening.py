@@ -251,3 +251,18 @@ def test_the_unsandboxed_fallback_of_a_root_service_still_runs_as_the_sandbox_us
     assert result.stdout == f"{identity.uid}\n"
     assert (session.path / "new.txt").stat().st_uid == identity.uid
     assert (session.path / "from-api.txt").read_text() == "api\nmore\n"
+
+
+def test_without_libseccomp_bindings_the_sandbox_is_unusable_with_a_clear_message(tmp_path, monkeypatch):
+    import sys
+
+    from wasm_runner.providers.native import syscall_filter
+
+    monkeypatch.setenv("WASM_RUNNER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "seccomp", None)  # `import seccomp` fails here
+    monkeypatch.setattr(syscall_filter, "SYSTEM_PYTHONS", (str(tmp_path / "no-python"),))
+    with pytest.raises(syscall_filter.FilterUnavailable, match="python3-seccomp"):
+        syscall_filter.ensure_program()
+    if SANDBOX_PROBLEM is None:
+        _, problem, _ = NativeProvider().environment()
+        assert problem is not None and "python3-seccomp" in problem

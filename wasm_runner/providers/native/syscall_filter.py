@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -28,6 +29,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import seccomp_program
 from .toolchain import cache_root
 
 EPERM_CALLS = (
@@ -77,45 +79,9 @@ RULES: dict = {
     "errno": {"EPERM": errno.EPERM, "ENOSYS": errno.ENOSYS},
 }
 
-GENERATOR = r'''
-import json, sys
-import seccomp
-
-def build(rules, out):
-    eperm = seccomp.ERRNO(rules["errno"]["EPERM"])
-    enosys = seccomp.ERRNO(rules["errno"]["ENOSYS"])
-    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    skipped = []
-
-    def add(action, call, *args):
-        try:
-            f.add_rule(action, call, *args)
-        except (RuntimeError, ValueError, OSError):
-            skipped.append(str(call))  # not a call of this architecture, or unknown to this libseccomp
-
-    for call in rules["eperm"]:
-        add(eperm, call)
-    for call in rules["enosys"]:
-        add(enosys, call)
-    for number in rules["enosys_numbers"]:
-        add(enosys, number)
-    for flag in rules["clone_flags"]:
-        add(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
-    for bit in rules["mode_bits"]:
-        for call, index in rules["mode_argument"].items():
-            add(eperm, call, seccomp.Arg(index, seccomp.MASKED_EQ, bit, bit))
-        for call, (flags, mode) in rules["create_mode_argument"].items():
-            add(eperm, call, seccomp.Arg(flags, seccomp.MASKED_EQ, rules["o_creat"], rules["o_creat"]),
-                seccomp.Arg(mode, seccomp.MASKED_EQ, bit, bit))
-    f.export_bpf(out)
-    return skipped
-
-if __name__ == "__main__":
-    skipped = build(json.loads(sys.stdin.read()), sys.stdout)
-    sys.stderr.write(json.dumps(skipped))
-'''
 
 SYSTEM_PYTHONS = ("/usr/bin/python3",)
+log = logging.getLogger("wasm_runner.native")
 _lock = threading.Lock()
 
 
@@ -123,8 +89,11 @@ class FilterUnavailable(RuntimeError):
     """No seccomp program could be generated here; the message says what to install."""
 
 
+PROGRAM_SOURCE = Path(seccomp_program.__file__)
+
+
 def digest() -> str:
-    source = json.dumps(RULES, sort_keys=True) + GENERATOR + platform.machine()
+    source = json.dumps(RULES, sort_keys=True) + PROGRAM_SOURCE.read_text() + platform.machine()
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
@@ -163,10 +132,8 @@ def _generate() -> bytes:
     except ImportError:
         pass
     else:
-        namespace: dict = {}
-        exec(compile(GENERATOR, "syscall_filter.GENERATOR", "exec"), namespace)
         with tempfile.TemporaryFile() as out:
-            namespace["build"](RULES, out)
+            _warn_unknown(seccomp_program.build(RULES, out))
             out.seek(0)
             return out.read()
     reasons = []
@@ -174,15 +141,25 @@ def _generate() -> bytes:
         if not os.access(python, os.X_OK):
             continue
         try:
-            done = subprocess.run([python, "-I", "-c", GENERATOR], input=rules.encode(), capture_output=True,
+            done = subprocess.run([python, "-I", str(PROGRAM_SOURCE)], input=rules.encode(), capture_output=True,
                                   timeout=60, check=False, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         except (OSError, subprocess.TimeoutExpired) as exc:
             reasons.append(f"{python}: {exc}")
             continue
         if done.returncode == 0 and done.stdout and len(done.stdout) % 8 == 0:
+            try:
+                _warn_unknown(json.loads(done.stderr or b"[]"))
+            except ValueError:
+                pass
             return done.stdout
         reasons.append(f"{python}: {done.stderr.decode(errors='replace').strip().splitlines()[-1:] or done.returncode}")
     raise FilterUnavailable(
         "no seccomp filter for native sandboxes: libseccomp's Python bindings are missing "
         "(apt-get install python3-seccomp, or run scripts/install-native.sh as root)"
         + (f" [{'; '.join(reasons)}]" if reasons else ""))
+
+
+def _warn_unknown(calls: list[str]) -> None:
+    if calls:
+        log.warning("libseccomp here does not know %s: the filter cannot refuse them by name "
+                    "(a newer python3-seccomp/libseccomp2 would)", ", ".join(calls))
