@@ -220,6 +220,9 @@ class Runner:
 
     def _new_scratch(self) -> Workspace:
         workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+        # Searchable like a session's directory (the data directory above it is private): a
+        # native sandbox reaches the workspace and its /tmp through one bind of it.
+        workspace.root.chmod(0o755)
         self._scratch_made[workspace.root] = scratch_state(workspace)
         return workspace
 

@@ -20,6 +20,7 @@ import atexit
 import os
 import pwd
 import shutil
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -114,6 +115,57 @@ class Relay:
 
 relay = Relay()
 atexit.register(relay.remove)
+
+
+class RelayPlan:
+    """One run's relayed sources: each host path bwrap must mount, as a path the sandbox user
+    can resolve. A path it can already reach is used as it is; else the highest directory
+    above it from which the user can walk down to it is bound onto a relay point (one bind
+    serves a workspace and its /tmp), or the path itself when even its parent is closed."""
+
+    def __init__(self, identity: SandboxIdentity) -> None:
+        self.identity = identity
+        self.mounts: list[tuple[str, str]] = []
+        """(host directory, relay point) for the launcher to bind."""
+        self._points: dict[str, str] = {}
+
+    def source(self, host: str) -> str:
+        real = os.path.realpath(host)
+        parent = os.path.dirname(real)
+        if all(self._passable(d) for d in _ancestors(parent)):
+            return real
+        anchor = real
+        if self._passable(parent):
+            anchor = parent
+            while anchor != "/" and self._passable(os.path.dirname(anchor)):
+                anchor = os.path.dirname(anchor)
+        point = self._points.get(anchor)
+        if point is None:
+            point = str(relay.point(len(self.mounts), os.path.isdir(anchor)))
+            self._points[anchor] = point
+            self.mounts.append((anchor, point))
+        return point + real[len(anchor):]
+
+    def _passable(self, directory: str) -> bool:
+        """May the sandbox user (its own group, no other) search `directory`? (ACLs aside.)"""
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return False
+        if st.st_uid == self.identity.uid:
+            return bool(st.st_mode & stat.S_IXUSR)
+        if st.st_gid == self.identity.gid:
+            return bool(st.st_mode & stat.S_IXGRP)
+        return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _ancestors(directory: str) -> list[str]:
+    """`directory` and every directory above it, up to /."""
+    found = [directory]
+    while directory != "/":
+        directory = os.path.dirname(directory)
+        found.append(directory)
+    return found
 
 
 def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity: SandboxIdentity) -> list[str]:

@@ -31,7 +31,7 @@ from ...quota import over_quota, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
 from . import bwrap as sandbox
-from .identity import SandboxIdentity, relay, sandbox_identity
+from .identity import RelayPlan, SandboxIdentity, sandbox_identity
 from .limits import (
     CgroupMode,
     CgroupSupport,
@@ -433,19 +433,12 @@ class _Run:
             if self.seccomp_program is not None:
                 seccomp_fd = os.open(self.seccomp_program, os.O_RDONLY)
                 fds.append(seccomp_fd)
-            relayed: list[tuple[str, str]] = []
-
-            def through_relay(host: str) -> str:
-                point = relay.point(len(relayed), os.path.isdir(host))
-                relayed.append((host, str(point)))
-                return str(point)
-
-            dropped = self.identity is not None and self.identity.dropped
+            plan = RelayPlan(self.identity) if self.identity is not None and self.identity.dropped else None
             options = sandbox.options(
                 policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
                 python_data=data.path if data is not None else None, code_fd=code_fd,
                 code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
-                relay=through_relay if dropped else None)
+                relay=plan.source if plan is not None else None)
             # The options reach bwrap through a descriptor: the sandbox's init process shows
             # `bwrap --args N -- command`, no host path.
             args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)
@@ -453,7 +446,8 @@ class _Run:
             _write_all(args_fd, b"".join(o.encode() + b"\0" for o in options))
             os.lseek(args_fd, 0, os.SEEK_SET)
             argv = [self.bwrap, "--args", str(args_fd), "--", *inner]
-            prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity, mounts=relayed)
+            prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity,
+                              mounts=plan.mounts if plan is not None else None)
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
             return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
