@@ -266,3 +266,28 @@ def test_without_libseccomp_bindings_the_sandbox_is_unusable_with_a_clear_messag
     if SANDBOX_PROBLEM is None:
         _, problem, _ = NativeProvider().environment()
         assert problem is not None and "python3-seccomp" in problem
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root service relays its mounts")
+def test_the_relay_binds_once_per_closed_ancestor_and_leaves_reachable_paths_alone(tmp_path):
+    from wasm_runner.providers.native.identity import RelayPlan
+
+    identity = sandbox_identity()
+    assert isinstance(identity, SandboxIdentity)
+    data = tmp_path / "data"
+    (data / "sessions" / "s1" / "files").mkdir(parents=True)
+    (data / "sessions" / "s1" / "tmp").mkdir()
+    data.chmod(0o700)
+    closed = tmp_path / "closed"
+    (closed / "inner").mkdir(parents=True)
+    closed.chmod(0o700)
+    (closed / "inner").chmod(0o700)
+    plan = RelayPlan(identity)
+    files = plan.source(str(data / "sessions" / "s1" / "files"))
+    tmp = plan.source(str(data / "sessions" / "s1" / "tmp"))
+    inner = plan.source(str(closed / "inner"))
+    assert plan.source("/usr/share") == "/usr/share" and plan.mounts[0][0] == str(data / "sessions")
+    assert files.endswith("/s1/files") and tmp.endswith("/s1/tmp")
+    assert os.path.dirname(os.path.dirname(files)) == os.path.dirname(os.path.dirname(tmp)) == plan.mounts[0][1]
+    assert plan.mounts[1] == (str(closed / "inner"), inner)  # even its parent is closed: bound itself
+    assert len(plan.mounts) == 2

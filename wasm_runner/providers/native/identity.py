@@ -9,9 +9,10 @@ as an unprivileged user and starts bwrap as itself.
 That user may not traverse the directories above a session (a data directory of mode 0700, a
 caller's private temporary directory): bwrap resolves every mount source as the user it runs
 as. So a root service first enters a private mount namespace of its own (the host's mount
-table is untouched), bind-mounts each source onto a mount point of a world-traversable relay
-directory, and only then drops to the sandbox user and execs bwrap, which mounts the relay's
-points. Nothing of the host's directory tree is made wider.
+table is untouched), binds each closed directory above a source onto a mount point of a
+world-traversable relay directory, and only then drops to the sandbox user and execs bwrap,
+which mounts the sources through the relay. Nothing of the host's directory tree is made wider,
+and nothing of the relay is left in the sandbox (bwrap unmounts the host's tree it came from).
 """
 
 from __future__ import annotations
