@@ -291,3 +291,26 @@ def test_the_relay_binds_once_per_closed_ancestor_and_leaves_reachable_paths_alo
     assert os.path.dirname(os.path.dirname(files)) == os.path.dirname(os.path.dirname(tmp)) == plan.mounts[0][1]
     assert plan.mounts[1] == (str(closed / "inner"), inner)  # even its parent is closed: bound itself
     assert len(plan.mounts) == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root service relays its mounts (and may mount here)")
+def test_a_filesystem_mounted_below_a_relayed_source_is_what_the_guest_sees(tmp_path):
+    import subprocess
+
+    from wasm_runner.providers.native import Bind, SandboxPolicy
+
+    closed = tmp_path / "closed"
+    inner = closed / "outer" / "inner"
+    inner.mkdir(parents=True)
+    (inner / "underneath.txt").write_text("the directory below the mount")
+    closed.chmod(0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(inner)], check=True)
+    try:
+        (inner / "on-the-mount.txt").write_text("mounted")
+        policy = SandboxPolicy(binds=(Bind(closed / "outer", "/data"),))
+        with Runner(tmp_path / "data", providers=[NativeProvider(policy)]) as runner:
+            result = runner.run_sync("ls /data/inner", language="bash")
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == "on-the-mount.txt\n"
+    finally:
+        subprocess.run(["umount", str(inner)], check=True)

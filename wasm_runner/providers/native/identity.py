@@ -172,12 +172,15 @@ def _ancestors(directory: str) -> list[str]:
 def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity: SandboxIdentity) -> list[str]:
     """The host-side prefix of a root service: a private mount namespace whose shell runs the
     `setup` steps (cgroup join, file-size limit), binds each (source, relay point) of `mounts`,
-    then execs the rest of the command (bwrap) as the sandbox user, without supplementary groups."""
+    then execs the rest of the command (bwrap) as the sandbox user, without supplementary groups.
+
+    Made anew for each run, so it shows the host's mounts as they are then; the binds are
+    recursive, so a filesystem mounted below a source (a session's own) comes along."""
     steps = []
     if setup:
         steps.append("{ " + " && ".join(setup) + "; }" + SETUP_GUARD)
     steps += ['n=$1; shift',
-              f'while [ "$n" -gt 0 ]; do {helper("mount")} -n --bind -- "$1" "$2" || {{ echo "wasm-runner: '
+              f'while [ "$n" -gt 0 ]; do {helper("mount")} -n --rbind -- "$1" "$2" || {{ echo "wasm-runner: '
               'could not bind $1 for the sandbox" >&2; exit 125; }; shift 2; n=$((n-1)); done',
               f'exec {helper("setpriv")} --reuid={identity.uid} --regid={identity.gid} --clear-groups -- "$@"']
     args = [str(len(mounts))]
