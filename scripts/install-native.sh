@@ -5,8 +5,10 @@
 # Then build the python-data environment once:   python -m wasm_runner.providers.native prepare
 set -eu
 
-PACKAGES="bubblewrap pandoc tesseract-ocr tesseract-ocr-eng imagemagick poppler-utils fonts-dejavu-core python3 python3-venv ca-certificates"
+PACKAGES="bubblewrap python3-seccomp util-linux mount pandoc tesseract-ocr tesseract-ocr-eng imagemagick poppler-utils fonts-dejavu-core python3 python3-venv ca-certificates"
 OPTIONAL="nodejs"
+# A root service runs every native sandbox as this unprivileged system user (never as root).
+SANDBOX_USER="${WASM_RUNNER_SANDBOX_USER:-wasm-runner-sandbox}"
 
 say() { printf 'install-native: %s\n' "$*" >&2; }
 
@@ -26,6 +28,11 @@ esac
 if [ "$(id -u)" != "0" ]; then
   say "not root: run   sudo sh $0   (would install: $PACKAGES; optional: $OPTIONAL)"
   exit 0
+fi
+
+if ! id "$SANDBOX_USER" >/dev/null 2>&1; then
+  say "creating the unprivileged system user $SANDBOX_USER (native sandboxes run as it)"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group "$SANDBOX_USER"
 fi
 
 missing=""

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .private_files import connect_private, narrow_database
+
 DB_NAME = "audit.sqlite3"
 FLUSH_ROWS = 256
 """Pending rows that force a write at once."""
@@ -97,11 +99,11 @@ class AuditFilter:
 class AuditLog:
     def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.code_bytes = code_bytes
         self.output_bytes = output_bytes
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db = connect_private(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)

@@ -14,6 +14,7 @@ from wasm_runner.quota import DiskLedger
 from .backpressure import ExecutionGate
 from .execution import Execution
 from .metrics import Metrics
+from .private_files import private_directory
 from .profiles import ServiceConfig
 from .sessions import RunnerPool, SessionManager
 from .store import SessionStore
@@ -41,7 +42,7 @@ class Service:
     async def open(cls, config: ServiceConfig) -> Service:
         settings = config.server
         data_dir = settings.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(data_dir)
         metrics = Metrics()
         gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s)
         execution = Execution(config, gate, metrics)

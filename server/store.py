@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .private_files import connect_private, narrow_database
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -64,10 +66,10 @@ def _row(values: tuple) -> SessionRow:
 class SessionStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db = connect_private(self.path)
         self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]

@@ -12,11 +12,12 @@ import hashlib
 import hmac
 import re
 import secrets
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from .private_files import connect_private, narrow_database
 
 KEY_PREFIX = "wr_"
 KeyKind = Literal["member", "app", "admin"]
@@ -94,9 +95,9 @@ def split_key(key: str) -> str | None:
 class TenantStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db = connect_private(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)

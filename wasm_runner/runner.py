@@ -76,6 +76,10 @@ class Runner:
         host-side work otherwise waits for them under load."""
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
+        # Every tenant's files are under it: the service's alone (sandboxes reach their own
+        # directories through their mounts, never by walking this tree).
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.data_dir, 0o700)
         self.sessions_dir = self.data_dir / "sessions"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
         self.scratch_dir = _own_scratch_dir(self.data_dir / "scratch")
@@ -96,6 +100,8 @@ class Runner:
         self._idle_scratch: collections.deque[Workspace] = collections.deque()
         """Untouched scratch workspaces, oldest first: the oldest had the longest time to get
         its sandboxes made ahead."""
+        self._scratch_made: dict[Path, ScratchState] = {}
+        """What each live scratch workspace looked like when made: one is reused only as it was."""
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
 
@@ -212,13 +218,20 @@ class Runner:
             return self._new_scratch()
 
     def _new_scratch(self) -> Workspace:
-        return Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+        workspace = Workspace(Path(tempfile.mkdtemp(dir=self.scratch_dir))).ensure()
+        # Searchable like a session's directory (the data directory above it is private): a
+        # native sandbox reaches the workspace and its /tmp through one bind of it.
+        workspace.root.chmod(0o755)
+        self._scratch_made[workspace.root] = scratch_state(workspace)
+        return workspace
 
     def _recycle(self, job: Job) -> None:
         """Keep an untouched scratch workspace (with sandboxes made ahead for it) for the next
         one-shot run; remove a used one, and one whose guest may still be running."""
         workspace = job.workspace
-        if job.cancelled:
+        if job.cancelled or self._ran_natively(job):
+            # A native run can change what the state check cannot see through (its own
+            # ownership of the directory included): its scratch workspace is never reused.
             empty = False
         elif job.left_entries is not None:  # the provider's scan after the run
             empty = job.left_entries == 0
@@ -229,8 +242,19 @@ class Runner:
         else:
             self._discard_scratch(workspace)
 
+    def _ran_natively(self, job: Job) -> bool:
+        try:
+            return self.provider_for(job.request).name == "native"
+        except ValueError:
+            return False
+
     def _keep_scratch(self, workspace: Workspace) -> None:
-        """An empty scratch workspace goes back to the idle ones (event loop's thread only)."""
+        """An empty scratch workspace goes back to the idle ones (event loop's thread only),
+        if it is exactly as it was made (else another tenant's run would see the traces)."""
+        made = self._scratch_made.get(workspace.root)
+        if made is None or scratch_state(workspace) != made:
+            self._discard_scratch(workspace)
+            workspace = self._new_scratch()
         if len(self._idle_scratch) < 2 * self.concurrency:
             self._prewarm(workspace, True)
             self._idle_scratch.append(workspace)
@@ -244,6 +268,7 @@ class Runner:
             self._idle_scratch.append(spare)
 
     def _discard_scratch(self, workspace: Workspace) -> None:
+        self._scratch_made.pop(workspace.root, None)
         self._prewarm(workspace, False)
         workspace.remove()
 
@@ -391,6 +416,28 @@ class Runner:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+ScratchState = tuple
+"""Per directory of a scratch workspace: mode, owner, group, inode, times and xattr names."""
+
+
+def scratch_state(workspace: Workspace) -> ScratchState:
+    """Everything a run could leave on a scratch workspace's directories without adding an
+    entry: mode, owner, times (the change time moves with any chmod, chown or xattr, even one
+    undone) and extended attributes."""
+    state = []
+    for path in (workspace.root, workspace.files, workspace.tmp):
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return ("missing", str(path))
+        try:
+            xattrs = tuple(sorted(os.listxattr(path, follow_symlinks=False)))
+        except OSError:
+            xattrs = ("unreadable",)
+        state.append((st.st_mode, st.st_uid, st.st_gid, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, xattrs))
+    return tuple(state)
 
 
 def _own_scratch_dir(parent: Path) -> Path:

@@ -15,8 +15,11 @@ Default policy (every field of `SandboxPolicy` can only narrow it, except the on
 - a fresh /proc (own PID namespace) and a minimal /dev; /dev/shm a small private tmpfs;
 - the root itself read-only (nothing can be written outside /workspace, /tmp, /dev/shm);
 - new user namespace (uid/gid 1000 "sandbox", no capabilities, no further user namespaces,
-  no new privileges; uid 1000 maps to the service's own uid, so files it writes in the
-  workspace belong to the service),
+  no new privileges); uid 1000 maps to the host user bwrap runs as: the service's own when it
+  is not root, else the unprivileged sandbox user (identity.py), so a guest is never root on
+  the host and files it writes belong to that user;
+- a seccomp filter (syscall_filter.py) refusing the keyring, ptrace, bpf, mount-family and
+  namespace calls, and setuid/setgid modes; every bind and tmpfs nosuid and nodev;
   new network (loopback only, nothing reachable), PID, IPC, UTS (hostname "sandbox") and
   cgroup namespaces; `--new-session` (no TIOCSTI injection into a terminal);
   `--die-with-parent`;
@@ -33,6 +36,7 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 GUEST_WORKSPACE = "/workspace"
@@ -105,9 +109,15 @@ def find_bwrap(explicit: str | None = None) -> str | None:
     return None
 
 
-def probe(bwrap: str) -> str | None:
-    """None when bwrap can make the namespaces the policy needs here, else why not (its stderr)."""
-    argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+def probe(bwrap: str, as_user: tuple[int, int] | None = None) -> str | None:
+    """None when bwrap can make the namespaces the policy needs here, else why not (its stderr).
+
+    `as_user` (uid, gid) runs the probe as that user, as a root service runs its sandboxes:
+    unprivileged user namespaces may be allowed to root alone."""
+    prefix = []
+    if as_user is not None:
+        prefix = [shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv", f"--reuid={as_user[0]}", f"--regid={as_user[1]}", "--clear-groups", "--"]
+    argv = [*prefix, bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
@@ -226,10 +236,38 @@ def argv(
     code_fd: int | None = None,
     code_name: str | None = None,
     status_fd: int | None = None,
+    seccomp_fd: int | None = None,
+    relay: Callable[[str], str] | None = None,
 ) -> list[str]:
     """The full bwrap argv running `command` under `policy`."""
+    return [bwrap, *options(policy, workspace=workspace, tmp=tmp, env=env, python_data=python_data, code_fd=code_fd,
+                            code_name=code_name, status_fd=status_fd, seccomp_fd=seccomp_fd, relay=relay),
+            "--", *command]
+
+
+def options(
+    policy: SandboxPolicy,
+    *,
+    workspace: Path,
+    tmp: Path,
+    env: dict[str, str],
+    python_data: Path | None = None,
+    code_fd: int | None = None,
+    code_name: str | None = None,
+    status_fd: int | None = None,
+    seccomp_fd: int | None = None,
+    relay: Callable[[str], str] | None = None,
+) -> list[str]:
+    """bwrap's options for `policy` (everything before `--` and the command).
+
+    `relay` maps each host source path to the path bwrap mounts it from (see identity.py);
+    the provider passes these options through `--args FD`, so the sandbox's view of its own
+    init process (/proc/1/cmdline) holds none of them.
+    """
+    def source(path: Path | str) -> str:
+        return relay(str(path)) if relay is not None else str(path)
+
     args = [
-        bwrap,
         "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
         "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
         "--hostname", SANDBOX_HOSTNAME,
@@ -246,25 +284,28 @@ def argv(
             args += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             args += ["--ro-bind", host, host]
-    args += ["--ro-bind", str(etc_dir()), "/etc"]
+    args += ["--ro-bind", source(etc_dir()), "/etc"]
+    # Every bind bwrap makes is nosuid and nodev (bubblewrap adds both to each bind and tmpfs).
     args += [
         "--proc", "/proc",
         "--dev", "/dev",
         "--perms", "1777", "--size", str(policy.shm_bytes), "--tmpfs", "/dev/shm",
-        "--bind", str(workspace), GUEST_WORKSPACE,
-        "--bind", str(tmp), GUEST_TMP,
+        "--bind", source(workspace), GUEST_WORKSPACE,
+        "--bind", source(tmp), GUEST_TMP,
         "--symlink", "../tmp", "/var/tmp",
     ]
     if python_data is not None:
-        args += ["--ro-bind", str(python_data), GUEST_PYTHON_DATA]
+        args += ["--ro-bind", source(python_data), GUEST_PYTHON_DATA]
     for bind in policy.binds:
-        args += ["--bind" if bind.writable else "--ro-bind", str(bind.host), str(bind.guest)]
+        args += ["--bind" if bind.writable else "--ro-bind", source(bind.host), str(bind.guest)]
     if code_fd is not None and code_name is not None:
         args += ["--ro-bind-data", str(code_fd), f"{GUEST_CODE_DIR}/{code_name}"]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--chdir", GUEST_WORKSPACE, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    args += ["--remount-ro", "/", "--", *command]
+    args += ["--remount-ro", "/"]
     return args

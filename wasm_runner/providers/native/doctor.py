@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...disk_enforcement import disk_enforcement
+from .identity import account_name, sandbox_identity
 from .toolchain import REQUIREMENTS, find_python_data, python_data_dir
 
 TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
@@ -73,6 +74,12 @@ def doctor(provider: Any = None) -> dict[str, Any]:
         "resource_limits": {"enforcement": support.enforcement,
                             "detail": support.reason or ", ".join(f"{c or 'unified'}: {p}"
                                                                   for c, p in support.parents.items())},
+        "sandbox_user": _sandbox_user(provider),
+        "seccomp": {"ok": provider.seccomp_program is not None,
+                    "detail": (f"libseccomp filter {provider.seccomp_program} (keyring, ptrace, bpf, mount and "
+                               "namespace calls, setuid/setgid modes refused)") if provider.seccomp_program
+                    else (problem or "not generated")},
+        "mounts": "workspace, /tmp and every bind nosuid,nodev; setuid/setgid bits cleared after each run",
         "network": "shared with the host (policy.network)" if provider.policy.network else "denied (own namespace)",
         "unsandboxed_fallback": provider.allow_unsandboxed,
         "sandbox_usable": problem is None,
@@ -123,6 +130,14 @@ def doctor(provider: Any = None) -> dict[str, Any]:
     return report
 
 
+def _sandbox_user(provider: Any) -> dict[str, Any]:
+    """Which host user guests run as (see identity.py)."""
+    found = sandbox_identity()
+    if isinstance(found, str):
+        return {"ok": False, "name": account_name(), "uid": None, "dropped": None, "detail": found}
+    return {"ok": True, "name": found.name, "uid": found.uid, "dropped": found.dropped, "detail": found.describe()}
+
+
 def _tesseract_languages(path: str) -> list[str]:
     try:
         done = subprocess.run([path, "--list-langs"], check=False, capture_output=True, text=True, timeout=10)
@@ -143,6 +158,10 @@ def format_report(report: dict[str, Any]) -> str:
     limits = iso["resource_limits"]
     lines.append(f"  {mark[limits['enforcement'] != 'rlimit']} resource limits: {limits['enforcement']} "
                  f"({limits['detail']})")
+    user = iso["sandbox_user"]
+    lines.append(f"  {mark[user['ok']]} sandbox user: {user['detail']}")
+    lines.append(f"  {mark[iso['seccomp']['ok']]} seccomp: {iso['seccomp']['detail']}")
+    lines.append(f"  ok   mounts: {iso['mounts']}")
     lines.append(f"  ok   network: {iso['network']}")
     if "disk_quota" in iso:
         quota = iso["disk_quota"]

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .identity import SETUP_GUARD, SandboxIdentity, dropping_launcher
+
 log = logging.getLogger("wasm_runner.native")
 
 Enforcement = Literal["cgroup-v2", "cgroup-v1", "rlimit"]
@@ -424,15 +426,18 @@ def shell_quote_path(path: str) -> str:
     return "'" + path.replace("'", "'\\''") + "'"
 
 
-def launcher(cgroup: RunCgroup | None, file_bytes: int | None) -> list[str]:
-    """The host-side prefix that joins the run's cgroup and caps single-file size, then execs bwrap."""
+def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: SandboxIdentity | None = None,
+             mounts: list[tuple[str, str]] | None = None) -> list[str]:
+    """The host-side prefix that joins the run's cgroup and caps single-file size, then execs bwrap
+    (as `identity` through the relay of `mounts` when that identity is a dropped one)."""
     steps = []
     if file_bytes is not None:
         steps.append(f"ulimit -f {max(file_bytes // 512 + 1, 1)}")
     if cgroup is not None:
         for path, value in cgroup.join_writes():
             steps.append(f"echo {value} > {shell_quote_path(path)}")
+    if identity is not None and identity.dropped:
+        return dropping_launcher(steps, mounts or [], identity)
     if not steps:
         return []
-    guard = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'
-    return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + guard + ' && exec "$@"', "wasm-runner-launch"]
+    return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + SETUP_GUARD + ' ; exec "$@"', "wasm-runner-launch"]

@@ -31,6 +31,7 @@ from ...quota import over_quota_or_unmeasurable, watcher
 from ...workspace import Workspace, diff
 from ..base import Job
 from . import bwrap as sandbox
+from .identity import RelayPlan, SandboxIdentity, sandbox_identity
 from .limits import (
     CgroupMode,
     CgroupSupport,
@@ -40,6 +41,8 @@ from .limits import (
     launcher,
     rlimit_prefix,
 )
+from .ownership import normalize
+from .syscall_filter import FilterUnavailable, ensure_program
 from .toolchain import (
     MARKER,
     PythonData,
@@ -114,6 +117,9 @@ class NativeProvider:
         self._checked_at = 0.0
         self.prepare_error: str | None = None
         self._python_data_cache: tuple[tuple, PythonData] | None = None
+        self.identity: SandboxIdentity | None = None
+        """The host user sandboxes run as (None while the sandbox is unusable)."""
+        self.seccomp_program: Path | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -129,11 +135,22 @@ class NativeProvider:
             if self._setup is None or stale:
                 self._checked_at = time.monotonic()
                 path = sandbox.find_bwrap(self._bwrap_explicit)
+                identity = sandbox_identity()
+                self.identity = identity if isinstance(identity, SandboxIdentity) else None
+                problem: str | None
                 if path is None:
                     problem = ("bubblewrap (bwrap) is not installed: run scripts/install-native.sh as root "
                                "(apt-get install bubblewrap)")
+                elif isinstance(identity, str):
+                    problem = identity
                 else:
-                    problem = sandbox.probe(path)
+                    problem = sandbox.probe(path, (identity.uid, identity.gid) if identity.dropped else None)
+                self.seccomp_program = None
+                if problem is None:
+                    try:
+                        self.seccomp_program = ensure_program()
+                    except (FilterUnavailable, OSError) as exc:
+                        problem = str(exc)
                 support = detect(self._cgroup_mode, self._cgroup_parent)
                 if support.enforcement == "rlimit":
                     log.warning("native runs are limited by rlimits only (no usable cgroup: %s)", support.reason)
@@ -146,6 +163,10 @@ class NativeProvider:
         Never raises: a failure is logged and kept in `prepare_error`; python-data runs then
         answer with that error, while commands and shell scripts are unaffected.
         """
+        try:
+            ensure_program()  # the seccomp filter, generated once into the cache
+        except (FilterUnavailable, OSError) as exc:
+            log.warning("native sandboxes are unavailable: %s", exc)
         try:
             ensure_python_data(path=self._python_data_path)
             self.prepare_error = None
@@ -163,13 +184,17 @@ class NativeProvider:
         try:
             if not isolated and not self.allow_unsandboxed:
                 raise _Refusal("SandboxUnavailable", f"the native provider refuses to run unsandboxed: {problem}")
+            if not isolated and os.geteuid() == 0 and self.identity is None:
+                raise _Refusal("SandboxUnavailable", "the native provider refuses to run unsandboxed as root "
+                                                     f"without its unprivileged sandbox user: {problem}")
             program = self._program(request, isolated)
         except _Refusal as refusal:
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
         run = _Run(self.policy, request, workspace, job, support, program,
-                   bwrap_path if isolated else None)
+                   bwrap_path if isolated else None, self.identity,
+                   self.seccomp_program if isolated else None)
         return run.execute()
 
     def _program(self, request: ExecRequest, isolated: bool) -> _Program:
@@ -248,7 +273,8 @@ class _Run:
     """Spawns one sandbox, pumps its output, enforces its deadline and tears it down."""
 
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
-                 support: CgroupSupport, program: _Program, bwrap_path: str | None) -> None:
+                 support: CgroupSupport, program: _Program, bwrap_path: str | None,
+                 identity: SandboxIdentity | None = None, seccomp_program: Path | None = None) -> None:
         self.policy = policy
         self.request = request
         self.limits: Limits = request.limits
@@ -257,6 +283,8 @@ class _Run:
         self.support = support
         self.program = program
         self.bwrap = bwrap_path
+        self.identity = identity
+        self.seccomp_program = seccomp_program
         self.timeout_s = min(self.limits.timeout_s, policy.max_timeout_s)
         self.stdout = Capture("stdout", self.limits.output_bytes, lambda: self.stop("output"), job.listener)
         self.stderr = Capture("stderr", self.limits.output_bytes, lambda: self.stop("output"), job.listener)
@@ -289,8 +317,31 @@ class _Run:
 
     # -- the whole run ---------------------------------------------------------------------
 
+    def _writable_trees(self) -> list[Path]:
+        """What the sandbox can write on the host: workspace, its /tmp, writable session mounts."""
+        trees = [self.workspace.files, self.workspace.tmp]
+        trees += [Path(m.host) for m in self.job.mounts if getattr(m, "writable", False)]
+        return trees
+
+    def _normalize(self, before_run: bool) -> None:
+        """Before a run, give the writable trees to the sandbox user (the service may have
+        written there); after it, clear setuid/setgid bits and remove device nodes."""
+        dropped = self.identity is not None and self.identity.dropped
+        if before_run and not dropped:
+            return
+        owner = (self.identity.uid, self.identity.gid) if dropped and self.identity is not None else None
+        for tree in self._writable_trees():
+            normalize(tree, owner)
+
     def execute(self) -> ExecResult:
         request = self.request
+        try:
+            self._normalize(before_run=True)
+        except OSError as exc:
+            return ExecResult(exit_code=126, language=request.language, id=request.id,
+                              isolation="bubblewrap" if self.bwrap else "none",
+                              error=GuestError(type="SandboxError", message=(
+                                  f"could not give the workspace to the sandbox user: {exc}")))
         before = self.workspace.snapshot_before_run()
         quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
         self.job.on_cancel(lambda: self.stop("cancelled"))
@@ -328,6 +379,13 @@ class _Run:
                 self._wake_r = self._wake_w = -1
             if self._scratch is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)
+            try:
+                self._normalize(before_run=False)
+            except OSError as exc:
+                log.error("could not clear special permission bits after a native run: %s", exc)
+                if error is None:
+                    error = GuestError(type="SandboxError", message=(
+                        f"the run's files could not be checked for setuid/setgid bits: {exc}"))
         duration_ms = (time.perf_counter() - started) * 1000
         exit_code = _exit_code(status) if status is not None else 126
         stderr_text = self.stderr.text()
@@ -354,13 +412,14 @@ class _Run:
 
     # -- spawning ---------------------------------------------------------------------------
 
-    def _command(self, run_limits: RunLimits, code_fd: int | None, status_fd: int | None) -> tuple[list[str], dict, str]:
-        """(argv, environment of the spawned process, its working directory)."""
+    def _command(self, run_limits: RunLimits, code_fd: int | None, status_fd: int | None,
+                 fds: list[int]) -> tuple[list[str], dict, str]:
+        """(argv, environment of the spawned process, its working directory); descriptors the
+        process inherits are appended to `fds` (the caller passes and closes them)."""
         program = self.program
         inner = list(program.argv)
         if self.cgroup is None:
             inner = rlimit_prefix(run_limits) + inner
-        prefix = launcher(self.cgroup, run_limits.file_bytes)
         if self.bwrap is not None:
             env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=self.request.env)
             binds = list(self.policy.binds)
@@ -370,14 +429,31 @@ class _Run:
             if data is not None and not _visible(data.base_prefix, self.policy):
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
             policy = self.policy if binds == list(self.policy.binds) else _with_binds(self.policy, binds)
-            argv = sandbox.argv(
-                self.bwrap, policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
-                command=inner, python_data=data.path if data is not None else None,
-                code_fd=code_fd, code_name=program.code_name, status_fd=status_fd)
+            seccomp_fd = None
+            if self.seccomp_program is not None:
+                seccomp_fd = os.open(self.seccomp_program, os.O_RDONLY)
+                fds.append(seccomp_fd)
+            plan = RelayPlan(self.identity) if self.identity is not None and self.identity.dropped else None
+            options = sandbox.options(
+                policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
+                python_data=data.path if data is not None else None, code_fd=code_fd,
+                code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
+                relay=plan.source if plan is not None else None)
+            # The options reach bwrap through a descriptor: the sandbox's init process shows
+            # `bwrap --args N -- command`, no host path.
+            args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)
+            fds.append(args_fd)
+            _write_all(args_fd, b"".join(o.encode() + b"\0" for o in options))
+            os.lseek(args_fd, 0, os.SEEK_SET)
+            argv = [self.bwrap, "--args", str(args_fd), "--", *inner]
+            prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity,
+                              mounts=plan.mounts if plan is not None else None)
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
             return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
-        # Unsandboxed (explicit opt-in): host paths, same allowlisted environment.
+        # Unsandboxed (explicit opt-in): host paths, same allowlisted environment; a root
+        # service still drops to its sandbox user (the program keeps the workspace as its cwd).
+        prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity)
         files, tmp = self.workspace.files, self.workspace.tmp
         env = sandbox.sandbox_env(python_data=program.python_data is not None, extra={})
         env.update(HOME=str(files), PWD=str(files), TMPDIR=str(tmp), MPLCONFIGDIR=str(tmp / ".matplotlib"),
@@ -389,6 +465,9 @@ class _Run:
             self._scratch = Path(tempfile.mkdtemp(prefix="wasm-runner-code-"))
             code_path = self._scratch / program.code_name
             code_path.write_bytes(program.code)
+            if self.identity is not None and self.identity.dropped:
+                for path in (self._scratch, code_path):
+                    os.chown(path, self.identity.uid, self.identity.gid)
             inner = [str(code_path) if a == f"{sandbox.GUEST_CODE_DIR}/{program.code_name}" else a for a in inner]
         return prefix + inner, env, str(files)
 
@@ -404,11 +483,16 @@ class _Run:
                     pass_fds.append(code_fd)
                 status_r, status_w = os.pipe()
                 pass_fds.append(status_w)
-            argv, env, cwd = self._command(run_limits, code_fd, status_w)
-            stdin = subprocess.PIPE if self.request.stdin else subprocess.DEVNULL
-            self.proc = subprocess.Popen(
-                argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                pass_fds=pass_fds, close_fds=True, start_new_session=self.bwrap is None)
+            extra_fds: list[int] = []
+            try:
+                argv, env, cwd = self._command(run_limits, code_fd, status_w, extra_fds)
+                stdin = subprocess.PIPE if self.request.stdin else subprocess.DEVNULL
+                self.proc = subprocess.Popen(
+                    argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                    pass_fds=pass_fds + extra_fds, close_fds=True, start_new_session=self.bwrap is None)
+            finally:
+                for fd in extra_fds:
+                    os.close(fd)
         finally:
             for fd in (code_fd, status_w):
                 if fd is not None:
@@ -443,8 +527,9 @@ class _Run:
         status = rusage = None
         term_sent_at = kill_sent_at = exited_at = None
         # Without a pids cgroup, RLIMIT_NPROC bounds the run, except for uid 0 (the kernel
-        # exempts root, and the sandbox's uid maps to the service's): then count and kill.
-        watch_processes = self.cgroup is None and os.geteuid() == 0
+        # exempts root): a run as the service's root (unsandboxed) is counted and killed.
+        as_root = os.geteuid() == 0 and not (self.identity is not None and self.identity.dropped)
+        watch_processes = self.cgroup is None and as_root
         host_tasks_at_start = _host_tasks() if watch_processes else 0
         next_watch = time.monotonic() + PROCESS_WATCH_S
         try:
