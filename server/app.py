@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from . import routes_batch, routes_exec, routes_files, routes_meta, routes_sessions
-from .errors import error_middleware
-from .presign import LINK_PREFIX
-from .profiles import ServiceConfig
-from .service import CONFIG, SERVICE, Service
+from server import routes_batch, routes_exec, routes_files, routes_meta, routes_sessions
+from server.errors import error_middleware
+from server.presign import LINK_PREFIX
+from server.profiles import ServiceConfig
+from server.service import CONFIG, SERVICE, Service
 
 log = logging.getLogger("wasm_runner.server")
 access = logging.getLogger("wasm_runner.server.access")
@@ -96,11 +96,11 @@ def create_app(config: ServiceConfig | None = None) -> web.Application:
     app.on_startup.append(routes_meta.build_openapi)
     app.on_shutdown.append(_on_shutdown)
     # --- MCP over streamable HTTP at /mcp (issue 6): same service, same middlewares ---
-    from .mcp_server import mount_mcp
+    from server.mcp_server import mount_mcp
     mount_mcp(app)
     # --- end MCP ---
     # --- issue 5: API keys, workspace isolation, quotas, presigned links, audit log ---
-    from .auth import install_security
+    from server.auth import install_security
     install_security(app)
     # --- end issue 5 ---
     return app

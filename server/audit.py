@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .private_files import connect_private, narrow_database
+from server.private_files import connect_private, narrow_database
 
 DB_NAME = "audit.sqlite3"
 FLUSH_ROWS = 256

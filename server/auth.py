@@ -33,15 +33,15 @@ from aiohttp import web
 from wasm_runner import Mount
 from wasm_runner.wire import SessionCreate
 
-from .audit import FLUSH_S, AuditLog
-from .disk_quota import WorkspaceDisk, WorkspaceMeasure, unmeasurable
-from .auth_settings import AuthSettings
-from .errors import ApiError, not_found, overloaded
-from .execution import outcome as outcome_of
-from .presign import LINK_PREFIX, Signer, key_revoked, load_secrets
-from .ratelimit import Counter, RateLimiter, retry_after
-from .service import CONFIG, SERVICE
-from .tenants import TenantStore
+from server.audit import FLUSH_S, AuditLog
+from server.disk_quota import WorkspaceDisk, WorkspaceMeasure, unmeasurable
+from server.auth_settings import AuthSettings
+from server.errors import ApiError, not_found, overloaded
+from server.execution import outcome as outcome_of
+from server.presign import LINK_PREFIX, Signer, key_revoked, load_secrets
+from server.ratelimit import Counter, RateLimiter, retry_after
+from server.service import CONFIG, SERVICE
+from server.tenants import TenantStore
 
 log = logging.getLogger("wasm_runner.server.auth")
 
@@ -306,7 +306,7 @@ def claim_session(request: web.Request, session_id: str, ephemeral: bool) -> Non
 
 def visible_page(request: web.Request, cursor: str | None, limit: int):
     """The caller's sessions, oldest first, with the same cursor format as SessionManager.page."""
-    from .sessions import _decode_cursor, _encode_cursor
+    from server.sessions import _decode_cursor, _encode_cursor
 
     service = request.app[SERVICE]
     security = request.app.get(SECURITY)
@@ -422,7 +422,7 @@ async def _prune_daily(security: Security) -> None:
 
 def install_security(app: web.Application) -> None:
     """Add the middleware, the routes and the start/stop of the stores to an app from create_app."""
-    from . import routes_admin, routes_audit, routes_presign, routes_shared
+    from server import routes_admin, routes_audit, routes_presign, routes_shared
 
     app.middlewares.append(security_middleware)
     app.cleanup_ctx.append(security_context)

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from .errors import ApiError, overloaded
+from server.errors import ApiError, overloaded
 
 
 class ExecutionGate:

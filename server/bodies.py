@@ -7,7 +7,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
-from .errors import ApiError
+from server.errors import ApiError
 
 T = TypeVar("T")
 

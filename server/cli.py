@@ -28,9 +28,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
-from .app import create_app
-from .http_server import ServiceRunner
-from .profiles import ServiceConfig, load_config
+from server.app import create_app
+from server.http_server import ServiceRunner
+from server.profiles import ServiceConfig, load_config
 
 log = logging.getLogger("wasm_runner.server")
 

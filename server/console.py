@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from wasm_runner.cli import add_commands, build_parser
 
-from .cli import add_serve_command
-from .keys_cli import add_audit_command, add_keys_command
-from .mcp_cli import add_mcp_command
+from server.cli import add_serve_command
+from server.keys_cli import add_audit_command, add_keys_command
+from server.mcp_cli import add_mcp_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:

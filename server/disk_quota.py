@@ -19,7 +19,7 @@ from wasm_runner import files as wf
 from wasm_runner.quota import DiskLedger, QuotaExceeded, Reservation
 from wasm_runner.workspace import tree_usage
 
-from .errors import ApiError
+from server.errors import ApiError
 
 SESSION_SCOPE = "session:"
 WORKSPACE_SCOPE = "workspace:"

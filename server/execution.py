@@ -23,10 +23,10 @@ import msgspec
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
 from wasm_runner.api import Harness
 
-from .backpressure import ExecutionGate
-from .errors import ApiError
-from .metrics import Metrics
-from .profiles import Profile, ServiceConfig
+from server.backpressure import ExecutionGate
+from server.errors import ApiError
+from server.metrics import Metrics
+from server.profiles import Profile, ServiceConfig
 from wasm_runner.wire import LimitsPatch
 
 log = logging.getLogger("wasm_runner.server")

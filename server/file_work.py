@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from wasm_runner import files as wf
 
-from .service import Service
+from server.service import Service
 
 T = TypeVar("T")
 

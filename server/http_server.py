@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from .errors import parser_error
+from server.errors import parser_error
 
 
 class JsonErrorRequestHandler(RequestHandler):

@@ -21,8 +21,8 @@ import sys
 from datetime import datetime, UTC
 from pathlib import Path
 
-from .audit import AuditFilter, AuditLog
-from .tenants import KINDS, TenantStore
+from server.audit import AuditFilter, AuditLog
+from server.tenants import KINDS, TenantStore
 
 
 def _data_dir(args: argparse.Namespace) -> Path:
@@ -31,7 +31,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
     if os.environ.get("WASM_RUNNER_DATA_DIR"):
         return Path(os.environ["WASM_RUNNER_DATA_DIR"])
     config = args.config or os.environ.get("WASM_RUNNER_CONFIG")
-    from .profiles import load_config
+    from server.profiles import load_config
 
     return load_config(config).server.data_dir
 
@@ -157,7 +157,7 @@ def _export(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     days = args.days
     if days is None:
-        from .profiles import load_config
+        from server.profiles import load_config
 
         days = load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG")).auth.audit_retention_days
     log = AuditLog.in_data_dir(_data_dir(args))

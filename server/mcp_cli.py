@@ -32,8 +32,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .cli import configure_logging
-from .profiles import ServiceConfig, load_config
+from server.cli import configure_logging
+from server.profiles import ServiceConfig, load_config
 
 log = logging.getLogger("wasm_runner.server.mcp")
 
@@ -98,15 +98,15 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
                       profile: str | None = None) -> None:
     """Serve one MCP connection on stdin/stdout until it closes: over the server at `url`, or over
     a service run here (from `config`) on a Unix socket in a private directory."""
-    from .mcp_server import McpTools
+    from server.mcp_server import McpTools
 
     if url is not None:
         await _serve(McpTools(url, api_key=api_key, profile=profile))
         return
     from aiohttp import web
 
-    from .app import create_app
-    from .http_server import ServiceRunner
+    from server.app import create_app
+    from server.http_server import ServiceRunner
 
     assert config is not None
     socket_dir = tempfile.mkdtemp(prefix="wasm-runner-mcp-")  # mode 0700: this user only
@@ -125,7 +125,7 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
 async def _serve(tools) -> None:
     from mcp.server.stdio import stdio_server
 
-    from .mcp_server import build_server
+    from server.mcp_server import build_server
 
     server = build_server(tools)
     try:

@@ -63,9 +63,9 @@ from wasm_runner.client.calls import file_path
 from wasm_runner.client.errors import ApiError as ClientApiError
 from wasm_runner.client.errors import ConflictError, NotFoundError, TransportError
 
-from .auth import LOCAL, PRINCIPAL
-from .errors import ApiError, from_validation
-from .service import CONFIG
+from server.auth import LOCAL, PRINCIPAL
+from server.errors import ApiError, from_validation
+from server.service import CONFIG
 from wasm_runner.wire import (EditResult, ExecBody, FileEdit, FileListing, GlobQuery, GlobResult, GrepQuery, GrepResult,
                    ListQuery, ProcessBody, PutQuery, SessionCreate, SessionId, SessionInfo, SessionList,
                    SessionListQuery, WriteResult, ecma_patterns)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from .errors import ApiError
+from server.errors import ApiError
 
 LINK_PREFIX = "/v1/links/"
 

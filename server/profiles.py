@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from wasm_runner import Limits
 from wasm_runner.api import MiB
 
-from .auth_settings import AuthSettings
+from server.auth_settings import AuthSettings
 
 GiB = 1024 * MiB
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"

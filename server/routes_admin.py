@@ -9,11 +9,11 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
-from .auth import SECURITY, principal_of
-from .bodies import json_response, read_json, read_query
-from .errors import ApiError, not_found
-from .openapi import operation
-from .tenants import WORKSPACE_PATTERN, KeyRecord
+from server.auth import SECURITY, principal_of
+from server.bodies import json_response, read_json, read_query
+from server.errors import ApiError, not_found
+from server.openapi import operation
+from server.tenants import WORKSPACE_PATTERN, KeyRecord
 
 routes = web.RouteTableDef()
 

@@ -10,11 +10,11 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
-from .audit import AuditFilter
-from .auth import SECURITY, principal_of
-from .bodies import json_response, read_query
-from .errors import ApiError, not_found
-from .openapi import operation
+from server.audit import AuditFilter
+from server.auth import SECURITY, principal_of
+from server.bodies import json_response, read_query
+from server.errors import ApiError, not_found
+from server.openapi import operation
 
 routes = web.RouteTableDef()
 

@@ -13,10 +13,10 @@ from msgspec import UNSET, Meta, UnsetType
 from wasm_runner import ExecRequest, ExecResult, GuestError
 from wasm_runner.api import Harness, Language
 
-from .auth import batch_item_hold
-from .errors import ApiError
-from .openapi import operation
-from .service import SERVICE
+from server.auth import batch_item_hold
+from server.errors import ApiError
+from server.openapi import operation
+from server.service import SERVICE
 from wasm_runner.wire import EnvMap, LimitsPatch, ProfileName, Tag
 
 routes = web.RouteTableDef()

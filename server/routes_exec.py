@@ -13,14 +13,14 @@ from aiohttp import web
 from wasm_runner import ExecResult
 from wasm_runner.files import Budget, FileOpError, Glob, WorkspaceFiles
 
-from .errors import ApiError, from_file_error
-from .execution import language_for_path
-from .file_work import request_budget, run_file_work
-from .openapi import operation
-from .bodies import read_json
-from .service import SERVICE, Service
-from .sessions import ONESHOT_PREFIX
-from .streaming import respond
+from server.errors import ApiError, from_file_error
+from server.execution import language_for_path
+from server.file_work import request_budget, run_file_work
+from server.openapi import operation
+from server.bodies import read_json
+from server.service import SERVICE, Service
+from server.sessions import ONESHOT_PREFIX
+from server.streaming import respond
 from wasm_runner.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 
 routes = web.RouteTableDef()

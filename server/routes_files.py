@@ -18,14 +18,14 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from wasm_runner import files as wf
 
-from .auth import SECURITY
-from .bodies import json_response, read_json, read_query
-from .disk_quota import WriteBudget, existing_size, reserve
-from .errors import ApiError
-from .file_work import request_budget, run_file_work
-from .openapi import operation
-from .service import SERVICE, Service
-from .sessions import LiveSession
+from server.auth import SECURITY
+from server.bodies import json_response, read_json, read_query
+from server.disk_quota import WriteBudget, existing_size, reserve
+from server.errors import ApiError
+from server.file_work import request_budget, run_file_work
+from server.openapi import operation
+from server.service import SERVICE, Service
+from server.sessions import LiveSession
 from wasm_runner.wire import (ArchiveQuery, DeleteQuery, DeleteResult, EditResult, FileEdit, FileEntry, FileListing, GlobQuery,
                    GlobResult, GrepMatch, GrepQuery, GrepResult, ListQuery, PutQuery, UploadQuery, UploadResult,
                    WriteResult)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .bodies import json_response
-from .metrics import CONTENT_TYPE
-from .openapi import build_document, operation
-from .service import SERVICE
+from server.bodies import json_response
+from server.metrics import CONTENT_TYPE
+from server.openapi import build_document, operation
+from server.service import SERVICE
 from wasm_runner.wire import Health, MountInfo, ProfileInfo, ProfileList, Readiness
 
 routes = web.RouteTableDef()

@@ -6,15 +6,15 @@ import time
 
 from aiohttp import web
 
-from . import routes_files
-from .auth import CURRENT, SECURITY, Principal, principal_of, session_not_found
-from .bodies import json_response, read_json
-from .errors import ApiError
-from .presign import altered
-from .openapi import operation
+from server import routes_files
+from server.auth import CURRENT, SECURITY, Principal, principal_of, session_not_found
+from server.bodies import json_response, read_json
+from server.errors import ApiError
+from server.presign import altered
+from server.openapi import operation
 from wasm_runner.wire import PresignBody, PresignResult
-from .service import SERVICE
-from .sessions import LiveSession
+from server.service import SERVICE
+from server.sessions import LiveSession
 from wasm_runner import files as wf
 
 routes = web.RouteTableDef()

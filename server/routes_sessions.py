@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .auth import check_session_quota, claim_session, scope_session_id, visible_page
-from .bodies import json_response, read_json, read_query
-from .openapi import operation
-from .service import SERVICE
+from server.auth import check_session_quota, claim_session, scope_session_id, visible_page
+from server.bodies import json_response, read_json, read_query
+from server.openapi import operation
+from server.service import SERVICE
 from wasm_runner.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
 
 routes = web.RouteTableDef()

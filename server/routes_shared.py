@@ -13,13 +13,13 @@ from aiohttp import web
 
 from wasm_runner import files as wf
 
-from .auth import SECURITY, principal_of
-from .bodies import json_response, read_query
-from .disk_quota import existing_size, reserve
-from .errors import ApiError
-from .openapi import operation
-from .routes_files import _entry, _listing, file_too_large, send_file
-from .service import SERVICE
+from server.auth import SECURITY, principal_of
+from server.bodies import json_response, read_query
+from server.disk_quota import existing_size, reserve
+from server.errors import ApiError
+from server.openapi import operation
+from server.routes_files import _entry, _listing, file_too_large, send_file
+from server.service import SERVICE
 from wasm_runner.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 
 routes = web.RouteTableDef()

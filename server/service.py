@@ -11,13 +11,13 @@ from aiohttp import web
 from wasm_runner import ExecRequest
 from wasm_runner.quota import DiskLedger
 
-from .backpressure import ExecutionGate
-from .execution import Execution
-from .metrics import Metrics
-from .private_files import private_directory
-from .profiles import ServiceConfig
-from .sessions import RunnerPool, SessionManager
-from .store import SessionStore
+from server.backpressure import ExecutionGate
+from server.execution import Execution
+from server.metrics import Metrics
+from server.private_files import private_directory
+from server.profiles import ServiceConfig
+from server.sessions import RunnerPool, SessionManager
+from server.store import SessionStore
 
 log = logging.getLogger("wasm_runner.server")
 

@@ -29,11 +29,11 @@ from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, 
 from wasm_runner.files import WorkspaceFiles
 from wasm_runner.workspace import discard_tree
 
-from .errors import ApiError, not_found, overloaded
-from .execution import Execution
-from .metrics import Metrics
-from .profiles import Profile, ServiceConfig
-from .store import SessionRow, SessionStore
+from server.errors import ApiError, not_found, overloaded
+from server.execution import Execution
+from server.metrics import Metrics
+from server.profiles import Profile, ServiceConfig
+from server.store import SessionRow, SessionStore
 from wasm_runner.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 
 log = logging.getLogger("wasm_runner.server")

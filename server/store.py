@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .private_files import connect_private, narrow_database
+from server.private_files import connect_private, narrow_database
 
 SCHEMA_VERSION = 1
 

@@ -19,8 +19,8 @@ from aiohttp import web
 
 from wasm_runner import OutputListener
 
-from .bodies import encode, json_response, wants_event_stream
-from .errors import ApiError
+from server.bodies import encode, json_response, wants_event_stream
+from server.errors import ApiError
 from wasm_runner.wire import ErrorDetail, ErrorResponse, StreamChunk
 
 Run = Callable[[OutputListener | None, Callable[[], None] | None], Awaitable[msgspec.Struct]]

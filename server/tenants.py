@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .private_files import connect_private, narrow_database
+from server.private_files import connect_private, narrow_database
 
 KEY_PREFIX = "wr_"
 KeyKind = Literal["member", "app", "admin"]

@@ -22,12 +22,12 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from .api import ExecRequest, ExecResult, GuestError
-from .providers.base import Job
-from .workspace import Workspace
+from wasm_runner.api import ExecRequest, ExecResult, GuestError
+from wasm_runner.providers.base import Job
+from wasm_runner.workspace import Workspace
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from wasm_runner.runner import Runner
 
 log = logging.getLogger("wasm_runner")
 
@@ -107,7 +107,7 @@ class Batch:
         self.loop = asyncio.get_running_loop()
         workers = self.runner._worker_pool
         if self.lane_count > 1 and workers is not None and not workers.broken:
-            from .worker_processes import ProcessLanes
+            from wasm_runner.worker_processes import ProcessLanes
 
             self.lanes: ThreadLanes | ProcessLanes = ProcessLanes(self, workers)
         else:
@@ -216,7 +216,7 @@ class ThreadLanes:
 
     async def _watch(self) -> None:
         """A guest blocked in a host call past its deadline: answer for it, replace its worker."""
-        from .runner import WATCHDOG_POLL_S, _overdue
+        from wasm_runner.runner import WATCHDOG_POLL_S, _overdue
 
         while True:
             await asyncio.sleep(WATCHDOG_POLL_S)

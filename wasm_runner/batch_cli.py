@@ -13,8 +13,8 @@ from typing import IO
 
 import msgspec
 
-from .api import ExecRequest, ExecResult, GuestError
-from .runner import Runner
+from wasm_runner.api import ExecRequest, ExecResult, GuestError
+from wasm_runner.runner import Runner
 
 _decode = msgspec.json.Decoder(ExecRequest).decode
 _encode = msgspec.json.Encoder().encode

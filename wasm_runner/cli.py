@@ -12,8 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from .api import LIMIT_MESSAGES, ExecResult, Limits, MiB
-from .runner import Runner
+from wasm_runner.api import LIMIT_MESSAGES, ExecResult, Limits, MiB
+from wasm_runner.runner import Runner
 
 EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".sh": "bash"}
 
@@ -45,7 +45,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(handler=_doctor)
 
-    from . import batch_cli
+    from wasm_runner import batch_cli
 
     batch_cli.add_command(sub)
 
@@ -120,7 +120,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .providers.native.doctor import main as doctor_main
+    from wasm_runner.providers.native.doctor import main as doctor_main
 
     return doctor_main(["--json"] if args.json else [])
 

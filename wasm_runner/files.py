@@ -33,7 +33,7 @@ from typing import Literal
 import re2
 import regex
 
-from .workspace import remove_tree
+from wasm_runner.workspace import remove_tree
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]

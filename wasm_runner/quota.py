@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from .api import Limits
-from .workspace import Workspace, tree_usage
+from wasm_runner.api import Limits
+from wasm_runner.workspace import Workspace, tree_usage
 
 log = logging.getLogger("wasm_runner")
 

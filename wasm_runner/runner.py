@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .api import ExecRequest, ExecResult, GuestError, Limits
-from .batch import Batch
-from .capture import OutputListener
-from .providers.base import Job, Provider
-from .providers.wasm.provider import KernelSlot, WasmProvider
-from .providers.wasm.sandbox import Mount
-from .worker_processes import OneShotWorkers, WorkerPool
-from .workspace import Workspace, discard_tree
+from wasm_runner.api import ExecRequest, ExecResult, GuestError, Limits
+from wasm_runner.batch import Batch
+from wasm_runner.capture import OutputListener
+from wasm_runner.providers.base import Job, Provider
+from wasm_runner.providers.wasm.provider import KernelSlot, WasmProvider
+from wasm_runner.providers.wasm.sandbox import Mount
+from wasm_runner.worker_processes import OneShotWorkers, WorkerPool
+from wasm_runner.workspace import Workspace, discard_tree
 
 log = logging.getLogger("wasm_runner")
 
@@ -47,7 +47,7 @@ def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
     at run time where bubblewrap is missing)."""
     providers: list[Provider] = [WasmProvider(mounts)]
     try:
-        from .providers.native import NativeProvider
+        from wasm_runner.providers.native import NativeProvider
     except ImportError:
         return providers
     providers.append(NativeProvider())

@@ -35,11 +35,11 @@ from typing import IO, TYPE_CHECKING, Callable
 
 import msgspec
 
-from .api import ExecRequest, ExecResult, GuestError
+from wasm_runner.api import ExecRequest, ExecResult, GuestError
 
 if TYPE_CHECKING:
-    from .batch import Batch
-    from .runner import Runner
+    from wasm_runner.batch import Batch
+    from wasm_runner.runner import Runner
 
 log = logging.getLogger("wasm_runner")
 
@@ -270,7 +270,7 @@ class ProcessLanes:
             self._adopt(self.pool.take(1)[0])
 
     def _fall_back_to_threads(self) -> None:
-        from .batch import ThreadLanes
+        from wasm_runner.batch import ThreadLanes
 
         self.batch.lanes = ThreadLanes(self.batch)
         self.batch.lanes.start()
@@ -376,9 +376,9 @@ def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
 
 
 def main() -> None:
-    from .batch import ItemLane
-    from .providers.wasm.sandbox import Mount
-    from .runner import WATCHDOG_POLL_S, Runner, _overdue
+    from wasm_runner.batch import ItemLane
+    from wasm_runner.providers.wasm.sandbox import Mount
+    from wasm_runner.runner import WATCHDOG_POLL_S, Runner, _overdue
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
     config = json.loads(sys.argv[1])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .api import FileChanges
+from wasm_runner.api import FileChanges
 
 log = logging.getLogger("wasm_runner")
 

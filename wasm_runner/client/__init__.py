@@ -20,15 +20,11 @@ needs httpx; the rest of wasm_runner does not import it.
 
 from wasm_runner.api import ExecResult, Limits
 
-from .async_client import AsyncClient, AsyncExecStream
-from .calls import Retry
-from .errors import (ApiError, AuthenticationError, BadRequestError, ConflictError, NotFoundError,
-                     PayloadTooLargeError, PermissionDeniedError, RateLimitedError, ServerError,
-                     ServiceUnavailableError, TransportError, WasmRunnerError)
-from .sync_client import Client, ExecStream
-from .wire import (CancelResult, DeleteResult, EditResult, FileEntry, FileListing, GlobResult, GrepMatch, GrepResult,
-                   LimitsPatch, OneShotResult, OutputChunk, OutputFile, PresignResult, ProfileList, SessionInfo, SessionList,
-                   TextEdit, UploadResult, WriteResult)
+from wasm_runner.client.async_client import AsyncClient, AsyncExecStream
+from wasm_runner.client.calls import Retry
+from wasm_runner.client.errors import ApiError, AuthenticationError, BadRequestError, ConflictError, NotFoundError, PayloadTooLargeError, PermissionDeniedError, RateLimitedError, ServerError, ServiceUnavailableError, TransportError, WasmRunnerError
+from wasm_runner.client.sync_client import Client, ExecStream
+from wasm_runner.client.wire import CancelResult, DeleteResult, EditResult, FileEntry, FileListing, GlobResult, GrepMatch, GrepResult, LimitsPatch, OneShotResult, OutputChunk, OutputFile, PresignResult, ProfileList, SessionInfo, SessionList, TextEdit, UploadResult, WriteResult
 
 __all__ = [
     "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",

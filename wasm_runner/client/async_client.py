@@ -16,13 +16,11 @@ import httpx
 
 from wasm_runner.api import ExecResult
 
-from . import calls
-from .calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, Upload, decode, query, session_path
-from .errors import TransportError, error_for
-from .sync_client import DEFAULT_TIMEOUT, _is_listing, _not_a_file, client_headers
-from .wire import (CancelResult, DeleteResult, EditResult, FileListing, GlobResult, GrepResult, Health,
-                   OneShotResult, OutputChunk, PresignBody, PresignResult, ProfileList, Readiness, SessionCreate, SessionInfo, SessionList,
-                   TextEdit, UploadResult, WriteResult)
+from wasm_runner.client import calls
+from wasm_runner.client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, Upload, decode, query, session_path
+from wasm_runner.client.errors import TransportError, error_for
+from wasm_runner.client.sync_client import DEFAULT_TIMEOUT, _is_listing, _not_a_file, client_headers
+from wasm_runner.client.wire import CancelResult, DeleteResult, EditResult, FileListing, GlobResult, GrepResult, Health, OneShotResult, OutputChunk, PresignBody, PresignResult, ProfileList, Readiness, SessionCreate, SessionInfo, SessionList, TextEdit, UploadResult, WriteResult
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:

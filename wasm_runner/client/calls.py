@@ -17,9 +17,8 @@ import msgspec
 
 from wasm_runner.api import ExecResult, Limits
 
-from .errors import ApiError, error_for, parse_retry_after
-from .wire import (Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk,
-                   ProcessBody, TextEdit)
+from wasm_runner.client.errors import ApiError, error_for, parse_retry_after
+from wasm_runner.client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
 
 T = TypeVar("T")
 R = TypeVar("R", bound=ExecResult)

@@ -13,12 +13,10 @@ import httpx
 
 from wasm_runner.api import ExecResult
 
-from . import calls
-from .calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, decode, query, session_path
-from .errors import ConflictError, TransportError, error_for
-from .wire import (CancelResult, DeleteResult, EditResult, FileListing, GlobResult, GrepResult, Health,
-                   OneShotResult, OutputChunk, PresignBody, PresignResult, ProfileList, Readiness, SessionCreate, SessionInfo, SessionList,
-                   TextEdit, UploadResult, WriteResult)
+from wasm_runner.client import calls
+from wasm_runner.client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, decode, query, session_path
+from wasm_runner.client.errors import ConflictError, TransportError, error_for
+from wasm_runner.client.wire import CancelResult, DeleteResult, EditResult, FileListing, GlobResult, GrepResult, Health, OneShotResult, OutputChunk, PresignBody, PresignResult, ProfileList, Readiness, SessionCreate, SessionInfo, SessionList, TextEdit, UploadResult, WriteResult
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)

@@ -11,39 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from ..wire import (
-    Base64File,
-    CancelResult,
-    DeleteResult,
-    EditResult,
-    ErrorDetail,
-    ErrorResponse,
-    ExecBody,
-    FileEdit,
-    FileEntry,
-    FileListing,
-    GlobResult,
-    GrepMatch,
-    GrepResult,
-    Health,
-    LimitsPatch,
-    MountInfo,
-    OneShotBody,
-    OneShotResult,
-    OutputFile,
-    PresignBody,
-    PresignResult,
-    ProcessBody,
-    ProfileInfo,
-    ProfileList,
-    Readiness,
-    SessionCreate,
-    SessionInfo,
-    SessionList,
-    TextEdit,
-    UploadResult,
-    WriteResult,
-)
+from wasm_runner.wire import Base64File, CancelResult, DeleteResult, EditResult, ErrorDetail, ErrorResponse, ExecBody, FileEdit, FileEntry, FileListing, GlobResult, GrepMatch, GrepResult, Health, LimitsPatch, MountInfo, OneShotBody, OneShotResult, OutputFile, PresignBody, PresignResult, ProcessBody, ProfileInfo, ProfileList, Readiness, SessionCreate, SessionInfo, SessionList, TextEdit, UploadResult, WriteResult
 
 __all__ = [
     "Base64File", "CancelResult", "DeleteResult", "EditResult", "ErrorDetail", "ErrorResponse", "ExecBody",

@@ -19,7 +19,7 @@ from typing import Literal
 import wasmtime
 from wasmtime import component
 
-from .engines import EngineSettings, get_engine
+from wasm_runner.engine.engines import EngineSettings, get_engine
 
 Kind = Literal["module", "component"]
 Compiled = wasmtime.Module | component.Component

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..api import ExecRequest, ExecResult
-from ..capture import OutputListener
-from ..workspace import Workspace
+from wasm_runner.api import ExecRequest, ExecResult
+from wasm_runner.capture import OutputListener
+from wasm_runner.workspace import Workspace
 
 
 @dataclass

@@ -11,10 +11,10 @@ Public entry points:
 - `NATIVE_PROFILES`: the request fields of the python-data, node and bash profiles.
 """
 
-from .bwrap import Bind, SandboxPolicy
-from .doctor import doctor, format_report
-from .provider import NativeProvider, process_request
-from .toolchain import PythonData, ToolchainError, ensure_python_data, find_python_data
+from wasm_runner.providers.native.bwrap import Bind, SandboxPolicy
+from wasm_runner.providers.native.doctor import doctor, format_report
+from wasm_runner.providers.native.provider import NativeProvider, process_request
+from wasm_runner.providers.native.toolchain import PythonData, ToolchainError, ensure_python_data, find_python_data
 
 NATIVE_PROFILES: dict[str, dict[str, str]] = {
     "python-data": {"language": "python", "provider": "native"},

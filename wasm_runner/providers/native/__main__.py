@@ -13,10 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     if args[0] == "doctor":
-        from .doctor import main as doctor_main
+        from wasm_runner.providers.native.doctor import main as doctor_main
 
         return doctor_main(args[1:])
-    from .toolchain import main as toolchain_main
+    from wasm_runner.providers.native.toolchain import main as toolchain_main
 
     return toolchain_main(args[1:])
 

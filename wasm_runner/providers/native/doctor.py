@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...disk_enforcement import disk_enforcement
-from .identity import account_name, sandbox_identity
-from .toolchain import REQUIREMENTS, find_python_data, python_data_dir
+from wasm_runner.disk_enforcement import disk_enforcement
+from wasm_runner.providers.native.identity import account_name, sandbox_identity
+from wasm_runner.providers.native.toolchain import REQUIREMENTS, find_python_data, python_data_dir
 
 TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
     # (name, executables tried in order, version arguments, Debian package)
@@ -59,7 +59,7 @@ def _tool(executables: tuple[str, ...], args: list[str]) -> dict[str, Any]:
 
 def doctor(provider: Any = None) -> dict[str, Any]:
     """A report of native tools and isolation features; `missing` lists what to install."""
-    from .provider import NativeProvider
+    from wasm_runner.providers.native.provider import NativeProvider
 
     provider = provider or NativeProvider()
     report: dict[str, Any] = {"platform": f"{platform.system()} {platform.release()}", "missing": []}

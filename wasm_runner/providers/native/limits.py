@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .identity import SETUP_GUARD, SandboxIdentity, dropping_launcher
+from wasm_runner.providers.native.identity import SETUP_GUARD, SandboxIdentity, dropping_launcher
 
 log = logging.getLogger("wasm_runner.native")
 

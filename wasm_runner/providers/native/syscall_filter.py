@@ -29,8 +29,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import seccomp_program
-from .toolchain import cache_root
+from wasm_runner.providers.native import seccomp_program
+from wasm_runner.providers.native.toolchain import cache_root
 
 EPERM_CALLS = (
     # kernel keyring: a host user's keys, and keys shared between guests of one host user

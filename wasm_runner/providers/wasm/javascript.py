@@ -51,37 +51,14 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime._extern import wrap_extern
 
-from ...api import GuestError, Limits
-from ...capture import Capture
-from ...engine import EngineSettings, get_engine, load_compiled
-from ...engine.module_cache import WASMTIME_VERSION, cache_dir
-from ...manifests import load_manifest
-from .sandbox import (
-    GUEST_WORKSPACE,
-    Call,
-    Outcome,
-    OutputRouter,
-    View,
-    close_later,
-    engine_settings,
-    guest_env,
-    new_store,
-    trap_outcome,
-)
+from wasm_runner.api import GuestError, Limits
+from wasm_runner.capture import Capture
+from wasm_runner.engine import EngineSettings, get_engine, load_compiled
+from wasm_runner.engine.module_cache import WASMTIME_VERSION, cache_dir
+from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm.sandbox import GUEST_WORKSPACE, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
-from .quickjs_module import (
-    EXPORTED_FUNCTIONS,
-    STACK_POINTER,
-    HOOKS,
-    STDIO_WRITE,
-    HOOKS_SIZE,
-    JS_UNDEFINED,
-    JS_TAG_EXCEPTION,
-    JS_TAG_UNINITIALIZED,
-    DERIVE_VERSION,
-    derive_module,
-    snapshot_module,
-)
+from wasm_runner.providers.wasm.quickjs_module import EXPORTED_FUNCTIONS, STACK_POINTER, HOOKS, STDIO_WRITE, HOOKS_SIZE, JS_UNDEFINED, JS_TAG_EXCEPTION, JS_TAG_UNINITIALIZED, DERIVE_VERSION, derive_module, snapshot_module
 
 
 # ----------------------------------------------------------------------------

@@ -12,14 +12,14 @@ import msgspec
 from dataclasses import dataclass
 from typing import Any
 
-from ...api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
-from ...engine import EngineSettings, StopReason
-from ...hints import with_hint
-from ...quota import exceeds, mounts_exceed, watcher
-from ...workspace import Workspace, diff
-from ..base import Job
-from .sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
-from .warm_pool import WarmPool
+from wasm_runner.api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
+from wasm_runner.engine import EngineSettings, StopReason
+from wasm_runner.hints import with_hint
+from wasm_runner.quota import exceeds, mounts_exceed, watcher
+from wasm_runner.workspace import Workspace, diff
+from wasm_runner.providers.base import Job
+from wasm_runner.providers.wasm.sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
+from wasm_runner.providers.wasm.warm_pool import WarmPool
 
 log = logging.getLogger("wasm_runner")
 
@@ -70,11 +70,11 @@ class WasmProvider:
         with self._lock:
             if language not in self._runtimes:
                 if language == "python":
-                    from .python import PythonRuntime
+                    from wasm_runner.providers.wasm.python import PythonRuntime
 
                     self._runtimes[language] = PythonRuntime()
                 elif language == "javascript":
-                    from .javascript import JavaScriptRuntime
+                    from wasm_runner.providers.wasm.javascript import JavaScriptRuntime
 
                     self._runtimes[language] = JavaScriptRuntime()
                 else:
@@ -240,7 +240,7 @@ def _verdict(outcome: Outcome) -> str:
 
 def _startup_failure(exc: Exception, call: Call) -> Outcome:
     if call.interrupt is not None and call.interrupt.reason is not None:
-        from .sandbox import trap_outcome
+        from wasm_runner.providers.wasm.sandbox import trap_outcome
 
         return trap_outcome(exc, call.interrupt)
     return Outcome(exit_code=1, instance_lost=True, error=GuestError(

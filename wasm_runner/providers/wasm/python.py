@@ -27,16 +27,15 @@ import numpy as np
 import wasmtime
 from wasmtime import component
 
-from ...api import GuestError, Limits
-from ...capture import Capture
-from ...engine import EngineSettings, get_engine, load_compiled
-from ...engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
-from ...manifests import load_manifest
-from .immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
-from .memory_reset import LinearMemory, instantiate_located, mapping_lock
-from .string_call import StringCall
-from .sandbox import (BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store,
-                      trap_outcome)
+from wasm_runner.api import GuestError, Limits
+from wasm_runner.capture import Capture
+from wasm_runner.engine import EngineSettings, get_engine, load_compiled
+from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
+from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
+from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
+from wasm_runner.providers.wasm.string_call import StringCall
+from wasm_runner.providers.wasm.sandbox import BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
 
 log = logging.getLogger("wasm_runner")
 
