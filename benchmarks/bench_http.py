@@ -1,6 +1,6 @@
 """HTTP latency and throughput of the service over loopback; prints JSON.
 
-Starts `python -m server serve` in its own process (so the load generator does not
+Starts `python -m wasm_runner_server serve` in its own process (so the load generator does not
 share the server's interpreter), then measures, at concurrency 1 and 8:
 
 - one-shot: POST /v1/exec {"code": "print(1+1)"}
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from server.cli import event_loop_factory
+from wasm_runner_server.cli.serve import event_loop_factory
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = {"code": "print(1+1)"}
@@ -56,7 +56,7 @@ def percentile(values: list[float], q: float) -> float:
 
 async def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir, "--no-auth",
+        [sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir, "--no-auth",
          "--log-level", "INFO", "--no-access-log"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

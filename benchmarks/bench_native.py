@@ -27,7 +27,7 @@ from wasm_runner.providers.base import Job
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.limits import wait_for_cleanup
-from wasm_runner.workspace import Workspace
+from wasm_runner.workspace.layout import Workspace
 
 TARGET_OVERHEAD_P50_MS = 15.0
 

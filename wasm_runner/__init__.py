@@ -1,9 +1,9 @@
 """wasm-runner: run untrusted Python and JavaScript in WebAssembly with hard limits."""
 
-from wasm_runner.api import ExecRequest, ExecResult, FileChanges, GuestError, Limits
 from wasm_runner.capture import OutputListener
 from wasm_runner.providers.wasm.sandbox import Mount
 from wasm_runner.runner import Runner, Session
+from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits
 
 __all__ = [
     "ExecRequest",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from wasm_runner.api import GuestError
+from wasm_runner_protocol.execution import GuestError
 
 _NETWORK = re.compile(r"socket|getaddrinfo|urllib|http\.client|ConnectionRefused|gaierror", re.I)
 _ENV_LOOKUP = re.compile(r"environ\s*\[|getenv|environ\.get|process\.env|std\.getenv")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
-RUNTIMES_DIR = Path(__file__).resolve().parent.parent / "runtimes"
+RUNTIMES_DIR = Path(str(resources.files("wasm_runner._runtimes")))
+"""Package data; a wheel installs it as a real directory, which the guest build copies from."""
 
 
 @dataclass(frozen=True)

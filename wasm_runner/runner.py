@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wasm_runner.api import ExecRequest, ExecResult, GuestError, Limits
-from wasm_runner.batch import Batch
 from wasm_runner.capture import OutputListener
+from wasm_runner.execution.lanes import Batch
+from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import KernelSlot, WasmProvider
 from wasm_runner.providers.wasm.sandbox import Mount
-from wasm_runner.worker_processes import OneShotWorkers, WorkerPool
-from wasm_runner.workspace import Workspace, discard_tree
+from wasm_runner.workspace.layout import Workspace, discard_tree
+from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
 
 log = logging.getLogger("wasm_runner")
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from server.app import create_app
-from server.profiles import ServiceConfig
+from wasm_runner_server.app import create_app
+from wasm_runner_server.config import ServiceConfig
 
 
 def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:

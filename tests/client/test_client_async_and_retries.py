@@ -8,8 +8,7 @@ import time
 import httpx
 import pytest
 
-from wasm_runner.client import (AsyncClient, Client, ExecResult, NotFoundError, RateLimitedError, Retry,
-                                TransportError)
+from wasm_runner_client import AsyncClient, Client, ExecResult, NotFoundError, RateLimitedError, Retry, TransportError
 
 SLOW = "import time\ntime.sleep(1.6)\n'slow done'"
 """Holds the only execution slot of a server with concurrency 1 and no queue."""

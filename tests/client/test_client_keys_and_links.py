@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.tenants import TenantStore
-from wasm_runner.client import AuthenticationError, Client, NotFoundError
+from wasm_runner_client import AuthenticationError, Client, NotFoundError
+from wasm_runner_server.security.tenants import TenantStore
 
 
 @pytest.fixture

@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from wasm_runner.client import (BadRequestError, Client, ConflictError, ExecResult, FileListing, LimitsPatch,
-                                NotFoundError, OneShotResult, PermissionDeniedError, SessionInfo, TransportError)
+from wasm_runner_client import (
+    BadRequestError,
+    Client,
+    ConflictError,
+    ExecResult,
+    FileListing,
+    LimitsPatch,
+    NotFoundError,
+    OneShotResult,
+    PermissionDeniedError,
+    SessionInfo,
+    TransportError,
+)
 
 
 def test_sessions_exec_and_the_typed_results(server) -> None:

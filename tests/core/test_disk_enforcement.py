@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wasm_runner.disk_enforcement import disk_enforcement
+from wasm_runner.workspace.disk_enforcement import disk_enforcement
 
 MOUNTINFO = """\
 22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 
 import pytest
 
-from wasm_runner import files as wf
+from wasm_runner.workspace import files as wf
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@ import itertools
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from wasm_runner import files as wf
+from wasm_runner.workspace import files as wf
 
 
 def matches(pattern: str, path: str) -> bool:

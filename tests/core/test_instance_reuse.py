@@ -10,8 +10,8 @@ import pytest
 
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
-from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm import memory_reset, write_tracking
+from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from wasm_runner.api import MiB, Limits
 from wasm_runner.engine import StopReason
 from wasm_runner.providers.wasm.javascript import JavaScriptRuntime
 from wasm_runner.providers.wasm.sandbox import BASE_ENV, Call, View
+from wasm_runner_protocol.execution import Limits, MiB
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from wasm_runner import workspace as workspace_module
-from wasm_runner.api import Limits
-from wasm_runner.files import FileTooLargeError, TextEdit, WorkspaceFiles
 from wasm_runner.providers.wasm.sandbox import Mount
-from wasm_runner.quota import DiskLedger, QuotaExceeded, QuotaWatcher, over_quota
-from wasm_runner.workspace import Workspace, remove_tree, tree_usage
+from wasm_runner.workspace import layout as workspace_module
+from wasm_runner.workspace.files import FileTooLargeError, TextEdit, WorkspaceFiles
+from wasm_runner.workspace.layout import Workspace, remove_tree, tree_usage
+from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, QuotaWatcher, over_quota
+from wasm_runner_protocol.execution import Limits
 
 DEPTH = 300
 NAME = 250

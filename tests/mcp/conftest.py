@@ -1,7 +1,7 @@
 """MCP clients (the official SDK's `mcp.ClientSession`) connected over both transports.
 
 - http: the service on 127.0.0.1 (a real aiohttp server), MCP at /mcp, streamable HTTP;
-- stdio: `python -m server.mcp_cli` as a subprocess, as an agent would start `wasm-runner mcp`.
+- stdio: `python -m wasm_runner_server.mcp.stdio` as a subprocess, as an agent would start `wasm-runner mcp`.
 
 Sessions are opened with `async with connect(...)` inside each test, so the SDK's task
 groups are entered and left in the same task.
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-
 from mcp_connect import Connect, HttpService, connect_http, connect_stdio, start_http_service
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """Connecting the official MCP client to wasm-runner over both transports:
-streamable HTTP (a real service on 127.0.0.1, MCP at /mcp) and stdio (`python -m server.mcp_cli`)."""
+streamable HTTP (a real service on 127.0.0.1, MCP at /mcp) and stdio (`python -m wasm_runner_server.mcp.stdio`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestServer
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from server.app import create_app
-from server.profiles import ServiceConfig
+from wasm_runner_server.app import create_app
+from wasm_runner_server.config import ServiceConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ async def connect_stdio(data_dir: Path, *args: str) -> AsyncIterator[ClientSessi
         if name in os.environ:
             env[name] = os.environ[name]
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "server.mcp_cli", "--data-dir", str(data_dir), "--no-warm", *args],
+                                   args=["-m", "wasm_runner_server.mcp.stdio", "--data-dir", str(data_dir), "--no-warm", *args],
                                    env=env, cwd=str(REPO))
     with open(data_dir.parent / f"{data_dir.name}.stderr.log", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest_asyncio
-
-from server.tenants import TenantStore
 from mcp_connect import HttpService, connect_http, connect_stdio, start_http_service
+
+from wasm_runner_server.security.tenants import TenantStore
 
 
 @pytest_asyncio.fixture

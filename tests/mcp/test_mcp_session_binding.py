@@ -6,9 +6,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest_asyncio
-
 from mcp_connect import start_http_service
-from server.tenants import TenantStore
+
+from wasm_runner_server.security.tenants import TenantStore
 
 ACCEPT = "application/json, text/event-stream"
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import mcp_types as types
 import pytest
-
-from server import mcp_server
-from wasm_runner.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
 from mcp_connect import Connect, HttpService, connect_http
+
+from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
+from wasm_runner_server.mcp import server as mcp_server
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
                   "run_process", "session_new", "session_list", "session_reset"}
@@ -265,7 +265,7 @@ async def test_run_process_returns_images_written_natively(connect: Connect) -> 
 def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
     import argparse
 
-    from server.mcp_cli import add_mcp_command, run_mcp
+    from wasm_runner_server.mcp.stdio import add_mcp_command, run_mcp
 
     parser = argparse.ArgumentParser(prog="wasm-runner")
     add_mcp_command(parser.add_subparsers(dest="command"))

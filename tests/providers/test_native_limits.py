@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from wasm_runner import Limits, Runner
-from wasm_runner.api import MiB
 from wasm_runner.providers.native import NativeProvider, SandboxPolicy
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner.providers.native.limits import PREFIX, detect, wait_for_cleanup
 from wasm_runner.providers.native.identity import SandboxIdentity, sandbox_identity
+from wasm_runner.providers.native.limits import PREFIX, detect, wait_for_cleanup
+from wasm_runner_protocol.execution import MiB
 
 _path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)

@@ -21,7 +21,7 @@ from wasm_runner.providers.native import (
     process_request,
 )
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner.workspace import Workspace
+from wasm_runner.workspace.layout import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
 

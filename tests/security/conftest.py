@@ -13,9 +13,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
-from server.app import create_app  # noqa: E402
-from server.tenants import TenantStore  # noqa: E402
 from server_helpers import make_config  # noqa: E402
+
+from wasm_runner_server.app import create_app
+from wasm_runner_server.security.tenants import TenantStore
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from test_isolation import SESSION_ROUTES, _concrete
 
 

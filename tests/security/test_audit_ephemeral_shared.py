@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from server.audit import AuditLog
-from server.keys_cli import add_audit_command
+from wasm_runner_server.cli.keys import add_audit_command
+from wasm_runner_server.security.audit import AuditLog
 
 
 async def _new(secure, key: str = "a_member", **fields) -> str:

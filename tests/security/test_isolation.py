@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from server.app import create_app
 from server_helpers import make_config
+
+from wasm_runner_server.app import create_app
 
 _APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
 ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})

@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import logging
 
-from server.keys_cli import add_audit_command, add_keys_command
-from server.presign import Signer
+from wasm_runner_server.cli.keys import add_audit_command, add_keys_command
+from wasm_runner_server.security.presign import Signer
 
 
 async def test_no_key_and_bad_key_answer_401_with_what_to_do(secure):
@@ -67,7 +67,7 @@ async def test_keys_never_appear_in_logs_and_fresh_install_says_how_to_start(sta
     caplog.set_level(logging.DEBUG)
     secure = await start_secure(data_dir=tmp_path / "fresh", keys={})
     assert any("wasm-runner keys create --workspace admin" in r.getMessage() for r in caplog.records)
-    from server.tenants import TenantStore
+    from wasm_runner_server.security.tenants import TenantStore
 
     store = TenantStore.in_data_dir(tmp_path / "fresh")
     key, _ = store.create_key("alpha", "k")
@@ -87,7 +87,7 @@ async def test_no_auth_is_loudly_logged(start_secure, tmp_path, caplog):
 
 
 def test_serve_requires_keys_unless_no_auth():
-    from server.cli import add_serve_command, build_config
+    from wasm_runner_server.cli.serve import add_serve_command, build_config
 
     parser = argparse.ArgumentParser()
     add_serve_command(parser.add_subparsers(dest="command"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-
-from server.tenants import TenantStore
 from server_helpers import raw_url
+
+from wasm_runner_server.security.tenants import TenantStore
 
 
 async def _session_with(secure, files: dict[str, bytes], key: str = "a_member", **fields) -> str:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
 from test_workspace import DEPTH, NAME, build_deep_tree  # noqa: E402
 
-from wasm_runner.workspace import tree_usage  # noqa: E402
+from wasm_runner.workspace.layout import tree_usage
 
 MiB = 1024 * 1024
 TIGHT = {"auth": {"quotas": {"disk_bytes": MiB}},
@@ -207,7 +207,7 @@ async def test_shared_writes_reserve_against_the_workspace_quota(start_secure):
 
 
 async def test_a_usage_that_cannot_be_measured_refuses_writes_and_stops_guests(start_secure, monkeypatch):
-    from wasm_runner import workspace as workspace_module
+    from wasm_runner.workspace import layout as workspace_module
 
     secure = await start_secure(auth={"enabled": False})  # the run itself meets the failure, not the 429 check
     status, created, _ = await secure.call("POST", "/v1/sessions", json={})

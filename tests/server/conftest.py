@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-
-from server.app import create_app
 from server_helpers import make_config
+
+from wasm_runner_server.app import create_app
 
 Start = Callable[..., Awaitable[TestClient]]
 

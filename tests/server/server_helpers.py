@@ -13,7 +13,9 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from server.profiles import ServiceConfig
+from wasm_runner_server.config import ServiceConfig
+
+
 def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     """Test defaults: no warm-up wait, a fast sweep; any config section may be overridden."""
     server = {"data_dir": str(data_dir), "prepare_on_start": False, "concurrency": 2, "shutdown_timeout_s": 5}

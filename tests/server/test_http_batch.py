@@ -3,8 +3,9 @@
 import asyncio
 import json
 
-from server.routes_batch import MAX_LINE_BYTES, ndjson_lines
 from server_helpers import assert_error_shape
+
+from wasm_runner_server.http.routes.batch import MAX_LINE_BYTES, ndjson_lines
 
 
 def ndjson(items):

@@ -11,7 +11,6 @@ import time
 
 import aiohttp
 import pytest
-
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
 NEEDS_BWRAP = pytest.mark.skipif(shutil.which("bwrap") is None,

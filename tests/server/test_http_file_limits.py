@@ -14,9 +14,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from server_helpers import assert_error_shape, call, new_session
-from wasm_runner import files as wf
+
+from wasm_runner.workspace import files as wf
 
 pytestmark = pytest.mark.asyncio
 

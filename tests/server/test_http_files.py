@@ -11,7 +11,6 @@ import zipfile
 
 import aiohttp
 import pytest
-
 from server_helpers import assert_error_shape, call, new_session, raw_url, run
 
 pytestmark = pytest.mark.asyncio

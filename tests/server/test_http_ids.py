@@ -6,10 +6,10 @@ import json
 
 import msgspec
 import pytest
-
-from server.tenants import TenantStore
 from server_helpers import assert_error_shape, call, new_session, raw_url
-from wasm_runner.wire import SessionCreate
+
+from wasm_runner_protocol.wire import SessionCreate
+from wasm_runner_server.security.tenants import TenantStore
 
 
 async def test_a_session_id_with_a_trailing_newline_is_refused_in_a_body(client):

@@ -10,7 +10,6 @@ import sys
 
 import aiohttp
 import pytest
-
 from server_helpers import assert_error_shape, make_config
 from test_http_serve import ROOT, _start, free_port
 
@@ -73,7 +72,7 @@ async def test_a_bad_chunk_after_the_handler_started_is_still_the_error_shape(tm
     port = free_port()
     env = {**os.environ, "AIOHTTP_NO_EXTENSIONS": "1", "WASM_RUNNER_DATA_DIR": str(tmp_path / "data")}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-auth",
+        sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-auth",
         cwd=ROOT, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         await _until_up(port)

@@ -16,9 +16,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 from pydantic import ValidationError
-
-from server.cli import add_serve_command, build_config, serve
 from server_helpers import make_config
+
+from wasm_runner_server.cli.serve import add_serve_command, build_config, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ async def test_serve_command_logs_json_lines_and_stops_on_sigterm(tmp_path):
     port = free_port()
     env = {**os.environ, "WASM_RUNNER_DATA_DIR": str(tmp_path / "data"), "WASM_RUNNER_PORT": str(port)}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", cwd=ROOT, env=env,
+        sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     lines: list[dict] = []
     try:

@@ -4,9 +4,9 @@ profiles"""
 from __future__ import annotations
 
 import pytest
-
-from server.profiles import load_config
 from server_helpers import assert_error_shape, call, eventually, new_session, raw_url
+
+from wasm_runner_server.config import load_config
 
 pytestmark = pytest.mark.asyncio
 

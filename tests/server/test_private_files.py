@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import stat
 
-from server.audit import AuditLog
-from server.store import SessionStore
-from server.tenants import TenantStore
 from wasm_runner import Runner
+from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.sessions.store import SessionStore
 
 
 def _mode(path) -> int:

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from wasm_runner.api import ExecRequest, ExecResult
 from wasm_runner.capture import OutputListener
-from wasm_runner.workspace import Workspace
+from wasm_runner.workspace.layout import Workspace
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 
 @dataclass

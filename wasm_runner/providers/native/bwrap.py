@@ -35,8 +35,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 GUEST_WORKSPACE = "/workspace"

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from wasm_runner.disk_enforcement import disk_enforcement
 from wasm_runner.providers.native.identity import account_name, sandbox_identity
 from wasm_runner.providers.native.toolchain import REQUIREMENTS, find_python_data, python_data_dir
+from wasm_runner.workspace.disk_enforcement import disk_enforcement
 
 TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
     # (name, executables tried in order, version arguments, Debian package)

@@ -25,17 +25,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wasm_runner.api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
 from wasm_runner.capture import Capture
-from wasm_runner.quota import over_quota_or_unmeasurable, watcher
-from wasm_runner.workspace import Workspace, diff
 from wasm_runner.providers.base import Job
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
 from wasm_runner.providers.native.ownership import normalize
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
-from wasm_runner.providers.native.toolchain import MARKER, PythonData, ToolchainError, ensure_python_data, find_python_data, python_data_dir
+from wasm_runner.providers.native.toolchain import (
+    MARKER,
+    PythonData,
+    ToolchainError,
+    ensure_python_data,
+    find_python_data,
+    python_data_dir,
+)
+from wasm_runner.workspace.layout import Workspace, diff
+from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
 
 log = logging.getLogger("wasm_runner.native")
 

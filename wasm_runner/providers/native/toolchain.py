@@ -1,7 +1,7 @@
 """The python-data toolchain: a native CPython venv with the data-science stack, built once.
 
 `ensure_python_data()` creates a venv from a system interpreter and installs the packages
-pinned in runtimes/native/python-data.txt (wheels only), then writes a marker naming the
+pinned in wasm_runner/_runtimes/native/python-data.txt (wheels only), then writes a marker naming the
 requirements' sha256. Later calls return at once; nothing is installed at run time. The
 sandbox mounts the venv read-only at /opt/python-data.
 
@@ -21,10 +21,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasm_runner.manifests import RUNTIMES_DIR
+
 log = logging.getLogger("wasm_runner.native")
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-REQUIREMENTS = REPO_ROOT / "runtimes" / "native" / "python-data.txt"
+REQUIREMENTS = RUNTIMES_DIR / "native" / "python-data.txt"
 MARKER = ".wasm-runner-ready.json"
 SMOKE_IMPORTS = "pandas, numpy, matplotlib, seaborn, scipy, sklearn, PIL, openpyxl"
 SYSTEM_PYTHONS = ("/usr/bin/python3",)

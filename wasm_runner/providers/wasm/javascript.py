@@ -9,7 +9,7 @@ against the name section): a few of QuickJS's own functions exported (`JS_Eval`,
 callback's error to the driver; a promise rejection tracker; stdout/stderr writes to
 the host). Debug sections are dropped.
 
-It then starts that module once (`qjs --std -e runtimes/javascript/driver.js`) and
+It then starts that module once (`qjs --std -e wasm_runner/_runtimes/javascript/driver.js`) and
 keeps the result as a pre-initialised snapshot (`snapshot_module`, like Wizer: memory
 image and globals become the module's data), cached next to the compiled modules.
 Every instance starts from the snapshot: instantiation is copy-on-write, and a fresh
@@ -51,15 +51,36 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime._extern import wrap_extern
 
-from wasm_runner.api import GuestError, Limits
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import WASMTIME_VERSION, cache_dir
 from wasm_runner.manifests import load_manifest
-from wasm_runner.providers.wasm.sandbox import GUEST_WORKSPACE, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
-
-from wasm_runner.providers.wasm.quickjs_module import EXPORTED_FUNCTIONS, STACK_POINTER, HOOKS, STDIO_WRITE, HOOKS_SIZE, JS_UNDEFINED, JS_TAG_EXCEPTION, JS_TAG_UNINITIALIZED, DERIVE_VERSION, derive_module, snapshot_module
-
+from wasm_runner.providers.wasm.quickjs_module import (
+    DERIVE_VERSION,
+    EXPORTED_FUNCTIONS,
+    HOOKS,
+    HOOKS_SIZE,
+    JS_TAG_EXCEPTION,
+    JS_TAG_UNINITIALIZED,
+    JS_UNDEFINED,
+    STACK_POINTER,
+    STDIO_WRITE,
+    derive_module,
+    snapshot_module,
+)
+from wasm_runner.providers.wasm.sandbox import (
+    GUEST_WORKSPACE,
+    Call,
+    Outcome,
+    OutputRouter,
+    View,
+    close_later,
+    engine_settings,
+    guest_env,
+    new_store,
+    trap_outcome,
+)
+from wasm_runner_protocol.execution import GuestError, Limits
 
 # ----------------------------------------------------------------------------
 # Guest ABI constants.
@@ -221,7 +242,7 @@ class JavaScriptRuntime:
             found = dist.version if dist is not None else None
             raise RuntimeError(
                 f"the JavaScript runtime needs {package}=={pinned} (found {found}); "
-                "run `wasm-runner prepare` or `pip install --require-hashes -r runtimes/requirements.lock`"
+                "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
         for file in dist.files or ():
             if str(file) == self.manifest["artifact"]:

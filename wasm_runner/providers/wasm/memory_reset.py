@@ -37,10 +37,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from wasm_runner.providers.wasm.write_tracking import PAGE, WrittenPages, pagemap, start_tracking
+from wasm_runner.lowlevel.write_tracking import PAGE, WrittenPages, pagemap, start_tracking
 
 try:
-    from wasm_runner.providers.wasm._page_copy import copy_pages as _compiled_copy_pages
+    from wasm_runner.lowlevel._page_copy import copy_pages as _compiled_copy_pages
 except ImportError:  # built without a C compiler: numpy's copy
     _compiled_copy_pages = None
 

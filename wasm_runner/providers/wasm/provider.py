@@ -7,19 +7,19 @@ import logging
 import threading
 import time
 import weakref
-
-import msgspec
 from dataclasses import dataclass
 from typing import Any
 
-from wasm_runner.api import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
+import msgspec
+
 from wasm_runner.engine import EngineSettings, StopReason
 from wasm_runner.hints import with_hint
-from wasm_runner.quota import exceeds, mounts_exceed, watcher
-from wasm_runner.workspace import Workspace, diff
 from wasm_runner.providers.base import Job
 from wasm_runner.providers.wasm.sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
+from wasm_runner.workspace.layout import Workspace, diff
+from wasm_runner.workspace.quota import exceeds, mounts_exceed, watcher
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
 
 log = logging.getLogger("wasm_runner")
 

@@ -1,6 +1,6 @@
 """Host side of the Python runtime: a componentize-py snapshot of CPython 3.14.
 
-The component is built once from runtimes/python/guest (build key: the guest
+The component is built once from wasm_runner/_runtimes/python/guest (build key: the guest
 sources and the builder version), then compiled once per engine settings.
 A fresh execution instantiates the snapshot (about a millisecond); a kernel
 keeps one instance, whose namespace persists between calls.
@@ -27,15 +27,26 @@ import numpy as np
 import wasmtime
 from wasmtime import component
 
-from wasm_runner.api import GuestError, Limits
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
+from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
-from wasm_runner.providers.wasm.string_call import StringCall
-from wasm_runner.providers.wasm.sandbox import BASE_ENV, Call, Outcome, OutputRouter, View, close_later, engine_settings, guest_env, new_store, trap_outcome
+from wasm_runner.providers.wasm.sandbox import (
+    BASE_ENV,
+    Call,
+    Outcome,
+    OutputRouter,
+    View,
+    close_later,
+    engine_settings,
+    guest_env,
+    new_store,
+    trap_outcome,
+)
+from wasm_runner_protocol.execution import GuestError, Limits
 
 log = logging.getLogger("wasm_runner")
 
@@ -72,7 +83,7 @@ class PythonRuntime:
         if installed != builder_version:
             raise RuntimeError(
                 f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
-                "run `wasm-runner prepare` or `pip install --require-hashes -r runtimes/requirements.lock`"
+                "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
         digest = hashlib.sha256(builder_version.encode() + json.dumps(BASE_ENV, sort_keys=True).encode())
         for path in sorted(guest.rglob("*")):

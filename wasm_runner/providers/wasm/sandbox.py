@@ -20,14 +20,16 @@ from typing import Any, ContextManager
 import wasmtime
 from wasmtime import _bindings as capi
 
-from wasm_runner.api import LIMIT_MESSAGES, GuestError, LimitName, Limits
 from wasm_runner.capture import Capture, OutputListener
 from wasm_runner.engine import EngineSettings, Interrupt, StopReason, get_engine
 from wasm_runner.engine.interrupt import stop_reason_in
-from wasm_runner.quota import DiskBudget
+from wasm_runner.workspace.quota import DiskBudget
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, GuestError, LimitName, Limits
 
 try:
-    from wasm_runner.providers.wasm._output_sink import RELEASE as _SINK_RELEASE_ADDRESS, WRITE as _SINK_WRITE_ADDRESS, Sink
+    from wasm_runner.lowlevel._output_sink import RELEASE as _SINK_RELEASE_ADDRESS
+    from wasm_runner.lowlevel._output_sink import WRITE as _SINK_WRITE_ADDRESS
+    from wasm_runner.lowlevel._output_sink import Sink
 except ImportError:  # built without a C compiler: every write goes through a Python callback
     Sink = None
 

@@ -25,8 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from wasm_runner.api import Limits
 from wasm_runner.providers.wasm.sandbox import View
+from wasm_runner_protocol.execution import Limits
 
 log = logging.getLogger("wasm_runner")
 

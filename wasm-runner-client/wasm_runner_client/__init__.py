@@ -1,0 +1,68 @@
+"""A typed Python client for the wasm-runner HTTP API, sync and async.
+
+    from wasm_runner.client import Client
+
+    with Client("http://127.0.0.1:8080", api_key=None) as client:
+        sid = client.create_session().id
+        client.write_file(sid, "data.csv", "a,b\\n1,2\\n")
+        result = client.exec(sid, "print(open('data.csv').read())")
+        with client.exec_stream(sid, "for i in range(3): print(i)") as stream:
+            for chunk in stream:
+                print(chunk.stream, chunk.text)
+        print(stream.result.exit_code)
+
+Results are the core's `ExecResult` (wasm_runner.api) and the Structs of
+`wasm_runner.client.wire`, whose field names are the service's wire. Calls answered
+429/503 are retried with backoff honouring Retry-After (`Retry`); errors raise
+`ApiError` subclasses with the server's `code`, `message` and `hint`. This package
+needs httpx; the rest of wasm_runner does not import it.
+"""
+
+from wasm_runner_client.async_client import AsyncClient, AsyncExecStream
+from wasm_runner_client.calls import Retry
+from wasm_runner_client.errors import (
+    ApiError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitedError,
+    ServerError,
+    ServiceUnavailableError,
+    TransportError,
+    WasmRunnerError,
+)
+from wasm_runner_client.sync_client import Client, ExecStream
+from wasm_runner_client.wire import (
+    CancelResult,
+    DeleteResult,
+    EditResult,
+    FileEntry,
+    FileListing,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    LimitsPatch,
+    OneShotResult,
+    OutputChunk,
+    OutputFile,
+    PresignResult,
+    ProfileList,
+    SessionInfo,
+    SessionList,
+    TextEdit,
+    UploadResult,
+    WriteResult,
+)
+from wasm_runner_protocol.execution import ExecResult, Limits
+
+__all__ = [
+    "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
+    "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
+    "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
+    "OutputChunk", "OutputFile", "PayloadTooLargeError", "PresignResult", "PermissionDeniedError", "ProfileList", "RateLimitedError",
+    "Retry", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList", "TextEdit", "TransportError",
+    "UploadResult", "WasmRunnerError", "WriteResult",
+]

@@ -1,0 +1,380 @@
+"""`AsyncClient`: the HTTP API from async code (asyncio or trio, through httpx and anyio).
+
+The same calls as `Client`, awaited; see sync_client.py for each call's documentation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Generic, Literal
+
+import anyio
+import httpx
+
+from wasm_runner_client import calls
+from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, Upload, decode, query, session_path
+from wasm_runner_client.errors import TransportError, error_for
+from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, _is_listing, _not_a_file, client_headers
+from wasm_runner_client.wire import (
+    CancelResult,
+    DeleteResult,
+    EditResult,
+    FileListing,
+    GlobResult,
+    GrepResult,
+    Health,
+    OneShotResult,
+    OutputChunk,
+    PresignBody,
+    PresignResult,
+    ProfileList,
+    Readiness,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+    TextEdit,
+    UploadResult,
+    WriteResult,
+)
+from wasm_runner_protocol.execution import ExecResult
+
+
+async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
+    while chunk := await anyio.to_thread.run_sync(upload.file.read, CHUNK):
+        yield chunk
+
+
+class AsyncClient:
+    """A wasm-runner service over HTTP, from async code.
+
+        async with AsyncClient("http://127.0.0.1:8080") as client:
+            session = await client.create_session()
+            async with client.exec_stream(session.id, "print('hi')") as stream:
+                async for chunk in stream:
+                    print(chunk.text, end="")
+            print(stream.result.exit_code)
+    """
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
+                 timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT, retry: Retry = Retry(),
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        base_url = base_url or os.environ.get(calls.URL_VARIABLE) or calls.DEFAULT_URL
+        self.retry = retry
+        self._http = httpx.AsyncClient(base_url=base_url, headers=client_headers(api_key, headers),
+                                       timeout=timeout, transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def _send(self, call: Call, *, stream: bool = False) -> httpx.Response:
+        attempt = 0
+        while True:
+            args = call.request_args()
+            if call.upload is not None:
+                args["content"] = _chunks(call.upload)
+            try:
+                response = await self._http.send(self._http.build_request(**args), stream=True)
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{call.method} {call.path}: {exc}") from exc
+            status = response.status_code
+            if status < 400 or status in call.accept:
+                if not stream:
+                    await self._read(response, call)
+                return response
+            delay = self.retry.delay(attempt, status, response.headers) if call.retry and call.replayable else None
+            if delay is None:
+                body = await self._read(response, call)
+                raise error_for(status, body, response.headers)
+            await response.aclose()
+            await anyio.sleep(delay)
+            attempt += 1
+            call.rewind()
+
+    @staticmethod
+    async def _read(response: httpx.Response, call: Call) -> bytes:
+        try:
+            return await response.aread()
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{call.method} {call.path}: {exc}") from exc
+        finally:
+            await response.aclose()
+
+    async def _call(self, call: Call, type_: type[calls.T]) -> calls.T:
+        return decode(type_, (await self._send(call)).content)
+
+    # -- service -------------------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        return await self._call(Call("GET", "/healthz"), Health)
+
+    async def readiness(self) -> Readiness:
+        return await self._call(Call("GET", "/readyz", accept=frozenset({503}), retry=False), Readiness)
+
+    async def profiles(self) -> ProfileList:
+        return await self._call(Call("GET", "/v1/profiles"), ProfileList)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def create_session(self, id: str | None = None, *, profile: str | None = None,
+                             idle_timeout_s: float | None = None, ttl_s: float | None = None,
+                             metadata: Mapping[str, str] | None = None, ephemeral: bool = False) -> SessionInfo:
+        body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
+                             metadata=dict(metadata or {}), ephemeral=ephemeral)
+        return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._call(Call("GET", session_path(session_id)), SessionInfo)
+
+    async def list_sessions(self, *, cursor: str | None = None, limit: int | None = None) -> SessionList:
+        return await self._call(Call("GET", "/v1/sessions", params=query(cursor=cursor, limit=limit)), SessionList)
+
+    async def iter_sessions(self, *, page_size: int = 100) -> AsyncIterator[SessionInfo]:
+        cursor = None
+        while True:
+            page = await self.list_sessions(cursor=cursor, limit=page_size)
+            for info in page.sessions:
+                yield info
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._send(Call("DELETE", session_path(session_id)))
+
+    async def cancel(self, session_id: str) -> CancelResult:
+        return await self._call(Call("POST", session_path(session_id, "cancel")), CancelResult)
+
+    # -- execution -------------------------------------------------------------------------------
+
+    async def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
+                   language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
+                   limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
+                   id: str | None = None) -> ExecResult:
+        body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
+                               fresh=fresh, profile=profile, id=id)
+        return await self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+
+    def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
+                    language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
+                    limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
+                    id: str | None = None) -> AsyncExecStream[ExecResult]:
+        body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
+                               fresh=fresh, profile=profile, id=id)
+        return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+
+    async def process(self, session_id: str, command: list[str], *, stdin: str = "",
+                      env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
+                      id: str | None = None) -> ExecResult:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return await self._call(Call("POST", session_path(session_id, "process"), body=body), ExecResult)
+
+    def process_stream(self, session_id: str, command: list[str], *, stdin: str = "",
+                       env: Mapping[str, str] | None = None, limits: LimitsArg = None,
+                       profile: str | None = None, id: str | None = None) -> AsyncExecStream[ExecResult]:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return AsyncExecStream(self, Call("POST", session_path(session_id, "process"), body=body), ExecResult)
+
+    async def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
+                  command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
+                  outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                  limits: LimitsArg = None, profile: str | None = None, id: str | None = None) -> OneShotResult:
+        body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return await self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
+
+    def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
+                   command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
+                   outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                   limits: LimitsArg = None, profile: str | None = None,
+                   id: str | None = None) -> AsyncExecStream[OneShotResult]:
+        body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
+
+    # -- files -------------------------------------------------------------------------------------
+
+    def _file_call(self, method: str, session_id: str, path: str, **kwargs: Any) -> Call:
+        return Call(method, session_path(session_id, "files", calls.file_path(path)), **kwargs)
+
+    async def read_file(self, session_id: str, path: str) -> bytes:
+        response = await self._send(self._file_call("GET", session_id, path))
+        if _is_listing(response):
+            raise _not_a_file(path)
+        return response.content
+
+    async def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read_file(session_id, path)).decode(encoding)
+
+    async def download(self, session_id: str, path: str, dest: str | os.PathLike[str] | IO[bytes]) -> int:
+        response = await self._send(self._file_call("GET", session_id, path), stream=True)
+        try:
+            if _is_listing(response):
+                raise _not_a_file(path)
+            return await _write_to(dest, response.aiter_bytes(CHUNK))
+        finally:
+            await response.aclose()
+
+    async def write_file(self, session_id: str, path: str, data: bytes | str | IO[bytes], *,
+                         mkdirs: bool = True) -> WriteResult:
+        content, upload = calls.body_of(data)
+        call = self._file_call("PUT", session_id, path, params=query(mkdirs=mkdirs), content=content, upload=upload)
+        return await self._call(call, WriteResult)
+
+    async def upload_file(self, session_id: str, local_path: str | os.PathLike[str], path: str | None = None, *,
+                          mkdirs: bool = True) -> WriteResult:
+        local = Path(local_path)
+        with local.open("rb") as file:
+            return await self.write_file(session_id, path or local.name, file, mkdirs=mkdirs)
+
+    async def upload(self, session_id: str, files: Mapping[str, bytes | str | IO[bytes]], *,
+                     dir: str = "") -> UploadResult:
+        parts: list[tuple[str, bytes | Upload]] = []
+        for name, data in files.items():
+            content, upload = calls.body_of(data)
+            parts.append((name, content if content is not None else upload))
+        call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
+        return await self._call(call, UploadResult)
+
+    async def delete_file(self, session_id: str, path: str, *, recursive: bool = False) -> DeleteResult:
+        call = self._file_call("DELETE", session_id, path, params=query(recursive=recursive or None))
+        return await self._call(call, DeleteResult)
+
+    async def edit_file(self, session_id: str, path: str, old_text: str | None = None, new_text: str | None = None,
+                        *, replace_all: bool = False, edits: Iterable[TextEdit | tuple[str, str]] | None = None,
+                        patch: str | None = None) -> EditResult:
+        body = calls.edit_body(old_text, new_text, replace_all=replace_all, edits=edits, patch=patch)
+        return await self._call(self._file_call("PATCH", session_id, path, body=body), EditResult)
+
+    async def list_files(self, session_id: str, path: str = "", *, recursive: bool = False,
+                         limit: int | None = None) -> FileListing:
+        params = query(path=path or None, recursive=recursive or None, limit=limit)
+        return await self._call(Call("GET", session_path(session_id, "files"), params=params), FileListing)
+
+    async def glob(self, session_id: str, pattern: str, *, limit: int | None = None) -> GlobResult:
+        call = Call("GET", session_path(session_id, "glob"), params=query(pattern=pattern, limit=limit))
+        return await self._call(call, GlobResult)
+
+    async def grep(self, session_id: str, pattern: str, path: str = "", *, glob: str | None = None,
+                   ignore_case: bool = False, fixed_string: bool = False,
+                   max_matches: int | None = None) -> GrepResult:
+        params = query(pattern=pattern, path=path or None, glob=glob, ignore_case=ignore_case or None,
+                       fixed_string=fixed_string or None, max_matches=max_matches)
+        return await self._call(Call("GET", session_path(session_id, "grep"), params=params), GrepResult)
+
+    async def download_archive(self, session_id: str, dest: str | os.PathLike[str] | IO[bytes], path: str = "", *,
+                               format: Literal["zip", "tar.gz"] = "zip") -> int:
+        call = Call("GET", session_path(session_id, "archive"), params=query(path=path or None, format=format))
+        response = await self._send(call, stream=True)
+        try:
+            return await _write_to(dest, response.aiter_bytes(CHUNK))
+        finally:
+            await response.aclose()
+
+    async def presign(self, session_id: str, path: str, *, method: Literal["GET", "PUT"] = "GET",
+                      expires_in: float | None = None) -> PresignResult:
+        """A link that reads (GET) or writes (PUT) one file without a key until it expires; `url` is absolute."""
+        call = Call("POST", session_path(session_id, "files", calls.file_path(path) + ":presign"),
+                    body=PresignBody(method=method, expires_in=expires_in))
+        result = await self._call(call, PresignResult)
+        result.url = str(self._http.base_url.join(result.url.lstrip("/")))
+        return result
+
+    async def call(self, method: str, path: str, result_type: type[calls.T], *, body: Any = None,
+                   params: Mapping[str, Any] | None = None) -> calls.T:
+        """Any endpoint (`path` percent-encoded, from "/"), for what the typed methods do not cover:
+        `body` (a Struct or JSON-able value) is sent as JSON and the answer decoded as `result_type`."""
+        return await self._call(Call(method, path, params=query(**dict(params or {})), body=body), result_type)
+
+    def file_url(self, session_id: str, path: str) -> str:
+        return str(self._http.base_url.join(session_path(session_id, "files", calls.file_path(path)).lstrip("/")))
+
+
+async def _write_to(dest: str | os.PathLike[str] | IO[bytes], chunks: AsyncIterable[bytes]) -> int:
+    written = 0
+    try:
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as file:
+                async for chunk in chunks:
+                    await anyio.to_thread.run_sync(file.write, chunk)
+                    written += len(chunk)
+        else:
+            async for chunk in chunks:
+                dest.write(chunk)
+                written += len(chunk)
+    except httpx.HTTPError as exc:
+        raise TransportError(f"the download was cut: {exc}") from exc
+    return written
+
+
+class AsyncExecStream(Generic[R]):
+    """An execution answered as server-sent events: `async for` the `OutputChunk`s; `result` once done."""
+
+    def __init__(self, client: AsyncClient, call: Call, result_type: type[R]) -> None:
+        call.headers["Accept"] = "text/event-stream"
+        self._client = client
+        self._call = call
+        self._state = StreamState(result_type)
+        self._response: httpx.Response | None = None
+        self._closed = False
+
+    @property
+    def result(self) -> R | None:
+        return self._state.result
+
+    async def _open(self) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the stream is closed")
+        if self._response is None:
+            self._response = await self._client._send(self._call, stream=True)
+        return self._response
+
+    async def __aenter__(self) -> AsyncExecStream[R]:
+        await self._open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            await self._response.aclose()
+
+    async def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        response = await self._open()
+        try:
+            async for line in response.aiter_lines():
+                chunk = self._state.line(line)
+                if chunk is not None:
+                    yield chunk
+            self._state.line("")
+        except httpx.HTTPError as exc:
+            raise TransportError(f"the event stream was cut: {exc}") from exc
+        finally:
+            await self.aclose()
+        if self._state.result is None:
+            raise self._state.ended_early()
+
+    async def collect(self) -> R:
+        if self._state.result is None:
+            async for _ in self:
+                pass
+        assert self._state.result is not None
+        return self._state.result

@@ -1,0 +1,309 @@
+"""The HTTP API without I/O: what each call sends, how answers decode, when to retry, how a stream reads.
+
+The sync and async clients both build a `Call` here and run it with their own httpx
+client, so the two differ only in how they wait.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Generic, TypeVar
+from urllib.parse import quote
+
+import msgspec
+
+from wasm_runner_client.errors import ApiError, error_for, parse_retry_after
+from wasm_runner_client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
+from wasm_runner_protocol.execution import ExecResult, Limits
+
+T = TypeVar("T")
+R = TypeVar("R", bound=ExecResult)
+
+CHUNK = 256 * 1024
+"""Bytes per read when streaming a file up or down."""
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+URL_VARIABLE = "WASM_RUNNER_URL"
+API_KEY_VARIABLE = "WASM_RUNNER_API_KEY"
+
+LimitsArg = LimitsPatch | Limits | Mapping[str, Any] | None
+"""Limits for one call: a `LimitsPatch` or a mapping (only the fields given), or a core `Limits` (every field)."""
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[Any, msgspec.json.Decoder] = {}
+
+
+def decode(type_: type[T], body: bytes) -> T:
+    decoder = _decoders.get(type_)
+    if decoder is None:
+        decoder = _decoders[type_] = msgspec.json.Decoder(type_)
+    return decoder.decode(body)
+
+
+# -- retries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retries of a call answered 429 (no execution slot) or 503 (shutting down, not ready).
+
+    Both are answered before any work is done, so retrying is safe for every method.
+    The wait honours Retry-After when the server sends it; otherwise it backs off
+    exponentially with jitter. A Retry-After longer than `max_retry_after_s` is not
+    waited for: the error is raised at once.
+    """
+
+    attempts: int = 3
+    """Retries after the first try (0 disables retrying)."""
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    max_retry_after_s: float = 60.0
+    statuses: frozenset[int] = frozenset({429, 503})
+
+    def delay(self, attempt: int, status: int, headers: Mapping[str, str]) -> float | None:
+        """Seconds to wait before retry `attempt + 1`, or None to give up and raise."""
+        if status not in self.statuses or attempt >= self.attempts:
+            return None
+        after = parse_retry_after(headers.get("retry-after"))
+        if after is not None:
+            if after > self.max_retry_after_s:
+                return None
+            return after + random.uniform(0, min(0.1 * after, 0.25))
+        return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * random.uniform(0.5, 1.0)
+
+
+NO_RETRY = Retry(attempts=0)
+
+
+# -- calls --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Upload:
+    """A request body read from a file object in chunks; rewound before a retry when seekable."""
+
+    file: IO[bytes]
+    start: int | None = None
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            if self.file.seekable():
+                self.start = self.file.tell()
+        except (AttributeError, OSError, ValueError):
+            self.start = None
+        try:
+            self.size = os.fstat(self.file.fileno()).st_size - (self.start or 0)
+        except (AttributeError, OSError, ValueError, TypeError):
+            self.size = None
+
+    @property
+    def replayable(self) -> bool:
+        return self.start is not None
+
+    def rewind(self) -> None:
+        if self.start is not None:
+            self.file.seek(self.start)
+
+    def chunks(self) -> Iterable[bytes]:
+        while chunk := self.file.read(CHUNK):
+            yield chunk
+
+
+@dataclass
+class Call:
+    """One HTTP request of the API and what its answer decodes to."""
+
+    method: str
+    path: str
+    """Already percent-encoded, starting with "/"."""
+    params: dict[str, str] | None = None
+    body: Any = None
+    """Sent as JSON (a Struct or any value msgspec encodes)."""
+    content: bytes | None = None
+    upload: Upload | None = None
+    multipart: list[tuple[str, bytes | Upload]] | None = None
+    """(workspace path, contents) pairs for a multipart upload."""
+    headers: dict[str, str] = field(default_factory=dict)
+    accept: frozenset[int] = frozenset()
+    """Error statuses answered with a normal body (GET /readyz answers 503 with a Readiness)."""
+    retry: bool = True
+
+    @property
+    def replayable(self) -> bool:
+        if self.upload is not None and not self.upload.replayable:
+            return False
+        return all(not isinstance(c, Upload) or c.replayable for _, c in self.multipart or [])
+
+    def rewind(self) -> None:
+        if self.upload is not None:
+            self.upload.rewind()
+        for _, content in self.multipart or []:
+            if isinstance(content, Upload):
+                content.rewind()
+
+    def request_args(self) -> dict[str, Any]:
+        """Keyword arguments for httpx's `build_request` (except the streamed body, see the clients)."""
+        headers = dict(self.headers)
+        args: dict[str, Any] = {"method": self.method, "url": self.path, "params": self.params, "headers": headers}
+        if self.body is not None:
+            args["content"] = _encoder.encode(self.body)
+            headers["Content-Type"] = "application/json"
+        elif self.content is not None:
+            args["content"] = self.content
+            headers.setdefault("Content-Type", "application/octet-stream")
+        elif self.upload is not None:
+            headers.setdefault("Content-Type", "application/octet-stream")
+            if self.upload.size is not None:
+                headers["Content-Length"] = str(self.upload.size)
+        elif self.multipart is not None:
+            args["files"] = [("file", (quote(name, safe="/"), c.file if isinstance(c, Upload) else c,
+                                       "application/octet-stream")) for name, c in self.multipart]
+        return args
+
+
+# -- building calls -------------------------------------------------------------------------------
+
+
+def segment(value: str) -> str:
+    """One path segment (a session id), percent-encoded."""
+    return quote(value, safe="")
+
+
+def file_path(path: str) -> str:
+    """A workspace path in a URL: each segment percent-encoded, `/` kept.
+
+    "." and ".." segments are encoded too (%2E), so no HTTP library resolves them into
+    another URL: the server sees them and refuses a path that leaves the workspace.
+    """
+    return "/".join(part.replace(".", "%2E") if part and not part.strip(".") else quote(part, safe="")
+                    for part in path.split("/"))
+
+
+def session_path(session_id: str, *rest: str) -> str:
+    return "/".join(("/v1/sessions", segment(session_id), *rest))
+
+
+def limits_patch(limits: LimitsArg) -> LimitsPatch | None:
+    if limits is None or isinstance(limits, LimitsPatch):
+        return limits
+    if isinstance(limits, Limits):
+        return LimitsPatch.from_limits(limits)
+    return msgspec.convert(dict(limits), LimitsPatch)
+
+
+def _language(language: str | None) -> Any:
+    return msgspec.UNSET if language is None else language
+
+
+def exec_body(code: str | None, *, path: str | None, language: str | None, stdin: str,
+              env: Mapping[str, str] | None, limits: LimitsArg, fresh: bool, profile: str | None,
+              id: str | None) -> ExecBody:
+    return ExecBody(language=_language(language), code=code, path=path, stdin=stdin, env=dict(env or {}),
+                    limits=limits_patch(limits), fresh=fresh, profile=profile, id=id)
+
+
+def process_body(command: list[str], *, stdin: str, env: Mapping[str, str] | None, limits: LimitsArg,
+                 profile: str | None, id: str | None) -> ProcessBody:
+    return ProcessBody(command=list(command), stdin=stdin, env=dict(env or {}), limits=limits_patch(limits),
+                       profile=profile, id=id)
+
+
+def one_shot_body(code: str | None, *, path: str | None, command: list[str] | None, language: str | None,
+                  files: Mapping[str, str | bytes] | None, outputs: Iterable[str], stdin: str,
+                  env: Mapping[str, str] | None, limits: LimitsArg, profile: str | None,
+                  id: str | None) -> OneShotBody:
+    inputs: dict[str, str | Base64File] = {}
+    for name, content in (files or {}).items():
+        inputs[name] = content if isinstance(content, str) else Base64File(base64=bytes(content))
+    return OneShotBody(language=_language(language), code=code, path=path,
+                       command=list(command) if command is not None else None, stdin=stdin, env=dict(env or {}),
+                       limits=limits_patch(limits), profile=profile, id=id, files=inputs, outputs=list(outputs))
+
+
+def edit_body(old_text: str | None, new_text: str | None, *, replace_all: bool,
+              edits: Iterable[TextEdit | tuple[str, str]] | None, patch: str | None) -> FileEdit:
+    listed = None
+    if edits is not None:
+        listed = [e if isinstance(e, TextEdit) else TextEdit(old_text=e[0], new_text=e[1]) for e in edits]
+    return FileEdit(old_text=old_text, new_text=new_text, replace_all=replace_all, edits=listed, patch=patch)
+
+
+def query(**values: Any) -> dict[str, str]:
+    """Query parameters, leaving out None; booleans as true/false."""
+    params: dict[str, str] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        params[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return params
+
+
+def body_of(data: bytes | str | IO[bytes]) -> tuple[bytes | None, Upload | None]:
+    if isinstance(data, str):
+        return data.encode("utf-8"), None
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), None
+    return None, Upload(data)
+
+
+# -- server-sent events -----------------------------------------------------------------------------
+
+
+class EventParser:
+    """Turns the lines of a text/event-stream into (event, data) pairs."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line:
+            if not self._data and not self._event:
+                return None
+            event = (self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
+class StreamState(Generic[R]):
+    """What a stream of an execution has delivered: chunks as they come, then the result."""
+
+    def __init__(self, result_type: type[R]) -> None:
+        self.result_type = result_type
+        self.parser = EventParser()
+        self.result: R | None = None
+
+    def line(self, line: str) -> OutputChunk | None:
+        """The output chunk a line completes, if any; sets `result` on the final event; raises an `error` event."""
+        event = self.parser.feed(line)
+        if event is None:
+            return None
+        name, data = event
+        if name in ("stdout", "stderr"):
+            text = msgspec.json.decode(data.encode("utf-8"), type=dict).get("text", "")
+            return OutputChunk(stream=name, text=text)
+        if name == "result":
+            self.result = decode(self.result_type, data.encode("utf-8"))
+        elif name == "error":
+            raise error_for(None, data.encode("utf-8"))
+        return None
+
+    def ended_early(self) -> ApiError:
+        return ApiError(None, "stream_ended", "the event stream ended without a result",
+                        "the connection was cut or the server stopped; run the code again")

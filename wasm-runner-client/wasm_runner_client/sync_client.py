@@ -1,0 +1,420 @@
+"""`Client`: the HTTP API from blocking code (httpx underneath)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Generic, Literal
+
+import httpx
+
+from wasm_runner_client import calls
+from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, decode, query, session_path
+from wasm_runner_client.errors import ConflictError, TransportError, error_for
+from wasm_runner_client.wire import (
+    CancelResult,
+    DeleteResult,
+    EditResult,
+    FileListing,
+    GlobResult,
+    GrepResult,
+    Health,
+    OneShotResult,
+    OutputChunk,
+    PresignBody,
+    PresignResult,
+    ProfileList,
+    Readiness,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+    TextEdit,
+    UploadResult,
+    WriteResult,
+)
+from wasm_runner_protocol.execution import ExecResult
+
+USER_AGENT = "wasm-runner-client/0.1"
+DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+"""Reads may wait as long as an execution may run (the server's maximum is 300 s by default)."""
+
+
+def client_headers(api_key: str | None, headers: Mapping[str, str] | None) -> dict[str, str]:
+    merged = {"User-Agent": USER_AGENT}
+    merged.update(headers or {})
+    api_key = api_key if api_key is not None else os.environ.get(calls.API_KEY_VARIABLE)
+    if api_key:
+        merged["Authorization"] = f"Bearer {api_key}"
+    return merged
+
+
+def _not_a_file(path: str) -> ConflictError:
+    return ConflictError(409, "is_a_directory", f"{path!r} is a directory", "use list_files for its entries")
+
+
+def _is_listing(response: httpx.Response) -> bool:
+    """GET on a directory answers its listing as JSON; a file's answer always has Accept-Ranges."""
+    return "accept-ranges" not in response.headers and response.headers.get("content-type", "").startswith(
+        "application/json")
+
+
+class Client:
+    """A wasm-runner service over HTTP.
+
+        with Client("http://127.0.0.1:8080", api_key="...") as client:
+            session = client.create_session()
+            result = client.exec(session.id, "x = 6 * 7\\nx")
+            print(result.value)                       # '42'
+
+    `api_key` (or $WASM_RUNNER_API_KEY) is sent as `Authorization: Bearer ...`;
+    `base_url` defaults to $WASM_RUNNER_URL, then http://127.0.0.1:8080. Calls answered
+    429 or 503 are retried as `retry` says (honouring Retry-After). Errors raise
+    `ApiError` subclasses carrying the server's code, message and hint.
+    """
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
+                 timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT, retry: Retry = Retry(),
+                 headers: Mapping[str, str] | None = None, transport: httpx.BaseTransport | None = None) -> None:
+        base_url = base_url or os.environ.get(calls.URL_VARIABLE) or calls.DEFAULT_URL
+        self.retry = retry
+        self._http = httpx.Client(base_url=base_url, headers=client_headers(api_key, headers), timeout=timeout,
+                                  transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, call: Call, *, stream: bool = False) -> httpx.Response:
+        attempt = 0
+        while True:
+            args = call.request_args()
+            if call.upload is not None:
+                args["content"] = call.upload.chunks()
+            try:
+                response = self._http.send(self._http.build_request(**args), stream=True)
+            except httpx.HTTPError as exc:
+                raise TransportError(f"{call.method} {call.path}: {exc}") from exc
+            status = response.status_code
+            if status < 400 or status in call.accept:
+                if not stream:
+                    self._read(response, call)
+                return response
+            delay = self.retry.delay(attempt, status, response.headers) if call.retry and call.replayable else None
+            if delay is None:
+                body = self._read(response, call)
+                raise error_for(status, body, response.headers)
+            response.close()
+            time.sleep(delay)
+            attempt += 1
+            call.rewind()
+
+    @staticmethod
+    def _read(response: httpx.Response, call: Call) -> bytes:
+        try:
+            return response.read()
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{call.method} {call.path}: {exc}") from exc
+        finally:
+            response.close()
+
+    def _call(self, call: Call, type_: type[calls.T]) -> calls.T:
+        return decode(type_, self._send(call).content)
+
+    # -- service -------------------------------------------------------------------------------
+
+    def health(self) -> Health:
+        return self._call(Call("GET", "/healthz"), Health)
+
+    def readiness(self) -> Readiness:
+        """Whether the service is ready (answered, not raised, when it is not)."""
+        return self._call(Call("GET", "/readyz", accept=frozenset({503}), retry=False), Readiness)
+
+    def profiles(self) -> ProfileList:
+        return self._call(Call("GET", "/v1/profiles"), ProfileList)
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def create_session(self, id: str | None = None, *, profile: str | None = None,
+                       idle_timeout_s: float | None = None, ttl_s: float | None = None,
+                       metadata: Mapping[str, str] | None = None, ephemeral: bool = False) -> SessionInfo:
+        body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
+                             metadata=dict(metadata or {}), ephemeral=ephemeral)
+        return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        return self._call(Call("GET", session_path(session_id)), SessionInfo)
+
+    def list_sessions(self, *, cursor: str | None = None, limit: int | None = None) -> SessionList:
+        return self._call(Call("GET", "/v1/sessions", params=query(cursor=cursor, limit=limit)), SessionList)
+
+    def iter_sessions(self, *, page_size: int = 100) -> Iterator[SessionInfo]:
+        """Every session, oldest first, fetching page after page."""
+        cursor = None
+        while True:
+            page = self.list_sessions(cursor=cursor, limit=page_size)
+            yield from page.sessions
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def delete_session(self, session_id: str) -> None:
+        self._send(Call("DELETE", session_path(session_id)))
+
+    def cancel(self, session_id: str) -> CancelResult:
+        """Stop the session's running execution (its caller gets a `cancelled` result)."""
+        return self._call(Call("POST", session_path(session_id, "cancel")), CancelResult)
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
+             language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
+             limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
+             id: str | None = None) -> ExecResult:
+        """Run `code` (or the workspace file `path`) in the session's kernel."""
+        body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
+                               fresh=fresh, profile=profile, id=id)
+        return self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+
+    def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
+                    language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
+                    limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
+                    id: str | None = None) -> ExecStream[ExecResult]:
+        """Like `exec`, yielding output as it happens; the result is `stream.result` at the end.
+
+            with client.exec_stream(sid, code) as stream:
+                for chunk in stream:
+                    print(chunk.text, end="")
+            print(stream.result.exit_code)
+        """
+        body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
+                               fresh=fresh, profile=profile, id=id)
+        return ExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+
+    def process(self, session_id: str, command: list[str], *, stdin: str = "",
+                env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
+                id: str | None = None) -> ExecResult:
+        """Run a program natively (bubblewrap) in the session's workspace."""
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return self._call(Call("POST", session_path(session_id, "process"), body=body), ExecResult)
+
+    def process_stream(self, session_id: str, command: list[str], *, stdin: str = "",
+                       env: Mapping[str, str] | None = None, limits: LimitsArg = None,
+                       profile: str | None = None, id: str | None = None) -> ExecStream[ExecResult]:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return ExecStream(self, Call("POST", session_path(session_id, "process"), body=body), ExecResult)
+
+    def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
+            command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
+            outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+            limits: LimitsArg = None, profile: str | None = None, id: str | None = None) -> OneShotResult:
+        """Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for."""
+        body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
+
+    def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
+                   command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
+                   outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                   limits: LimitsArg = None, profile: str | None = None,
+                   id: str | None = None) -> ExecStream[OneShotResult]:
+        body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        return ExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
+
+    # -- files -------------------------------------------------------------------------------------
+
+    def _file_call(self, method: str, session_id: str, path: str, **kwargs: Any) -> Call:
+        return Call(method, session_path(session_id, "files", calls.file_path(path)), **kwargs)
+
+    def read_file(self, session_id: str, path: str) -> bytes:
+        response = self._send(self._file_call("GET", session_id, path))
+        if _is_listing(response):
+            raise _not_a_file(path)
+        return response.content
+
+    def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
+        return self.read_file(session_id, path).decode(encoding)
+
+    def download(self, session_id: str, path: str, dest: str | os.PathLike[str] | IO[bytes]) -> int:
+        """Stream a workspace file to a local path or a binary file object; the bytes written."""
+        response = self._send(self._file_call("GET", session_id, path), stream=True)
+        try:
+            if _is_listing(response):
+                raise _not_a_file(path)
+            return _write_to(dest, response.iter_bytes(CHUNK))
+        finally:
+            response.close()
+
+    def write_file(self, session_id: str, path: str, data: bytes | str | IO[bytes], *,
+                   mkdirs: bool = True) -> WriteResult:
+        """Write (atomically replace) a file: bytes, text (UTF-8), or a binary file object (streamed)."""
+        content, upload = calls.body_of(data)
+        call = self._file_call("PUT", session_id, path, params=query(mkdirs=mkdirs), content=content, upload=upload)
+        return self._call(call, WriteResult)
+
+    def upload_file(self, session_id: str, local_path: str | os.PathLike[str], path: str | None = None, *,
+                    mkdirs: bool = True) -> WriteResult:
+        """Stream a local file into the workspace (at `path`, by default its file name)."""
+        local = Path(local_path)
+        with local.open("rb") as file:
+            return self.write_file(session_id, path or local.name, file, mkdirs=mkdirs)
+
+    def upload(self, session_id: str, files: Mapping[str, bytes | str | IO[bytes]], *, dir: str = "") -> UploadResult:
+        """Several files in one multipart request: workspace path (under `dir`) -> contents."""
+        parts: list[tuple[str, bytes | calls.Upload]] = []
+        for name, data in files.items():
+            content, upload = calls.body_of(data)
+            parts.append((name, content if content is not None else upload))
+        call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
+        return self._call(call, UploadResult)
+
+    def delete_file(self, session_id: str, path: str, *, recursive: bool = False) -> DeleteResult:
+        return self._call(self._file_call("DELETE", session_id, path, params=query(recursive=recursive or None)),
+                          DeleteResult)
+
+    def edit_file(self, session_id: str, path: str, old_text: str | None = None, new_text: str | None = None, *,
+                  replace_all: bool = False, edits: Iterable[TextEdit | tuple[str, str]] | None = None,
+                  patch: str | None = None) -> EditResult:
+        """Exact search-and-replace (`old_text` -> `new_text`), several at once (`edits`), or a unified diff."""
+        body = calls.edit_body(old_text, new_text, replace_all=replace_all, edits=edits, patch=patch)
+        return self._call(self._file_call("PATCH", session_id, path, body=body), EditResult)
+
+    def list_files(self, session_id: str, path: str = "", *, recursive: bool = False,
+                   limit: int | None = None) -> FileListing:
+        params = query(path=path or None, recursive=recursive or None, limit=limit)
+        return self._call(Call("GET", session_path(session_id, "files"), params=params), FileListing)
+
+    def glob(self, session_id: str, pattern: str, *, limit: int | None = None) -> GlobResult:
+        return self._call(Call("GET", session_path(session_id, "glob"), params=query(pattern=pattern, limit=limit)),
+                          GlobResult)
+
+    def grep(self, session_id: str, pattern: str, path: str = "", *, glob: str | None = None,
+             ignore_case: bool = False, fixed_string: bool = False, max_matches: int | None = None) -> GrepResult:
+        params = query(pattern=pattern, path=path or None, glob=glob, ignore_case=ignore_case or None,
+                       fixed_string=fixed_string or None, max_matches=max_matches)
+        return self._call(Call("GET", session_path(session_id, "grep"), params=params), GrepResult)
+
+    def download_archive(self, session_id: str, dest: str | os.PathLike[str] | IO[bytes], path: str = "", *,
+                         format: Literal["zip", "tar.gz"] = "zip") -> int:
+        """Stream a folder of the workspace as a zip or tar.gz archive; the bytes written."""
+        call = Call("GET", session_path(session_id, "archive"), params=query(path=path or None, format=format))
+        response = self._send(call, stream=True)
+        try:
+            return _write_to(dest, response.iter_bytes(CHUNK))
+        finally:
+            response.close()
+
+    def presign(self, session_id: str, path: str, *, method: Literal["GET", "PUT"] = "GET",
+                expires_in: float | None = None) -> PresignResult:
+        """A link that reads (GET) or writes (PUT) one file without a key until it expires; `url` is absolute."""
+        call = Call("POST", session_path(session_id, "files", calls.file_path(path) + ":presign"),
+                    body=PresignBody(method=method, expires_in=expires_in))
+        result = self._call(call, PresignResult)
+        result.url = str(self._http.base_url.join(result.url.lstrip("/")))
+        return result
+
+    def call(self, method: str, path: str, result_type: type[calls.T], *, body: Any = None,
+             params: Mapping[str, Any] | None = None) -> calls.T:
+        """Any endpoint (`path` percent-encoded, from "/"), for what the typed methods do not cover:
+        `body` (a Struct or JSON-able value) is sent as JSON and the answer decoded as `result_type`."""
+        return self._call(Call(method, path, params=query(**dict(params or {})), body=body), result_type)
+
+    def file_url(self, session_id: str, path: str) -> str:
+        """The URL of a workspace file (GET it with this client's Authorization header)."""
+        return str(self._http.base_url.join(session_path(session_id, "files", calls.file_path(path)).lstrip("/")))
+
+
+def _write_to(dest: str | os.PathLike[str] | IO[bytes], chunks: Iterable[bytes]) -> int:
+    written = 0
+    try:
+        if isinstance(dest, (str, os.PathLike)):
+            with open(dest, "wb") as file:
+                for chunk in chunks:
+                    file.write(chunk)
+                    written += len(chunk)
+        else:
+            for chunk in chunks:
+                dest.write(chunk)
+                written += len(chunk)
+    except httpx.HTTPError as exc:
+        raise TransportError(f"the download was cut: {exc}") from exc
+    return written
+
+
+class ExecStream(Generic[R]):
+    """An execution answered as server-sent events: iterate for `OutputChunk`s; `result` once done.
+
+    The request is sent when the stream is entered or first iterated (a 429 is retried
+    then, like any call); an `error` event raises the matching `ApiError`. Leaving the
+    `with` block early closes the connection, which cancels the execution.
+    """
+
+    def __init__(self, client: Client, call: Call, result_type: type[R]) -> None:
+        call.headers["Accept"] = "text/event-stream"
+        self._client = client
+        self._call = call
+        self._state = StreamState(result_type)
+        self._response: httpx.Response | None = None
+        self._closed = False
+
+    @property
+    def result(self) -> R | None:
+        """The final result; None until the stream has been read to its end."""
+        return self._state.result
+
+    def _open(self) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the stream is closed")
+        if self._response is None:
+            self._response = self._client._send(self._call, stream=True)
+        return self._response
+
+    def __enter__(self) -> ExecStream[R]:
+        self._open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            self._response.close()
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        response = self._open()
+        try:
+            for line in response.iter_lines():
+                chunk = self._state.line(line)
+                if chunk is not None:
+                    yield chunk
+            self._state.line("")
+        except httpx.HTTPError as exc:
+            raise TransportError(f"the event stream was cut: {exc}") from exc
+        finally:
+            self.close()
+        if self._state.result is None:
+            raise self._state.ended_early()
+
+    def collect(self) -> R:
+        """Read to the end (discarding chunks not yet read) and return the result."""
+        if self._state.result is None:
+            for _ in self:
+                pass
+        assert self._state.result is not None
+        return self._state.result

@@ -1,0 +1,61 @@
+"""The HTTP API's bodies as the client sends and receives them.
+
+They are the service's own definitions (wasm_runner.wire), so the client and the
+server cannot drift apart; only `OutputChunk`, what a streamed execution yields to
+the caller, is the client's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from wasm_runner_protocol.wire import (
+    Base64File,
+    CancelResult,
+    DeleteResult,
+    EditResult,
+    ErrorDetail,
+    ErrorResponse,
+    ExecBody,
+    FileEdit,
+    FileEntry,
+    FileListing,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    Health,
+    LimitsPatch,
+    MountInfo,
+    OneShotBody,
+    OneShotResult,
+    OutputFile,
+    PresignBody,
+    PresignResult,
+    ProcessBody,
+    ProfileInfo,
+    ProfileList,
+    Readiness,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+    TextEdit,
+    UploadResult,
+    WriteResult,
+)
+
+__all__ = [
+    "Base64File", "CancelResult", "DeleteResult", "EditResult", "ErrorDetail", "ErrorResponse", "ExecBody",
+    "FileEdit", "FileEntry", "FileListing", "GlobResult", "GrepMatch", "GrepResult", "Health", "LimitsPatch",
+    "MountInfo", "OneShotBody", "OneShotResult", "OutputChunk", "OutputFile", "PresignBody", "PresignResult",
+    "ProcessBody", "ProfileInfo", "ProfileList", "Readiness", "SessionCreate", "SessionInfo", "SessionList",
+    "TextEdit", "UploadResult", "WriteResult",
+]
+
+
+class OutputChunk(msgspec.Struct, frozen=True):
+    """Output as it happened, from a streamed execution."""
+
+    stream: Literal["stdout", "stderr"]
+    text: str

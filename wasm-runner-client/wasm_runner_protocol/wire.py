@@ -1,0 +1,409 @@
+"""Every request and response body of the HTTP API, as msgspec Structs.
+
+These are the only definitions of the wire: the service's handlers decode into them
+and encode from them, /openapi.json and the MCP tool schemas are generated from them,
+and the client (wasm_runner.client) sends and decodes them. The execution result
+itself is `ExecResult` (wasm_runner.api), reused as is. Request bodies refuse unknown
+fields; responses do not, so an older client ignores what a newer server adds.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Annotated, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
+
+T = TypeVar("T")
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+"""Identifier patterns end in \\Z, never $: msgspec searches with Python's re, whose $ also matches
+before a final newline ("abc\\n" would pass). The JSON Schemas turn \\Z back into $, which means the
+end of the text in their ECMA-262 dialect (see `ecma_patterns`)."""
+SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN, description="1-64 letters, digits, '-' or '_'")]
+ProfileName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")]
+EnvMap = Annotated[dict[EnvName, Annotated[str, Meta(max_length=32768)]], Meta(max_length=256)]
+Seconds = Annotated[float, Meta(gt=0, le=10 * 365 * 86400)]
+Tag = Annotated[str, Meta(max_length=256)]
+
+
+def ecma_patterns(schema: T) -> T:
+    """`schema` (a JSON Schema or OpenAPI document, changed in place) with the Python end anchor of
+    every `pattern` written as JSON Schema's own: \\Z there would be a literal Z or a syntax error."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "pattern" and isinstance(value, str) and value.endswith(r"\Z"):
+                schema[key] = value[:-2] + "$"
+            else:
+                ecma_patterns(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            ecma_patterns(value)
+    return schema
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Request bodies: unknown fields are an error, not silently ignored."""
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True):
+    code: str
+    """Stable, machine-readable (e.g. `session_not_found`, `path_escape`)."""
+    message: str
+    """What went wrong, for a person."""
+    hint: str | None = None
+    """What to do about it, when there is something to do."""
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True):
+    """The one error shape of the service, for every 4xx and 5xx."""
+
+    error: ErrorDetail
+
+
+# -- limits and execution -------------------------------------------------------------------
+
+
+class LimitsPatch(_Body):
+    """Limits for one call; fields left out come from the profile, then the server defaults.
+    Each must stay within the server's maxima (GET /v1/profiles shows them)."""
+
+    timeout_s: Annotated[float, Meta(gt=0, le=3600)] | UnsetType = UNSET
+    fuel: Annotated[int, Meta(gt=0)] | None | UnsetType = UNSET
+    """null runs unmetered."""
+    memory_bytes: Annotated[int, Meta(ge=32 * 1024 * 1024)] | UnsetType = UNSET
+    output_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    disk_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    disk_files: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+
+    @classmethod
+    def from_limits(cls, limits: Limits) -> LimitsPatch:
+        """Every field of a core `Limits`, sent explicitly."""
+        return cls(**msgspec.structs.asdict(limits))
+
+
+class ExecBody(_Body):
+    """Run code in a session: `code`, or `path` naming a workspace file to run."""
+
+    language: Language | UnsetType = UNSET
+    """Defaults to the profile's language (or the file extension of `path`)."""
+    code: Annotated[str, Meta(max_length=4 * 1024 * 1024)] | None = None
+    path: Annotated[str, Meta(max_length=4096)] | None = None
+    stdin: str = ""
+    env: EnvMap = {}
+    limits: LimitsPatch | None = None
+    fresh: bool = False
+    """Run in a new instance instead of the session's kernel (no state kept)."""
+    profile: ProfileName | None = None
+    """Defaults to the session's profile."""
+    harness: Harness = "script"
+    """`check` runs the code, then `tests` against it, and sets the result's verdict."""
+    tests: Annotated[str, Meta(max_length=4 * 1024 * 1024)] = ""
+    id: Tag | None = None
+    """Correlation id echoed in the result."""
+
+
+class ProcessBody(_Body):
+    """Run a program natively (bubblewrap) in the session's workspace."""
+
+    command: Annotated[list[Annotated[str, Meta(max_length=65536)]], Meta(min_length=1, max_length=4096)]
+    stdin: str = ""
+    env: EnvMap = {}
+    limits: LimitsPatch | None = None
+    profile: ProfileName | None = None
+    id: Tag | None = None
+
+
+class Base64File(_Body):
+    """File contents given as base64 (for bytes that are not UTF-8 text)."""
+
+    base64: bytes
+
+
+class OneShotBody(_Body):
+    """Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for."""
+
+    language: Language | UnsetType = UNSET
+    code: Annotated[str, Meta(max_length=4 * 1024 * 1024)] | None = None
+    path: Annotated[str, Meta(max_length=4096)] | None = None
+    """Run this file (one of `files`) instead of `code`."""
+    command: Annotated[list[Annotated[str, Meta(max_length=65536)]], Meta(min_length=1, max_length=4096)] | None = None
+    """Run a program natively instead of code (needs the native provider)."""
+    stdin: str = ""
+    env: EnvMap = {}
+    limits: LimitsPatch | None = None
+    profile: ProfileName | None = None
+    id: Tag | None = None
+    files: Annotated[dict[Annotated[str, Meta(min_length=1, max_length=4096)], str | Base64File],
+                     Meta(max_length=1000)] = {}
+    """Workspace path -> text, or {"base64": ...} for bytes."""
+    outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
+    """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv")."""
+
+
+class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):
+    size: int
+    encoding: Literal["utf-8", "base64", "none"]
+    """"none" when the file was left out (see `omitted`)."""
+    content: str = ""
+    omitted: str | None = None
+    """Why the content is not included (over the size budget for outputs)."""
+
+    @property
+    def data(self) -> bytes:
+        """The file's bytes (empty when it was left out; see `omitted`)."""
+        return base64.b64decode(self.content) if self.encoding == "base64" else self.content.encode("utf-8")
+
+
+class OneShotResult(ExecResult, kw_only=True):
+    """The execution result plus the requested output files."""
+
+    output_files: dict[str, OutputFile] = {}
+    missing_outputs: list[str] = []
+    """Requested paths or patterns that matched no file."""
+
+
+class StreamChunk(msgspec.Struct):
+    """The data of a `stdout` or `stderr` server-sent event."""
+
+    text: str
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+class SessionCreate(_Body):
+    id: SessionId | None = None
+    """Choose the id (e.g. a conversation id); by default one is generated."""
+    profile: ProfileName | None = None
+    idle_timeout_s: Seconds | None = None
+    """Drop the kernel after this much idle time (files are kept)."""
+    ttl_s: Seconds | None = None
+    """Remove the session and its files this long after creation."""
+    metadata: Annotated[dict[Annotated[str, Meta(max_length=128)], Annotated[str, Meta(max_length=1024)]],
+                        Meta(max_length=32)] = {}
+    ephemeral: bool = False
+    """Leave no persistent trace: files removed when the session ends (or the server stops), and the
+    audit log keeps only that runs happened, with sizes and outcome, never code or output."""
+
+
+class SessionInfo(msgspec.Struct, kw_only=True):
+    id: str
+    profile: str
+    state: Literal["new", "running", "live", "hibernated"]
+    """new: never used (no files, no kernel); live: a kernel holds state; hibernated: files only."""
+    kernels: list[str]
+    """Languages with a live kernel."""
+    created_at: datetime
+    last_used_at: datetime
+    expires_at: datetime
+    idle_timeout_s: float
+    ttl_s: float
+    executions: int
+    metadata: dict[str, str]
+
+
+class SessionList(msgspec.Struct, kw_only=True):
+    sessions: list[SessionInfo]
+    next_cursor: str | None = None
+    """Pass as `cursor` for the next page; null on the last page."""
+
+
+class CancelResult(msgspec.Struct, kw_only=True):
+    cancelled: bool
+    """True when an execution was running and has been stopped."""
+
+
+# -- files -------------------------------------------------------------------------------
+
+
+class FileEntry(msgspec.Struct, kw_only=True):
+    path: str
+    type: Literal["file", "directory", "symlink", "other"]
+    size: int
+    mtime: datetime
+
+
+class FileListing(msgspec.Struct, kw_only=True):
+    path: str
+    entries: list[FileEntry]
+    truncated: bool = False
+
+
+class GlobResult(msgspec.Struct, kw_only=True):
+    pattern: str
+    matches: list[FileEntry]
+    truncated: bool = False
+
+
+class GrepMatch(msgspec.Struct, kw_only=True):
+    path: str
+    line: int
+    text: str
+
+
+class GrepResult(msgspec.Struct, kw_only=True):
+    pattern: str
+    matches: list[GrepMatch]
+    files_searched: int
+    truncated: bool = False
+    """True when max_matches, the scan cap or the time budget stopped the search."""
+    timed_out: bool = False
+
+
+class WriteResult(msgspec.Struct, kw_only=True):
+    path: str
+    size: int
+    created: bool
+
+
+class UploadResult(msgspec.Struct, kw_only=True):
+    files: list[WriteResult]
+
+
+class DeleteResult(msgspec.Struct, kw_only=True):
+    path: str
+    type: str
+
+
+class TextEdit(_Body):
+    old_text: Annotated[str, Meta(min_length=1)]
+    new_text: str
+    replace_all: bool = False
+
+
+class FileEdit(_Body):
+    """Exactly one of: `old_text` + `new_text` (one edit), `edits` (several, all or none), `patch` (a unified diff)."""
+
+    old_text: Annotated[str, Meta(min_length=1)] | None = None
+    new_text: str | None = None
+    replace_all: bool = False
+    edits: Annotated[list[TextEdit], Meta(min_length=1, max_length=1000)] | None = None
+    patch: Annotated[str, Meta(min_length=1)] | None = None
+
+
+class EditResult(msgspec.Struct, kw_only=True):
+    path: str
+    size: int
+    replacements: int = 0
+    hunks: int = 0
+
+
+# -- profiles and health ------------------------------------------------------------------
+
+
+class MountInfo(msgspec.Struct, kw_only=True):
+    guest: str
+    read_only: bool = True
+
+
+class ProfileInfo(msgspec.Struct, kw_only=True):
+    name: str
+    description: str
+    language: str
+    provider: Literal["wasm", "native"] | None
+    limits: Limits
+    mounts: list[MountInfo]
+    env_allowlist: list[str]
+    network: Literal["deny"]
+
+
+class ProfileList(msgspec.Struct, kw_only=True):
+    default: str
+    profiles: list[ProfileInfo]
+    max_limits: Limits
+    """The most any request may ask for."""
+
+
+class Health(msgspec.Struct, kw_only=True):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(msgspec.Struct, kw_only=True):
+    ready: bool
+    checks: dict[str, str]
+
+
+# -- query strings ---------------------------------------------------------------------------
+
+
+class _Query(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Query parameters, decoded leniently from strings ("true", "10")."""
+
+
+PathParam = Annotated[str, Meta(max_length=4096)]
+Limit = Annotated[int, Meta(ge=1, le=10_000)]
+
+
+class SessionListQuery(_Query):
+    cursor: Annotated[str, Meta(max_length=512)] | None = None
+    limit: Annotated[int, Meta(ge=1, le=500)] = 50
+
+
+class ListQuery(_Query):
+    path: PathParam = ""
+    """A directory (or file) in the workspace; the root by default."""
+    recursive: bool = False
+    limit: Limit = 1000
+
+
+class GlobQuery(_Query):
+    pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
+    """`*` and `?` stay within one path component, `**` spans any depth; `[abc]`, `{a,b}`."""
+    limit: Limit = 1000
+
+
+class GrepQuery(_Query):
+    pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
+    """A regular expression (Python syntax), or literal text with fixed_string."""
+    path: PathParam = ""
+    glob: Annotated[str, Meta(min_length=1, max_length=4096)] | None = None
+    """Only files matching this glob (matched against the file name when it has no `/`)."""
+    ignore_case: bool = False
+    fixed_string: bool = False
+    max_matches: Limit = 100
+
+
+class ArchiveQuery(_Query):
+    path: PathParam = ""
+    format: Literal["zip", "tar.gz"] = "zip"
+
+
+class PutQuery(_Query):
+    mkdirs: bool = True
+    """Create missing parent directories."""
+
+
+class DeleteQuery(_Query):
+    recursive: bool = False
+    """Required to delete a non-empty directory."""
+
+
+class UploadQuery(_Query):
+    dir: PathParam = ""
+    """Directory the uploaded files go into (each part's filename is relative to it)."""
+
+
+# -- presigned links ----------------------------------------------------------------------
+
+
+class PresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    method: Literal["GET", "PUT"] = "GET"
+    expires_in: Annotated[float, Meta(gt=0)] | None = None
+    """Seconds; default 3600 for GET and 600 for PUT, capped by the server maxima."""
+
+
+class PresignResult(msgspec.Struct, kw_only=True):
+    url: str
+    """Path of the link on this server (no Authorization needed)."""
+    method: str
+    expires_at: float
+    expires_in: float

@@ -1,0 +1,1 @@
+"""The core's commands (run, batch, prepare, doctor), with no server import."""

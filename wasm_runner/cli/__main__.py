@@ -1,0 +1,7 @@
+"""`python -m wasm_runner.cli ...`: the core's commands without the server's."""
+
+import sys
+
+from wasm_runner.cli.run import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Session directories: layout and usage, path-confined file operations, disk quotas."""

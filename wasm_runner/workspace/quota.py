@@ -1,0 +1,235 @@
+"""Disk quota enforcement while a guest runs, and reservations for writes made by the host.
+
+WASI has no quota, so one watcher thread re-measures the places running executions can
+write (their workspace, its tmp/, and every writable mount) and stops the ones over quota.
+Measuring fails closed: a guest whose usage cannot be measured is stopped as over quota.
+
+Writes made through the API reserve their bytes in a `DiskLedger` before they happen, so
+concurrent writers cannot each see the same free room.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from wasm_runner.workspace.layout import Workspace, tree_usage
+from wasm_runner_protocol.execution import Limits
+
+log = logging.getLogger("wasm_runner")
+
+CHECK_PERIOD_S = 0.05
+
+
+class DiskBudget(Protocol):
+    """A limit shared beyond one session (e.g. a workspace quota over its shared/ directory)."""
+
+    def exceeded(self) -> bool:
+        """True when over the limit; raises OSError when usage cannot be measured."""
+        ...
+
+
+def counted_mounts(mounts: Iterable) -> tuple[list, list[DiskBudget]]:
+    """The writable mounts counted in the session's own limits, and the budgets of the others."""
+    own, budgets = [], []
+    for mount in mounts:
+        if not getattr(mount, "writable", False):
+            continue
+        budget = getattr(mount, "budget", None)
+        if budget is None:
+            own.append(mount.host)
+        else:
+            budgets.append(budget)
+    return own, budgets
+
+
+def over_quota(workspace: Workspace, limits: Limits, mounts: Sequence = ()) -> bool:
+    """Whether the places a guest can write hold more than allowed. Raises OSError when
+    they cannot be measured."""
+    used_bytes, entries = workspace.usage(stop_after_files=limits.disk_files)
+    return exceeds(limits, used_bytes, entries) or mounts_exceed(limits, mounts, used_bytes, entries)
+
+
+def mounts_exceed(limits: Limits, mounts: Sequence, used_bytes: int, entries: int) -> bool:
+    """With the workspace's own (bytes, entries): whether the writable mounts push it past
+    `limits`, or past their own budgets. Raises OSError when they cannot be measured."""
+    own, budgets = counted_mounts(mounts)
+    if own:
+        more_bytes, more_entries = tree_usage(own, stop_after_files=max(limits.disk_files - entries, 0))
+        if exceeds(limits, used_bytes + more_bytes, entries + more_entries):
+            return True
+    return any(budget.exceeded() for budget in budgets)
+
+
+def over_quota_or_unmeasurable(workspace: Workspace, limits: Limits, mounts: Sequence = ()) -> bool:
+    """over_quota, failing closed: a usage that cannot be measured counts as over."""
+    try:
+        return over_quota(workspace, limits, mounts)
+    except Exception:  # noqa: BLE001 - any failure to measure must stop the guest, not let it write on
+        log.warning("could not measure the disk usage of %s; stopping it as over quota", workspace.root,
+                    exc_info=True)
+        return True
+
+
+def exceeds(limits: Limits, used_bytes: int, entries: int) -> bool:
+    return used_bytes > limits.disk_bytes or entries > limits.disk_files
+
+
+class QuotaWatcher:
+    def __init__(self) -> None:
+        self._watched: dict[int, tuple[Workspace, Limits, Callable[[], None], float, tuple]] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, workspace: Workspace, limits: Limits, stop: Callable[[], None], mounts: Sequence = ()) -> int:
+        with self._lock:
+            key = next(self._ids)
+            self._watched[key] = (workspace, limits, stop, time.monotonic(), tuple(mounts))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="wasm-quota", daemon=True)
+                self._thread.start()
+            return key
+
+    def unwatch(self, key: int) -> None:
+        with self._lock:
+            self._watched.pop(key, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(CHECK_PERIOD_S)
+            self.check_due(time.monotonic())
+
+    def check_due(self, now: float) -> None:
+        """One pass: stop every watched run (running for a period at least) that is over quota
+        or cannot be measured."""
+        with self._lock:
+            due = [(k, w) for k, w in self._watched.items() if now - w[3] >= CHECK_PERIOD_S]
+        for key, (workspace, limits, stop, _, mounts) in due:
+            with self._lock:
+                if key not in self._watched:  # the run ended meanwhile: its workspace may be gone
+                    continue
+            if over_quota_or_unmeasurable(workspace, limits, mounts):
+                stop()
+                self.unwatch(key)
+
+
+watcher = QuotaWatcher()
+
+
+# -- reservations --------------------------------------------------------------------------
+
+COMMITTED_KEPT_S = 5.0
+"""How long a committed reservation keeps counting at least: longer than any usage cache
+a caller measures with, so a write just renamed into place is never missed by both."""
+
+
+class QuotaExceeded(Exception):
+    def __init__(self, scope: str, limit: int, room: int) -> None:
+        super().__init__(f"{scope}: {room} of {limit} bytes left")
+        self.scope = scope
+        self.limit = limit
+        self.room = room
+
+
+class Reservation:
+    """Bytes one write may still add against one limit; grows as the write's data arrives."""
+
+    def __init__(self, ledger: DiskLedger, scope: str, limit: int, used: int, measured_at: float) -> None:
+        self.ledger = ledger
+        self.scope = scope
+        self.limit = limit
+        self.used = used
+        self.measured_at = measured_at
+        self.bytes = 0
+        self.committed_at: float | None = None
+        self.released = False
+
+    def take(self, n: int) -> None:
+        """Reserve `n` more bytes; QuotaExceeded (nothing reserved) when they do not fit."""
+        self.ledger.take(self, n)
+
+    def room(self) -> int:
+        """Bytes this reservation could still take (at this moment)."""
+        with self.ledger._lock:
+            held = self.used + self.ledger._pending(self.scope, self.measured_at, self)
+            return max(self.limit - held - self.bytes, 0)
+
+    def give_back(self, n: int) -> None:
+        """Undo a `take(n)` (another limit refused the same bytes)."""
+        with self.ledger._lock:
+            self.bytes = max(self.bytes - n, 0)
+
+    def commit(self) -> None:
+        """The bytes are on disk now: they keep counting until every measurement sees them."""
+        self.ledger.settle(self, committed=True)
+
+    def release(self) -> None:
+        """The write was abandoned: its bytes are free again (a no-op after commit)."""
+        self.ledger.settle(self, committed=False)
+
+
+class DiskLedger:
+    """Reservations per scope (a session, a workspace), under one lock.
+
+    A write measures the scope's usage (time `measured_at`), then reserves against it: the
+    check adds every reservation still writing plus those committed since that measurement
+    (a measurement started before a commit may not contain its file)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._scopes: dict[str, list[Reservation]] = {}
+
+    def reserve(self, scope: str, limit: int, used: int, measured_at: float, initial: int = 0) -> Reservation:
+        reservation = Reservation(self, scope, limit, used, measured_at)
+        with self._lock:
+            self._scopes.setdefault(scope, []).append(reservation)
+        if initial:
+            try:
+                reservation.take(initial)
+            except QuotaExceeded:
+                reservation.release()
+                raise
+        return reservation
+
+    def pending(self, scope: str, measured_at: float, excluding: Reservation | None = None) -> int:
+        """Bytes a measurement taken at `measured_at` may not contain."""
+        with self._lock:
+            return self._pending(scope, measured_at, excluding)
+
+    def _pending(self, scope: str, measured_at: float, excluding: Reservation | None) -> int:
+        return sum(r.bytes for r in self._scopes.get(scope, ())
+                   if r is not excluding and (r.committed_at is None or r.committed_at >= measured_at))
+
+    def take(self, reservation: Reservation, n: int) -> None:
+        with self._lock:
+            if reservation.released or reservation.committed_at is not None:
+                raise ValueError("the reservation is settled")
+            held = reservation.used + self._pending(reservation.scope, reservation.measured_at, reservation)
+            if held + reservation.bytes + n > reservation.limit:
+                raise QuotaExceeded(reservation.scope, reservation.limit,
+                                    max(reservation.limit - held - reservation.bytes, 0))
+            reservation.bytes += n
+
+    def settle(self, reservation: Reservation, *, committed: bool) -> None:
+        now = self.clock()
+        with self._lock:
+            if reservation.released or reservation.committed_at is not None:
+                return
+            if committed:
+                reservation.committed_at = now
+            else:
+                reservation.released = True
+            entries = self._scopes.get(reservation.scope, [])
+            writing = [r.measured_at for r in entries if r.committed_at is None and not r.released]
+            horizon = min([now - COMMITTED_KEPT_S, *writing])
+            kept = [r for r in entries if not r.released and (r.committed_at is None or r.committed_at >= horizon)]
+            if kept:
+                self._scopes[reservation.scope] = kept
+            else:
+                self._scopes.pop(reservation.scope, None)

@@ -1,0 +1,110 @@
+"""The application factory: routes, middlewares, and the service opened and closed with the app.
+
+    app = create_app(load_config("wasm-runner.toml"))
+    runner = ServiceRunner(app, handler_cancellation=True)   # server.http_server; or server.cli
+
+Start-up opens the session store, restores sessions and warms the Python runtime
+(readiness waits for it). Shutdown stops admitting executions, gives running ones
+`server.shutdown_timeout_s` to finish before cancelling them, then writes pending
+session metadata and closes the runners and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.errors import error_middleware
+from wasm_runner_server.http.routes import batch as routes_batch
+from wasm_runner_server.http.routes import exec as routes_exec
+from wasm_runner_server.http.routes import files as routes_files
+from wasm_runner_server.http.routes import meta as routes_meta
+from wasm_runner_server.http.routes import sessions as routes_sessions
+from wasm_runner_server.security.presign import LINK_PREFIX
+from wasm_runner_server.service import CONFIG, SERVICE, Service
+
+log = logging.getLogger("wasm_runner.server")
+access = logging.getLogger("wasm_runner.server.access")
+
+_REQUEST_PREFIX = os.urandom(4).hex()
+_request_numbers = itertools.count(1)
+"""Request ids: unique per process start (a random prefix) and cheap (a counter, no system call)."""
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Per request: an id, latency and status metrics, and one structured access-log line."""
+    started = time.perf_counter()
+    request_id = request.headers.get("X-Request-Id") or f"{_REQUEST_PREFIX}{next(_request_numbers):08x}"
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if not response.prepared:
+            response.headers["X-Request-Id"] = request_id
+        return response
+    except asyncio.CancelledError:
+        status = 499  # the client went away
+        raise
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        service = request.app.get(SERVICE)
+        if service is not None:
+            service.metrics.http_requests.inc(request.method, route, str(status))
+            service.metrics.http_seconds.observe(elapsed, request.method, route)
+        if access.isEnabledFor(logging.INFO):
+            path = request.path if not request.path.startswith(LINK_PREFIX) else LINK_PREFIX + "…"  # a link is a credential
+            access.info("request", extra={"event": "request", "method": request.method, "path": path,
+                                          "route": route, "status": status, "ms": round(elapsed * 1000, 3),
+                                          "request_id": request_id})
+
+
+async def service_context(app: web.Application) -> AsyncIterator[None]:
+    service = await Service.open(app[CONFIG])
+    app[SERVICE] = service
+    log.info("started", extra={"event": "started", "data_dir": str(app[CONFIG].server.data_dir),
+                               "concurrency": app[CONFIG].server.concurrency})
+    yield
+    await service.close()
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    service = app.get(SERVICE)
+    if service is not None:
+        await service.shutdown()
+
+
+def create_app(config: ServiceConfig | None = None) -> web.Application:
+    config = config or ServiceConfig()
+    app = web.Application(client_max_size=config.server.max_body_bytes,
+                          middlewares=[observe_middleware, error_middleware])
+    app[CONFIG] = config
+    app.add_routes(routes_meta.routes)
+    app.add_routes(routes_sessions.routes)
+    app.add_routes(routes_exec.routes)
+    app.add_routes(routes_files.routes)
+    app.add_routes(routes_batch.routes)
+    app.cleanup_ctx.append(service_context)
+    app.on_startup.append(routes_meta.build_openapi)
+    app.on_shutdown.append(_on_shutdown)
+    # --- MCP over streamable HTTP at /mcp (issue 6): same service, same middlewares ---
+    from wasm_runner_server.mcp.server import mount_mcp
+    mount_mcp(app)
+    # --- end MCP ---
+    # --- issue 5: API keys, workspace isolation, quotas, presigned links, audit log ---
+    from wasm_runner_server.security.policy import install_security
+    install_security(app)
+    # --- end issue 5 ---
+    return app

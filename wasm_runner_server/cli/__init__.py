@@ -1,0 +1,1 @@
+"""The wasm-runner console: serve, keys, audit, and the core's own commands."""

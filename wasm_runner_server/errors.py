@@ -1,0 +1,163 @@
+"""The service's errors: one exception type, one JSON shape, one middleware that renders both.
+
+Handlers raise `ApiError` (or let a `FileOpError` from the core through); everything
+else that escapes a handler (aiohttp's own HTTP errors, decoding errors) is turned
+into the same `{"error": {"code", "message", "hint"}}` body here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import msgspec
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
+
+from wasm_runner.workspace import files
+from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse
+
+log = logging.getLogger("wasm_runner.server")
+
+_encoder = msgspec.json.Encoder()
+
+
+class ApiError(Exception):
+    """An error answered to the client: HTTP status, stable code, message and hint."""
+
+    def __init__(self, status: int, code: str, message: str, hint: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.hint = hint
+        self.headers = dict(headers or {})
+
+    def body(self) -> bytes:
+        return _encoder.encode(ErrorResponse(error=ErrorDetail(code=self.code, message=self.message, hint=self.hint)))
+
+    def response(self) -> web.Response:
+        return web.Response(status=self.status, body=self.body(), content_type="application/json",
+                            headers=self.headers)
+
+
+def not_found(what: str, name: str, hint: str | None = None) -> ApiError:
+    return ApiError(404, f"{what}_not_found", f"no {what.replace('_', ' ')} {name!r}", hint)
+
+
+def overloaded(retry_after: int, message: str, code: str = "overloaded") -> ApiError:
+    return ApiError(429, code, message, "retry after the number of seconds in Retry-After",
+                    {"Retry-After": str(retry_after)})
+
+
+_FILE_STATUS: dict[type[files.FileOpError], int] = {
+    files.PathEscapeError: 403,
+    files.InvalidPathError: 400,
+    files.NoSuchFileError: 404,
+    files.IsDirectoryError: 409,
+    files.NotDirectoryError: 409,
+    files.NotRegularFileError: 409,
+    files.DirectoryNotEmptyError: 409,
+    files.FileTooLargeError: 413,
+    files.NotTextError: 415,
+    files.EditNotFoundError: 422,
+    files.EditNotUniqueError: 409,
+    files.EditError: 422,
+    files.PatchError: 409,
+    files.InvalidPatternError: 422,
+    files.BudgetExceededError: 422,
+    files.OperationCancelledError: 503,
+}
+
+
+def from_file_error(exc: files.FileOpError) -> ApiError:
+    status = 400
+    for cls in type(exc).__mro__:
+        if cls in _FILE_STATUS:
+            status = _FILE_STATUS[cls]
+            break
+    hint = exc.hint
+    if hint is None and isinstance(exc, files.PathEscapeError):
+        hint = "paths are relative to the workspace; '..', absolute paths elsewhere and symbolic links are refused"
+    return ApiError(status, exc.code, exc.message, hint)
+
+
+def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
+    if isinstance(exc, msgspec.ValidationError):
+        return ApiError(422, "validation_error", str(exc), "see /openapi.json for the request schema")
+    return ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}", "send a JSON object")
+
+
+_HTTP_CODES = {
+    400: "bad_request", 404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
+    408: "request_timeout", 411: "length_required", 413: "body_too_large", 414: "uri_too_long",
+    415: "unsupported_media_type", 416: "range_not_satisfiable", 431: "headers_too_large",
+}
+
+
+def from_http_exception(exc: web.HTTPException) -> ApiError:
+    status = exc.status
+    code = _HTTP_CODES.get(status, "http_error")
+    message = exc.reason or "error"
+    text = exc.text if isinstance(exc.text, str) else ""
+    if text and not text.startswith(f"{status}:"):
+        message = text
+    hint = None
+    if status == 404:
+        message, hint = "no such endpoint", "see /openapi.json for the API"
+    elif status == 405:
+        allowed = exc.headers.get("Allow", "")
+        message, hint = "method not allowed here", f"allowed: {allowed}" if allowed else None
+    elif status == 413:
+        message, hint = "the request body is too large", "send less, or stream files with PUT"
+    headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+    return ApiError(status, code, message, hint, headers)
+
+
+PARSER_HINT = "the request is not valid HTTP/1.1: check the request line, the headers and the body's framing"
+
+
+def parser_error(status: int, exc: BaseException | None, message: str | None) -> ApiError:
+    """The error answered for what aiohttp's server refused or failed at, before or around a handler."""
+    if status == 500:
+        return ApiError(500, "internal_error", "the server failed to handle this request",
+                        "retry; if it persists, report it with the time of the request")
+    if status == 504:
+        return ApiError(504, "handler_timeout", "the request took too long to handle", "retry later")
+    text = (message or getattr(exc, "message", "") or "").strip()
+    text = text.splitlines()[0].rstrip(":") if text else "malformed request"
+    if isinstance(exc, LineTooLong):
+        return ApiError(status, "line_too_long", f"a request line or header is too long ({text})",
+                        "keep URLs and each header under 8 KiB; send data in the body")
+    if isinstance(exc, BadHttpMethod):
+        return ApiError(status, "bad_method", f"the request's method is not valid ({text})", PARSER_HINT)
+    if isinstance(exc, BadHttpMessage) and "too many headers" in text.lower():
+        return ApiError(status, "too_many_headers", "the request has too many headers", "send fewer headers")
+    return ApiError(status, "malformed_request", f"the request could not be parsed: {text[:300]}", PARSER_HINT)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except files.FileOpError as exc:
+        return from_file_error(exc).response()
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return from_validation(exc).response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return from_http_exception(exc).response()
+    except HttpProcessingError as exc:  # the body's framing broke while a handler read it
+        response = parser_error(400, exc, exc.message).response()
+        response.force_close()
+        return response
+    except (ConnectionResetError, BrokenPipeError):
+        raise
+    except Exception:
+        log.exception("unhandled error", extra={"event": "internal_error", "path": request.path})
+        return ApiError(500, "internal_error", "the server failed to handle this request",
+                        "retry; if it persists, report it with the time of the request").response()

@@ -1,0 +1,204 @@
+"""Disk room for writes made through the API: reserved before the bytes are written.
+
+A write holds a reservation against its session's limit (limits.disk_bytes of the session's
+profile) and one against its workspace's quota (auth.quotas.disk_bytes, sessions plus
+shared/). Each measures usage first, then reserves under the ledger's lock as bytes arrive,
+so concurrent writers (uploads, presigned PUTs, edits) cannot together pass a limit.
+Usage that cannot be measured refuses the write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.layout import tree_usage
+from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
+from wasm_runner_server.errors import ApiError
+
+SESSION_SCOPE = "session:"
+WORKSPACE_SCOPE = "workspace:"
+
+WorkspaceMeasure = Callable[[], Awaitable[tuple[int, float]]]
+"""(bytes used by a workspace, time.monotonic() of that measurement)."""
+
+
+def unmeasurable(what: str, exc: BaseException) -> ApiError:
+    return ApiError(413, "quota_unmeasurable", f"the disk usage of {what} cannot be measured ({exc}), "
+                    "so nothing more is written", "delete the tree that cannot be measured (a recursive DELETE "
+                    "works at any depth), then retry")
+
+
+class WriteBudget:
+    """The reservations of one write; `take(n)` before writing n bytes (ApiError 413 past a limit)."""
+
+    def __init__(self, path: str, reservations: list[tuple[Reservation, str]]) -> None:
+        self.path = path
+        self._reservations = reservations
+        self._prepaid = 0
+
+    def room(self) -> int | None:
+        """The most this write could still take; None when nothing limits it."""
+        rooms = [reservation.room() for reservation, _ in self._reservations]
+        return min(rooms) if rooms else None
+
+    def take_upfront(self, n: int) -> None:
+        """Reserve a size announced in advance (Content-Length); later `take`s use it first."""
+        self.take(n)
+        self._prepaid += n
+
+    def take(self, n: int) -> None:
+        prepaid = min(self._prepaid, n)
+        self._prepaid -= prepaid
+        n -= prepaid
+        if n <= 0:
+            return
+        taken: list[Reservation] = []
+        try:
+            for reservation, _ in self._reservations:
+                reservation.take(n)
+                taken.append(reservation)
+        except QuotaExceeded as exc:
+            for reservation in taken:  # all or none: give back what the other limits granted
+                reservation.give_back(n)
+            raise self._refusal(exc) from None
+
+    def _refusal(self, exc: QuotaExceeded) -> ApiError:
+        what = next(w for r, w in self._reservations if r.scope == exc.scope)
+        return ApiError(413, "quota_exceeded", f"writing {self.path!r} would pass {what} ({exc.limit} bytes; "
+                        f"{exc.room} bytes left)", "delete files first, or ask for a larger quota")
+
+    def commit(self) -> None:
+        for reservation, _ in self._reservations:
+            reservation.commit()
+
+    def release(self) -> None:
+        for reservation, _ in self._reservations:
+            reservation.release()
+
+    def __enter__(self) -> WriteBudget:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()  # a no-op after commit
+
+
+async def reserve(ledger: DiskLedger, path: str, *, credit: int = 0,
+                  session: tuple[str, int, Callable[[], int]] | None = None,
+                  workspace: tuple[str, int, WorkspaceMeasure] | None = None) -> WriteBudget:
+    """Reservations for writing `path`: against `session` (id, limit, blocking measure) and
+    `workspace` (name, quota, async measure); `credit` is the size of the file it replaces."""
+    reservations: list[tuple[Reservation, str]] = []
+    try:
+        if session is not None:
+            session_id, limit, measure = session
+            measured_at = time.monotonic()
+            try:
+                used = await asyncio.to_thread(measure)
+            except OSError as exc:
+                raise unmeasurable("the session", exc) from None
+            reservations.append((ledger.reserve(SESSION_SCOPE + session_id, limit, used - credit, measured_at),
+                                 "the session's disk limit"))
+        if workspace is not None:
+            name, quota, measure_workspace = workspace
+            try:
+                used, measured_at = await measure_workspace()
+            except OSError as exc:
+                raise unmeasurable("the workspace", exc) from None
+            reservations.append((ledger.reserve(WORKSPACE_SCOPE + name, quota, used - credit, measured_at),
+                                 "the workspace's disk quota"))
+    except BaseException:
+        for reservation, _ in reservations:
+            reservation.release()
+        raise
+    return WriteBudget(path, reservations)
+
+
+def existing_size(files: wf.WorkspaceFiles, path: str) -> int | None:
+    """The size of the regular file a write would replace; None when it would create one."""
+    try:
+        info = files.stat(path)
+    except (wf.NoSuchFileError, wf.NotDirectoryError):
+        return None
+    return info.size if info.type == "file" else 0
+
+
+CACHE_S = 2.0
+"""How long a measurement of a workspace's sessions stands: walking every session of a
+workspace for each write would cost more than the writes; the ledger covers what it misses."""
+
+
+class WorkspaceDisk:
+    """A workspace's disk usage: its sessions' directories plus its own directory (shared/).
+
+    `measure` is cached for CACHE_S; `budget(workspace)` is what a writable shared/ mount
+    carries: the quota watcher asks it every period, with shared/ measured afresh."""
+
+    def __init__(self, data_dir: Path, quota: int, sessions_of: Callable[[str], list[str]],
+                 ledger: DiskLedger) -> None:
+        self.data_dir = data_dir
+        self.quota = quota
+        self.sessions_of = sessions_of
+        self.ledger = ledger
+        self._lock = threading.Lock()
+        self._sessions: dict[str, tuple[float, int]] = {}
+        self._totals: dict[str, tuple[float, int]] = {}
+
+    def own_dir(self, workspace: str) -> Path:
+        return self.data_dir / "workspaces" / workspace
+
+    def sessions_usage(self, workspace: str) -> tuple[int, float]:
+        with self._lock:
+            cached = self._sessions.get(workspace)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < CACHE_S:
+            return cached[1], cached[0]
+        roots = [self.data_dir / "sessions" / s for s in self.sessions_of(workspace)]
+        used = tree_usage(roots)[0]
+        with self._lock:
+            self._sessions[workspace] = (now, used)
+        return used, now
+
+    def measure(self, workspace: str) -> tuple[int, float]:
+        """(bytes held by the workspace, when measured); raises OSError when it cannot be measured."""
+        with self._lock:
+            cached = self._totals.get(workspace)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < CACHE_S:
+            return cached[1], cached[0]
+        sessions, sessions_at = self.sessions_usage(workspace)
+        used = sessions + tree_usage([self.own_dir(workspace)])[0]
+        measured_at = min(now, sessions_at)
+        with self._lock:
+            self._totals[workspace] = (measured_at, used)
+        return used, measured_at
+
+    def forget(self, workspace: str) -> None:
+        """Measure afresh next time (an execution just ended: its guest may have written)."""
+        with self._lock:
+            self._sessions.pop(workspace, None)
+            self._totals.pop(workspace, None)
+
+    async def measure_async(self, workspace: str) -> tuple[int, float]:
+        return await asyncio.to_thread(self.measure, workspace)
+
+    def budget(self, workspace: str) -> WorkspaceBudget:
+        return WorkspaceBudget(self, workspace)
+
+
+class WorkspaceBudget:
+    """The workspace quota as seen by a guest writing into shared/ (a DiskBudget)."""
+
+    def __init__(self, disk: WorkspaceDisk, workspace: str) -> None:
+        self.disk = disk
+        self.workspace = workspace
+
+    def exceeded(self) -> bool:
+        sessions, measured_at = self.disk.sessions_usage(self.workspace)
+        shared = tree_usage([self.disk.own_dir(self.workspace)])[0]
+        pending = self.disk.ledger.pending(WORKSPACE_SCOPE + self.workspace, measured_at)
+        return sessions + shared + pending > self.disk.quota

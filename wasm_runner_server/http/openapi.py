@@ -1,0 +1,149 @@
+"""OpenAPI 3.1 for the service, generated from the msgspec Structs the handlers use.
+
+Each handler carries an `Operation` (attached by `@operation(...)`) naming its body,
+query and response Structs; `build_document` walks the application's routes and
+turns those into paths, and `msgspec.json.schema_components` turns the Structs
+into components. Nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from wasm_runner_protocol.wire import SESSION_ID_PATTERN, ErrorResponse, ecma_patterns
+
+REF = "#/components/schemas/{name}"
+
+
+@dataclass(frozen=True)
+class Operation:
+    summary: str
+    tag: str
+    body: Any = None
+    """A msgspec type for a JSON body, or a media type string for raw bodies."""
+    body_required: bool = True
+    query: type[msgspec.Struct] | None = None
+    response: Any = None
+    """A msgspec type for a JSON response, a media type string for raw responses, or None for no body."""
+    status: int = 200
+    also: tuple[int, ...] = ()
+    """Other success statuses with the same body (e.g. 200 beside 201)."""
+    stream: bool = False
+    """Also answers text/event-stream (stdout/stderr events, then the result)."""
+    errors: tuple[int, ...] = ()
+    description: str = ""
+
+
+def operation(**kwargs: Any) -> Callable:
+    spec = Operation(**kwargs)
+
+    def attach(handler: Callable) -> Callable:
+        handler.__openapi__ = spec  # type: ignore[attr-defined]
+        return handler
+
+    return attach
+
+
+def _path_params(path: str) -> list[dict]:
+    params = []
+    for name in re.findall(r"\{(\w+)\}", path):  # also `{path}:presign` (issue 5)
+        schema: dict = {"type": "string"}
+        if name == "id":
+            schema = {"type": "string", "pattern": SESSION_ID_PATTERN}
+        params.append({"name": name, "in": "path", "required": True, "schema": schema,
+                       "description": "session id" if name == "id" else "a path inside the workspace"})
+    return params
+
+
+def _query_params(struct: type[msgspec.Struct], components: dict) -> list[dict]:
+    params = []
+    for field in msgspec.structs.fields(struct):
+        (schema,), extra = msgspec.json.schema_components([field.type], ref_template=REF)
+        components.update(extra)
+        param = {"name": field.encode_name, "in": "query", "required": field.required, "schema": schema}
+        params.append(param)
+    return params
+
+
+_ERROR_TEXT = {400: "Bad request", 403: "The path leaves the workspace", 404: "Not found", 409: "Conflict",
+               413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
+               422: "Invalid request", 429: "Overloaded (see Retry-After)", 501: "Not available on this server",
+               503: "Shutting down or not ready"}
+
+
+def build_document(app: web.Application, *, title: str, version: str) -> dict:
+    operations: list[tuple[str, str, Operation]] = []
+    for route in app.router.routes():
+        spec = getattr(route.handler, "__openapi__", None)
+        if spec is None or route.method == "HEAD" or route.resource is None:
+            continue
+        operations.append((route.resource.canonical, route.method.lower(), spec))
+
+    types: list[Any] = [ErrorResponse]
+    for _, _, spec in operations:
+        for t in (spec.body, spec.response):
+            if t is not None and not isinstance(t, str):
+                types.append(t)
+    schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+    refs = {id(t): s for t, s in zip(types, schemas, strict=True)}
+    error_ref = refs[id(ErrorResponse)]
+
+    paths: dict[str, dict] = {}
+    for path, method, spec in sorted(operations, key=lambda o: (o[0], o[1])):
+        op: dict[str, Any] = {"summary": spec.summary, "tags": [spec.tag],
+                              "operationId": f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}"}
+        if spec.description:
+            op["description"] = spec.description
+        params = _path_params(path)
+        if spec.query is not None:
+            params += _query_params(spec.query, components)
+        if params:
+            op["parameters"] = params
+        if spec.body is not None:
+            if isinstance(spec.body, str):
+                if spec.body == "multipart/form-data":
+                    content = {spec.body: {"schema": {"type": "object", "additionalProperties": {
+                        "type": "string", "format": "binary"}}}}
+                else:
+                    content = {spec.body: {"schema": {"type": "string", "format": "binary"}}}
+            else:
+                content = {"application/json": {"schema": refs[id(spec.body)]}}
+            op["requestBody"] = {"required": spec.body_required, "content": content}
+        responses: dict[str, Any] = {}
+        ok: dict[str, Any] = {"description": "OK"}
+        if spec.response is not None:
+            if isinstance(spec.response, str):
+                ok["content"] = {spec.response: {"schema": {"type": "string", "format": "binary"}
+                                                 if "json" not in spec.response and not spec.response.startswith("text/")
+                                                 else {"type": "string"}}}
+            else:
+                ok["content"] = {"application/json": {"schema": refs[id(spec.response)]}}
+            if spec.stream:
+                ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+                ok["description"] = ("OK. With Accept: text/event-stream: `stdout`/`stderr` events "
+                                     "({\"text\": ...}) as output happens, then one `result` event")
+        responses[str(spec.status)] = ok
+        for status in spec.also:
+            responses[str(status)] = ok
+        for status in sorted({400, 422, *spec.errors} if spec.body is not None or spec.query is not None
+                             else set(spec.errors)):
+            responses[str(status)] = {"description": _ERROR_TEXT.get(status, "Error"),
+                                      "content": {"application/json": {"schema": error_ref}}}
+        responses["default"] = {"description": "Error", "content": {"application/json": {"schema": error_ref}}}
+        op["responses"] = responses
+        paths.setdefault(path, {})[method] = op
+
+    return ecma_patterns({
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version,
+                 "description": "Run untrusted Python and JavaScript in WebAssembly: sessions, execution, files. "
+                                "Every error has the shape {\"error\": {\"code\", \"message\", \"hint\"}}."},
+        "paths": paths,
+        "components": {"schemas": components},
+    })

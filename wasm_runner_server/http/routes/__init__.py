@@ -1,0 +1,1 @@
+"""Route tables of the API proper: meta, sessions, execution, files, batch."""

@@ -1,0 +1,133 @@
+"""Batch runs over HTTP: NDJSON requests in, NDJSON results streamed out as they complete."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import msgspec
+from aiohttp import StreamReader, web
+from msgspec import UNSET, Meta, UnsetType
+
+from wasm_runner import ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.execution import Harness, Language
+from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.security.policy import batch_item_hold
+from wasm_runner_server.service import SERVICE
+
+routes = web.RouteTableDef()
+
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""The longest line (one item) read; a longer one is an InvalidRequest result and the batch goes on."""
+
+
+class BatchItem(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """One line of a batch: run `code` in a fresh instance (or check it against `tests`)."""
+
+    code: Annotated[str, Meta(max_length=MAX_LINE_BYTES)]
+    language: Language | UnsetType = UNSET
+    harness: Harness = "script"
+    tests: Annotated[str, Meta(max_length=MAX_LINE_BYTES)] = ""
+    stdin: str = ""
+    env: EnvMap = {}
+    limits: LimitsPatch | None = None
+    id: Tag | None = None
+
+
+class BatchQuery(msgspec.Struct, forbid_unknown_fields=True):
+    profile: ProfileName | None = None
+    concurrency: int | None = None
+
+
+_decode_item = msgspec.json.Decoder(BatchItem).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def _rejected(line_number: int, message: str, hint: str | None = None) -> ExecResult:
+    return ExecResult(exit_code=2, id=f"line {line_number}",
+                      error=GuestError(type="InvalidRequest", message=f"line {line_number}: {message}", hint=hint))
+
+
+async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[bytes | None]:
+    """The lines of a streamed body (without their newline), read as they arrive; None stands for
+    a line longer than `max_bytes`, whose bytes are skipped, not held."""
+    line = bytearray()
+    too_long = False
+    async for chunk in stream.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            if too_long or len(line) + end - start > max_bytes:
+                yield None
+            else:
+                line += chunk[start:end]
+                yield bytes(line)
+            line.clear()
+            too_long = False
+            start = end + 1
+        if not too_long:
+            if len(line) + len(chunk) - start > max_bytes:
+                too_long = True
+                line.clear()
+            else:
+                line += chunk[start:]
+    if too_long:
+        yield None
+    elif line:
+        yield bytes(line)
+
+
+@routes.post("/v1/batch")
+@operation(summary="Run many one-shot requests: NDJSON in, NDJSON results out in completion order",
+           tag="execution", body="application/x-ndjson", query=BatchQuery, response="application/x-ndjson",
+           errors=(415, 422, 429),
+           description="Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the "
+                       "item's id. A line that cannot run (malformed, too long) gives a result with error.type "
+                       "InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) "
+                       "one with error.type Rejected; the batch goes on. Every item runs in a fresh instance "
+                       "and counts as one execution (slots, workspace quotas, audit, metrics). Closing the "
+                       "connection stops the running items.")
+async def batch(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    try:
+        query = msgspec.convert(dict(request.query), BatchQuery, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ApiError(422, "validation_error", str(exc), "query: profile=NAME&concurrency=N") from None
+    _, profile = service.execution.profile(query.profile)
+    runner = service.pool.get(profile)
+    concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))
+
+    async def items() -> AsyncIterator[ExecRequest | ExecResult]:
+        number = 0
+        async for line in ndjson_lines(request.content, MAX_LINE_BYTES):
+            number += 1
+            if line is None:
+                yield _rejected(number, f"the line is longer than {MAX_LINE_BYTES} bytes",
+                                "send smaller items (one JSON object per line), or files through a session")
+                continue
+            if not line.strip():
+                continue
+            try:
+                item = _decode_item(line)
+                exec_request = service.execution.request(
+                    profile, language=item.language, code=item.code, command=None, stdin=item.stdin,
+                    env=item.env, limits=item.limits, fresh=True, id=item.id or str(number))
+                service.execution.check_provider(runner, exec_request)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                yield _rejected(number, str(exc))
+                continue
+            except ApiError as exc:
+                yield _rejected(number, exc.message, exc.hint)
+                continue
+            yield msgspec.structs.replace(exec_request, harness=item.harness, tests=item.tests)
+
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await response.prepare(request)
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=batch_item_hold(request))
+    async with contextlib.aclosing(results):
+        async for result in results:
+            await response.write(_encode(result) + b"\n")
+    await response.write_eof()
+    return response

@@ -1,0 +1,175 @@
+"""Execution: in a session's kernel, as a native process in a session, and one-shot."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from pathlib import Path
+
+import msgspec
+from aiohttp import web
+
+from wasm_runner import ExecResult
+from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
+from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
+from wasm_runner_server.errors import ApiError, from_file_error
+from wasm_runner_server.http.bodies import read_json
+from wasm_runner_server.http.file_work import request_budget, run_file_work
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.streaming import respond
+from wasm_runner_server.service import SERVICE, Service
+from wasm_runner_server.sessions.execution import language_for_path
+from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
+
+routes = web.RouteTableDef()
+
+_EXEC_ERRORS = (404, 409, 413, 415, 429, 503)
+
+
+def _code_or_path(body: ExecBody | OneShotBody, files_dir: Path, service: Service) -> tuple[str | None, str | None]:
+    """The code to run and the language its file name implies."""
+    if body.path is None:
+        if body.code is None and getattr(body, "command", None) is None:
+            raise ApiError(422, "validation_error", "nothing to run: give code or path",
+                           'e.g. {"code": "print(1 + 1)"}')
+        return body.code, None
+    if body.code is not None:
+        raise ApiError(422, "validation_error", "give either code or path, not both")
+    code = WorkspaceFiles(files_dir).read_text(body.path, max_bytes=service.config.server.max_read_bytes)
+    return code, language_for_path(body.path)
+
+
+@routes.post("/v1/sessions/{id}/exec")
+@operation(summary="Run code in the session (its kernel keeps variables; files persist)", tag="execution",
+           body=ExecBody, response=ExecResult, stream=True, errors=_EXEC_ERRORS,
+           description="Calls to one session run one at a time, in order. After idle hibernation or a "
+                       "restart the kernel is rebuilt and the result says kernel_restarted.")
+async def exec_in_session(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, ExecBody)
+    _, profile = service.execution.profile(body.profile or live.row.profile)
+    runner, session = service.sessions.core(live, profile)
+    code, path_language = _code_or_path(body, session.workspace.files, service)
+    exec_request = service.execution.request(
+        profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
+        limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
+        harness=body.harness, tests=body.tests)
+    return await respond(request, lambda listener, started: service.sessions.run(
+        live, runner, exec_request, mode="session", listener=listener, on_start=started))
+
+
+@routes.post("/v1/sessions/{id}/process")
+@operation(summary="Run a program natively (bubblewrap) in the session's workspace", tag="execution",
+           body=ProcessBody, response=ExecResult, stream=True, errors=_EXEC_ERRORS)
+async def process_in_session(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, ProcessBody)
+    _, profile = service.execution.profile(body.profile or live.row.profile)
+    runner, _ = service.sessions.core(live, profile)
+    exec_request = service.execution.request(
+        profile, language="bash", code=None, command=body.command, stdin=body.stdin, env=body.env,
+        limits=body.limits, fresh=True, id=body.id)
+    return await respond(request, lambda listener, started: service.sessions.run(
+        live, runner, exec_request, mode="process", listener=listener, on_start=started))
+
+
+@routes.post("/v1/exec")
+@operation(summary="Run once in a throwaway workspace: files in, output files back", tag="execution",
+           body=OneShotBody, response=OneShotResult, stream=True, errors=_EXEC_ERRORS)
+async def exec_one_shot(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    body = await read_json(request, OneShotBody)
+    _, profile = service.execution.profile(body.profile)
+    if body.command is not None and (body.code is not None or body.path is not None):
+        raise ApiError(422, "validation_error", "give code, path or command, not several")
+    for pattern in body.outputs:  # an invalid pattern is refused before anything runs
+        Glob(pattern, what="output path")
+    runner = service.pool.get(profile)
+    if not body.files and not body.outputs and body.path is None:  # the core's one-shot path: no workspace to seed
+        if body.code is None and body.command is None:
+            raise ApiError(422, "validation_error", "nothing to run: give code, path or command",
+                           'e.g. {"code": "print(1 + 1)"}')
+        exec_request = service.execution.request(
+            profile, language=body.language, code=body.code, command=body.command, stdin=body.stdin,
+            env=body.env, limits=body.limits, fresh=True, id=body.id)
+        service.execution.check_provider(runner, exec_request)
+
+        async def run_plain(listener, started) -> OneShotResult:
+            result = await service.execution.run(runner, exec_request, mode="oneshot", listener=listener,
+                                                 on_start=started)
+            return OneShotResult(**msgspec.structs.asdict(result))
+
+        return await respond(request, run_plain)
+    session = runner.session(ONESHOT_PREFIX + uuid.uuid4().hex)
+    files = WorkspaceFiles(session.workspace.files)
+    try:
+        limits = service.execution.limits(profile, body.limits)
+        if body.files:
+            session.workspace.ensure()
+            await asyncio.to_thread(_write_inputs, files, body.files, limits.disk_bytes)
+        code, path_language = _code_or_path(body, session.workspace.files, service)
+        exec_request = service.execution.request(
+            profile, language=body.language, code=code, command=body.command, stdin=body.stdin, env=body.env,
+            limits=body.limits, fresh=True, id=body.id, path_language=path_language)
+        service.execution.check_provider(runner, exec_request)
+
+        async def run(listener, started) -> OneShotResult:
+            result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
+                                                 on_start=started)
+            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
+                                                   service.config.server.max_output_files_bytes)
+            return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
+
+        return await respond(request, run)
+    finally:
+        service.sessions.spawn_blocking(session.destroy)
+
+
+def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:
+    total = 0
+    for path, content in inputs.items():
+        data = content.encode("utf-8") if isinstance(content, str) else content.base64
+        total += len(data)
+        if total > quota:
+            raise ApiError(413, "quota_exceeded", f"the input files exceed the workspace quota of {quota} bytes",
+                           "send fewer or smaller files, or raise limits.disk_bytes")
+        try:
+            files.write_bytes(path, data)
+        except FileOpError as exc:
+            raise from_file_error(exc) from None
+
+
+def _collect_outputs(files: WorkspaceFiles, patterns: list[str], room: int, *,
+                     budget: Budget) -> tuple[dict[str, OutputFile], list[str]]:
+    outputs: dict[str, OutputFile] = {}
+    missing: list[str] = []
+    for pattern in patterns:
+        try:
+            matches = [e for e in files.glob(pattern, limit=1000, budget=budget).entries if e.type == "file"]
+        except FileOpError:  # not there, or past the budget: reported as missing
+            matches = []
+        if not matches:
+            missing.append(pattern)
+        for entry in matches:
+            if entry.path in outputs:
+                continue
+            if entry.size > room:
+                outputs[entry.path] = OutputFile(size=entry.size, encoding="none",
+                                                 omitted="over the size budget for output files")
+                continue
+            try:
+                data = files.read_bytes(entry.path, max_bytes=room)
+            except FileOpError:
+                continue
+            room -= len(data)
+            try:
+                if b"\x00" in data:
+                    raise UnicodeDecodeError("utf-8", data, 0, 1, "binary")
+                outputs[entry.path] = OutputFile(size=len(data), encoding="utf-8", content=data.decode("utf-8"))
+            except UnicodeDecodeError:
+                outputs[entry.path] = OutputFile(size=len(data), encoding="base64",
+                                                 content=base64.b64encode(data).decode("ascii"))
+    return outputs, missing

@@ -1,0 +1,64 @@
+"""Sessions: create (lazily), list, inspect, delete, cancel the running call."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from wasm_runner_protocol.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
+from wasm_runner_server.http.bodies import json_response, read_json, read_query
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.security.policy import check_session_quota, claim_session, scope_session_id, visible_page
+from wasm_runner_server.service import SERVICE
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/sessions")
+@operation(summary="Create a session (cheap: no interpreter, no directory until first use)", tag="sessions",
+           body=SessionCreate, body_required=False, response=SessionInfo, status=201, errors=(409, 413, 415))
+async def create_session(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_json(request, SessionCreate, empty_ok=True)
+    check_session_quota(request)  # issue 5: per-workspace session quota
+    body = scope_session_id(request, body)  # issue 5: chosen ids never collide across workspaces
+    live = service.sessions.create(body)
+    claim_session(request, live.row.id, body.ephemeral)  # issue 5: the caller's workspace owns it
+    return json_response(service.sessions.info(live), status=201,
+                         headers={"Location": f"/v1/sessions/{live.row.id}"})
+
+
+@routes.get("/v1/sessions")
+@operation(summary="List sessions (oldest first, cursor pagination)", tag="sessions",
+           query=SessionListQuery, response=SessionList)
+async def list_sessions(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    query = read_query(request, SessionListQuery)
+    page, cursor = visible_page(request, query.cursor, query.limit)  # issue 5: the caller's workspace only
+    return json_response(SessionList(sessions=[service.sessions.info(s) for s in page], next_cursor=cursor))
+
+
+@routes.get("/v1/sessions/{id}")
+@operation(summary="Inspect a session", tag="sessions", response=SessionInfo, errors=(404,))
+async def get_session(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    return json_response(service.sessions.info(live))
+
+
+@routes.delete("/v1/sessions/{id}")
+@operation(summary="Delete a session: stop its execution, drop its kernels, remove its files", tag="sessions",
+           status=204, errors=(404,))
+async def delete_session(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    await service.sessions.delete(live)
+    return web.Response(status=204)
+
+
+@routes.post("/v1/sessions/{id}/cancel")
+@operation(summary="Stop the session's running execution (its caller gets a `cancelled` result)",
+           tag="sessions", response=CancelResult, errors=(404,))
+async def cancel_execution(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    return json_response(CancelResult(cancelled=service.sessions.cancel(live)))

@@ -1,0 +1,1 @@
+"""MCP tools over streamable HTTP (mounted on the service) and stdio."""

@@ -1,0 +1,1 @@
+"""Keys, tenants, quotas, presigned links, rate limits and the audit log, with their routes."""

@@ -1,0 +1,249 @@
+"""The audit log: one append-only SQLite row per execution and per file change.
+
+Rows are never updated (a trigger refuses it) and no API deletes them; only the
+retention prune removes rows older than `auth.audit_retention_days`. Rows are
+written in batches, one transaction each (`FLUSH_ROWS` rows or `FLUSH_S`
+seconds, whichever comes first; every read and `close` flush first), so that
+recording an execution costs the request path no database write; the periodic
+writes run on a thread, off the event loop (a commit that checkpoints the WAL
+takes 20-30 ms here). Code and output are stored capped, with the code's SHA-256
+and full sizes. For an ephemeral session only the fact of the run is kept: sizes,
+outcome, timings, never code, output or paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from wasm_runner_server.data_dir import connect_private, narrow_database
+
+DB_NAME = "audit.sqlite3"
+FLUSH_ROWS = 256
+"""Pending rows that force a write at once."""
+FLUSH_S = 0.05
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,               -- exec | file
+    workspace TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    session TEXT,
+    ephemeral INTEGER NOT NULL DEFAULT 0,
+    mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file)
+    profile TEXT,
+    provider TEXT,
+    language TEXT,
+    code TEXT,
+    code_sha256 TEXT,
+    code_bytes INTEGER,
+    stdout TEXT,
+    stderr TEXT,
+    stdout_bytes INTEGER,
+    stderr_bytes INTEGER,
+    exit_code INTEGER,
+    outcome TEXT,                     -- ok | error | limit | cancelled | aborted (exec); HTTP status (file)
+    limit_hit TEXT,
+    duration_ms REAL,
+    fuel INTEGER,
+    peak_memory INTEGER,
+    files_changed TEXT,
+    path TEXT,
+    status INTEGER,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit (workspace, id);
+CREATE INDEX IF NOT EXISTS audit_by_ts ON audit (ts);
+CREATE TRIGGER IF NOT EXISTS audit_append_only BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
+"""
+
+COLUMNS = ("id", "ts", "kind", "workspace", "key_id", "session", "ephemeral", "mode", "profile", "provider",
+           "language", "code", "code_sha256", "code_bytes", "stdout", "stderr", "stdout_bytes", "stderr_bytes",
+           "exit_code", "outcome", "limit_hit", "duration_ms", "fuel", "peak_memory", "files_changed", "path",
+           "status", "started_at", "finished_at")
+
+
+_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS[1:])}) VALUES ({', '.join('?' * (len(COLUMNS) - 1))})"
+
+
+def cap(text: str | None, limit: int) -> str | None:
+    if text is None:
+        return None
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", "ignore") + f"\n…[{len(data) - limit} more bytes]"
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    workspace: str | None = None
+    session: str | None = None
+    key_id: str | None = None
+    kind: str | None = None
+    outcome: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+class AuditLog:
+    def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024) -> None:
+        self.path = Path(path)
+        self.code_bytes = code_bytes
+        self.output_bytes = output_bytes
+        self._db = connect_private(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        self._pending: list[dict] = []
+        self._oldest_pending = 0.0
+        self._pending_lock = threading.Lock()
+        """Held only to add or take pending rows: the event loop never waits for a write."""
+        self._db_lock = threading.RLock()
+        """Serialises the connection's use: flushes run on a thread, reads on the caller's."""
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
+        return cls(Path(data_dir) / DB_NAME, **kwargs)
+
+    def close(self) -> None:
+        with self._db_lock:
+            self.flush()
+            self._db.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _insert(self, row: dict) -> None:
+        with self._pending_lock:
+            if not self._pending:
+                self._oldest_pending = time.monotonic()
+            self._pending.append(row)
+            full = len(self._pending) >= FLUSH_ROWS
+        if full:
+            self.flush()
+
+    def flush_due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._oldest_pending >= FLUSH_S
+
+    def flush(self) -> None:
+        """Write the pending rows in one transaction (from any thread)."""
+        with self._db_lock:
+            with self._pending_lock:
+                rows, self._pending = self._pending, []
+            if not rows:
+                return
+            values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
+            try:
+                with self._db:  # one transaction: BEGIN ... COMMIT
+                    self._db.execute("BEGIN")
+                    self._db.executemany(_INSERT, values)
+            except sqlite3.Error:
+                with self._pending_lock:
+                    self._pending[:0] = rows  # kept for the next attempt
+                raise
+
+    def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
+                         profile: str | None, provider: str | None, language: str | None, code: str | None,
+                         command: list[str] | None, result, outcome: str, finished_at: float) -> None:
+        source = code if command is None else json.dumps(command)
+        source = source or ""
+        stdout = getattr(result, "stdout", "") or ""
+        stderr = getattr(result, "stderr", "") or ""
+        duration_ms = float(getattr(result, "duration_ms", 0.0) or 0.0)
+        files = getattr(result, "files", None)
+        changed = None
+        if files is not None:
+            changed = {"created": list(files.created), "modified": list(files.modified), "deleted": list(files.deleted)}
+        row = {
+            "ts": finished_at, "kind": "exec", "workspace": workspace, "key_id": key_id, "session": session,
+            "ephemeral": int(ephemeral), "mode": mode, "profile": profile, "provider": provider,
+            "language": language, "code_bytes": len(source.encode("utf-8")),
+            "stdout_bytes": len(stdout.encode("utf-8")), "stderr_bytes": len(stderr.encode("utf-8")),
+            "exit_code": getattr(result, "exit_code", None), "outcome": outcome,
+            "limit_hit": getattr(result, "limit", None), "duration_ms": duration_ms,
+            "fuel": getattr(result, "fuel_used", None), "peak_memory": getattr(result, "memory_peak_bytes", None),
+            "started_at": finished_at - duration_ms / 1000, "finished_at": finished_at,
+        }
+        if not ephemeral:  # an ephemeral run leaves sizes and outcome only
+            row.update(code=cap(source, self.code_bytes), code_sha256=hashlib.sha256(source.encode()).hexdigest(),
+                       stdout=cap(stdout, self.output_bytes), stderr=cap(stderr, self.output_bytes),
+                       files_changed=json.dumps(changed) if changed is not None else None)
+        elif changed is not None:
+            row["files_changed"] = json.dumps({k: len(v) for k, v in changed.items()})
+        self._insert(row)
+
+    def record_file_change(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
+                           path: str | None, status: int) -> None:
+        now = time.time()
+        self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
+                      "session": session, "ephemeral": int(ephemeral), "mode": mode,
+                      "path": None if ephemeral else path, "status": status,
+                      "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def query(self, filters: AuditFilter, *, after_id: int | None = None, limit: int = 100) -> list[dict]:
+        self.flush()
+        where, args = [], []
+        for name in ("workspace", "session", "key_id", "kind", "outcome"):
+            value = getattr(filters, name)
+            if value is not None:
+                where.append(f"{name} = ?")
+                args.append(value)
+        if filters.since is not None:
+            where.append("ts >= ?")
+            args.append(filters.since)
+        if filters.until is not None:
+            where.append("ts < ?")
+            args.append(filters.until)
+        if after_id is not None:
+            where.append("id > ?")
+            args.append(after_id)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM audit"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id LIMIT ?"
+        args.append(limit)
+        with self._db_lock:
+            return [dict(zip(COLUMNS, row)) for row in self._db.execute(sql, args)]
+
+    def get(self, entry_id: int) -> dict | None:
+        self.flush()
+        with self._db_lock:
+            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
+        return dict(zip(COLUMNS, row)) if row else None
+
+    def iterate(self, filters: AuditFilter = AuditFilter(), batch: int = 1000) -> Iterator[dict]:
+        after = None
+        while True:
+            rows = self.query(filters, after_id=after, limit=batch)
+            yield from rows
+            if len(rows) < batch:
+                return
+            after = rows[-1]["id"]
+
+    def count(self) -> int:
+        self.flush()
+        with self._db_lock:
+            return self._db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+
+    def prune(self, retention_days: float | None, now: float | None = None) -> int:
+        """Remove rows older than the retention period; the only way rows ever leave."""
+        if retention_days is None:
+            return 0
+        cutoff = (now or time.time()) - retention_days * 86400
+        self.flush()
+        with self._db_lock:
+            return self._db.execute("DELETE FROM audit WHERE ts < ?", (cutoff,)).rowcount

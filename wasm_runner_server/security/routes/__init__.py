@@ -1,0 +1,1 @@
+"""Route tables that exist for security: presigned links, audit, admin, shared/."""

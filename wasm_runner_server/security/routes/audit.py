@@ -1,0 +1,127 @@
+"""GET /v1/audit: the caller's workspace's audit rows, filtered, with cursor pagination (read-only)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Literal
+
+import msgspec
+from aiohttp import web
+from msgspec import Meta
+
+from wasm_runner_server.errors import ApiError, not_found
+from wasm_runner_server.http.bodies import json_response, read_query
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.security.audit import AuditFilter
+from wasm_runner_server.security.policy import SECURITY, principal_of
+
+routes = web.RouteTableDef()
+
+
+class AuditQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    session: Annotated[str, Meta(max_length=64)] | None = None
+    key_id: Annotated[str, Meta(max_length=64)] | None = None
+    kind: Literal["exec", "file"] | None = None
+    outcome: Annotated[str, Meta(max_length=32)] | None = None
+    since: float | None = None
+    """Unix time; rows at or after it."""
+    until: float | None = None
+    workspace: Annotated[str, Meta(max_length=64)] | None = None
+    """Admin keys only: another workspace."""
+    cursor: Annotated[str, Meta(max_length=64)] | None = None
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+
+
+class AuditEntry(msgspec.Struct, kw_only=True):
+    id: int
+    ts: float
+    kind: str
+    workspace: str
+    key_id: str
+    session: str | None = None
+    ephemeral: bool = False
+    mode: str | None = None
+    profile: str | None = None
+    provider: str | None = None
+    language: str | None = None
+    code: str | None = None
+    code_sha256: str | None = None
+    code_bytes: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    stdout_bytes: int | None = None
+    stderr_bytes: int | None = None
+    exit_code: int | None = None
+    outcome: str | None = None
+    limit_hit: str | None = None
+    duration_ms: float | None = None
+    fuel: int | None = None
+    peak_memory: int | None = None
+    files_changed: str | None = None
+    path: str | None = None
+    status: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class AuditPage(msgspec.Struct, kw_only=True):
+    entries: list[AuditEntry]
+    next_cursor: str | None = None
+
+
+def _entry(row: dict) -> AuditEntry:
+    return AuditEntry(**{**row, "ephemeral": bool(row["ephemeral"])})
+
+
+def _decode(cursor: str) -> int:
+    try:
+        return int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().removeprefix("a:"))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
+                       "pass next_cursor from the previous page unchanged") from None
+
+
+def _encode(entry_id: int) -> str:
+    return base64.urlsafe_b64encode(f"a:{entry_id}".encode()).decode().rstrip("=")
+
+
+@routes.get("/v1/audit")
+@operation(summary="Audit rows of the caller's workspace (executions and file changes), oldest first",
+           tag="audit", query=AuditQuery, response=AuditPage)
+async def list_audit(request: web.Request) -> web.Response:
+    security = request.app[SECURITY]
+    principal = principal_of(request)
+    query = read_query(request, AuditQuery)
+    workspace = principal.workspace
+    if query.workspace is not None and query.workspace != workspace:
+        if principal.kind != "admin":
+            raise ApiError(403, "admin_only", "only an admin key reads another workspace's audit log")
+        workspace = query.workspace
+    key_id = query.key_id
+    if not principal.shared:  # others' rows hold code and output that may come from shared/
+        if key_id is not None and key_id != principal.key_id:
+            raise ApiError(403, "own_rows_only", "an app key reads only the audit rows of its own calls",
+                           "leave out key_id, or use a member key")
+        key_id = principal.key_id
+    filters = AuditFilter(workspace=workspace, session=query.session, key_id=key_id, kind=query.kind,
+                          outcome=query.outcome, since=query.since, until=query.until)
+    rows = security.audit.query(filters, after_id=_decode(query.cursor) if query.cursor else None,
+                                limit=query.limit + 1)
+    more = len(rows) > query.limit
+    rows = rows[:query.limit]
+    return json_response(AuditPage(entries=[_entry(r) for r in rows],
+                                   next_cursor=_encode(rows[-1]["id"]) if more and rows else None))
+
+
+@routes.get("/v1/audit/{entry}")
+@operation(summary="One audit row of the caller's workspace", tag="audit", response=AuditEntry, errors=(404,))
+async def get_audit(request: web.Request) -> web.Response:
+    security = request.app[SECURITY]
+    principal = principal_of(request)
+    raw = request.match_info["entry"]
+    row = security.audit.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
+    if row is None or row["workspace"] != principal.workspace or (
+            not principal.shared and row["key_id"] != principal.key_id):
+        raise not_found("audit_entry", raw)
+    return json_response(_entry(row))

@@ -1,0 +1,95 @@
+"""Presigned links: create one for a session file, and serve it (GET or PUT) without a key."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.wire import PresignBody, PresignResult
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.bodies import json_response, read_json
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.routes import files as routes_files
+from wasm_runner_server.security.policy import CURRENT, SECURITY, Principal, principal_of, session_not_found
+from wasm_runner_server.security.presign import altered
+from wasm_runner_server.service import SERVICE
+from wasm_runner_server.sessions.manager import LiveSession
+
+routes = web.RouteTableDef()
+
+
+@routes.post("/v1/sessions/{id}/files/{path:.*}:presign")
+@operation(summary="A link that reads (GET) or writes (PUT) this one file until it expires, without a key",
+           tag="files", body=PresignBody, body_required=False, response=PresignResult, errors=(404, 422))
+async def presign(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    security = request.app[SECURITY]
+    live = service.sessions.get(request.match_info["id"])
+    path = "/".join(wf.split_path(request.match_info["path"]))
+    if not path:
+        raise ApiError(422, "validation_error", "a link names one file", "give a file path")
+    body = await read_json(request, PresignBody, empty_ok=True)
+    settings = security.settings
+    default, cap = ((settings.presign_get_default_s, settings.presign_get_max_s) if body.method == "GET"
+                    else (settings.presign_put_default_s, settings.presign_put_max_s))
+    expires_in = body.expires_in if body.expires_in is not None else default
+    if expires_in > cap:
+        raise ApiError(422, "limit_exceeds_maximum", f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
+                       f"for {body.method} links", f"ask for at most {cap:g} seconds")
+    principal = principal_of(request)
+    url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
+                                        incarnation=incarnation(live), key_id=principal.key_id)
+    return json_response(PresignResult(url=url, method=body.method, expires_at=expires,
+                                       expires_in=round(expires - time.time(), 3)))
+
+
+def incarnation(live: LiveSession) -> str:
+    """What tells this session from one created later under the same id: its creation time."""
+    return repr(live.row.created_at)
+
+
+async def _follow(request: web.Request) -> web.StreamResponse:
+    security = request.app[SECURITY]
+    session_id = request.match_info["id"]
+    path = "/".join(wf.split_path(request.match_info["path"]))
+    if path != request.match_info["path"] or request.query_string:  # one spelling per link
+        raise altered()
+    owner = security.tenants.owner(session_id)
+    workspace = owner.workspace if owner is not None else ("local" if not security.enabled else "")
+    live = request.app[SERVICE].sessions.sessions.get(session_id)
+    key_id = security.signer.verify(request.match_info["token"], request.method, workspace, session_id, path,
+                                    incarnation=incarnation(live) if live is not None else "")
+    if owner is None and security.enabled:
+        raise session_not_found(session_id)
+    security.admit_link(key_id)
+    principal = Principal(workspace, f"link:{key_id}", "link")
+    token = CURRENT.set(principal)
+    try:
+        if request.method == "PUT":
+            response = await routes_files.write_file(request)
+            security.audit.record_file_change(workspace=workspace, key_id=principal.key_id, session=session_id,
+                                              ephemeral=bool(owner and owner.ephemeral), mode="put", path=path,
+                                              status=response.status)
+            return response
+        service = request.app[SERVICE]
+        files = service.sessions.files(service.sessions.get(session_id))
+        try:
+            return await routes_files.send_file(request, files, path)  # a file, never a listing
+        except wf.IsDirectoryError:
+            raise ApiError(409, "not_a_file", "a link serves one file, and this path is a directory",
+                           "presign a link to a file") from None
+    finally:
+        CURRENT.reset(token)
+
+
+# Not in /openapi.json: a link is an opaque URL handed out by :presign.
+@routes.get("/v1/links/{token}/{id}/{path:.*}")
+async def follow_get(request: web.Request) -> web.StreamResponse:
+    return await _follow(request)
+
+
+@routes.put("/v1/links/{token}/{id}/{path:.*}")
+async def follow_put(request: web.Request) -> web.Response:
+    return await _follow(request)

@@ -1,0 +1,219 @@
+"""Workspaces (tenants), their API keys and which workspace owns each session, in SQLite (WAL).
+
+A key is `wr_<key id>_<secret>`; only the SHA-256 of the whole key is stored, and a
+presented key is compared with `hmac.compare_digest`. The key id (the part before the
+secret) is the key's public, listable prefix. The admin CLI writes the same database
+file the server reads on every request, so a revocation takes effect at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from wasm_runner_server.data_dir import connect_private, narrow_database
+
+KEY_PREFIX = "wr_"
+KeyKind = Literal["member", "app", "admin"]
+KINDS = ("member", "app", "admin")
+DB_NAME = "tenants.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS workspaces (
+    name TEXT PRIMARY KEY,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    workspace TEXT NOT NULL REFERENCES workspaces(name),
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    last_used_at REAL,
+    revoked_at REAL
+);
+CREATE TABLE IF NOT EXISTS session_owners (
+    session_id TEXT PRIMARY KEY,
+    workspace TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    ephemeral INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS owners_by_workspace ON session_owners (workspace);
+"""
+
+WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
+"""\\Z, not $ (which also matches before a final newline)."""
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    id: str
+    workspace: str
+    name: str
+    kind: str
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+    @property
+    def prefix(self) -> str:
+        return KEY_PREFIX + self.id
+
+
+@dataclass(frozen=True)
+class Owner:
+    session_id: str
+    workspace: str
+    key_id: str
+    kind: str
+    ephemeral: bool
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def split_key(key: str) -> str | None:
+    """The key id of a well-formed key, else None."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    key_id, sep, secret = key[len(KEY_PREFIX):].partition("_")
+    if not sep or len(key_id) != 12 or not key_id.isalnum() or len(secret) < 20:
+        return None
+    return key_id
+
+
+class TenantStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = connect_private(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+        self._touched: dict[str, float] = {}
+        self._owners: dict[str, Owner] = {}
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path) -> TenantStore:
+        return cls(Path(data_dir) / DB_NAME)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- workspaces and keys -------------------------------------------------------------
+
+    def ensure_workspace(self, name: str) -> None:
+        if not re.match(WORKSPACE_PATTERN, name):
+            raise ValueError("a workspace name is 1-64 letters, digits, '-' or '_'")
+        self._db.execute("INSERT OR IGNORE INTO workspaces (name, created_at) VALUES (?, ?)", (name, time.time()))
+
+    def workspaces(self) -> list[tuple[str, float, int]]:
+        """(name, created_at, active keys) for every workspace."""
+        return list(self._db.execute(
+            "SELECT w.name, w.created_at, (SELECT COUNT(*) FROM keys k WHERE k.workspace = w.name "
+            "AND k.revoked_at IS NULL) FROM workspaces w ORDER BY w.name"))
+
+    def create_key(self, workspace: str, name: str, kind: str = "member") -> tuple[str, KeyRecord]:
+        """A new key: (the key itself, shown once and never again; its record)."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+        if not name or len(name) > 128:
+            raise ValueError("a key name is 1-128 characters")
+        self.ensure_workspace(workspace)
+        key_id = secrets.token_hex(6)
+        key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+        now = time.time()
+        self._db.execute("INSERT INTO keys (id, workspace, name, kind, hash, created_at) VALUES (?,?,?,?,?,?)",
+                         (key_id, workspace, name, kind, hash_key(key), now))
+        return key, KeyRecord(key_id, workspace, name, kind, now, None, None)
+
+    def keys(self, workspace: str | None = None, *, include_revoked: bool = True) -> list[KeyRecord]:
+        sql = "SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys"
+        where, args = [], []
+        if workspace is not None:
+            where.append("workspace = ?")
+            args.append(workspace)
+        if not include_revoked:
+            where.append("revoked_at IS NULL")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [KeyRecord(*row) for row in self._db.execute(sql + " ORDER BY created_at, id", args)]
+
+    def revoke(self, key_ref: str, workspace: str | None = None) -> KeyRecord | None:
+        """Revoke by key id or prefix (`wr_<id>`); None when no such (unrevoked) key."""
+        key_id = key_ref[len(KEY_PREFIX):] if key_ref.startswith(KEY_PREFIX) else key_ref
+        key_id = key_id.split("_", 1)[0]
+        sql = "UPDATE keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        args: list = [time.time(), key_id]
+        if workspace is not None:
+            sql += " AND workspace = ?"
+            args.append(workspace)
+        if self._db.execute(sql, args).rowcount == 0:
+            return None
+        return next((k for k in self.keys() if k.id == key_id), None)
+
+    def active_key(self, key_id: str) -> KeyRecord | None:
+        """The record of an unrevoked key by its id (read each time: a revocation counts at once)."""
+        row = self._db.execute("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
+                               "WHERE id = ? AND revoked_at IS NULL", (key_id,)).fetchone()
+        return KeyRecord(*row) if row is not None else None
+
+    def verify(self, key: str) -> KeyRecord | None:
+        """The record of a valid, unrevoked key; None otherwise. Constant-time hash comparison."""
+        key_id = split_key(key)
+        if key_id is None:
+            hmac.compare_digest(hash_key(key), "0" * 64)  # same work for malformed keys
+            return None
+        row = self._db.execute(
+            "SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at, hash FROM keys WHERE id = ?",
+            (key_id,)).fetchone()
+        stored = row[7] if row is not None else "0" * 64
+        matches = hmac.compare_digest(hash_key(key), stored)
+        if row is None or not matches or row[6] is not None:
+            return None
+        now = time.time()
+        if now - self._touched.get(key_id, 0.0) >= 1.0:  # last_used_at to the second, not a write per request
+            self._touched[key_id] = now
+            self._db.execute("UPDATE keys SET last_used_at = ? WHERE id = ?", (now, key_id))
+        return KeyRecord(*row[:7])
+
+    # -- session ownership ------------------------------------------------------------------
+
+    def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool) -> None:
+        self._owners.pop(session_id, None)
+        self._db.execute(
+            "INSERT OR REPLACE INTO session_owners (session_id, workspace, key_id, kind, ephemeral, created_at) "
+            "VALUES (?,?,?,?,?,?)", (session_id, workspace, key_id, kind, int(ephemeral), time.time()))
+
+    def owner(self, session_id: str) -> Owner | None:
+        cached = self._owners.get(session_id)  # asked on every call; changes only here
+        if cached is not None:
+            return cached
+        row = self._db.execute("SELECT session_id, workspace, key_id, kind, ephemeral FROM session_owners "
+                               "WHERE session_id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None
+        owner = self._owners[session_id] = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        return owner
+
+    def sessions_of(self, workspace: str) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE workspace = ?",
+                                               (workspace,))]
+
+    def ephemeral_sessions(self) -> list[str]:
+        return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
+
+    def release(self, session_id: str) -> None:
+        self._owners.pop(session_id, None)
+        self._db.execute("DELETE FROM session_owners WHERE session_id = ?", (session_id,))

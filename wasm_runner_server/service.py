@@ -1,0 +1,101 @@
+"""The service's parts, created and closed with the application (see app.service_context)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from wasm_runner import ExecRequest
+from wasm_runner.workspace.quota import DiskLedger
+from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.data_dir import private_directory
+from wasm_runner_server.metrics import Metrics
+from wasm_runner_server.sessions.backpressure import ExecutionGate
+from wasm_runner_server.sessions.execution import Execution
+from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
+from wasm_runner_server.sessions.store import SessionStore
+
+log = logging.getLogger("wasm_runner.server")
+
+
+@dataclass(eq=False)
+class Service:
+    config: ServiceConfig
+    store: SessionStore
+    pool: RunnerPool
+    gate: ExecutionGate
+    metrics: Metrics
+    execution: Execution
+    sessions: SessionManager
+    ready: bool = False
+    closing: bool = False
+    checks: dict[str, str] = field(default_factory=dict)
+    disk: DiskLedger = field(default_factory=DiskLedger)
+    """Bytes reserved by API writes in progress (wasm_runner.quota)."""
+    _warmup: asyncio.Task | None = None
+
+    @classmethod
+    async def open(cls, config: ServiceConfig) -> Service:
+        settings = config.server
+        data_dir = settings.data_dir
+        private_directory(data_dir)
+        metrics = Metrics()
+        gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s)
+        execution = Execution(config, gate, metrics)
+        store = SessionStore(data_dir / "server.sqlite3")
+        pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits)
+        sessions = SessionManager(config, store, pool, execution, metrics)
+        metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
+        metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
+        service = cls(config, store, pool, gate, metrics, execution, sessions)
+        await sessions.start()
+        if settings.prepare_on_start:
+            service.checks["python"] = "warming"
+            service._warmup = asyncio.create_task(service._warm(), name="wasm-runner-warmup")
+        else:
+            service.ready = True
+            service.checks["python"] = "not warmed (prepare_on_start = false)"
+        return service
+
+    async def _warm(self) -> None:
+        """Build/load the Python runtime now, so the first request does not pay for it."""
+        _, profile = self.execution.profile(None)
+        runner = self.pool.get(profile)
+        try:
+            result = await runner.run(ExecRequest(code="pass", language="python", limits=self.execution.base_limits))
+        except Exception as exc:  # noqa: BLE001 - readiness reports it
+            self.checks["python"] = f"failed: {exc}"
+            log.error("python runtime failed to start", extra={"event": "warmup_failed", "error": str(exc)})
+            return
+        if result.error is not None:
+            self.checks["python"] = f"failed: {result.error.message}"
+            log.error("python runtime failed to start", extra={"event": "warmup_failed", "error": result.error.message})
+            return
+        self.checks["python"] = "ok"
+        self.ready = True
+        log.info("ready", extra={"event": "ready", "warmup_ms": result.duration_ms})
+
+    async def shutdown(self) -> None:
+        """Stop taking executions; let running ones finish within the bound, then cancel them."""
+        self.closing = True
+        self.ready = False
+        self.gate.close()
+        await self.execution.drain(self.config.server.shutdown_timeout_s)
+
+    async def close(self) -> None:
+        if self._warmup is not None and not self._warmup.done():
+            self._warmup.cancel()
+        await self.sessions.close()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.pool.close), timeout=10)
+        except TimeoutError:
+            log.warning("runners did not close within 10 s", extra={"event": "close_timeout"})
+        self.store.close()
+        log.info("stopped", extra={"event": "stopped"})
+
+
+SERVICE = web.AppKey("service", Service)
+CONFIG = web.AppKey("config", ServiceConfig)

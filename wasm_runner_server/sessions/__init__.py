@@ -1,0 +1,1 @@
+"""Sessions: their manager and metadata store, execution admission and back-pressure."""

@@ -1,0 +1,398 @@
+"""Session lifecycle for the service: lazy creation, queued calls, idle hibernation, TTL expiry, restore.
+
+A session is a row in the store until it is first used; only then does the core
+create its directory and, on the first execution, its kernel. The sweep drops the
+kernels of sessions idle past their idle timeout (files kept; the core reports
+`kernel_restarted` on the next call) and removes sessions past their TTL, files
+and all. After a restart, sessions come back from the store with their files; a
+language whose kernel held state before the restart reports `kernel_restarted` on
+its first call, exactly as after hibernation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
+from wasm_runner.workspace.files import WorkspaceFiles
+from wasm_runner.workspace.layout import discard_tree
+from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
+from wasm_runner_server.config import Profile, ServiceConfig
+from wasm_runner_server.errors import ApiError, not_found, overloaded
+from wasm_runner_server.metrics import Metrics
+from wasm_runner_server.sessions.execution import Execution
+from wasm_runner_server.sessions.store import SessionRow, SessionStore
+
+log = logging.getLogger("wasm_runner.server")
+
+ONESHOT_PREFIX = "oneshot-"
+"""Throwaway sessions of POST /v1/exec; left-overs of a crash are removed at start."""
+SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+
+class RunnerPool:
+    """One core Runner per set of read-only mounts (a Runner's mounts are fixed), sharing the data directory."""
+
+    def __init__(self, data_dir: Path, concurrency: int, limits: Limits) -> None:
+        self.data_dir = data_dir
+        self.concurrency = concurrency
+        self.limits = limits
+        self._runners: dict[tuple[tuple[str, str], ...], Runner] = {}
+
+    def get(self, profile: Profile) -> Runner:
+        key = profile.mount_key
+        runner = self._runners.get(key)
+        if runner is None:
+            mounts = tuple(Mount(Path(host), guest) for host, guest in key)
+            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=mounts,
+                            one_shot_workers=self.concurrency)
+            self._runners[key] = runner
+        return runner
+
+    @property
+    def runners(self) -> list[Runner]:
+        return list(self._runners.values())
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
+
+
+@dataclass(eq=False)
+class LiveSession:
+    row: SessionRow
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by the execution in progress: calls to one session run one at a time, in order."""
+    waiting: int = 0
+    task: asyncio.Task | None = None
+    """The execution running now (cancellable)."""
+    core: Session | None = None
+    restored_kernels: set[str] = field(default_factory=set)
+    """Languages whose kernel state was lost in a server restart, reported once as restarted."""
+    dirty: bool = False
+    deleted: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked() or self.waiting > 0
+
+
+def _time(value: float) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
+class SessionManager:
+    def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
+                 metrics: Metrics) -> None:
+        self.config = config
+        self.policy = config.sessions
+        self.store = store
+        self.pool = pool
+        self.execution = execution
+        self.metrics = metrics
+        self.sessions: dict[str, LiveSession] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._background: set[asyncio.Future] = set()
+        self.session_mounts: Callable[[str], tuple[Mount, ...]] = lambda session_id: ()
+        """Extra mounts of a session by id (issue 5: the workspace's writable /workspace/shared)."""
+        metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
+                      lambda: len(self.sessions))
+        metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
+                      self.live_kernels)
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.config.server.data_dir / "sessions"
+
+    # -- start and stop --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        now = time.time()
+        expired: list[SessionRow] = []
+        for row in self.store.all():
+            if now >= row.expires_at:
+                expired.append(row)
+            else:
+                self.sessions[row.id] = LiveSession(row, restored_kernels=set(row.kernels))
+        for row in expired:
+            await asyncio.to_thread(discard_tree, self.sessions_dir / row.id)
+            self.store.delete(row.id)
+            self.metrics.sessions_expired.inc()
+        if self.sessions_dir.is_dir():
+            leftovers = [p for p in self.sessions_dir.iterdir() if p.name.startswith(ONESHOT_PREFIX)]
+            for path in leftovers:
+                await asyncio.to_thread(discard_tree, path)
+        log.info("sessions restored", extra={"event": "sessions_restored", "sessions": len(self.sessions),
+                                             "expired": len(expired)})
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="wasm-runner-sweep")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._background:
+            await asyncio.wait(self._background, timeout=10)
+        self.flush()
+
+    def flush(self) -> None:
+        with self._changed() as rows:
+            self.store.save_many(rows)
+
+    @contextlib.contextmanager
+    def _changed(self) -> Iterator[list[SessionRow]]:
+        """The rows of the sessions changed since the last write, marked written; marked changed
+        again if the write fails (the next sweep, or shutdown, writes them)."""
+        dirty = [live for live in self.sessions.values() if live.dirty]
+        for live in dirty:
+            live.dirty = False
+        try:
+            yield [live.row for live in dirty]
+        except BaseException:
+            for live in dirty:
+                live.dirty = True
+            raise
+
+    # -- lookup and creation ----------------------------------------------------------------
+
+    def create(self, body: SessionCreate) -> LiveSession:
+        name, _ = self.execution.profile(body.profile)
+        idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
+        ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
+        if idle > self.policy.max_idle_timeout_s:
+            raise ApiError(422, "limit_exceeds_maximum",
+                           f"idle_timeout_s = {idle:g} exceeds the server maximum {self.policy.max_idle_timeout_s:g}")
+        if ttl > self.policy.max_ttl_s:
+            raise ApiError(422, "limit_exceeds_maximum", f"ttl_s = {ttl:g} exceeds the server maximum {self.policy.max_ttl_s:g}")
+        session_id = body.id or uuid.uuid4().hex
+        if session_id.startswith(ONESHOT_PREFIX):
+            raise ApiError(422, "invalid_session_id", f"session ids may not start with {ONESHOT_PREFIX!r}")
+        now = time.time()
+        row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
+                         ttl_s=ttl, metadata=dict(body.metadata))
+        if session_id in self.sessions or not self.store.insert(row):
+            raise ApiError(409, "session_exists", f"a session {session_id!r} already exists",
+                           "use it, delete it first, or let the server choose an id")
+        live = LiveSession(row)
+        self.sessions[session_id] = live
+        log.info("session created", extra={"event": "session_created", "session": session_id, "profile": name})
+        return live
+
+    def get(self, session_id: str) -> LiveSession:
+        live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
+        if live is None or live.deleted:
+            raise not_found("session", session_id, "create one with POST /v1/sessions")
+        if time.time() >= live.row.expires_at:
+            self._spawn(self._remove(live, expired=True))
+            raise not_found("session", session_id, "it expired at the end of its TTL")
+        return live
+
+    def profile_of(self, live: LiveSession) -> Profile:
+        profile = self.execution.profiles.get(live.row.profile)
+        if profile is None:  # the profile left the configuration since the session was created
+            _, profile = self.execution.profile(None)
+        return profile
+
+    def core(self, live: LiveSession, profile: Profile | None = None) -> tuple[Runner, Session]:
+        """The core session, from the runner that grants the session's mounts."""
+        own = self.profile_of(live)
+        if profile is not None and profile.mount_key != own.mount_key:
+            raise ApiError(409, "profile_incompatible",
+                           f"this profile mounts different directories than the session's profile {live.row.profile!r}",
+                           "use a profile with the same mounts, or a new session")
+        runner = self.pool.get(own)
+        if live.core is None:
+            live.core = runner.session(live.row.id, mounts=self.session_mounts(live.row.id))
+        return runner, live.core
+
+    def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
+        _, session = self.core(live)
+        if create:
+            session.workspace.ensure()
+        return WorkspaceFiles(session.workspace.files)
+
+    def session_limits(self, live: LiveSession) -> Limits:
+        return self.execution.limits(self.profile_of(live), None)
+
+    def touch(self, live: LiveSession) -> None:
+        live.row.last_used_at = time.time()
+        live.dirty = True
+
+    def info(self, live: LiveSession) -> SessionInfo:
+        row = live.row
+        kernels = live.core.kernels if live.core is not None else []
+        if live.busy:
+            state = "running"
+        elif kernels:
+            state = "live"
+        elif row.executions == 0 and not (self.sessions_dir / row.id / "files").is_dir():
+            state = "new"
+        else:
+            state = "hibernated"
+        return SessionInfo(id=row.id, profile=row.profile, state=state, kernels=kernels,
+                           created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
+                           expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
+                           executions=row.executions, metadata=row.metadata)
+
+    def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
+        after = _decode_cursor(cursor) if cursor else None
+        ids = self.store.page(after, limit + 1)
+        more = len(ids) > limit
+        page = [self.sessions[i] for i in ids[:limit] if i in self.sessions]
+        next_cursor = None
+        if more and ids[:limit]:
+            last = self.sessions.get(ids[limit - 1])
+            if last is not None:
+                next_cursor = _encode_cursor(last.row.created_at, last.row.id)
+        return page, next_cursor
+
+    def live_kernels(self) -> int:
+        return sum(len(live.core.kernels) for live in self.sessions.values() if live.core is not None)
+
+    # -- execution ------------------------------------------------------------------------
+
+    async def run(self, live: LiveSession, runner: Runner, request: ExecRequest, *, mode: str,
+                  listener: OutputListener | None = None, on_start=None) -> ExecResult:
+        """Run in the session: queued behind its earlier calls, then under a gate slot."""
+        if live.waiting >= self.config.server.session_queue_size:
+            raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", "session_busy")
+        Execution.check_provider(runner, request)
+        _, session = self.core(live)
+        live.waiting += 1
+        try:
+            await live.lock.acquire()
+        finally:
+            live.waiting -= 1
+        try:
+            if live.deleted:
+                raise not_found("session", live.row.id, "it was deleted while this call waited")
+
+            def set_task(task: asyncio.Task | None) -> None:
+                live.task = task
+
+            result = await self.execution.run(session, request, mode=mode, listener=listener, on_start=on_start,
+                                              on_task=set_task)
+        finally:
+            live.lock.release()
+        row = live.row
+        row.executions += 1
+        row.last_used_at = time.time()
+        if request.command is None and not request.fresh:
+            if request.language in live.restored_kernels:
+                live.restored_kernels.discard(request.language)
+                result.kernel_restarted = True
+            kernels = session.kernels
+            if not set(kernels) <= set(row.kernels):
+                row.kernels = sorted({*row.kernels, *kernels})
+        live.dirty = True
+        return result
+
+    def cancel(self, live: LiveSession) -> bool:
+        task = live.task
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    # -- removal ----------------------------------------------------------------------------
+
+    async def delete(self, live: LiveSession) -> None:
+        await self._remove(live, expired=False)
+
+    async def _remove(self, live: LiveSession, *, expired: bool) -> None:
+        if live.deleted:
+            return
+        live.deleted = True
+        self.sessions.pop(live.row.id, None)
+        self.store.delete(live.row.id)
+        self.cancel(live)
+        async with live.lock:  # the cancelled execution has let go
+            runner, session = self.core(live)
+            await asyncio.to_thread(session.destroy)
+        if expired:
+            self.metrics.sessions_expired.inc()
+        log.info("session removed", extra={"event": "session_expired" if expired else "session_deleted",
+                                           "session": live.row.id})
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def spawn_blocking(self, func, *args) -> None:
+        """Run cleanup work on a thread without making the client wait for it (close() waits for it)."""
+
+        def work() -> None:
+            try:
+                func(*args)
+            except Exception:
+                log.exception("background cleanup failed", extra={"event": "cleanup_failed"})
+
+        future = asyncio.ensure_future(asyncio.to_thread(work))
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    # -- the sweep -----------------------------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.policy.sweep_interval_s)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("session sweep failed", extra={"event": "sweep_failed"})
+
+    async def sweep(self) -> None:
+        """Hibernate idle kernels, remove expired sessions, write pending metadata."""
+        now = time.time()
+        for live in list(self.sessions.values()):
+            if live.deleted:
+                continue
+            if now >= live.row.expires_at:
+                await self._remove(live, expired=True)
+                continue
+            core = live.core
+            if core is None or live.busy or not core.kernels:
+                continue
+            if now - live.row.last_used_at >= live.row.idle_timeout_s:
+                async with live.lock:
+                    await asyncio.to_thread(core.hibernate)
+                self.metrics.sessions_hibernated.inc()
+                log.info("session hibernated", extra={"event": "session_hibernated", "session": live.row.id})
+        await self._write_changed()
+
+    async def _write_changed(self) -> None:
+        """The sweep's batch write, on a thread: thousands of changed sessions take tens of ms,
+        which on the event loop would stall every request."""
+        with self._changed() as rows:
+            await asyncio.to_thread(self.store.save_many, rows)
+
+
+def _encode_cursor(created_at: float, session_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at, session_id]).encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, session_id = json.loads(raw)
+        if not isinstance(session_id, str) or not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
+            raise ValueError
+        return float(created_at), session_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
+                       "pass next_cursor from the previous page unchanged") from None

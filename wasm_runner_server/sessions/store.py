@@ -1,0 +1,142 @@
+"""Session metadata in SQLite (WAL): what must survive a restart besides the files.
+
+Creation and deletion are written through at once, from the event loop (a
+sub-millisecond local write); the frequently changing fields (last use, kernels,
+execution count) are written in batches by the sweep, on a thread (5,000 changed
+sessions take about 50 ms), and on shutdown (`save_many`). A lock serialises the
+connection's use.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wasm_runner_server.data_dir import connect_private, narrow_database
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    last_used_at REAL NOT NULL,
+    idle_timeout_s REAL NOT NULL,
+    ttl_s REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    kernels TEXT NOT NULL DEFAULT '[]',
+    executions INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS sessions_by_creation ON sessions (created_at, id);
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
+"""
+
+
+@dataclass
+class SessionRow:
+    id: str
+    profile: str
+    created_at: float
+    last_used_at: float
+    idle_timeout_s: float
+    ttl_s: float
+    metadata: dict[str, str] = field(default_factory=dict)
+    kernels: list[str] = field(default_factory=list)
+    """Languages whose kernel held state (live, or lost and not yet rebuilt)."""
+    executions: int = 0
+
+    @property
+    def expires_at(self) -> float:
+        return self.created_at + self.ttl_s
+
+
+_COLUMNS = "id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions"
+
+
+def _row(values: tuple) -> SessionRow:
+    (id_, profile, created, used, idle, ttl, metadata, kernels, executions) = values
+    return SessionRow(id_, profile, created, used, idle, ttl, json.loads(metadata), json.loads(kernels), executions)
+
+
+class SessionStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = connect_private(self.path)
+        self._lock = threading.Lock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        narrow_database(self.path)  # the -wal and -shm files it made
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} was written by a newer version (schema {version})")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def insert(self, row: SessionRow) -> bool:
+        """Add a session; False if the id is taken."""
+        try:
+            with self._lock:
+                self._db.execute(
+                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (*self._values(row), row.expires_at),
+                )
+        except sqlite3.IntegrityError:
+            return False
+        return True
+
+    def save_many(self, rows: list[SessionRow]) -> None:
+        """Write the changing fields of these sessions (from any thread)."""
+        if not rows:
+            return
+        with self._lock, self._transaction():
+            self._db.executemany(
+                "UPDATE sessions SET last_used_at=?, kernels=?, executions=? WHERE id=?",
+                [(r.last_used_at, json.dumps(r.kernels), r.executions, r.id) for r in rows],
+            )
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM sessions WHERE id=?", (session_id,))
+
+    def all(self) -> list[SessionRow]:
+        with self._lock:
+            values = self._db.execute(f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, id").fetchall()
+        return [_row(v) for v in values]
+
+    def page(self, after: tuple[float, str] | None, limit: int) -> list[str]:
+        """Session ids in creation order, after the (created_at, id) cursor."""
+        with self._lock:
+            if after is None:
+                cur = self._db.execute("SELECT id FROM sessions ORDER BY created_at, id LIMIT ?", (limit,))
+            else:
+                cur = self._db.execute(
+                    "SELECT id FROM sessions WHERE created_at > ? OR (created_at = ? AND id > ?) "
+                    "ORDER BY created_at, id LIMIT ?", (after[0], after[0], after[1], limit))
+            return [r[0] for r in cur]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def _values(row: SessionRow) -> tuple:
+        return (row.id, row.profile, row.created_at, row.last_used_at, row.idle_timeout_s, row.ttl_s,
+                json.dumps(row.metadata), json.dumps(row.kernels), row.executions)
+
+    def _transaction(self):
+        db = self._db
+
+        class _Tx:
+            def __enter__(self):
+                db.execute("BEGIN")
+
+            def __exit__(self, exc_type, *rest):
+                db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+        return _Tx()
