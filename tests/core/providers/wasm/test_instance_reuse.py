@@ -10,7 +10,8 @@ import pytest
 
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
-from wasm_runner.providers.wasm import memory_reset, write_tracking
+from wasm_runner.lowlevel import write_tracking
+from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
@@ -130,7 +131,7 @@ def test_written_pages_are_told_from_the_pagemap_flags():
 
 def test_the_compiled_page_copy_is_built():
     assert memory_reset._compiled_copy_pages is not None, (
-        "wasm_runner/providers/wasm/_page_copy.c was not built (no C compiler at install?): "
+        "wasm_runner/lowlevel/_page_copy.c was not built (no C compiler at install?): "
         "install gcc and run scripts/install again")
 
 

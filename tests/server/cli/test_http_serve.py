@@ -20,7 +20,7 @@ from server_helpers import make_config
 
 from wasm_runner_server.cli.serve import add_serve_command, build_config, serve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,10 +9,7 @@ from typing import Any
 
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from server_helpers import make_config  # noqa: E402
+from server_helpers import make_config
 
 from wasm_runner_server.app import create_app
 from wasm_runner_server.security.tenants import TenantStore

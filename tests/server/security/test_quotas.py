@@ -6,14 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-
-from test_workspace import DEPTH, NAME, build_deep_tree  # noqa: E402
+from deep_tree import DEPTH, NAME, build_deep_tree
 
 from wasm_runner.workspace.layout import tree_usage
 

@@ -8,7 +8,7 @@ import pytest
 from wasm_runner import Limits, Runner
 from wasm_runner.providers.wasm import sandbox
 
-_output_sink = pytest.importorskip("wasm_runner.providers.wasm._output_sink")
+_output_sink = pytest.importorskip("wasm_runner.lowlevel._output_sink")
 
 _Write = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t)
 _Release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

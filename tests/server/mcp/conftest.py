@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from mcp_connect import Connect, HttpService, connect_http, connect_stdio, start_http_service
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TRANSPORTS = ("stdio", "http")
 
 

@@ -23,7 +23,7 @@ from wasm_runner.providers.native import (
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner.workspace.layout import Workspace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def _sandbox_problem() -> str | None:

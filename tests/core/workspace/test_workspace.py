@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
+from deep_tree import DEPTH, NAME, build_deep_tree
 
 from wasm_runner.providers.wasm.sandbox import Mount
 from wasm_runner.workspace import layout as workspace_module
@@ -15,9 +15,6 @@ from wasm_runner.workspace.files import FileTooLargeError, TextEdit, WorkspaceFi
 from wasm_runner.workspace.layout import Workspace, remove_tree, tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, QuotaWatcher, over_quota
 from wasm_runner_protocol.execution import Limits
-
-DEPTH = 300
-NAME = 250
 
 
 def test_usage_and_scan_skip_files_deleted_while_they_are_counted(tmp_path, monkeypatch):
@@ -36,24 +33,6 @@ def test_usage_and_scan_skip_files_deleted_while_they_are_counted(tmp_path, monk
     (ws.files / "gone.txt").write_text("x" * 100)
     files, used, entries = ws.scan()
     assert set(files) == {"kept.txt"} and used == 5 and entries == 1
-
-
-def build_deep_tree(top: Path, depth: int = DEPTH, name_len: int = NAME, file_bytes: int = 10) -> None:
-    """`depth` nested directories of `name_len`-character names, a small file in each: far past
-    PATH_MAX, so only descriptor-relative calls reach the bottom."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for level in range(depth):
-            name = f"{level:04d}".ljust(name_len, "d")
-            os.mkdir(name, dir_fd=fd)
-            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-            out = os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-            os.write(out, b"x" * file_bytes)
-            os.close(out)
-    finally:
-        os.close(fd)
 
 
 def test_a_tree_deeper_and_longer_than_path_max_is_measured_and_removed(tmp_path):
