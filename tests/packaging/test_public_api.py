@@ -7,6 +7,7 @@ import importlib.metadata
 import re
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import msgspec
 import pytest
@@ -20,17 +21,17 @@ from wasm_runner_protocol import execution, wire
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def exported(package: object) -> list[str]:
-    names = list(package.__all__)  # type: ignore[attr-defined]
+def exported(package: ModuleType) -> list[str]:
+    names = list(vars(package)["__all__"])
     assert names == sorted(set(names), key=names.index), "duplicates in __all__"
     for name in names:
         assert getattr(package, name) is not None, name
     return sorted(names)
 
 
-def structs_of(module: object) -> list[str]:
+def structs_of(module: ModuleType) -> list[str]:
     return sorted(n for n, o in vars(module).items() if not n.startswith("_") and isinstance(o, type)
-                  and issubclass(o, msgspec.Struct) and o.__module__ == module.__name__)  # type: ignore[attr-defined]
+                  and issubclass(o, msgspec.Struct) and o.__module__ == module.__name__)
 
 
 def test_wasm_runner():
