@@ -247,9 +247,8 @@ class PythonKernel:
         instance, located = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
         self._memory = located if reusable else None
         """The memory to reset after a one-shot run (None: not reused)."""
-        self._host_descriptors = HostDescriptors((view.workspace, view.tmp)) if self._memory is not None else None
-        self._held_at_start = self._host_descriptors.count() if self._host_descriptors is not None else 0
-        """The descriptors the process holds on the scratch directories for this instance: its preopens."""
+        self._scratch = HostDescriptors((view.workspace, view.tmp)) if self._memory is not None else None
+        """What the process holds open below the scratch directories, seen from the host."""
         self._held = _held_output(located, runtime.held_layout(self.settings))
         """Where the guest holds a call's output for the host (None: it writes through WASI)."""
         func = instance.get_func(self.store, "run")
@@ -291,15 +290,14 @@ class PythonKernel:
     def reset(self) -> bool:
         """Make the instance as new for another one-shot run: its memory is restored to the
         state after instantiation (or after `warm`). False (and the instance must be closed)
-        when it cannot be: the run trapped, grew memory, left a file open (the host counts its
-        descriptors on the scratch directories) or closed a standard stream or preopen (the
+        when it cannot be: the run trapped, grew memory, left a file open (one removed from the
+        scratch directories is told by the host's own descriptors, one still there by the
+        workspace's scan) or closed a standard stream or preopen (the
         guest reports it: a reason not to reuse, never one to), or the instance has served enough."""
         if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= self._retire_after:
             return False
-        if self._host_descriptors.count() != self._held_at_start:  # the host's own view: the guest's can be forged
-            return False
         try:
-            if not self._memory.reset():
+            if self._scratch.hold_removed() or not self._memory.reset():  # the first: the host's own view
                 return False
         except OSError:
             log.warning("could not reset a Python instance; instances will not be reused", exc_info=True)
