@@ -292,12 +292,14 @@ class PythonKernel:
         state after instantiation (or after `warm`). False (and the instance must be closed)
         when it cannot be: the run trapped, grew memory, left a file open (one removed from the
         scratch directories is told by the host's own descriptors, one still there by the
-        workspace's scan) or closed a standard stream or preopen (the
-        guest reports it: a reason not to reuse, never one to), or the instance has served enough."""
+        workspace's scan) or closed a standard stream or preopen (the guest reports it: a
+        reason not to reuse, never one to), or the instance has served enough."""
         if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= self._retire_after:
             return False
         try:
-            if self._scratch.hold_removed() or not self._memory.reset():  # the first: the host's own view
+            # The host's own view of what the run left open, after the reset: the scan costs
+            # less then than right after a run (a refusal, rare, wastes the reset).
+            if not self._memory.reset() or self._scratch.hold_removed():
                 return False
         except OSError:
             log.warning("could not reset a Python instance; instances will not be reused", exc_info=True)
