@@ -46,6 +46,11 @@ def not_found(what: str, name: str, hint: str | None = None) -> ApiError:
     return ApiError(404, f"{what}_not_found", f"no {what.replace('_', ' ')} {name!r}", hint)
 
 
+def session_not_found(session_id: str, hint: str = "create one with POST /v1/sessions") -> ApiError:
+    """What a session that does not exist answers; a session the caller may not see answers exactly this."""
+    return not_found("session", session_id, hint)
+
+
 def overloaded(retry_after: int, message: str, code: str = "overloaded") -> ApiError:
     return ApiError(429, code, message, "retry after the number of seconds in Retry-After",
                     {"Retry-After": str(retry_after)})

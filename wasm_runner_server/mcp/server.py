@@ -83,8 +83,8 @@ from wasm_runner_protocol.wire import (
     ecma_patterns,
 )
 from wasm_runner_server.errors import ApiError, from_validation
-from wasm_runner_server.security.policy import LOCAL, PRINCIPAL
-from wasm_runner_server.service import CONFIG
+from wasm_runner_server.http.policy import LOCAL, PRINCIPAL
+from wasm_runner_server.sessions.service import CONFIG
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")

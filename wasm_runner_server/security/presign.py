@@ -25,8 +25,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from wasm_runner_server.errors import ApiError
-
-LINK_PREFIX = "/v1/links/"
+from wasm_runner_server.http.paths import LINK_PREFIX
 
 
 def kid_of(secret: str) -> str:

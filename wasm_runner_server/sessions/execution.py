@@ -14,7 +14,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -35,11 +35,15 @@ EXTENSION_LANGUAGES = {".py": "python", ".js": "javascript", ".mjs": "javascript
 
 CANCELLED_MESSAGE = "cancelled by the caller"
 
+ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], None]
+"""Called with (target, request, result or None when aborted, mode) after every admitted execution."""
+
 
 class Execution:
     """Profiles, limits, admission and metrics for every execution of the service."""
 
-    def __init__(self, config: ServiceConfig, gate: ExecutionGate, metrics: Metrics) -> None:
+    def __init__(self, config: ServiceConfig, gate: ExecutionGate, metrics: Metrics,
+                 observers: Sequence[ExecutionObserver] = ()) -> None:
         self.config = config
         self.gate = gate
         self.metrics = metrics
@@ -48,8 +52,8 @@ class Execution:
         self.base_limits = Limits(**config.limits.default.values())
         self.max_limits = config.limits.max
         self.inflight: set[asyncio.Task] = set()
-        # --- issue 5: called with (target, request, result or None when aborted, mode) after every execution ---
-        self.observers: list[Callable[[Runner | Session, ExecRequest, ExecResult | None, str], None]] = []
+        self.observers = tuple(observers)
+        """Told of every admitted execution when it ends (the audit log is one)."""
         self._profile_limits: dict[int, Limits] = {}
         """Resolved limits of each profile (the profiles are fixed for the service's life)."""
 

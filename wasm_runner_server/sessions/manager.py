@@ -12,10 +12,7 @@ its first call, exactly as after hibernation.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import logging
 import re
 import time
@@ -30,8 +27,9 @@ from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import Profile, ServiceConfig
-from wasm_runner_server.errors import ApiError, not_found, overloaded
+from wasm_runner_server.errors import ApiError, not_found, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
+from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
@@ -96,7 +94,8 @@ def _time(value: float) -> datetime:
 
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
+                 ) -> None:
         self.config = config
         self.policy = config.sessions
         self.store = store
@@ -106,8 +105,8 @@ class SessionManager:
         self.sessions: dict[str, LiveSession] = {}
         self._sweeper: asyncio.Task | None = None
         self._background: set[asyncio.Future] = set()
-        self.session_mounts: Callable[[str], tuple[Mount, ...]] = lambda session_id: ()
-        """Extra mounts of a session by id (issue 5: the workspace's writable /workspace/shared)."""
+        self.mounts_for = mounts_for
+        """Extra mounts of a session by id (the access policy's: e.g. the workspace's writable shared/)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
@@ -195,7 +194,7 @@ class SessionManager:
     def get(self, session_id: str) -> LiveSession:
         live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
         if live is None or live.deleted:
-            raise not_found("session", session_id, "create one with POST /v1/sessions")
+            raise session_not_found(session_id)
         if time.time() >= live.row.expires_at:
             self._spawn(self._remove(live, expired=True))
             raise not_found("session", session_id, "it expired at the end of its TTL")
@@ -216,7 +215,7 @@ class SessionManager:
                            "use a profile with the same mounts, or a new session")
         runner = self.pool.get(own)
         if live.core is None:
-            live.core = runner.session(live.row.id, mounts=self.session_mounts(live.row.id))
+            live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id))
         return runner, live.core
 
     def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
@@ -249,7 +248,7 @@ class SessionManager:
                            executions=row.executions, metadata=row.metadata)
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
-        after = _decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         ids = self.store.page(after, limit + 1)
         more = len(ids) > limit
         page = [self.sessions[i] for i in ids[:limit] if i in self.sessions]
@@ -257,7 +256,7 @@ class SessionManager:
         if more and ids[:limit]:
             last = self.sessions.get(ids[limit - 1])
             if last is not None:
-                next_cursor = _encode_cursor(last.row.created_at, last.row.id)
+                next_cursor = encode_cursor(last.row.created_at, last.row.id)
         return page, next_cursor
 
     def live_kernels(self) -> int:
@@ -381,18 +380,3 @@ class SessionManager:
         with self._changed() as rows:
             await asyncio.to_thread(self.store.save_many, rows)
 
-
-def _encode_cursor(created_at: float, session_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at, session_id]).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, session_id = json.loads(raw)
-        if not isinstance(session_id, str) or not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
-            raise ValueError
-        return float(created_at), session_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
-                       "pass next_cursor from the previous page unchanged") from None

@@ -15,8 +15,8 @@ from wasm_runner_protocol.execution import Harness, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import batch_item_hold
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -125,7 +125,8 @@ async def batch(request: web.Request) -> web.StreamResponse:
 
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
-    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=batch_item_hold(request))
+    hold = request.app[POLICY].batch_item_hold(request)
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold)
     async with contextlib.aclosing(results):
         async for result in results:
             await response.write(_encode(result) + b"\n")

@@ -18,9 +18,9 @@ from wasm_runner_server.http.bodies import read_json
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.streaming import respond
-from wasm_runner_server.service import SERVICE, Service
 from wasm_runner_server.sessions.execution import language_for_path
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
+from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
 

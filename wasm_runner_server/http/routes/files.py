@@ -23,7 +23,6 @@ from wasm_runner_protocol.wire import (
     DeleteResult,
     EditResult,
     FileEdit,
-    FileEntry,
     FileListing,
     GlobQuery,
     GlobResult,
@@ -40,21 +39,17 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.disk_quota import WriteBudget, existing_size, reserve
 from wasm_runner_server.http.file_work import request_budget, run_file_work
+from wasm_runner_server.http.listing import entry_of, listing_of
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import SECURITY
-from wasm_runner_server.service import SERVICE, Service
+from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
 log = logging.getLogger("wasm_runner.server")
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _FILE_ERRORS = (400, 403, 404, 409)
-
-
-def _entry(info: wf.FileInfo) -> FileEntry:
-    return FileEntry(path=info.path, type=info.type, size=info.size,
-                     mtime=datetime.fromtimestamp(info.mtime, tz=UTC))
 
 
 def _context(request: web.Request) -> tuple[Service, LiveSession]:
@@ -89,17 +84,6 @@ def _unsatisfiable(size: int) -> ApiError:
 # -- listing ----------------------------------------------------------------------------------
 
 
-async def _listing(files: wf.WorkspaceFiles, path: str, recursive: bool, limit: int) -> FileListing:
-    try:
-        listing = await asyncio.to_thread(files.list, path, recursive=recursive, limit=limit)
-    except wf.NoSuchFileError:
-        if wf.split_path(path):
-            raise
-        listing = wf.Listing([], False)  # a session not used yet has an empty workspace
-    return FileListing(path="/".join(wf.split_path(path)), entries=[_entry(i) for i in listing.entries],
-                       truncated=listing.truncated)
-
-
 @routes.get("/v1/sessions/{id}/files")
 @operation(summary="List files with sizes and modification times", tag="files", query=ListQuery,
            response=FileListing, errors=_FILE_ERRORS)
@@ -107,7 +91,7 @@ async def list_files(request: web.Request) -> web.Response:
     service, live = _context(request)
     query = read_query(request, ListQuery)
     files = service.sessions.files(live)
-    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+    return json_response(await listing_of(files, query.path, query.recursive, query.limit))
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -127,10 +111,10 @@ async def read_file(request: web.Request) -> web.StreamResponse:
     try:
         return await send_file(request, files, path)
     except wf.IsDirectoryError:
-        return json_response(await _listing(files, path, False, 1000))
+        return json_response(await listing_of(files, path, False, 1000))
     except wf.NoSuchFileError:
         if not wf.split_path(path):
-            return json_response(await _listing(files, path, False, 1000))
+            return json_response(await listing_of(files, path, False, 1000))
         raise
 
 
@@ -184,11 +168,8 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
                            "delete files first")
         return used_bytes
 
-    security = request.app.get(SECURITY)
-    owner = security.tenants.owner(live.row.id) if security is not None else None
-    workspace = security.workspace_quota(owner.workspace if owner is not None else None) if security else None
     return await reserve(service.disk, path, credit=credit or 0, session=(live.row.id, limits.disk_bytes, measure),
-                         workspace=workspace)
+                         workspace=request.app[POLICY].workspace_quota(live.row.id))
 
 
 def file_too_large(limit: int, path: str) -> ApiError:
@@ -343,7 +324,7 @@ async def glob_files(request: web.Request) -> web.Response:
     files = service.sessions.files(live)
     wf.split_path(query.pattern, what="pattern")
     listing = await run_file_work(request_budget(service), files.glob, query.pattern, limit=query.limit)
-    return json_response(GlobResult(pattern=query.pattern, matches=[_entry(i) for i in listing.entries],
+    return json_response(GlobResult(pattern=query.pattern, matches=[entry_of(i) for i in listing.entries],
                                     truncated=listing.truncated))
 
 

@@ -12,7 +12,8 @@ from msgspec import Meta
 from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import SECURITY, principal_of
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.security.tenants import WORKSPACE_PATTERN, KeyRecord
 
 routes = web.RouteTableDef()

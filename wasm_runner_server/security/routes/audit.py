@@ -13,8 +13,9 @@ from msgspec import Meta
 from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.security.audit import AuditFilter
-from wasm_runner_server.security.policy import SECURITY, principal_of
+from wasm_runner_server.security.state import SECURITY
 
 routes = web.RouteTableDef()
 

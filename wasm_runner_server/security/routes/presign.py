@@ -8,14 +8,15 @@ from aiohttp import web
 
 from wasm_runner.workspace import files as wf
 from wasm_runner_protocol.wire import PresignBody, PresignResult
-from wasm_runner_server.errors import ApiError
+from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import CURRENT, Principal, principal_of
 from wasm_runner_server.http.routes import files as routes_files
-from wasm_runner_server.security.policy import CURRENT, SECURITY, Principal, principal_of, session_not_found
 from wasm_runner_server.security.presign import altered
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -57,13 +58,13 @@ async def _follow(request: web.Request) -> web.StreamResponse:
     if path != request.match_info["path"] or request.query_string:  # one spelling per link
         raise altered()
     owner = security.tenants.owner(session_id)
-    workspace = owner.workspace if owner is not None else ("local" if not security.enabled else "")
+    workspace = owner.workspace if owner is not None else security.authenticator.unowned_workspace
     live = request.app[SERVICE].sessions.sessions.get(session_id)
-    key_id = security.signer.verify(request.match_info["token"], request.method, workspace, session_id, path,
-                                    incarnation=incarnation(live) if live is not None else "")
-    if owner is None and security.enabled:
+    key_id = security.signer.verify(request.match_info["token"], request.method, workspace or "", session_id,
+                                    path, incarnation=incarnation(live) if live is not None else "")
+    if workspace is None:
         raise session_not_found(session_id)
-    security.admit_link(key_id)
+    security.authenticator.admit_link(key_id)
     principal = Principal(workspace, f"link:{key_id}", "link")
     token = CURRENT.set(principal)
     try:

@@ -16,10 +16,12 @@ from wasm_runner_protocol.wire import DeleteQuery, DeleteResult, FileListing, Li
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.disk_quota import existing_size, reserve
+from wasm_runner_server.http.listing import listing_of
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.routes.files import _entry, _listing, file_too_large, send_file
-from wasm_runner_server.security.policy import SECURITY, principal_of
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.http.routes.files import file_too_large, send_file
+from wasm_runner_server.security.state import SECURITY
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -38,7 +40,7 @@ def _shared(request: web.Request) -> wf.WorkspaceFiles:
 async def list_shared(request: web.Request) -> web.Response:
     files = _shared(request)
     query = read_query(request, ListQuery)
-    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+    return json_response(await listing_of(files, query.path, query.recursive, query.limit))
 
 
 @routes.get("/v1/shared/files/{path:.*}")
@@ -86,6 +88,3 @@ async def delete_shared(request: web.Request) -> web.Response:
     query = read_query(request, DeleteQuery)
     info = await asyncio.to_thread(files.delete, request.match_info["path"], recursive=query.recursive)
     return json_response(DeleteResult(path=info.path, type=info.type))
-
-
-__all__ = ["routes", "_entry"]
