@@ -56,14 +56,18 @@ class Service:
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         service = cls(config, store, pool, gate, metrics, execution, sessions)
-        await sessions.start()
-        if settings.prepare_on_start:
-            service.checks["python"] = "warming"
-            service._warmup = asyncio.create_task(service._warm(), name="wasm-runner-warmup")
-        else:
-            service.ready = True
-            service.checks["python"] = "not warmed (prepare_on_start = false)"
+        await service.start()
         return service
+
+    async def start(self) -> None:
+        """Restore the sessions, then warm the Python runtime in the background (readiness waits for it)."""
+        await self.sessions.start()
+        if self.config.server.prepare_on_start:
+            self.checks["python"] = "warming"
+            self._warmup = asyncio.create_task(self._warm(), name="wasm-runner-warmup")
+        else:
+            self.ready = True
+            self.checks["python"] = "not warmed (prepare_on_start = false)"
 
     async def _warm(self) -> None:
         """Build/load the Python runtime now, so the first request does not pay for it."""
