@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.disk_quota import WorkspaceMeasure
@@ -56,7 +57,7 @@ ItemHold = Callable[[], AbstractAsyncContextManager[None]]
 def principal_of(request: web.Request) -> Principal:
     principal = request.get(PRINCIPAL)
     if principal is None:
-        raise ApiError(401, "unauthorized", "this endpoint needs an API key", NO_KEY_HINT)
+        raise ApiError(401, ErrorCode.UNAUTHORIZED, "this endpoint needs an API key", NO_KEY_HINT)
     return principal
 
 

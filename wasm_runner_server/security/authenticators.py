@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 import msgspec
 from aiohttp import web
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError, overloaded
 from wasm_runner_server.http.policy import LOCAL, LOCAL_WORKSPACE, NO_KEY_HINT, PRINCIPAL, Principal, principal_of
@@ -79,11 +80,11 @@ class ApiKeys(Authenticator):
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise ApiError(401, "unauthorized", "this endpoint needs an API key", NO_KEY_HINT,
+            raise ApiError(401, ErrorCode.UNAUTHORIZED, "this endpoint needs an API key", NO_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner"'})
         record = self.tenants.verify(key.strip())
         if record is None:
-            raise ApiError(401, "invalid_key", "the API key is not valid or has been revoked", BAD_KEY_HINT,
+            raise ApiError(401, ErrorCode.INVALID_KEY, "the API key is not valid or has been revoked", BAD_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
         return Principal(record.workspace, record.id, record.kind)
 
@@ -94,7 +95,7 @@ class ApiKeys(Authenticator):
         wait = self.limiter.take(key_id)
         if wait > 0:
             raise overloaded(retry_after(wait), f"this key is over its rate limit of {self.rate_per_s:g} "
-                             "requests per second", "rate_limited")
+                             "requests per second", ErrorCode.RATE_LIMITED)
 
     def admit_link(self, key_id: str) -> None:
         """A link acts for the key that made it: dead once that key is revoked, and each use counts

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterable
 from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, session_not_found
@@ -52,7 +53,7 @@ log = logging.getLogger("wasm_runner.server.auth")
 
 
 def shared_session_refused(session_id: str) -> ApiError:
-    return ApiError(403, "shared_session", f"session {session_id!r} was opened with a member key and mounts the "
+    return ApiError(403, ErrorCode.SHARED_SESSION, f"session {session_id!r} was opened with a member key and mounts the "
                     "workspace's shared/ directory, which app keys cannot reach",
                     "use a session opened with this key (POST /v1/sessions)")
 

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Container
 from contextlib import AbstractAsyncContextManager
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, overloaded
 from wasm_runner_server.http.disk_quota import WorkspaceDisk, unmeasurable
 from wasm_runner_server.http.policy import ItemHold, Principal
@@ -71,7 +72,7 @@ class Enforced(Quotas):
             raise unmeasurable("the workspace", exc) from None
         quota = self.disk.quota
         if used >= quota:
-            raise ApiError(429, "workspace_disk_quota", f"this workspace holds {used} bytes, its quota is {quota}",
+            raise ApiError(429, ErrorCode.WORKSPACE_DISK_QUOTA, f"this workspace holds {used} bytes, its quota is {quota}",
                            "delete files or sessions, then retry after the seconds in Retry-After",
                            {"Retry-After": "30"})
 
@@ -80,7 +81,7 @@ class Enforced(Quotas):
         cap = self.settings.concurrent_executions
         if not self.running.acquire(principal.workspace, cap):
             raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
-                             "workspace_busy")
+                             ErrorCode.WORKSPACE_BUSY)
         try:
             yield
         finally:
@@ -104,5 +105,5 @@ class Enforced(Quotas):
         held = sum(1 for s in self.tenants.sessions_of(principal.workspace) if s in sessions)
         cap = self.settings.sessions
         if held >= cap:
-            raise ApiError(429, "workspace_session_quota", f"this workspace holds its maximum of {cap} sessions",
+            raise ApiError(429, ErrorCode.WORKSPACE_SESSION_QUOTA, f"this workspace holds its maximum of {cap} sessions",
                            "delete sessions you no longer need, then retry", {"Retry-After": "60"})

@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 
 
@@ -21,5 +22,5 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
             raise ValueError
         return float(created_at), session_id
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
+        raise ApiError(400, ErrorCode.INVALID_CURSOR, "the cursor is not one this server returned",
                        "pass next_cursor from the previous page unchanged") from None

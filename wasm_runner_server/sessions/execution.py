@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness
 from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import Profile, ServiceConfig
@@ -63,7 +64,7 @@ class Execution:
         name = name or self.default_profile
         profile = self.profiles.get(name)
         if profile is None:
-            raise ApiError(422, "unknown_profile", f"no profile named {name!r}",
+            raise ApiError(422, ErrorCode.UNKNOWN_PROFILE, f"no profile named {name!r}",
                            f"available: {', '.join(sorted(self.profiles))} (GET /v1/profiles)")
         return name, profile
 
@@ -80,18 +81,18 @@ class Execution:
                 if value is not msgspec.UNSET:
                     value_cap = getattr(self.max_limits, name)
                     if value is None and name == "fuel" and value_cap is not None:
-                        raise ApiError(422, "limit_exceeds_maximum", "unmetered fuel (null) is not allowed here",
+                        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, "unmetered fuel (null) is not allowed here",
                                        f"set limits.fuel to at most {value_cap}")
                     values[name] = value
         for name, value in values.items():
             cap = getattr(self.max_limits, name)
             if cap is not None and value is not None and value > cap:
-                raise ApiError(422, "limit_exceeds_maximum", f"limits.{name} = {value} exceeds the server maximum {cap}",
+                raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"limits.{name} = {value} exceeds the server maximum {cap}",
                                f"ask for at most {cap} (GET /v1/profiles lists the maxima)")
         try:
             limits = Limits(**values)
         except (ValueError, TypeError) as exc:
-            raise ApiError(422, "invalid_limits", str(exc)) from None
+            raise ApiError(422, ErrorCode.INVALID_LIMITS, str(exc)) from None
         if patch is None:
             self._profile_limits[id(profile)] = limits
         return limits
@@ -99,7 +100,7 @@ class Execution:
     def env(self, profile: Profile, env: dict[str, str]) -> dict[str, str]:
         refused = sorted(name for name in env if not profile.allows_env(name))
         if refused:
-            raise ApiError(422, "env_not_allowed", f"the profile does not allow setting {', '.join(refused)}",
+            raise ApiError(422, ErrorCode.ENV_NOT_ALLOWED, f"the profile does not allow setting {', '.join(refused)}",
                            f"allowed names: {', '.join(profile.env_allowlist) or 'none'}")
         return {**profile.env, **env}
 
@@ -120,7 +121,7 @@ class Execution:
         try:
             runner.provider_for(request)
         except ValueError as exc:
-            raise ApiError(422, "provider_unavailable", str(exc),
+            raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc),
                            "this server cannot run that; pick another profile or language (GET /v1/profiles)") from None
 
     # -- running -------------------------------------------------------------------------
@@ -248,7 +249,7 @@ class Execution:
             return cancelled_result(request)
         except ValueError as exc:
             if "provider" in str(exc):
-                raise ApiError(422, "provider_unavailable", str(exc)) from None
+                raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc)) from None
             raise
         finally:
             self.inflight.discard(task)

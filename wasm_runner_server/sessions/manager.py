@@ -25,9 +25,10 @@ from pathlib import Path
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.layout import discard_tree
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import Profile, ServiceConfig
-from wasm_runner_server.errors import ApiError, not_found, overloaded, session_not_found
+from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import Execution
@@ -173,18 +174,19 @@ class SessionManager:
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
         if idle > self.policy.max_idle_timeout_s:
-            raise ApiError(422, "limit_exceeds_maximum",
+            raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM,
                            f"idle_timeout_s = {idle:g} exceeds the server maximum {self.policy.max_idle_timeout_s:g}")
         if ttl > self.policy.max_ttl_s:
-            raise ApiError(422, "limit_exceeds_maximum", f"ttl_s = {ttl:g} exceeds the server maximum {self.policy.max_ttl_s:g}")
+            raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM,
+                           f"ttl_s = {ttl:g} exceeds the server maximum {self.policy.max_ttl_s:g}")
         session_id = body.id or uuid.uuid4().hex
         if session_id.startswith(ONESHOT_PREFIX):
-            raise ApiError(422, "invalid_session_id", f"session ids may not start with {ONESHOT_PREFIX!r}")
+            raise ApiError(422, ErrorCode.INVALID_SESSION_ID, f"session ids may not start with {ONESHOT_PREFIX!r}")
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
                          ttl_s=ttl, metadata=dict(body.metadata))
         if session_id in self.sessions or not self.store.insert(row):
-            raise ApiError(409, "session_exists", f"a session {session_id!r} already exists",
+            raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
         live = LiveSession(row)
         self.sessions[session_id] = live
@@ -197,7 +199,7 @@ class SessionManager:
             raise session_not_found(session_id)
         if time.time() >= live.row.expires_at:
             self._spawn(self._remove(live, expired=True))
-            raise not_found("session", session_id, "it expired at the end of its TTL")
+            raise session_not_found(session_id, "it expired at the end of its TTL")
         return live
 
     def profile_of(self, live: LiveSession) -> Profile:
@@ -210,7 +212,7 @@ class SessionManager:
         """The core session, from the runner that grants the session's mounts."""
         own = self.profile_of(live)
         if profile is not None and profile.mount_key != own.mount_key:
-            raise ApiError(409, "profile_incompatible",
+            raise ApiError(409, ErrorCode.PROFILE_INCOMPATIBLE,
                            f"this profile mounts different directories than the session's profile {live.row.profile!r}",
                            "use a profile with the same mounts, or a new session")
         runner = self.pool.get(own)
@@ -268,7 +270,7 @@ class SessionManager:
                   listener: OutputListener | None = None, on_start=None) -> ExecResult:
         """Run in the session: queued behind its earlier calls, then under a gate slot."""
         if live.waiting >= self.config.server.session_queue_size:
-            raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", "session_busy")
+            raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", ErrorCode.SESSION_BUSY)
         Execution.check_provider(runner, request)
         _, session = self.core(live)
         live.waiting += 1
@@ -278,7 +280,7 @@ class SessionManager:
             live.waiting -= 1
         try:
             if live.deleted:
-                raise not_found("session", live.row.id, "it was deleted while this call waited")
+                raise session_not_found(live.row.id, "it was deleted while this call waited")
 
             def set_task(task: asyncio.Task | None) -> None:
                 live.task = task

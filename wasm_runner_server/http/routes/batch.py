@@ -11,6 +11,7 @@ from aiohttp import StreamReader, web
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner import ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
 from wasm_runner_server.errors import ApiError
@@ -94,7 +95,7 @@ async def batch(request: web.Request) -> web.StreamResponse:
     try:
         query = msgspec.convert(dict(request.query), BatchQuery, strict=False)
     except msgspec.ValidationError as exc:
-        raise ApiError(422, "validation_error", str(exc), "query: profile=NAME&concurrency=N") from None
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "query: profile=NAME&concurrency=N") from None
     _, profile = service.execution.profile(query.profile)
     runner = service.pool.get(profile)
     concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))

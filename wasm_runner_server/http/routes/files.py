@@ -17,6 +17,7 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
     ArchiveQuery,
     DeleteQuery,
@@ -77,7 +78,7 @@ def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 def _unsatisfiable(size: int) -> ApiError:
-    return ApiError(416, "range_not_satisfiable", f"the range is outside the file (size {size})",
+    return ApiError(416, ErrorCode.RANGE_NOT_SATISFIABLE, f"the range is outside the file (size {size})",
                     "ask for bytes between 0 and size-1", {"Content-Range": f"bytes */{size}"})
 
 
@@ -106,7 +107,7 @@ async def read_file(request: web.Request) -> web.StreamResponse:
     files = service.sessions.files(live)
     wf.split_path(path)
     if request.query:
-        raise ApiError(422, "invalid_query", "reading a file takes no query parameters",
+        raise ApiError(422, ErrorCode.INVALID_QUERY, "reading a file takes no query parameters",
                        "use Range for part of a file, /files?path=...&recursive=true for listings")
     try:
         return await send_file(request, files, path)
@@ -164,7 +165,7 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
     def measure() -> int:
         used_bytes, entries = session.workspace.usage(stop_after_files=limits.disk_files)
         if credit is None and entries + 1 > limits.disk_files:
-            raise ApiError(413, "quota_exceeded", f"the workspace holds its maximum of {limits.disk_files} files",
+            raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"the workspace holds its maximum of {limits.disk_files} files",
                            "delete files first")
         return used_bytes
 
@@ -173,7 +174,7 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
 
 
 def file_too_large(limit: int, path: str) -> ApiError:
-    return ApiError(413, "file_too_large", f"{path!r} is larger than the {limit}-byte limit for one file")
+    return ApiError(413, ErrorCode.FILE_TOO_LARGE, f"{path!r} is larger than the {limit}-byte limit for one file")
 
 
 @routes.put("/v1/sessions/{id}/files/{path:.*}")
@@ -216,7 +217,7 @@ async def upload_files(request: web.Request) -> web.Response:
     query = read_query(request, UploadQuery)
     base = wf.split_path(query.dir)
     if not request.content_type.startswith("multipart/"):
-        raise ApiError(415, "unsupported_media_type", "expected a multipart/form-data body",
+        raise ApiError(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "expected a multipart/form-data body",
                        "send one part per file, with the file's path as its filename")
     files = service.sessions.files(live, create=True)
     written: list[WriteResult] = []
@@ -224,10 +225,10 @@ async def upload_files(request: web.Request) -> web.Response:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
-                raise ApiError(400, "invalid_multipart", "nested multipart bodies are not supported")
+                raise ApiError(400, ErrorCode.INVALID_MULTIPART, "nested multipart bodies are not supported")
             name = unquote(part.filename or part.name or "")  # some clients percent-encode filenames
             if not name:
-                raise ApiError(400, "invalid_multipart", "a part has neither a filename nor a name",
+                raise ApiError(400, ErrorCode.INVALID_MULTIPART, "a part has neither a filename nor a name",
                                "give each part the file's path as its filename")
             path = "/".join((*base, *wf.split_path(name)))
             cap = service.config.server.max_file_bytes
@@ -242,7 +243,7 @@ async def upload_files(request: web.Request) -> web.Response:
                 budget.commit()
             written.append(WriteResult(path=result.info.path, size=result.info.size, created=result.created))
     except (HttpProcessingError, ValueError, AssertionError) as exc:
-        raise ApiError(400, "invalid_multipart", f"the multipart body is malformed: {exc}".strip(),
+        raise ApiError(400, ErrorCode.INVALID_MULTIPART, f"the multipart body is malformed: {exc}".strip(),
                        "send one part per file, with the file's path as its filename") from None
     service.sessions.touch(live)
     return json_response(UploadResult(files=written), status=201)
@@ -274,7 +275,7 @@ async def edit_file(request: web.Request) -> web.Response:
     body = await read_json(request, FileEdit)
     single = body.old_text is not None or body.new_text is not None
     if sum((single, body.edits is not None, body.patch is not None)) != 1:
-        raise ApiError(422, "validation_error", "give exactly one of: old_text and new_text, edits, patch")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give exactly one of: old_text and new_text, edits, patch")
     files = service.sessions.files(live)
     max_bytes = service.config.server.max_read_bytes
     # The result is bounded by the file-size limit before it is built, and its bytes are
@@ -288,7 +289,7 @@ async def edit_file(request: web.Request) -> web.Response:
                                       request_budget(service))
         except wf.FileTooLargeError as exc:
             if cap < file_cap:
-                raise ApiError(413, "quota_exceeded", f"{exc.message}: the room left under the quota",
+                raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"{exc.message}: the room left under the quota",
                                "delete files first, or edit fewer occurrences") from None
             raise
         reservation.commit()
@@ -304,7 +305,7 @@ async def _apply_edit(files: wf.WorkspaceFiles, path: str, body: FileEdit, singl
                                    max_result_bytes=cap, reserve=reservation.take)
     if single:
         if body.old_text is None or body.new_text is None:
-            raise ApiError(422, "validation_error", "old_text and new_text go together")
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "old_text and new_text go together")
         edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
     else:
         edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]

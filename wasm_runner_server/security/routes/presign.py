@@ -7,6 +7,7 @@ import time
 from aiohttp import web
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import PresignBody, PresignResult
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
@@ -30,14 +31,14 @@ async def presign(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     path = "/".join(wf.split_path(request.match_info["path"]))
     if not path:
-        raise ApiError(422, "validation_error", "a link names one file", "give a file path")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a link names one file", "give a file path")
     body = await read_json(request, PresignBody, empty_ok=True)
     settings = security.settings
     default, cap = ((settings.presign_get_default_s, settings.presign_get_max_s) if body.method == "GET"
                     else (settings.presign_put_default_s, settings.presign_put_max_s))
     expires_in = body.expires_in if body.expires_in is not None else default
     if expires_in > cap:
-        raise ApiError(422, "limit_exceeds_maximum", f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
+        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
                        f"for {body.method} links", f"ask for at most {cap:g} seconds")
     principal = principal_of(request)
     url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
@@ -79,7 +80,7 @@ async def _follow(request: web.Request) -> web.StreamResponse:
         try:
             return await routes_files.send_file(request, files, path)  # a file, never a listing
         except wf.IsDirectoryError:
-            raise ApiError(409, "not_a_file", "a link serves one file, and this path is a directory",
+            raise ApiError(409, ErrorCode.NOT_A_FILE, "a link serves one file, and this path is a directory",
                            "presign a link to a file") from None
     finally:
         CURRENT.reset(token)

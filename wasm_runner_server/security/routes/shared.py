@@ -12,6 +12,7 @@ import asyncio
 from aiohttp import web
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_query
@@ -29,7 +30,7 @@ routes = web.RouteTableDef()
 def _shared(request: web.Request) -> wf.WorkspaceFiles:
     principal = principal_of(request)
     if not principal.shared:
-        raise ApiError(404, "shared_not_found", "keys of kind 'app' have no shared directory",
+        raise ApiError(404, ErrorCode.SHARED_NOT_FOUND, "keys of kind 'app' have no shared directory",
                        "use a member key, or the session's own files")
     return wf.WorkspaceFiles(request.app[SECURITY].shared_dir(principal.workspace))
 
