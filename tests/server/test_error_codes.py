@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from wasm_runner.workspace import files
-from wasm_runner_protocol.errors import CLIENT_SIDE, ErrorCode
+from wasm_runner_protocol.errors import ErrorCode
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "wasm_runner_server"
 CLIENT = ROOT / "wasm-runner-client" / "wasm_runner_client"
 CORE = ROOT / "wasm_runner"
 
+CLIENT_SIDE = {ErrorCode.STREAM_ENDED}
+"""Codes only the client makes (documented so in the enum)."""
 CODE_ARGUMENT = {"ApiError": 1, "ClientApiError": 1, "not_found": 0, "overloaded": 2, "tool_error": 0}
 """Where a call takes its error code, by the called name."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CLIENT_SIDE", "ErrorCode"]
+__all__ = ["ErrorCode"]
 
 
 class ErrorCode(StrEnum):
@@ -97,7 +97,4 @@ class ErrorCode(StrEnum):
     # -- the rest ----------------------------------------------------------------------------
     INTERNAL_ERROR = "internal_error"
     STREAM_ENDED = "stream_ended"
-
-
-CLIENT_SIDE = frozenset({ErrorCode.STREAM_ENDED})
-"""Codes only the client makes (a streamed response that ended without its result)."""
+    """Client-side: made by the client for an event stream that ended without its result."""

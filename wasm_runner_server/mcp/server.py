@@ -1,13 +1,13 @@
 """wasm-runner over MCP (the official `mcp` SDK): the HTTP API's sessions, executions and files as MCP tools.
 
 Two transports share one implementation, `McpTools`, whose every tool is a call of the
-HTTP API through wasm_runner.client.AsyncClient:
+HTTP API through wasm_runner_client.AsyncClient:
 
 - streamable HTTP: `mount_mcp(app)` serves /mcp on the HTTP service itself. The route goes
   through the app's middlewares (the same API keys guard it), and each tool call forwards
   the MCP request's Authorization header to the HTTP API of the same server, so the key's
   workspace, session ownership, quotas, rate limit and audit apply exactly as over HTTP;
-- stdio: `wasm-runner mcp` (server/mcp_cli.py) serves one connection on stdin/stdout,
+- stdio: `wasm-runner mcp` (mcp/stdio.py) serves one connection on stdin/stdout,
   calling a service it runs in-process on a private Unix socket, or a remote one (--url,
   with an API key).
 
@@ -20,7 +20,7 @@ per call, whose id the result names. An MCP session belongs to the key that open
 with another key its id answers 404, as an unknown session does.
 
 Tool input schemas are generated with msgspec from Structs derived from the HTTP wire's
-own (wasm_runner/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
+own (wasm_runner_protocol/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
 `tests`, and so on; the HTTP bodies are built from the same fields. Arguments decode
 with msgspec as HTTP bodies do. Failures are MCP tool errors (isError) whose text is the
 HTTP error's code, message and hint and whose structured content is the HTTP error body.
