@@ -17,6 +17,7 @@ import msgspec
 
 from wasm_runner_client.errors import ApiError, error_for, parse_retry_after
 from wasm_runner_client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Limits
 
 T = TypeVar("T")
@@ -311,5 +312,5 @@ class StreamState(Generic[R]):
         return None
 
     def ended_early(self) -> ApiError:
-        return ApiError(None, "stream_ended", "the event stream ended without a result",
+        return ApiError(None, ErrorCode.STREAM_ENDED, "the event stream ended without a result",
                         "the connection was cut or the server stopped; run the code again")
