@@ -34,6 +34,7 @@ import re2
 import regex
 
 from wasm_runner.workspace.layout import remove_tree
+from wasm_runner_protocol.errors import WasmRunnerError
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
@@ -51,7 +52,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONB
 # -- errors ------------------------------------------------------------------------
 
 
-class FileOpError(Exception):
+class FileOpError(WasmRunnerError):
     """A file operation that cannot be done; `code` is stable, the message says why."""
 
     code = "file_error"
