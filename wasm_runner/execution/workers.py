@@ -30,6 +30,7 @@ from pathlib import Path
 
 import msgspec
 
+import wasm_runner_protocol
 from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.results import lost_result
@@ -40,8 +41,9 @@ log = logging.getLogger("wasm_runner")
 
 DEPTH = 2
 """Items handed to a worker at once: the one it runs and the next."""
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-"""Where this copy of wasm_runner sits: a worker finds it there if not otherwise (a script run from elsewhere)."""
+PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i in
+                                    ((__file__, 2), (wasm_runner_protocol.__file__, 1))))
+"""Where this copy of the packages sits: a worker finds them there if not otherwise (a script run from elsewhere)."""
 
 
 # -- the parent's side ----------------------------------------------------------------
@@ -56,7 +58,7 @@ class Worker:
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback.
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), PACKAGE_ROOT) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.ready = threading.Event()

@@ -35,11 +35,12 @@ import regex
 
 from wasm_runner.workspace.layout import remove_tree
 from wasm_runner_protocol.errors import WasmRunnerError
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
-GUEST_ROOT = "/workspace"
+GUEST_ROOT = GUEST_WORKSPACE
 """How the guest names the workspace; absolute paths under it are accepted."""
 MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255

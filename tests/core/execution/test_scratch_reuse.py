@@ -9,9 +9,9 @@ import stat
 import pytest
 
 from wasm_runner import Runner
+from wasm_runner.execution.scratch import scratch_state
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner.execution.scratch import scratch_state
 
 bwrap_path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed" if bwrap_path is None else probe(bwrap_path)
