@@ -21,7 +21,7 @@ from wasm_runner.capture import OutputListener
 from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
 from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.lanes import Batch, Lanes, ThreadLanes
-from wasm_runner.execution.scratch import ScratchPool, own_scratch_dir
+from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
 from wasm_runner.execution.workers import OneShotWorkers, ProcessLanes, WorkerPool
 from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job, Provider
@@ -58,10 +58,12 @@ class Runner:
         mounts: tuple[Mount, ...] = (),
         providers: list[Provider] | None = None,
         one_shot_workers: int = 0,
+        ready_scratch: int = READY_SCRATCH,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
-        host-side work otherwise waits for them under load."""
+        host-side work otherwise waits for them under load. `ready_scratch` scratch workspaces
+        are kept idle, with sandboxes made ahead, for the next one-shot runs."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -79,7 +81,7 @@ class Runner:
         self.mounts = mounts
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
         self.executor = Executor(self.concurrency)
-        self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency)
+        self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self.worker_pool = WorkerPool(self.scratch_dir, mounts) if providers is None else None
         """Processes for batch lanes and one-shot runs (providers of the caller's own cannot be
         rebuilt in one)."""

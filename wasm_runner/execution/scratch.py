@@ -31,10 +31,13 @@ class ScratchPool:
     `keep`, `take` and `recycle` are for the event loop's thread only; `new` and `discard`
     are safe from any thread."""
 
-    def __init__(self, root: Path, providers: Sequence[Provider], max_idle: int) -> None:
+    def __init__(self, root: Path, providers: Sequence[Provider], max_idle: int, ready: int = READY_SCRATCH) -> None:
         self.root = root
         self.providers = providers
         self.max_idle = max_idle
+        self.ready = ready
+        """Idle workspaces kept at least, once one run is done (0: none made ahead, as a
+        command line that runs once wants)."""
         self.idle: collections.deque[Workspace] = collections.deque()
         """Untouched scratch workspaces, oldest first: the oldest had the longest time to get
         its sandboxes made ahead."""
@@ -95,7 +98,7 @@ class ScratchPool:
             self.discard(workspace)
         # Two idle workspaces at least: the next run takes one whose sandbox is ready while
         # the other's is being made (the one just returned would still be in the making).
-        while len(self.idle) < READY_SCRATCH:
+        while len(self.idle) < self.ready:
             spare = self.new()
             self._prewarm(spare)
             self.idle.append(spare)
