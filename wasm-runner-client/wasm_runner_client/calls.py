@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from wasm_runner_client.errors import ApiError, error_for, parse_retry_after
+from wasm_runner_client.errors import ApiError, ConflictError, error_for, parse_retry_after
 from wasm_runner_client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Limits
@@ -314,3 +314,12 @@ class StreamState(Generic[R]):
     def ended_early(self) -> ApiError:
         return ApiError(None, ErrorCode.STREAM_ENDED, "the event stream ended without a result",
                         "the connection was cut or the server stopped; run the code again")
+
+
+def not_a_file(path: str) -> ConflictError:
+    return ConflictError(409, "is_a_directory", f"{path!r} is a directory", "use list_files for its entries")
+
+
+def is_listing(headers: Mapping[str, str]) -> bool:
+    """GET on a directory answers its listing as JSON; a file's answer always has Accept-Ranges."""
+    return "accept-ranges" not in headers and headers.get("content-type", "").startswith("application/json")

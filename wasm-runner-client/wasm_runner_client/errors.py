@@ -17,17 +17,13 @@ from collections.abc import Mapping
 
 import msgspec
 
-from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.errors import ErrorCode, WasmRunnerError
 
 __all__ = [
     "ApiError", "AuthenticationError", "BadRequestError", "ConflictError", "NotFoundError", "PayloadTooLargeError",
     "PermissionDeniedError", "RateLimitedError", "ServerError", "ServiceUnavailableError", "TransportError",
     "WasmRunnerError", "error_for", "parse_retry_after",
 ]
-
-
-class WasmRunnerError(Exception):
-    """Base of every error the client raises."""
 
 
 class TransportError(WasmRunnerError):

@@ -1,4 +1,5 @@
-"""The stable error codes of the service's error body `{"error": {"code", "message", "hint"}}`.
+"""The errors both sides share: the root exception, and the stable codes of the service's error
+body `{"error": {"code", "message", "hint"}}`.
 
 The wire carries the plain string (`ErrorDetail.code: str`); a `StrEnum` member equals its
 string, so server and client compare and match codes by the same names. Each code belongs to
@@ -9,7 +10,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ErrorCode"]
+__all__ = ["ErrorCode", "WasmRunnerError"]
+
+
+class WasmRunnerError(Exception):
+    """Base of every error wasm-runner raises for its own failures (client and core)."""
 
 
 class ErrorCode(StrEnum):

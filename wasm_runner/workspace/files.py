@@ -34,12 +34,13 @@ import re2
 import regex
 
 from wasm_runner.workspace.layout import remove_tree
-from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.errors import ErrorCode, WasmRunnerError
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
-GUEST_ROOT = "/workspace"
+GUEST_ROOT = GUEST_WORKSPACE
 """How the guest names the workspace; absolute paths under it are accepted."""
 MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255
@@ -52,7 +53,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONB
 # -- errors ------------------------------------------------------------------------
 
 
-class FileOpError(Exception):
+class FileOpError(WasmRunnerError):
     """A file operation that cannot be done; `code` is stable, the message says why."""
 
     code: ErrorCode = ErrorCode.FILE_ERROR

@@ -31,9 +31,6 @@ from wasm_runner_server.sessions.backpressure import ExecutionGate
 
 log = logging.getLogger("wasm_runner.server")
 
-EXTENSION_LANGUAGES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
-                       ".sh": "bash", ".bash": "bash"}
-
 CANCELLED_MESSAGE = "cancelled by the caller"
 
 ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], None]
@@ -305,7 +302,3 @@ def cancelled_result(request: ExecRequest) -> ExecResult:
     return ExecResult(exit_code=130, limit="cancelled", language=request.language, id=request.id,
                       error=GuestError(type="Cancelled", message=CANCELLED_MESSAGE))
 
-
-def language_for_path(path: str) -> str | None:
-    dot = path.rfind(".")
-    return EXTENSION_LANGUAGES.get(path[dot:].lower()) if dot != -1 else None

@@ -30,10 +30,12 @@ from wasmtime import component
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
+from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
 from wasm_runner.providers.wasm.host_descriptors import HostDescriptors
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
+from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
 from wasm_runner.providers.wasm.sandbox import (
     BASE_ENV,
@@ -52,7 +54,7 @@ from wasm_runner_protocol.execution import GuestError, Limits
 log = logging.getLogger("wasm_runner")
 
 
-class PythonRuntime:
+class PythonRuntime(Runtime):
     language = "python"
     reuses_instances = True
     """A one-shot instance can be reset to new and serve again (see `PythonKernel.reset`)."""
@@ -82,7 +84,7 @@ class PythonRuntime:
         except PackageNotFoundError:
             installed = None
         if installed != builder_version:
-            raise RuntimeError(
+            raise RuntimeUnavailableError(
                 f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
                 "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
@@ -226,7 +228,7 @@ and one and a half times this, so that instances made together are not all repla
 once (a new one costs 15-30 ms of a core under load, and the runs beside it wait)."""
 
 
-class PythonKernel:
+class PythonKernel(Kernel):
     """One live interpreter instance; calls run one at a time."""
 
     runs_tests = True

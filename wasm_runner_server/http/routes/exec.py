@@ -13,13 +13,13 @@ from aiohttp import web
 from wasm_runner import ExecResult
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.guest import language_for_path
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 from wasm_runner_server.errors import ApiError, from_file_error
 from wasm_runner_server.http.bodies import read_json
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.streaming import respond
-from wasm_runner_server.sessions.execution import language_for_path
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
 from wasm_runner_server.sessions.service import SERVICE, Service
 
