@@ -1,6 +1,6 @@
 """The compiled parts, both optional (without a C compiler the package falls back to slower
-code): the page copy of memory resets (numpy then, see `memory_reset.copy_pages`) and the
-buffer of guest output (a Python callback per write then, see `sandbox.OutputRouter`)."""
+code): the page copy of memory resets (numpy then, see `lowlevel.pages`) and the
+buffer of guest output (a Python callback per write then, see `lowlevel.output`)."""
 
 from setuptools import Extension, setup
 
