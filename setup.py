@@ -1,8 +1,9 @@
-"""The compiled parts, both optional (without a C compiler the package falls back to slower
-code): the page copy of memory resets (numpy then, see `lowlevel.pages`) and the
-buffer of guest output (a Python callback per write then, see `lowlevel.output`)."""
+"""The compiled parts, all optional (without a C compiler the package falls back to slower
+code): the page copy of memory resets (numpy then, see `lowlevel.pages`), the buffer of
+guest output (a Python callback per write then, see `lowlevel.output`) and the scan for
+held descriptors (a Python loop then, see `lowlevel.host_descriptors`)."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"wasm_runner.lowlevel.{name}", [f"wasm_runner/lowlevel/{name}.c"], optional=True)
-                   for name in ("_page_copy", "_output_sink")])
+                   for name in ("_page_copy", "_output_sink", "_held_descriptors")])

@@ -3,6 +3,7 @@
 from wasm_runner.capture import OutputListener
 from wasm_runner.providers.wasm.sandbox import Mount
 from wasm_runner.runner import Runner, Session
+from wasm_runner_protocol import __version__ as __version__
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits
 
 __all__ = [

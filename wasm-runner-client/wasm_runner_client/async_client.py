@@ -246,8 +246,7 @@ class AsyncClient:
                      dir: str = "") -> UploadResult:
         parts: list[tuple[str, bytes | Upload]] = []
         for name, data in files.items():
-            content, upload = calls.body_of(data)
-            parts.append((name, content if content is not None else upload))
+            parts.append((name, calls.part_of(data)))
         call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
         return await self._call(call, UploadResult)
 

@@ -277,8 +277,7 @@ class Client:
         """Several files in one multipart request: workspace path (under `dir`) -> contents."""
         parts: list[tuple[str, bytes | calls.Upload]] = []
         for name, data in files.items():
-            content, upload = calls.body_of(data)
-            parts.append((name, content if content is not None else upload))
+            parts.append((name, calls.part_of(data)))
         call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
         return self._call(call, UploadResult)
 

@@ -1,5 +1,8 @@
 """The one door to wasmtime-py's private API, the compiled C extensions and libc.
 
+The extensions (page copy, output sink, held descriptors) are optional: each has a Python
+fallback, chosen where it is imported (`pages`, `output`, `host_descriptors`).
+
 Everything here relies on details wasmtime-py does not promise to keep: private modules,
 attributes and raw C symbols (`REQUIRED` lists them). So the installed wasmtime is checked
 once, at import, against the release this package was written for; a new release is taken

@@ -217,13 +217,13 @@ class AuditLog:
         sql += " ORDER BY id LIMIT ?"
         args.append(limit)
         with self._db_lock:
-            return [dict(zip(COLUMNS, row)) for row in self._db.execute(sql, args)]
+            return [dict(zip(COLUMNS, row, strict=True)) for row in self._db.execute(sql, args)]
 
     def get(self, entry_id: int) -> dict | None:
         self.flush()
         with self._db_lock:
             row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
-        return dict(zip(COLUMNS, row)) if row else None
+        return dict(zip(COLUMNS, row, strict=True)) if row else None
 
     def iterate(self, filters: AuditFilter = AuditFilter(), batch: int = 1000) -> Iterator[dict]:
         after = None
