@@ -1,6 +1,7 @@
-"""The compiled parts, both optional (without a C compiler the package falls back to slower
-code): the page copy of memory resets (numpy then, see `memory_reset.copy_pages`) and the
-buffer of guest output (a Python callback per write then, see `sandbox.OutputRouter`)."""
+"""The compiled parts, all optional (without a C compiler the package falls back to slower
+code): the page copy of memory resets (numpy then, see `lowlevel.pages`), the buffer of
+guest output (a Python callback per write then, see `lowlevel.output`) and the scan for
+held descriptors (a Python loop then, see `lowlevel.host_descriptors`)."""
 
 from setuptools import Extension, setup
 

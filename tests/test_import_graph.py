@@ -19,10 +19,6 @@ EXCLUDED = ("wasm_runner._runtimes",)
 """Guest code: it runs inside the sandbox and imports nothing of the host."""
 LOWLEVEL = "wasm_runner.lowlevel"
 """The one door to wasmtime's private API (checked by its own contract test)."""
-PENDING = {
-    "wasm_runner.providers.wasm.javascript": "still calls wasmtime's private API itself: it moves behind lowlevel",
-}
-"""Modules whose private-name crossings are being removed on another branch; drop each on merge."""
 
 
 def _modules() -> dict[str, Path]:
@@ -134,7 +130,7 @@ DEFINED = {name: _private_definitions(tree) for name, tree in TREES.items()}
 
 def _private_crossings(module: str) -> list[str]:
     """`from x import _y`, and `obj._y` where `_y` is another module's private name, not this one's."""
-    if module.startswith(LOWLEVEL) or module in PENDING:
+    if module.startswith(LOWLEVEL):
         return []
     tree = TREES[module]
     elsewhere = set().union(*(names for other, names in DEFINED.items() if other != module)) - DEFINED[module]

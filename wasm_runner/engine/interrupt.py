@@ -2,34 +2,23 @@
 
 wasmtime's epoch is engine-wide; what decides whether one store stops is the
 callback run when its deadline tick passes. wasmtime-py exposes no wrapper for
-`wasmtime_store_epoch_deadline_callback`, so this module binds the C API call
-that wasmtime-py itself generates bindings for. The callback runs on the guest's
+`wasmtime_store_epoch_deadline_callback`, so this module registers it through
+`lowlevel.capi`. The callback runs on the guest's
 thread at every epoch tick (10 ms) and either lets the guest continue for one
 more tick or traps it with a message naming the reason.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from enum import Enum
 
 import wasmtime
-from wasmtime import _bindings as capi
+
+from wasm_runner.lowlevel.capi import DEADLINE_CONTINUE, EpochDeadlineCallback, new_error, set_epoch_deadline_callback
 
 TRAP_PREFIX = "wasm-runner stop: "
-
-_Callback = ctypes.CFUNCTYPE(
-    ctypes.c_size_t,
-    ctypes.POINTER(capi.wasmtime_context_t),
-    ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_uint64),
-    ctypes.POINTER(capi.wasmtime_update_deadline_kind_t),
-)
-_Finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_NO_FINALIZER = _Finalizer()
-_CONTINUE = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
 
 
 class StopReason(str, Enum):
@@ -52,8 +41,8 @@ class Interrupt:
         self.reason: StopReason | None = None
         self.call = 0
         self._lock = threading.Lock()
-        self._callback = _Callback(self._on_tick)  # kept alive as long as the store
-        capi.wasmtime_store_epoch_deadline_callback(store.ptr(), self._callback, None, _NO_FINALIZER)
+        self._callback = EpochDeadlineCallback(self._on_tick)  # kept alive as long as the store
+        set_epoch_deadline_callback(store, self._callback)
         store.set_epoch_deadline(1)
 
     def arm(self, store: wasmtime.Store, timeout_s: float) -> int:
@@ -81,10 +70,9 @@ class Interrupt:
         if self.reason is None and time.monotonic() >= self.deadline:
             self.stop(StopReason.timeout)
         if self.reason is not None:
-            err = capi.wasmtime_error_new(f"{TRAP_PREFIX}{self.reason.value}".encode())
-            return ctypes.cast(err, ctypes.c_void_p).value or 0
+            return new_error(f"{TRAP_PREFIX}{self.reason.value}".encode())
         delta[0] = 1
-        kind[0] = _CONTINUE
+        kind[0] = DEADLINE_CONTINUE
         return 0
 
 

@@ -12,7 +12,6 @@ import fcntl
 import hashlib
 import os
 import threading
-from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
@@ -20,11 +19,10 @@ import wasmtime
 from wasmtime import component
 
 from wasm_runner.engine.engines import EngineSettings, get_engine
+from wasm_runner.lowlevel import WASMTIME_VERSION
 
 Kind = Literal["module", "component"]
 Compiled = wasmtime.Module | component.Component
-
-WASMTIME_VERSION = version("wasmtime")
 
 _loaded: dict[tuple[str, EngineSettings], Compiled] = {}
 _lock = threading.Lock()

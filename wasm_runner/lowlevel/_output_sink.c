@@ -179,7 +179,7 @@ static PyMethodDef Sink_methods[] = {
 
 static PyTypeObject SinkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "wasm_runner.providers.wasm._output_sink.Sink",
+    .tp_name = "wasm_runner.lowlevel._output_sink.Sink",
     .tp_basicsize = sizeof(Sink),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Sink(forward, key): a guest stream's buffer; `forward` is a C callback's address",

@@ -13,9 +13,19 @@ import ctypes
 from ctypes import byref
 
 import wasmtime
-from wasmtime import _ffi as ffi
 from wasmtime import component
-from wasmtime.component._enter import enter_wasm
+
+from wasm_runner.lowlevel.capi import (
+    COMPONENT_STRING,
+    ComponentVal,
+    byte_vec_delete,
+    byte_vec_new_uninitialized,
+    component_func_call,
+    component_val_delete,
+    enter_wasm,
+    func_handle,
+    store_context,
+)
 
 
 class StringCall:
@@ -25,24 +35,25 @@ class StringCall:
         if params != [component.String] or not isinstance(signature.result, component.String):
             raise TypeError(f"expected an export of type func(string) -> string, found {params} -> {signature.result}")
         self._func = func
+        self._handle = func_handle(func)
 
     def __call__(self, store: wasmtime.Store, text: str) -> str:
         data = text.encode()
-        param = ffi.wasmtime_component_val_t()
-        param.kind = ffi.WASMTIME_COMPONENT_STRING
-        ffi.wasm_byte_vec_new_uninitialized(byref(param.of.string), len(data))
+        param = ComponentVal()
+        param.kind = COMPONENT_STRING
+        byte_vec_new_uninitialized(byref(param.of.string), len(data))
         ctypes.memmove(param.of.string.data, data, len(data))
-        result = ffi.wasmtime_component_val_t()
+        result = ComponentVal()
         try:
-            enter_wasm(lambda: ffi.wasmtime_component_func_call(
-                byref(self._func._func), store._context(), byref(param), 1, byref(result), 1))
+            enter_wasm(lambda: component_func_call(
+                byref(self._handle), store_context(store), byref(param), 1, byref(result), 1))
         finally:
-            ffi.wasmtime_component_val_delete(byref(param))
+            component_val_delete(byref(param))
         returned = result.of.string
         try:
             return ctypes.string_at(returned.data, returned.size).decode()
         finally:
-            ffi.wasm_byte_vec_delete(byref(returned))
+            byte_vec_delete(byref(returned))
 
     def post_return(self, store: wasmtime.Store) -> None:
         self._func.post_return(store)

@@ -19,10 +19,11 @@ import ctypes
 import logging
 import os
 import struct
-import sys
 import threading
 
 import numpy as np
+
+from wasm_runner.lowlevel.libc import libc
 
 log = logging.getLogger("wasm_runner")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -41,10 +42,7 @@ _PAGE_IS_WRITTEN = 1 << 1
 _REGIONS = 1024
 """Ranges one scan returns; a memory with more written ranges takes more scans."""
 
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-if _libc is not None:
-    _libc.syscall.restype = ctypes.c_long
-    _libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+_libc = libc
 _lock = threading.Lock()
 _opened = False
 _uffd: int | None = None

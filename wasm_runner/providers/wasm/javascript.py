@@ -48,13 +48,28 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 import wasmtime
-from wasmtime import _ffi as ffi
-from wasmtime._extern import wrap_extern
 
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
-from wasm_runner.engine.module_cache import WASMTIME_VERSION, cache_dir
+from wasm_runner.engine.module_cache import cache_dir
 from wasm_runner.errors import RuntimeUnavailableError
+from wasm_runner.lowlevel import WASMTIME_VERSION
+from wasm_runner.lowlevel.capi import (
+    I32,
+    I64,
+    Val,
+    ValRaw,
+    context_address,
+    export_get,
+    func_handle,
+    memory_handle,
+    new_trap,
+    raw_function,
+    set_stdin_bytes,
+    store_context,
+    take_error,
+    take_trap,
+)
 from wasm_runner.manifests import load_manifest
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.quickjs_module import (
@@ -105,30 +120,11 @@ MAX_VALUE_CHARS = 100_000
 
 _tls = threading.local()
 
-def _raw(name: str, restype, *argtypes):
-    """A private handle on a C API function taking and returning plain addresses (no wrapper costs)."""
-    function = ffi.dll[name]  # a new function object: wasmtime-py's own is left as it is
-    function.restype = restype
-    function.argtypes = argtypes
-    return function
-
-
-_memory_data = _raw("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-_memory_data_size = _raw("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
-_caller_context = _raw("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p)
-_func_call = _raw("wasmtime_func_call", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
-
-
-def _context_address(store: wasmtime.Store) -> int:
-    return ctypes.cast(store._context(), ctypes.c_void_p).value or 0
-
-
-def _set_stdin_bytes(wasi: wasmtime.WasiConfig, data: bytes) -> None:
-    vec = ffi.wasm_byte_vec_t()
-    buffer = (ctypes.c_ubyte * len(data)).from_buffer_copy(data)
-    ffi.wasm_byte_vec_new(ctypes.byref(vec), len(data), ctypes.cast(buffer, ctypes.POINTER(ffi.wasm_byte_t)))
-    ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))  # takes ownership of the bytes
+_memory_data = raw_function("wasmtime_memory_data", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_memory_data_size = raw_function("wasmtime_memory_data_size", ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
+_caller_context = raw_function("wasmtime_caller_context", ctypes.c_void_p, ctypes.c_void_p)
+_func_call = raw_function("wasmtime_func_call", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 
 
 def _tag(value: int) -> int:
@@ -150,18 +146,18 @@ class _Fn:
     (from inside a host function).
     """
 
-    __slots__ = ("_func", "_kinds", "_params", "_results", "_trap", "_call_args", "_nresults", "_result_i64", "_guest")
+    __slots__ = ("_handle", "_kinds", "_params", "_results", "_trap", "_call_args", "_nresults", "_result_i64", "_guest")
 
-    def __init__(self, guest: "_Guest", func: wasmtime.Func, params: tuple[str, ...], results: tuple[str, ...]) -> None:
+    def __init__(self, guest: _Guest, func: wasmtime.Func, params: tuple[str, ...], results: tuple[str, ...]) -> None:
         self._guest = guest
-        self._func = func._func  # kept alive: the call below uses its address
+        self._handle = func_handle(func)  # kept alive: the call below uses its address
         self._kinds = tuple(kind == "i64" for kind in params)
-        self._params = (ffi.wasmtime_val_t * max(1, len(params)))()
+        self._params = (Val * max(1, len(params)))()
         for i, is_i64 in enumerate(self._kinds):
-            self._params[i].kind = (ffi.WASMTIME_I64 if is_i64 else ffi.WASMTIME_I32).value
-        self._results = (ffi.wasmtime_val_t * max(1, len(results)))()
+            self._params[i].kind = I64 if is_i64 else I32
+        self._results = (Val * max(1, len(results)))()
         self._trap = ctypes.c_void_p()
-        self._call_args = (ctypes.addressof(self._func), ctypes.addressof(self._params), len(params),
+        self._call_args = (ctypes.addressof(self._handle), ctypes.addressof(self._params), len(params),
                            ctypes.addressof(self._results), len(results), ctypes.addressof(self._trap))
         self._nresults = len(results)
         self._result_i64 = results == ("i64",)
@@ -217,7 +213,7 @@ class _Prepared:
             ctypes.cast(self.linker.ptr(), ctypes.c_void_p), module_name, len(module_name), name, len(name),
             ctypes.cast(poll.ptr(), ctypes.c_void_p), _poll_oneoff_callback, None, None)
         if error:
-            raise wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t)))
+            raise take_error(error)
         self.pre = self.linker.instantiate_pre(module)
 
 
@@ -333,7 +329,7 @@ class JavaScriptRuntime(Runtime):
         finally:
             guest.close()
 
-    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> "JavaScriptKernel":
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> JavaScriptKernel:
         return JavaScriptKernel(self, view, limits)  # not reusable: a new one is cheap
 
 
@@ -383,12 +379,12 @@ class _Guest:
         if view is not None:
             view.configure(wasi)
         if stdin:
-            _set_stdin_bytes(wasi, stdin)
+            set_stdin_bytes(wasi, stdin)
         # Output does not go through wasmtime's stdout/stderr (see `derive_module`):
         # the host's stdio write lands in the capture the router holds during a call.
         self.router = OutputRouter()
         self.store.set_wasi(wasi)
-        self.cx = _context_address(self.store)
+        self.cx = context_address(self.store)
         self.turns = 0
         # The environment the guest's libc holds: the snapshot's (its builder had no
         # extra variables) until a turn's request makes the driver change it.
@@ -398,16 +394,15 @@ class _Guest:
 
     # -- plumbing ------------------------------------------------------------
 
-    def _enter(self) -> "_Guest | None":
+    def _become_current(self) -> _Guest | None:
         previous = getattr(_tls, "guest", None)
         _tls.guest = self
         return previous
 
     def raise_failure(self, error, trap) -> None:
         """A call into the guest failed: raise what made it fail."""
-        error_obj = wasmtime.WasmtimeError._from_ptr(ctypes.cast(error, ctypes.POINTER(ffi.wasmtime_error_t))) \
-            if error else None  # these own (and free) what the C API returned
-        trap_obj = wasmtime.Trap._from_ptr(ctypes.cast(trap, ctypes.POINTER(ffi.wasm_trap_t))) if trap else None
+        error_obj = take_error(error) if error else None  # these own (and free) what the C API returned
+        trap_obj = take_trap(trap) if trap else None
         nested = self.failure_in_nested
         if nested is not None:
             # The host's poll_oneoff trapped because its own call into the guest failed.
@@ -446,22 +441,20 @@ class _Guest:
     def _instantiate(self) -> None:
         store = self.store
         instance = self.prepared.pre.instantiate(store)
-        context = store._context()
+        context = store_context(store)
 
         def export(name: str):
-            raw = name.encode()
-            item = ffi.wasmtime_extern_t()  # the wrapper keeps a view into it: one per export
-            if not ffi.wasmtime_instance_export_get(context, ctypes.byref(instance._instance), raw, len(raw),
-                                                    ctypes.byref(item)):
+            item = export_get(context, instance, name)
+            if item is None:
                 raise RuntimeError(f"the QuickJS module exports no {name}")
-            return wrap_extern(item)
+            return item
 
         def fn(name: str, params: tuple[str, ...], results: tuple[str, ...]) -> _Fn:
             return _Fn(self, export(name), params, results)
 
         self.export = export
         self.memory = export("memory")
-        self.memory_address = ctypes.addressof(self.memory._memory)
+        self.memory_address = ctypes.addressof(memory_handle(self.memory))
         self.js_eval = fn("JS_Eval", *EXPORTED_FUNCTIONS["JS_Eval"])
         self.js_await = fn("js_std_await", *EXPORTED_FUNCTIONS["js_std_await"])
         self.js_free_value = fn("JS_FreeValue", *EXPORTED_FUNCTIONS["JS_FreeValue"])
@@ -479,7 +472,7 @@ class _Guest:
         self.interrupt.arm(store, 60.0)
         errors = Capture("stderr", 64 * 1024)
         self.router.stderr = errors
-        previous = self._enter()
+        previous = self._become_current()
         try:
             self._instantiate()
             _Fn(self, self.export("_initialize"), (), ())(cx)
@@ -541,7 +534,7 @@ class _Guest:
         self.turns += 1
         source = f"__wasm_runner.turn({json.dumps(request)})".encode()
         call.bind(self.interrupt, store)
-        previous = self._enter()
+        previous = self._become_current()
         try:
             outcome = _outcome(json.loads(self._turn(self.cx, source)))
         except Exception as exc:
@@ -660,10 +653,10 @@ class _NestedFailure(Exception):
 
 
 _UncheckedCallback = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                                      ctypes.POINTER(ffi.wasmtime_val_raw_t), ctypes.c_size_t)
+                                      ctypes.POINTER(ValRaw), ctypes.c_size_t)
 
 
-_define_func_unchecked = _raw(
+_define_func_unchecked = raw_function(
     "wasmtime_linker_define_func_unchecked", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
     ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, _UncheckedCallback, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -681,8 +674,7 @@ def _poll_oneoff_callback(_env, caller, values, _count):
         values[0].i32 = ERRNO_FAULT
     except _NestedFailure:
         message = b"wasm-runner: a call from poll_oneoff into the guest failed"
-        trap = ffi.wasmtime_trap_new(message, len(message))
-        return ctypes.cast(trap, ctypes.c_void_p).value or 0
+        return new_trap(message)
     except BaseException:  # a bug here must not take the process down
         values[0].i32 = ERRNO_IO
     return 0

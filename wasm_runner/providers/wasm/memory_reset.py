@@ -21,14 +21,11 @@ the layout is not the expected one, nothing is reused.
 
 from __future__ import annotations
 
-import array
 import ctypes
 import errno
 import logging
-import mmap
 import os
 import resource
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,12 +34,9 @@ from typing import TypeVar
 
 import numpy as np
 
+from wasm_runner.lowlevel.libc import MADV_DONTNEED, accessible, libc, map_read_only
+from wasm_runner.lowlevel.pages import copy_pages
 from wasm_runner.lowlevel.write_tracking import PAGE, WrittenPages, pagemap, start_tracking
-
-try:
-    from wasm_runner.lowlevel._page_copy import copy_pages as _compiled_copy_pages
-except ImportError:  # built without a C compiler: numpy's copy
-    _compiled_copy_pages = None
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner")
@@ -86,9 +80,7 @@ class _Image:
         """Where the image starts in the file."""
         with open(path, "rb") as f:
             self.inode = os.fstat(f.fileno()).st_ino
-            address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, f.fileno(), offset)
-        if address in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "could not map the memory image")
+            address = map_read_only(f.fileno(), length, offset)
         self.address: int = address
         self.pages = _pages(address, length)
 
@@ -144,7 +136,7 @@ class LinearMemory:
     def reset(self) -> bool:
         """Restore every page written since instantiation (or `keep`); False when the memory
         grew (its size is visible to the guest, so the instance must not be reused)."""
-        if _accessible(self.base + self.size) or _fd_pressure():
+        if accessible(self.base + self.size) or _fd_pressure():
             return False
         written = self._written()
         if self._kept_slot is not None:
@@ -155,7 +147,7 @@ class LinearMemory:
         first, end = self._image_first, self._image_end
         inside = (written >= first) & (written < end)
         for lo, hi in _runs(written[~inside]):  # zero at instantiation: drop the pages
-            if _libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, _MADV_DONTNEED) != 0:
+            if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
                 return False
         written = written[inside]
         copy_pages(self._pages, written, self._image.pages, written - first)
@@ -173,17 +165,6 @@ class LinearMemory:
         return np.flatnonzero(_WRITTEN[self._entry_flags])
 
 
-def copy_pages(dst: np.ndarray, dst_pages: np.ndarray, src: np.ndarray, src_pages: np.ndarray) -> None:
-    """`dst[dst_pages] = src[src_pages]` for arrays of pages. Compiled, each page is copied once,
-    with the GIL released; numpy copies twice (a gather into a temporary, then a scatter), and
-    the second copy and its cache misses made a reset about a third slower."""
-    if _compiled_copy_pages is None:
-        dst[dst_pages] = src[src_pages]
-    else:
-        _compiled_copy_pages(dst, dst_pages.astype(np.int64, copy=False), src, src_pages.astype(np.int64, copy=False),
-                             PAGE)
-
-
 def _pages(address: int, length: int) -> np.ndarray:
     """The memory at `address` as an array of pages (a view: no copy)."""
     return np.frombuffer((ctypes.c_char * length).from_address(address), np.uint8).reshape(-1, PAGE)
@@ -196,33 +177,13 @@ def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
     breaks = np.flatnonzero(np.diff(pages) != 1) + 1
     firsts = pages[np.concatenate(([0], breaks))]
     lasts = pages[np.concatenate((breaks - 1, [len(pages) - 1]))]
-    return list(zip(firsts.tolist(), (lasts + 1).tolist()))
+    return list(zip(firsts.tolist(), (lasts + 1).tolist(), strict=True))
 
 
 mapping_lock = threading.Lock()
 """Held while an instance is located; stores of the same compiled file close under it, so
 that no mapping vanishes (and its address is reused) while the new one is told apart."""
 _images: dict[tuple[str, int, int, int], _Image] = {}
-_MADV_DONTNEED = 4
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-if _libc is not None:
-    _libc.mmap.restype = ctypes.c_void_p
-    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    _libc.process_vm_readv.restype = ctypes.c_ssize_t
-    _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                                       ctypes.c_ulong]
-def _accessible(address: int) -> bool:
-    """Whether `address` is readable, without touching it (a grown memory made it so).
-    Raises OSError when the system does not let a process read itself this way."""
-    byte = ctypes.create_string_buffer(1)
-    iov = array.array("Q", (ctypes.addressof(byte), 1, address, 1))
-    local = iov.buffer_info()[0]
-    if _libc.process_vm_readv(os.getpid(), local, 1, local + 16, 1, 0) == 1:
-        return True
-    if ctypes.get_errno() == errno.EFAULT:
-        return False
-    raise OSError(ctypes.get_errno(), "process_vm_readv on the own process failed")
 
 
 def _fd_pressure() -> bool:
@@ -240,7 +201,7 @@ def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tu
     The memory is the one new copy-on-write mapping of `compiled_file`; instantiations
     that locate take a lock, so no other such mapping appears meanwhile.
     """
-    if _libc is None:
+    if libc is None:
         return instantiate(), None
     path = str(compiled_file)
     with mapping_lock:
@@ -271,7 +232,7 @@ def _locate(maps: list[_Mapping], path: str, before: set[int]) -> LinearMemory |
         end, last = maps[i + 1].end, i + 1
     guarded = (first > 0 and maps[first - 1].perms == "---p" and maps[first - 1].end == base
                and last + 1 < len(maps) and maps[last + 1].perms == "---p" and maps[last + 1].start == end)
-    if not guarded or base % WASM_PAGE or (end - base) % WASM_PAGE or not _accessible(base):
+    if not guarded or base % WASM_PAGE or (end - base) % WASM_PAGE or not accessible(base):
         return None
     key = (path, image.inode, image.offset, image.end - image.start)
     with mapping_lock:

@@ -31,9 +31,9 @@ from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
 from wasm_runner.errors import RuntimeUnavailableError
+from wasm_runner.lowlevel.host_descriptors import HostDescriptors
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
-from wasm_runner.providers.wasm.host_descriptors import HostDescriptors
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock

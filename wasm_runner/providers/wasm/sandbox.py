@@ -8,31 +8,21 @@ and the mapping from a trap to the limit that caused it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import itertools
 import queue
 import threading
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import wasmtime
-from wasmtime import _bindings as capi
 
 from wasm_runner.capture import Capture, OutputListener
 from wasm_runner.engine import EngineSettings, Interrupt, StopReason, get_engine
 from wasm_runner.engine.interrupt import stop_reason_in
 from wasm_runner.guest import Mount
+from wasm_runner.lowlevel.output import Sink, route_output
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, GuestError, LimitName, Limits
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
-
-try:
-    from wasm_runner.lowlevel._output_sink import RELEASE as _SINK_RELEASE_ADDRESS
-    from wasm_runner.lowlevel._output_sink import WRITE as _SINK_WRITE_ADDRESS
-    from wasm_runner.lowlevel._output_sink import Sink
-except ImportError:  # built without a C compiler: every write goes through a Python callback
-    Sink = None
 
 BASE_ENV: dict[str, str] = {
     "HOME": GUEST_WORKSPACE,
@@ -81,31 +71,17 @@ class OutputRouter:
     """Routes a store's stdout/stderr to the capture of the call in progress.
 
     A kernel's store lives across calls, while captures belong to one call.
-    The callbacks are registered through the C API with one module-level
-    function and no finalizer: wasmtime-py's `stdout_custom` finalizer can run
-    during interpreter shutdown and crash the process.
-
-    With the compiled `_output_sink`, a call's writes are kept in C and handed to its
-    capture when the call ends (a Python callback on wasmtime's I/O thread costs about
-    40 us a write, and takes the interpreter lock); a capture that streams to a listener,
-    or that the writes would overflow, gets them as they come, through that callback.
+    With the compiled output sink (`lowlevel.output`), a call's writes are kept in C and
+    handed to its capture when the call ends; a capture that streams to a listener, or
+    that the writes would overflow, gets them as they come, through a Python callback.
     """
 
     def __init__(self) -> None:
         self._captures: list[Capture | None] = [None, None]
         self._sinks: tuple[Sink, Sink] | None = None
-        self._key = next(_router_keys)
 
     def attach(self, wasi: wasmtime.WasiConfig) -> None:
-        _routers[self._key] = self
-        setters = (capi.wasi_config_set_stdout_custom, capi.wasi_config_set_stderr_custom)
-        if Sink is None:
-            for stream, setter in enumerate(setters):
-                setter(wasi.ptr(), _write_output, self._key * 2 + stream, _NO_FINALIZER)
-            return
-        self._sinks = (Sink(_FORWARD, self._key * 2), Sink(_FORWARD, self._key * 2 + 1))
-        for sink, setter in zip(self._sinks, setters):
-            setter(wasi.ptr(), _SINK_WRITE, sink.lend(), _SINK_RELEASE)
+        self._sinks = route_output(wasi, self)
 
     def _capture_of(stream: int) -> property:  # noqa: N805 - a property factory, used in the class body
         return property(lambda self: self._captures[stream], lambda self, capture: self._switch(stream, capture),
@@ -132,28 +108,6 @@ class OutputRouter:
         capture = self._captures[stream]
         if capture is not None:
             capture.write(data)
-
-
-_routers: "weakref.WeakValueDictionary[int, OutputRouter]" = weakref.WeakValueDictionary()
-_router_keys = itertools.count(1)
-_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
-
-
-@ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t)
-def _write_output(key: int | None, buf, size: int) -> int:
-    router = _routers.get((key or 0) // 2)
-    if router is not None:
-        try:
-            router.write((key or 0) % 2, ctypes.string_at(buf, size))
-        except Exception:  # noqa: BLE001 - an exception must not cross into wasmtime
-            return -5  # EIO
-    return size
-
-
-if Sink is not None:
-    _FORWARD = ctypes.cast(_write_output, ctypes.c_void_p).value
-    _SINK_WRITE = type(_write_output)(_SINK_WRITE_ADDRESS)
-    _SINK_RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_SINK_RELEASE_ADDRESS)
 
 
 @dataclass
@@ -232,7 +186,7 @@ def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
     return store, Interrupt(store)
 
 
-_closing: "queue.SimpleQueue[tuple[wasmtime.Store, ContextManager[Any]]]" = queue.SimpleQueue()
+_closing: queue.SimpleQueue[tuple[wasmtime.Store, contextlib.AbstractContextManager[Any]]] = queue.SimpleQueue()
 _unclosed = 0
 _all_closed = threading.Condition()
 
@@ -248,7 +202,7 @@ def _close_stores() -> None:
             _all_closed.notify_all()
 
 
-def close_later(store: wasmtime.Store, guard: ContextManager[Any] | None = None) -> None:
+def close_later(store: wasmtime.Store, guard: contextlib.AbstractContextManager[Any] | None = None) -> None:
     """Release a finished store off the caller's path (unmapping an instance takes ~1 ms).
 
     Closing also releases WASI handles the guest left open. `guard` is held while the

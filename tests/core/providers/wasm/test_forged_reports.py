@@ -7,7 +7,7 @@ import os
 import pytest
 
 from wasm_runner import Limits, Runner
-from wasm_runner.providers.wasm import host_descriptors
+from wasm_runner.lowlevel import host_descriptors
 from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View
@@ -249,14 +249,14 @@ sys.modules["json"].loads = None
 
 
 def test_the_compiled_descriptor_scan_is_built():
-    assert host_descriptors._compiled_held_removed is not None, (
+    assert host_descriptors.compiled_held_removed is not None, (
         "wasm_runner/lowlevel/_held_descriptors.c was not built (no C compiler at install?)")
 
 
 @pytest.mark.parametrize("scan", ["compiled", "python"])
 def test_the_scan_tells_removed_entries_below_the_directories_only(tmp_path, monkeypatch, scan):
     if scan == "python":
-        monkeypatch.setattr(host_descriptors, "_compiled_held_removed", None)
+        monkeypatch.setattr(host_descriptors, "compiled_held_removed", None)
     (tmp_path / "ws").mkdir()
     (tmp_path / "other").mkdir()
     held = host_descriptors.HostDescriptors((tmp_path / "ws",))

@@ -6,7 +6,7 @@ import ctypes
 import pytest
 
 from wasm_runner import Limits, Runner
-from wasm_runner.providers.wasm import sandbox
+from wasm_runner.lowlevel import output
 
 _output_sink = pytest.importorskip("wasm_runner.lowlevel._output_sink")
 
@@ -65,7 +65,7 @@ def output_runner(request, runner, tmp_path, monkeypatch):
     if request.param == "sink":
         yield runner
         return
-    monkeypatch.setattr(sandbox, "Sink", None)
+    monkeypatch.setattr(output, "Sink", None)
     with Runner(tmp_path) as fallback:
         yield fallback
 

@@ -10,7 +10,7 @@ import pytest
 
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.engine import StopReason
-from wasm_runner.lowlevel import write_tracking
+from wasm_runner.lowlevel import pages, write_tracking
 from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.kernel import Kernel
@@ -42,7 +42,7 @@ def write_tracking_available() -> bool:
 def page_copy(request, monkeypatch):
     """Resets copy pages with the compiled copy, then with numpy's (used where none was built)."""
     if request.param == "numpy":
-        monkeypatch.setattr(memory_reset, "_compiled_copy_pages", None)
+        monkeypatch.setattr(pages, "compiled_copy_pages", None)
     return request.param
 
 
@@ -131,7 +131,7 @@ def test_written_pages_are_told_from_the_pagemap_flags():
 
 
 def test_the_compiled_page_copy_is_built():
-    assert memory_reset._compiled_copy_pages is not None, (
+    assert pages.compiled_copy_pages is not None, (
         "wasm_runner/lowlevel/_page_copy.c was not built (no C compiler at install?): "
         "install gcc and run scripts/install again")
 
@@ -143,18 +143,18 @@ def test_page_copy_copies_each_listed_page_and_checks_its_numbers(page_copy):
     src = np.arange(6 * PAGE, dtype=np.uint64).astype(np.uint8).reshape(6, PAGE)
     src[:, 0] = np.arange(6)
     dst = np.zeros((8, PAGE), np.uint8)
-    memory_reset.copy_pages(dst, np.array([1, 2, 3, 7]), src, np.array([0, 1, 2, 5]))
+    pages.copy_pages(dst, np.array([1, 2, 3, 7]), src, np.array([0, 1, 2, 5]))
     assert (dst[[1, 2, 3, 7]] == src[[0, 1, 2, 5]]).all()
     assert not dst[[0, 4, 5, 6]].any()
-    memory_reset.copy_pages(dst, np.array([], dtype=np.int64), src, np.array([], dtype=np.int64))
+    pages.copy_pages(dst, np.array([], dtype=np.int64), src, np.array([], dtype=np.int64))
     if page_copy == "compiled":
         for to, frm in (([8], [0]), ([0], [6]), ([-1], [0])):
             with pytest.raises(IndexError, match="out of range"):
-                memory_reset.copy_pages(dst, np.array(to), src, np.array(frm))
+                pages.copy_pages(dst, np.array(to), src, np.array(frm))
         with pytest.raises(ValueError, match="differ in length"):
-            memory_reset.copy_pages(dst, np.array([0, 1]), src, np.array([0]))
+            pages.copy_pages(dst, np.array([0, 1]), src, np.array([0]))
         with pytest.raises(TypeError):
-            memory_reset.copy_pages(src.tobytes(), np.array([0]), src, np.array([0]))  # not writable
+            pages.copy_pages(src.tobytes(), np.array([0]), src, np.array([0]))  # not writable
 
 
 def test_page_numbers_group_into_runs():
@@ -363,7 +363,7 @@ def test_a_system_that_refuses_the_reset_gets_new_instances(kernel, monkeypatch)
     def refuse(address):
         raise OSError(1, "not permitted")
 
-    monkeypatch.setattr(memory_reset, "_accessible", refuse)
+    monkeypatch.setattr(memory_reset, "accessible", refuse)  # lowlevel.libc.accessible, as memory_reset calls it
     assert not kernel.reset()
     assert kernel._memory is None  # not tried again
 

@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 
 try:
-    from wasm_runner.lowlevel._held_descriptors import held_removed as _compiled_held_removed
+    from wasm_runner.lowlevel._held_descriptors import held_removed as compiled_held_removed
 except ImportError:  # built without a C compiler: the Python loop
-    _compiled_held_removed = None
+    compiled_held_removed = None
 
 _FD_DIR = "/proc/self/fd"
 
@@ -40,8 +40,8 @@ class HostDescriptors:
 
     def hold_removed(self) -> bool:
         """Whether a descriptor of the process is open on a removed entry below the directories."""
-        if _compiled_held_removed is not None:
-            return _compiled_held_removed(self._devices, self._prefix_bytes)
+        if compiled_held_removed is not None:
+            return compiled_held_removed(self._devices, self._prefix_bytes)
         for name in os.listdir(_FD_DIR):
             try:
                 st = os.fstat(int(name))
