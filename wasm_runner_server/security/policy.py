@@ -20,9 +20,8 @@ import contextlib
 import contextvars
 import hashlib
 import logging
-import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from wasm_runner import Mount
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError, not_found, overloaded
 from wasm_runner_server.http.disk_quota import WorkspaceDisk, WorkspaceMeasure, unmeasurable
-from wasm_runner_server.security.audit import FLUSH_S, AuditLog
+from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.presign import LINK_PREFIX, Signer, key_revoked, load_secrets
 from wasm_runner_server.security.ratelimit import Counter, RateLimiter, retry_after
 from wasm_runner_server.security.settings import AuthSettings
@@ -213,8 +212,8 @@ async def security_middleware(request: web.Request, handler) -> web.StreamRespon
         response = await handler(request)
         if (request.method in _FILE_MODES and response.status < 400 and not route.endswith(":presign")
                 and (route.startswith(SESSION_ROUTE_PREFIX + "/files") or route.startswith("/v1/shared/files"))):
-            _audit_file_change(security, principal, session_id, request.method,
-                               request.match_info.get("path") or request.query.get("dir"), response.status)
+            await _audit_file_change(security, principal, session_id, request.method,
+                                     request.match_info.get("path") or request.query.get("dir"), response.status)
         return response
     finally:
         CURRENT.reset(token)
@@ -254,12 +253,13 @@ def batch_item_hold(request: web.Request) -> Callable[[], AbstractAsyncContextMa
     return hold
 
 
-def _audit_file_change(security: Security, principal: Principal, session_id: str | None, method: str,
-                       path: str | None, status: int) -> None:
+async def _audit_file_change(security: Security, principal: Principal, session_id: str | None, method: str,
+                             path: str | None, status: int) -> None:
+    """The change's audit row, committed before the response is sent."""
     owner = security.tenants.owner(session_id) if session_id else None
-    security.audit.record_file_change(workspace=principal.workspace, key_id=principal.key_id, session=session_id,
-                                      ephemeral=bool(owner and owner.ephemeral), mode=_FILE_MODES[method],
-                                      path=path, status=status)
+    await asyncio.wrap_future(security.audit.record_file_change(
+        workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+        ephemeral=bool(owner and owner.ephemeral), mode=_FILE_MODES[method], path=path, status=status))
 
 
 # -- sessions: quota on create, ownership, listing -------------------------------------------
@@ -327,7 +327,10 @@ def visible_page(request: web.Request, cursor: str | None, limit: int):
 
 
 def audit_observer(app: web.Application):
-    def observe(target, request, result, mode: str) -> None:
+    """Records each execution's audit row; the awaitable it returns is the row's commit, which the
+    execution's response waits for."""
+
+    def observe(target, request, result, mode: str) -> Awaitable[None] | None:
         security = app.get(SECURITY)
         if security is None:
             return
@@ -342,7 +345,7 @@ def audit_observer(app: web.Application):
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
         outcome = outcome_of(result) if result is not None else "aborted"
         try:
-            security.audit.record_execution(
+            committed = security.audit.record_execution(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
                 ephemeral=bool(owner and owner.ephemeral), mode=mode,
                 profile=live.row.profile if live is not None else None,
@@ -352,6 +355,7 @@ def audit_observer(app: web.Application):
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise
+        return asyncio.wrap_future(committed)
 
     return observe
 
@@ -388,12 +392,10 @@ async def security_context(app: web.Application) -> AsyncIterator[None]:
         tenants.release(session_id)
     pruned = audit.prune(settings.audit_retention_days)
     pruner = asyncio.create_task(_prune_daily(security), name="wasm-runner-audit-prune")
-    flusher = asyncio.create_task(_flush_audit(audit), name="wasm-runner-audit-flush")
     if pruned:
         log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
     yield
     pruner.cancel()
-    flusher.cancel()
     for session_id in tenants.ephemeral_sessions():
         live = service.sessions.sessions.get(session_id)
         if live is not None:
@@ -401,16 +403,6 @@ async def security_context(app: web.Application) -> AsyncIterator[None]:
         tenants.release(session_id)
     tenants.close()
     audit.close()
-
-
-async def _flush_audit(audit: AuditLog) -> None:
-    while True:
-        await asyncio.sleep(FLUSH_S)
-        if audit.flush_due():
-            try:
-                await asyncio.to_thread(audit.flush)
-            except sqlite3.Error:
-                log.exception("audit write failed; retrying", extra={"event": "audit_failed"})
 
 
 async def _prune_daily(security: Security) -> None:
