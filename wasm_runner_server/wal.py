@@ -9,7 +9,10 @@ WAL at every commit and survives both, at the cost of one fsync per commit.
 SQLite's automatic checkpoint runs inside the commit that crosses its threshold, which then
 takes tens of milliseconds (it writes and fsyncs the database file). It is turned off here,
 and a `Checkpointer` thread checkpoints instead, on its own connection: a passive checkpoint
-never blocks a writer, so commits stay short.
+never blocks a writer, so commits stay short. The WAL is rewound only once a checkpoint has
+copied all of it; under a steady stream of commits a passive one keeps being overtaken, so
+past `RESTART_FRAMES` the checkpointer holds writers off until it is through (writers wait
+for it as they would for an automatic checkpoint, only that rarely).
 """
 
 from __future__ import annotations
@@ -23,8 +26,13 @@ from wasm_runner_server.data_dir import connect_private, narrow_database
 
 Synchronous = Literal["NORMAL", "FULL"]
 
-CHECKPOINT_S = 1.0
-"""How often the checkpointer looks for committed pages to move into the database file."""
+CHECKPOINT_S = 0.25
+"""How often the checkpointer moves committed pages into the database file (a no-op when none are
+new); often enough that the WAL stays a few MiB under a steady stream of commits."""
+RESTART_FRAMES = 1000
+"""WAL pages (SQLite's own automatic checkpoint threshold) past which a checkpoint holds writers off."""
+WAL_KEPT_BYTES = 16 * 1024 * 1024
+"""A WAL that grew past this (a burst) is truncated back to it when it is next reused."""
 
 
 def connect_wal(path: Path, synchronous: Synchronous = "NORMAL") -> sqlite3.Connection:
@@ -35,6 +43,7 @@ def connect_wal(path: Path, synchronous: Synchronous = "NORMAL") -> sqlite3.Conn
     db.execute(f"PRAGMA synchronous={synchronous}")
     db.execute("PRAGMA busy_timeout=5000")
     db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
     return db
 
 
@@ -50,10 +59,13 @@ class Checkpointer:
 
     def _run(self) -> None:
         db = connect_private(self.path)
+        db.execute("PRAGMA busy_timeout=5000")
         try:
             while not self._stop.wait(self.interval):
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+                    if frames > RESTART_FRAMES:  # not rewound for a while: commits keep overtaking
+                        db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
                 except sqlite3.Error:
                     continue  # busy or locked: the next round tries again
         finally:

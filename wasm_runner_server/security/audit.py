@@ -102,6 +102,14 @@ class AuditFilter:
     until: float | None = None
 
 
+def _running_future() -> Future[None]:
+    """A batch's commit future, marked running: a waiter that gives up (a request cancelled when its
+    client left) cannot cancel it for the other rows of the batch."""
+    future: Future[None] = Future()
+    future.set_running_or_notify_cancel()
+    return future
+
+
 class AuditLog:
     def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024,
                  synchronous: Synchronous = "NORMAL") -> None:
@@ -116,7 +124,7 @@ class AuditLog:
         self._queue = threading.Condition()
         """Guards the queued rows, the future of their batch and the writer's start and stop."""
         self._pending: list[dict] = []
-        self._batch: Future[None] = Future()
+        self._batch = _running_future()
         self._closed = False
         self._writer: threading.Thread | None = None
         self._checkpointer: Checkpointer | None = None
@@ -178,7 +186,7 @@ class AuditLog:
                 if not self._pending:
                     return
                 rows, self._pending = self._pending, []
-                batch, self._batch = self._batch, Future()
+                batch, self._batch = self._batch, _running_future()
             values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
             try:
                 with self._db:  # one transaction: BEGIN ... COMMIT
