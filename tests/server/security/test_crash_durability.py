@@ -1,6 +1,6 @@
 """Nothing acknowledged is lost: SIGKILL the service right after a burst of answered executions
 and file writes, restart it on the same data directory, and find every audit row, every file
-and the session's metadata."""
+and the session's metadata (its next turn reporting that its kernel restarted)."""
 
 from __future__ import annotations
 
@@ -131,3 +131,7 @@ async def test_sigkill_after_acknowledged_burst_loses_no_audit_row_file_or_sessi
             restored = await response.json()
         for field in ("id", "profile", "created_at", "expires_at", "ttl_s", "idle_timeout_s", "metadata"):
             assert restored[field] == created[field], field
+        # the kernel that held the burst's state is gone, and the session's next turn says so
+        async with http.post(f"{url}/v1/sessions/{sid}/exec", json={"code": "print('after')"}) as response:
+            body = await response.json()
+        assert response.status == 200 and body["stdout"] == "after\n" and body["kernel_restarted"] is True, body
