@@ -5,4 +5,4 @@ buffer of guest output (a Python callback per write then, see `sandbox.OutputRou
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"wasm_runner.lowlevel.{name}", [f"wasm_runner/lowlevel/{name}.c"], optional=True)
-                   for name in ("_page_copy", "_output_sink")])
+                   for name in ("_page_copy", "_output_sink", "_held_descriptors")])

@@ -1,8 +1,20 @@
 """wasm-runner: run untrusted Python and JavaScript in WebAssembly with hard limits."""
 
 from wasm_runner.capture import OutputListener
-from wasm_runner.providers.wasm.sandbox import Mount
-from wasm_runner.runner import Runner, Session
+from wasm_runner.errors import (
+    InvalidMountError,
+    InvalidRequestError,
+    InvalidSessionIdError,
+    NoProviderError,
+    RunnerClosedError,
+    RuntimeUnavailableError,
+    SandboxPolicyError,
+    WasmRunnerError,
+)
+from wasm_runner.guest import Mount
+from wasm_runner.runner import Runner
+from wasm_runner.session import Session
+from wasm_runner_protocol import __version__ as __version__
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits
 
 __all__ = [
@@ -10,9 +22,17 @@ __all__ = [
     "ExecResult",
     "FileChanges",
     "GuestError",
+    "InvalidMountError",
+    "InvalidRequestError",
+    "InvalidSessionIdError",
     "Limits",
     "Mount",
+    "NoProviderError",
     "OutputListener",
     "Runner",
+    "RunnerClosedError",
+    "RuntimeUnavailableError",
+    "SandboxPolicyError",
     "Session",
+    "WasmRunnerError",
 ]

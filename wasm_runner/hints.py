@@ -5,16 +5,17 @@ from __future__ import annotations
 import re
 
 from wasm_runner_protocol.execution import GuestError
+from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
 _NETWORK = re.compile(r"socket|getaddrinfo|urllib|http\.client|ConnectionRefused|gaierror", re.I)
 _ENV_LOOKUP = re.compile(r"environ\s*\[|getenv|environ\.get|process\.env|std\.getenv")
-_OUTSIDE_PATH = re.compile(r"""['"](/(?!workspace\b|tmp\b)[^'"]*)['"]""")
+_OUTSIDE_PATH = re.compile(rf"""['"](/(?!{re.escape(GUEST_WORKSPACE[1:])}\b|{re.escape(GUEST_TMP[1:])}\b)[^'"]*)['"]""")
 
 NETWORK_HINT = ("network access is denied in this sandbox: no sockets, connections or name lookups; "
-                "bring data in as files in /workspace")
+                f"bring data in as files in {GUEST_WORKSPACE}")
 ENV_HINT = ("the sandbox sees only a few standard variables plus those passed in the request's `env` "
             "(or named by its profile); pass the variable explicitly")
-OUTSIDE_HINT = "only /workspace (the working directory) and /tmp are writable; other paths do not exist here"
+OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} are writable; other paths do not exist here"
 
 
 def with_hint(error: GuestError) -> GuestError:

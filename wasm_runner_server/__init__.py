@@ -29,3 +29,38 @@ its files is removed 24 hours after creation; a session may ask for up to 24 hou
 and 30 days TTL. Executions run at most `concurrency` (cores) at once, 64 more wait up
 to 30 s, beyond that 429 with Retry-After; up to 16 calls queue per session, in order.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from wasm_runner_protocol import __version__ as __version__
+
+if TYPE_CHECKING:
+    from wasm_runner_server.app import create_app
+    from wasm_runner_server.config import LimitsSection, Profile, ServerSettings, ServiceConfig, SessionPolicy, load_config
+    from wasm_runner_server.security.settings import AuthSettings
+
+_EXPORTS = {
+    "create_app": "wasm_runner_server.app",
+    "load_config": "wasm_runner_server.config",
+    "ServiceConfig": "wasm_runner_server.config",
+    "ServerSettings": "wasm_runner_server.config",
+    "SessionPolicy": "wasm_runner_server.config",
+    "LimitsSection": "wasm_runner_server.config",
+    "Profile": "wasm_runner_server.config",
+    "AuthSettings": "wasm_runner_server.security.settings",
+}
+"""Loaded on first use: the console script imports this package, and `wasm-runner run` needs
+neither aiohttp nor pydantic."""
+
+__all__ = [
+    "AuthSettings", "LimitsSection", "Profile", "ServerSettings", "ServiceConfig", "SessionPolicy", "create_app", "load_config",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`python -m server serve ...`: the service without the main CLI."""
+"""`python -m wasm_runner_server serve ...`: the service without the main CLI."""
 
 import sys
 

@@ -1,7 +1,11 @@
 """The application factory: routes, middlewares, and the service opened and closed with the app.
 
-    app = create_app(load_config("wasm-runner.toml"))
-    runner = ServiceRunner(app, handler_cancellation=True)   # server.http_server; or server.cli
+    app = create_app(load_config("wasm-runner.toml"))          # or create_app(config, OpenAccess())
+    runner = ServiceRunner(app, handler_cancellation=True)   # http.service_runner; or cli.serve
+
+The application is complete when `create_app` returns: its access policy (by default the
+`SecurityPolicy` of `config.auth`) gives a middleware, routes, a cleanup context, the
+sessions' extra mounts and the execution observer, all passed in at construction.
 
 Start-up opens the session store, restores sessions and warms the Python runtime
 (readiness waits for it). Shutdown stops admitting executions, gives running ones
@@ -22,13 +26,15 @@ from aiohttp import web
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import error_middleware
+from wasm_runner_server.http.paths import LINK_PREFIX
+from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import meta as routes_meta
 from wasm_runner_server.http.routes import sessions as routes_sessions
-from wasm_runner_server.security.presign import LINK_PREFIX
-from wasm_runner_server.service import CONFIG, SERVICE, Service
+from wasm_runner_server.security.policy import SecurityPolicy
+from wasm_runner_server.sessions.service import CONFIG, SERVICE, Service
 
 log = logging.getLogger("wasm_runner.server")
 access = logging.getLogger("wasm_runner.server.access")
@@ -72,7 +78,8 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
 
 
 async def service_context(app: web.Application) -> AsyncIterator[None]:
-    service = await Service.open(app[CONFIG])
+    policy = app[POLICY]
+    service = await Service.open(app[CONFIG], mounts_for=policy.session_mounts, observers=[policy.on_execution])
     app[SERVICE] = service
     log.info("started", extra={"event": "started", "data_dir": str(app[CONFIG].server.data_dir),
                                "concurrency": app[CONFIG].server.concurrency})
@@ -86,25 +93,33 @@ async def _on_shutdown(app: web.Application) -> None:
         await service.shutdown()
 
 
-def create_app(config: ServiceConfig | None = None) -> web.Application:
+def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None = None) -> web.Application:
+    """The service's application; `policy` decides who may do what (default: `SecurityPolicy(config)`)."""
     config = config or ServiceConfig()
+    policy = policy if policy is not None else SecurityPolicy(config)
     app = web.Application(client_max_size=config.server.max_body_bytes,
-                          middlewares=[observe_middleware, error_middleware])
+                          middlewares=[observe_middleware, error_middleware, policy.middleware])
     app[CONFIG] = config
-    app.add_routes(routes_meta.routes)
-    app.add_routes(routes_sessions.routes)
-    app.add_routes(routes_exec.routes)
-    app.add_routes(routes_files.routes)
-    app.add_routes(routes_batch.routes)
+    app[POLICY] = policy
+    for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
+                  routes_batch.routes):
+        app.add_routes(table)
+    app.add_routes(policy.routes())
     app.cleanup_ctx.append(service_context)
+    app.cleanup_ctx.append(policy.context)  # after the service's: it needs app[SERVICE]
     app.on_startup.append(routes_meta.build_openapi)
     app.on_shutdown.append(_on_shutdown)
-    # --- MCP over streamable HTTP at /mcp (issue 6): same service, same middlewares ---
-    from wasm_runner_server.mcp.server import mount_mcp
-    mount_mcp(app)
-    # --- end MCP ---
-    # --- issue 5: API keys, workspace isolation, quotas, presigned links, audit log ---
-    from wasm_runner_server.security.policy import install_security
-    install_security(app)
-    # --- end issue 5 ---
+    _mount_mcp(app)
     return app
+
+
+def _mount_mcp(app: web.Application) -> None:
+    """MCP over streamable HTTP at /mcp (same service, same middlewares), when the `mcp` extra is installed."""
+    try:
+        from wasm_runner_server.mcp.server import mount_mcp
+    except ImportError as exc:
+        if exc.name is None or not (exc.name == "mcp" or exc.name.startswith(("mcp.", "mcp_types"))):
+            raise
+        log.info("MCP is not served: the mcp package is not installed", extra={"event": "mcp_unavailable"})
+        return
+    mount_mcp(app)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from wasm_runner import Limits
 from wasm_runner_protocol.execution import MiB
+from wasm_runner_protocol.guest import check_guest_path
 from wasm_runner_server.security.settings import AuthSettings
 
 GiB = 1024 * MiB
@@ -94,9 +95,7 @@ class MountConfig(_Model):
     @field_validator("guest")
     @classmethod
     def _guest_path(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") in ("", "/workspace", "/tmp") or ".." in value.split("/"):
-            raise ValueError("guest must be an absolute path other than /, /workspace and /tmp, without '..'")
-        return value.rstrip("/")
+        return check_guest_path(value)  # the rule of every Mount
 
     @field_validator("host")
     @classmethod

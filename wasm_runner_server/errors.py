@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 
 from wasm_runner.workspace import files
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("wasm_runner.server")
@@ -25,7 +26,7 @@ _encoder = msgspec.json.Encoder()
 class ApiError(Exception):
     """An error answered to the client: HTTP status, stable code, message and hint."""
 
-    def __init__(self, status: int, code: str, message: str, hint: str | None = None,
+    def __init__(self, status: int, code: ErrorCode, message: str, hint: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
@@ -42,11 +43,18 @@ class ApiError(Exception):
                             headers=self.headers)
 
 
-def not_found(what: str, name: str, hint: str | None = None) -> ApiError:
-    return ApiError(404, f"{what}_not_found", f"no {what.replace('_', ' ')} {name!r}", hint)
+def not_found(code: ErrorCode, name: str, hint: str | None = None) -> ApiError:
+    """A 404 worded from its code: `not_found(ErrorCode.KEY_NOT_FOUND, "k")` says "no key 'k'"."""
+    what = code.removesuffix("_not_found").replace("_", " ")
+    return ApiError(404, code, f"no {what} {name!r}", hint)
 
 
-def overloaded(retry_after: int, message: str, code: str = "overloaded") -> ApiError:
+def session_not_found(session_id: str, hint: str = "create one with POST /v1/sessions") -> ApiError:
+    """What a session that does not exist answers; a session the caller may not see answers exactly this."""
+    return not_found(ErrorCode.SESSION_NOT_FOUND, session_id, hint)
+
+
+def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERLOADED) -> ApiError:
     return ApiError(429, code, message, "retry after the number of seconds in Retry-After",
                     {"Retry-After": str(retry_after)})
 
@@ -85,20 +93,21 @@ def from_file_error(exc: files.FileOpError) -> ApiError:
 
 def from_validation(exc: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
     if isinstance(exc, msgspec.ValidationError):
-        return ApiError(422, "validation_error", str(exc), "see /openapi.json for the request schema")
-    return ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}", "send a JSON object")
+        return ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "see /openapi.json for the request schema")
+    return ApiError(400, ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}", "send a JSON object")
 
 
 _HTTP_CODES = {
-    400: "bad_request", 404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
-    408: "request_timeout", 411: "length_required", 413: "body_too_large", 414: "uri_too_long",
-    415: "unsupported_media_type", 416: "range_not_satisfiable", 431: "headers_too_large",
+    400: ErrorCode.BAD_REQUEST, 404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED,
+    406: ErrorCode.NOT_ACCEPTABLE, 408: ErrorCode.REQUEST_TIMEOUT, 411: ErrorCode.LENGTH_REQUIRED,
+    413: ErrorCode.BODY_TOO_LARGE, 414: ErrorCode.URI_TOO_LONG, 415: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    416: ErrorCode.RANGE_NOT_SATISFIABLE, 431: ErrorCode.HEADERS_TOO_LARGE,
 }
 
 
 def from_http_exception(exc: web.HTTPException) -> ApiError:
     status = exc.status
-    code = _HTTP_CODES.get(status, "http_error")
+    code = _HTTP_CODES.get(status, ErrorCode.HTTP_ERROR)
     message = exc.reason or "error"
     text = exc.text if isinstance(exc.text, str) else ""
     if text and not text.startswith(f"{status}:"):
@@ -121,20 +130,20 @@ PARSER_HINT = "the request is not valid HTTP/1.1: check the request line, the he
 def parser_error(status: int, exc: BaseException | None, message: str | None) -> ApiError:
     """The error answered for what aiohttp's server refused or failed at, before or around a handler."""
     if status == 500:
-        return ApiError(500, "internal_error", "the server failed to handle this request",
+        return ApiError(500, ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",
                         "retry; if it persists, report it with the time of the request")
     if status == 504:
-        return ApiError(504, "handler_timeout", "the request took too long to handle", "retry later")
+        return ApiError(504, ErrorCode.HANDLER_TIMEOUT, "the request took too long to handle", "retry later")
     text = (message or getattr(exc, "message", "") or "").strip()
     text = text.splitlines()[0].rstrip(":") if text else "malformed request"
     if isinstance(exc, LineTooLong):
-        return ApiError(status, "line_too_long", f"a request line or header is too long ({text})",
+        return ApiError(status, ErrorCode.LINE_TOO_LONG, f"a request line or header is too long ({text})",
                         "keep URLs and each header under 8 KiB; send data in the body")
     if isinstance(exc, BadHttpMethod):
-        return ApiError(status, "bad_method", f"the request's method is not valid ({text})", PARSER_HINT)
+        return ApiError(status, ErrorCode.BAD_METHOD, f"the request's method is not valid ({text})", PARSER_HINT)
     if isinstance(exc, BadHttpMessage) and "too many headers" in text.lower():
-        return ApiError(status, "too_many_headers", "the request has too many headers", "send fewer headers")
-    return ApiError(status, "malformed_request", f"the request could not be parsed: {text[:300]}", PARSER_HINT)
+        return ApiError(status, ErrorCode.TOO_MANY_HEADERS, "the request has too many headers", "send fewer headers")
+    return ApiError(status, ErrorCode.MALFORMED_REQUEST, f"the request could not be parsed: {text[:300]}", PARSER_HINT)
 
 
 @web.middleware
@@ -159,5 +168,5 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         raise
     except Exception:
         log.exception("unhandled error", extra={"event": "internal_error", "path": request.path})
-        return ApiError(500, "internal_error", "the server failed to handle this request",
+        return ApiError(500, ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",
                         "retry; if it persists, report it with the time of the request").response()

@@ -56,13 +56,15 @@ from wasm_runner_client.wire import (
     UploadResult,
     WriteResult,
 )
+from wasm_runner_protocol import __version__ as __version__
 from wasm_runner_protocol.execution import ExecResult, Limits
 
 __all__ = [
     "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
     "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
     "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
-    "OutputChunk", "OutputFile", "PayloadTooLargeError", "PresignResult", "PermissionDeniedError", "ProfileList", "RateLimitedError",
+    "OutputChunk", "OutputFile", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
+    "RateLimitedError",
     "Retry", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList", "TextEdit", "TransportError",
     "UploadResult", "WasmRunnerError", "WriteResult",
 ]

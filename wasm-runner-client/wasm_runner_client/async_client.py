@@ -17,7 +17,7 @@ import httpx
 from wasm_runner_client import calls
 from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, Upload, decode, query, session_path
 from wasm_runner_client.errors import TransportError, error_for
-from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, _is_listing, _not_a_file, client_headers
+from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -214,8 +214,8 @@ class AsyncClient:
 
     async def read_file(self, session_id: str, path: str) -> bytes:
         response = await self._send(self._file_call("GET", session_id, path))
-        if _is_listing(response):
-            raise _not_a_file(path)
+        if calls.is_listing(response.headers):
+            raise calls.not_a_file(path)
         return response.content
 
     async def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
@@ -224,8 +224,8 @@ class AsyncClient:
     async def download(self, session_id: str, path: str, dest: str | os.PathLike[str] | IO[bytes]) -> int:
         response = await self._send(self._file_call("GET", session_id, path), stream=True)
         try:
-            if _is_listing(response):
-                raise _not_a_file(path)
+            if calls.is_listing(response.headers):
+                raise calls.not_a_file(path)
             return await _write_to(dest, response.aiter_bytes(CHUNK))
         finally:
             await response.aclose()
@@ -246,8 +246,7 @@ class AsyncClient:
                      dir: str = "") -> UploadResult:
         parts: list[tuple[str, bytes | Upload]] = []
         for name, data in files.items():
-            content, upload = calls.body_of(data)
-            parts.append((name, content if content is not None else upload))
+            parts.append((name, calls.part_of(data)))
         call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
         return await self._call(call, UploadResult)
 

@@ -15,8 +15,9 @@ from urllib.parse import quote
 
 import msgspec
 
-from wasm_runner_client.errors import ApiError, error_for, parse_retry_after
+from wasm_runner_client.errors import ApiError, ConflictError, error_for, parse_retry_after
 from wasm_runner_client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Limits
 
 T = TypeVar("T")
@@ -242,12 +243,18 @@ def query(**values: Any) -> dict[str, str]:
     return params
 
 
-def body_of(data: bytes | str | IO[bytes]) -> tuple[bytes | None, Upload | None]:
+def part_of(data: bytes | str | IO[bytes]) -> bytes | Upload:
+    """Text and bytes are sent as they are; a file object is streamed."""
     if isinstance(data, str):
-        return data.encode("utf-8"), None
+        return data.encode("utf-8")
     if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data), None
-    return None, Upload(data)
+        return bytes(data)
+    return Upload(data)
+
+
+def body_of(data: bytes | str | IO[bytes]) -> tuple[bytes | None, Upload | None]:
+    part = part_of(data)
+    return (part, None) if isinstance(part, bytes) else (None, part)
 
 
 # -- server-sent events -----------------------------------------------------------------------------
@@ -297,7 +304,7 @@ class StreamState(Generic[R]):
         name, data = event
         if name in ("stdout", "stderr"):
             text = msgspec.json.decode(data.encode("utf-8"), type=dict).get("text", "")
-            return OutputChunk(stream=name, text=text)
+            return OutputChunk(stream="stdout" if name == "stdout" else "stderr", text=text)
         if name == "result":
             self.result = decode(self.result_type, data.encode("utf-8"))
         elif name == "error":
@@ -305,5 +312,14 @@ class StreamState(Generic[R]):
         return None
 
     def ended_early(self) -> ApiError:
-        return ApiError(None, "stream_ended", "the event stream ended without a result",
+        return ApiError(None, ErrorCode.STREAM_ENDED, "the event stream ended without a result",
                         "the connection was cut or the server stopped; run the code again")
+
+
+def not_a_file(path: str) -> ConflictError:
+    return ConflictError(409, "is_a_directory", f"{path!r} is a directory", "use list_files for its entries")
+
+
+def is_listing(headers: Mapping[str, str]) -> bool:
+    """GET on a directory answers its listing as JSON; a file's answer always has Accept-Ranges."""
+    return "accept-ranges" not in headers and headers.get("content-type", "").startswith("application/json")

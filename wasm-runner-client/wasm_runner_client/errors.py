@@ -17,15 +17,13 @@ from collections.abc import Mapping
 
 import msgspec
 
+from wasm_runner_protocol.errors import ErrorCode, WasmRunnerError
+
 __all__ = [
     "ApiError", "AuthenticationError", "BadRequestError", "ConflictError", "NotFoundError", "PayloadTooLargeError",
     "PermissionDeniedError", "RateLimitedError", "ServerError", "ServiceUnavailableError", "TransportError",
     "WasmRunnerError", "error_for", "parse_retry_after",
 ]
-
-
-class WasmRunnerError(Exception):
-    """Base of every error the client raises."""
 
 
 class TransportError(WasmRunnerError):
@@ -129,8 +127,8 @@ def error_for(status: int | None, body: bytes, headers: Mapping[str, str] | None
     elif not message:
         message = f"HTTP {status}"
     if status is None:
-        cls = {"overloaded": RateLimitedError, "session_busy": RateLimitedError,
-               "shutting_down": ServiceUnavailableError}.get(code, ApiError)
+        cls = {ErrorCode.OVERLOADED: RateLimitedError, ErrorCode.SESSION_BUSY: RateLimitedError,
+               ErrorCode.SHUTTING_DOWN: ServiceUnavailableError}.get(code, ApiError)
     else:
         cls = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
     lowered = {k.lower(): v for k, v in (headers or {}).items()}

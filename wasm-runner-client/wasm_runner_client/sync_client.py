@@ -13,7 +13,7 @@ import httpx
 
 from wasm_runner_client import calls
 from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, decode, query, session_path
-from wasm_runner_client.errors import ConflictError, TransportError, error_for
+from wasm_runner_client.errors import TransportError, error_for
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -49,16 +49,6 @@ def client_headers(api_key: str | None, headers: Mapping[str, str] | None) -> di
     if api_key:
         merged["Authorization"] = f"Bearer {api_key}"
     return merged
-
-
-def _not_a_file(path: str) -> ConflictError:
-    return ConflictError(409, "is_a_directory", f"{path!r} is a directory", "use list_files for its entries")
-
-
-def _is_listing(response: httpx.Response) -> bool:
-    """GET on a directory answers its listing as JSON; a file's answer always has Accept-Ranges."""
-    return "accept-ranges" not in response.headers and response.headers.get("content-type", "").startswith(
-        "application/json")
 
 
 class Client:
@@ -242,8 +232,8 @@ class Client:
 
     def read_file(self, session_id: str, path: str) -> bytes:
         response = self._send(self._file_call("GET", session_id, path))
-        if _is_listing(response):
-            raise _not_a_file(path)
+        if calls.is_listing(response.headers):
+            raise calls.not_a_file(path)
         return response.content
 
     def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
@@ -253,8 +243,8 @@ class Client:
         """Stream a workspace file to a local path or a binary file object; the bytes written."""
         response = self._send(self._file_call("GET", session_id, path), stream=True)
         try:
-            if _is_listing(response):
-                raise _not_a_file(path)
+            if calls.is_listing(response.headers):
+                raise calls.not_a_file(path)
             return _write_to(dest, response.iter_bytes(CHUNK))
         finally:
             response.close()
@@ -277,8 +267,7 @@ class Client:
         """Several files in one multipart request: workspace path (under `dir`) -> contents."""
         parts: list[tuple[str, bytes | calls.Upload]] = []
         for name, data in files.items():
-            content, upload = calls.body_of(data)
-            parts.append((name, content if content is not None else upload))
+            parts.append((name, calls.part_of(data)))
         call = Call("POST", session_path(session_id, "files"), params=query(dir=dir or None), multipart=parts)
         return self._call(call, UploadResult)
 

@@ -17,15 +17,13 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
+from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
+from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
+from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
 
 T = TypeVar("T")
 
-SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
-"""Identifier patterns end in \\Z, never $: msgspec searches with Python's re, whose $ also matches
-before a final newline ("abc\\n" would pass). The JSON Schemas turn \\Z back into $, which means the
-end of the text in their ECMA-262 dialect (see `ecma_patterns`)."""
-SessionId = Annotated[str, Meta(pattern=SESSION_ID_PATTERN, description="1-64 letters, digits, '-' or '_'")]
-ProfileName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}\Z")]
+ProfileName = Annotated[str, Meta(pattern=PROFILE_NAME_PATTERN)]
 EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")]
 EnvMap = Annotated[dict[EnvName, Annotated[str, Meta(max_length=32768)]], Meta(max_length=256)]
 Seconds = Annotated[float, Meta(gt=0, le=10 * 365 * 86400)]

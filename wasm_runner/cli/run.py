@@ -14,8 +14,7 @@ import msgspec
 
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecResult, Limits, MiB
-
-EXTENSIONS = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".sh": "bash"}
+from wasm_runner_protocol.guest import language_for_path
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"wasm-runner run: no such file: {path}", file=sys.stderr)
             return 2
         code = path.read_text()
-        language = args.language or EXTENSIONS.get(path.suffix)
+        language = args.language or language_for_path(path.name)
         if language is None:
             print(f"wasm-runner run: cannot tell the language of {path.name}; pass --lang", file=sys.stderr)
             return 2

@@ -6,7 +6,7 @@ result back, resets the instance and goes on; the event loop only reads requests
 ahead and passes results on. (Going through `Runner.run` per item, a task, a
 future and two thread hand-offs each, cost a third of the CPU a check takes.)
 
-Lanes run in worker processes (`worker_processes`) where they can: two lanes as
+Lanes run in worker processes (`workers.ProcessLanes`) where they can: two lanes as
 threads of one process reached 1.7-2.0x one lane's checks/s on 2 cores, two
 processes 2.2x (host-side work of the two contends in one interpreter and one
 address space). A Runner with providers of its own (which cannot be rebuilt in
@@ -19,15 +19,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from typing import Protocol
 
-from wasm_runner.providers.base import Job
+from wasm_runner.errors import InvalidRequestError, RunnerClosedError
+from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue
+from wasm_runner.execution.results import host_error_result, invalid_request_result
+from wasm_runner.execution.scratch import ScratchPool
+from wasm_runner.providers.base import Job, Provider
 from wasm_runner.workspace.layout import Workspace
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-if TYPE_CHECKING:
-    from wasm_runner.runner import Runner
+ProviderFor = Callable[[ExecRequest], Provider]
+"""The provider that runs a request (raises InvalidRequestError when none does)."""
 
 log = logging.getLogger("wasm_runner")
 
@@ -38,8 +42,9 @@ LANE_ITEMS = 32
 class ItemLane:
     """Runs items one after another in a scratch workspace of its own (one thread at a time)."""
 
-    def __init__(self, runner: "Runner") -> None:
-        self.runner = runner
+    def __init__(self, provider_for: ProviderFor, scratch: ScratchPool) -> None:
+        self.provider_for = provider_for
+        self.scratch = scratch
         self.workspace: Workspace | None = None
         self.job: Job | None = None
         """The item running now (a watchdog and cancellation reach it here)."""
@@ -48,12 +53,11 @@ class ItemLane:
 
     def run(self, request: ExecRequest) -> ExecResult:
         try:
-            provider = self.runner.provider_for(request)
-        except ValueError as exc:
-            return ExecResult(exit_code=2, id=request.id, language=request.language,
-                              error=GuestError(type="InvalidRequest", message=str(exc)))
+            provider = self.provider_for(request)
+        except InvalidRequestError as exc:
+            return invalid_request_result(request, exc)
         if self.workspace is None:
-            self.workspace = self.runner._new_scratch()
+            self.workspace = self.scratch.new()
         job = self.job = Job(request, self.workspace, None, None, scratch=True)
         if self.stop_requested:
             job.cancel()
@@ -61,8 +65,7 @@ class ItemLane:
             return provider.execute(job)
         except Exception as exc:  # noqa: BLE001 - one item's failure is its result
             log.exception("a batch item failed on the host")
-            return ExecResult(exit_code=1, id=request.id, language=request.language,
-                              error=GuestError(type="HostError", message=f"the item could not run: {exc}"))
+            return host_error_result(request, exc)
 
     def finish(self) -> None:
         """Once the result is out: reset the instance for the next item, or leave a workspace
@@ -76,24 +79,38 @@ class ItemLane:
             except Exception:  # noqa: BLE001 - the next item gets a new instance
                 log.exception("resetting an instance after a batch item failed")
         if (job.cancelled or job.left_entries != 0) and self.workspace is not None:
-            self.runner._discard_scratch(self.workspace)
+            self.scratch.discard(self.workspace)
             self.workspace = None
 
     def close(self) -> None:
         if self.workspace is not None:
-            self.runner._discard_scratch(self.workspace)
+            self.scratch.discard(self.workspace)
             self.workspace = None
+
+
+class Lanes(Protocol):
+    """How a batch's items run: as worker threads (`ThreadLanes`) or worker processes."""
+
+    def start(self) -> None:
+        """Begin (on the event loop's thread)."""
+
+    def fill(self) -> None:
+        """Start items from the batch's read-ahead while lanes have room."""
+
+    async def stop(self) -> None:
+        """Stop the guests still running and wait for their lanes."""
 
 
 class Batch:
     """One `run_many` call: read-ahead, lanes, results in completion order."""
 
-    def __init__(self, runner: "Runner", requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
-                 concurrency: int) -> None:
-        self.runner = runner
+    def __init__(self, requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest], concurrency: int,
+                 workers: int, make_lanes: Callable[[Batch], Lanes]) -> None:
         self.requests = requests
-        self.lane_count = max(1, min(concurrency, runner.concurrency))
+        self.lane_count = max(1, min(concurrency, workers))
         """More lanes than workers would only queue behind each other."""
+        self.make_lanes = make_lanes
+        """The Runner decides: worker processes where it has them, else threads."""
         self.room = asyncio.Semaphore(concurrency + self.lane_count)
         """Items read but not yet yielded: the read-ahead keeps every lane fed, and memory flat."""
         self.pending: collections.deque[ExecRequest] = collections.deque()
@@ -105,13 +122,7 @@ class Batch:
 
     async def results_in_completion_order(self) -> AsyncIterator[ExecResult]:
         self.loop = asyncio.get_running_loop()
-        workers = self.runner._worker_pool
-        if self.lane_count > 1 and workers is not None and not workers.broken:
-            from wasm_runner.execution.workers import ProcessLanes
-
-            self.lanes: ThreadLanes | ProcessLanes = ProcessLanes(self, workers)
-        else:
-            self.lanes = ThreadLanes(self)
+        self.lanes: Lanes = self.make_lanes(self)
         self.lanes.start()
         feeder = asyncio.create_task(self._feed())
         try:
@@ -164,9 +175,11 @@ class _ThreadLane(ItemLane):
 class ThreadLanes:
     """Lanes as jobs on the Runner's workers, each running up to `LANE_ITEMS` items a turn."""
 
-    def __init__(self, batch: Batch) -> None:
+    def __init__(self, batch: Batch, executor: Executor, provider_for: ProviderFor, scratch: ScratchPool) -> None:
         self.batch = batch
-        self.runner = batch.runner
+        self.executor = executor
+        self.provider_for = provider_for
+        self.scratch = scratch
         self.running: dict[_ThreadLane, asyncio.Future] = {}
 
     def start(self) -> None:
@@ -175,13 +188,13 @@ class ThreadLanes:
     def fill(self) -> None:
         batch = self.batch
         while batch.pending and len(self.running) < batch.lane_count and not batch.stopped:
-            self._submit(_ThreadLane(self.runner))
+            self._submit(_ThreadLane(self.provider_for, self.scratch))
 
     def _submit(self, lane: _ThreadLane) -> None:
         try:
-            queued = self.runner._executor.submit(self._run, lane)
-        except RuntimeError:  # the Runner was closed
-            self.batch.fail(RuntimeError("the Runner was closed during the batch"))
+            queued = self.executor.spawn(self._run, lane)
+        except RunnerClosedError:
+            self.batch.fail(RunnerClosedError("the Runner was closed during the batch"))
             return
         future = asyncio.wrap_future(queued, loop=self.batch.loop)
         self.running[lane] = future
@@ -194,7 +207,7 @@ class ThreadLanes:
             self._submit(lane)  # behind whatever else waits for a worker
             return
         if lane.workspace is not None:
-            self.runner._keep_scratch(lane.workspace)
+            self.scratch.keep(lane.workspace)
             lane.workspace = None
         self.fill()
 
@@ -216,17 +229,15 @@ class ThreadLanes:
 
     async def _watch(self) -> None:
         """A guest blocked in a host call past its deadline: answer for it, replace its worker."""
-        from wasm_runner.runner import WATCHDOG_POLL_S, _overdue
-
         while True:
             await asyncio.sleep(WATCHDOG_POLL_S)
             for lane in list(self.running):
                 job = lane.job
-                if job is not None and _overdue(job) and not lane.abandoned:
+                if job is not None and is_overdue(job) and not lane.abandoned:
                     lane.abandoned = True
                     job.cancel()
                     del self.running[lane]
-                    self.batch.deliver(self.runner._abandoned(job))
+                    self.batch.deliver(self.executor.replace_stuck_worker(job))
                     self.fill()
 
     async def stop(self) -> None:

@@ -1,10 +1,10 @@
-"""Worker processes of a Runner, both ends of their pipes: batch lanes and one-shot runs.
+"""Worker processes of a Runner, the parent's side: batch lanes and one-shot runs.
 
 A Runner starts workers on its first batch (and, with `one_shot_workers`, on its first
-one-shot run) and keeps them: each is a `python -c` process running this module's
-`main`, with a Runner of its own (same mounts, a data directory inside the parent's
+one-shot run) and keeps them: each is a `python -m wasm_runner.execution.worker_main`
+process, with a Runner of its own (same mounts, a data directory inside the parent's
 scratch directory) and one `ItemLane`. Orders (run item N, or cancel item N) and answers
-cross the pipes as length-prefixed msgpack frames; pipe I/O is done by threads, so any
+cross the pipes as frames (`pipe`); pipe I/O is done by threads, so any
 event loop can use a worker. A batch keeps up to `DEPTH` items in each of its workers,
 so that the next one is there when one finishes.
 
@@ -17,62 +17,33 @@ their guests stop at once.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import os
-import queue
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import threading
-import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable
 
 import msgspec
 
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
-
-if TYPE_CHECKING:
-    from wasm_runner.execution.lanes import Batch
-    from wasm_runner.runner import Runner
+import wasm_runner_protocol
+from wasm_runner.execution.lanes import Batch, Lanes
+from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
+from wasm_runner.execution.results import lost_result
+from wasm_runner.guest import Mount
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 log = logging.getLogger("wasm_runner")
 
 DEPTH = 2
 """Items handed to a worker at once: the one it runs and the next."""
-_HEADER = struct.Struct("<I")
-_READY = b"ready"
-
-
-class _Order(msgspec.Struct, array_like=True):
-    """Parent to worker: run `request` as item `seq`, or (no request) cancel item `seq`."""
-
-    seq: int
-    request: ExecRequest | None = None
-
-
-class _Answer(msgspec.Struct, array_like=True):
-    seq: int
-    result: ExecResult
-
-
-def _write_frame(stream: IO[bytes], body: bytes) -> None:
-    stream.write(_HEADER.pack(len(body)) + body)
-    stream.flush()
-
-
-def _read_frame(stream: IO[bytes]) -> bytes | None:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(header)
-    body = stream.read(size)
-    return body if len(body) == size else None
+PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i in
+                                    ((__file__, 2), (wasm_runner_protocol.__file__, 1))))
+"""Where this copy of the packages sits: a worker finds them there if not otherwise (a script run from elsewhere)."""
 
 
 # -- the parent's side ----------------------------------------------------------------
@@ -81,26 +52,25 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
 class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
-    def __init__(self, runner: "Runner") -> None:
-        self.data_dir = runner.scratch_dir / f"worker-{uuid.uuid4().hex}"
-        config = {"data_dir": str(self.data_dir),
-                  "mounts": [{"host": str(m.host), "guest": m.guest, "writable": m.writable} for m in runner.mounts]}
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+        self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
+        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts]}
         # The parent's own way to the package comes first (inherited environment and working
-        # directory); its location is the fallback (a script run from elsewhere).
-        start = (f"import sys; sys.path.append({str(Path(__file__).resolve().parents[2])!r}); "
-                 "from wasm_runner.execution.workers import main; main()")
-        self.proc = subprocess.Popen([sys.executable, "-c", start, json.dumps(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # directory); its location is the fallback.
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
+        self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.ready = threading.Event()
         self.in_flight: dict[int, ExecRequest] = {}
         """Items sent and not answered, oldest (the one running) first."""
         self._seq = 0
-        self.on_result: Callable[["Worker", int, ExecResult], None] | None = None
-        self.on_exit: Callable[["Worker"], None] | None = None
+        self.on_result: Callable[[Worker, int, ExecResult], None] | None = None
+        self.on_exit: Callable[[Worker], None] | None = None
         """Set by the user of the worker (a batch, or the one-shot runs); called on the reader thread."""
         self.exited = threading.Event()
         self.lock = threading.Lock()
-        self._decode = msgspec.msgpack.Decoder(_Answer).decode
+        self._decode = msgspec.msgpack.Decoder(Answer).decode
         self._encode = msgspec.msgpack.Encoder().encode
         self._write_lock = threading.Lock()
         threading.Thread(target=self._read, name="wasm-worker-reader", daemon=True).start()
@@ -108,17 +78,17 @@ class Worker:
     def send(self, request: ExecRequest) -> int:
         self._seq += 1
         self.in_flight[self._seq] = request
-        self._order(_Order(self._seq, request))
+        self._order(Order(self._seq, request))
         return self._seq
 
     def cancel(self, seq: int) -> None:
         """Stop item `seq` (its answer still comes, and is dropped)."""
-        self._order(_Order(seq))
+        self._order(Order(seq))
 
-    def _order(self, order: _Order) -> None:
+    def _order(self, order: Order) -> None:
         try:
             with self._write_lock:  # the worker reads eagerly: no wait
-                _write_frame(self.proc.stdin, self._encode(order))
+                write_frame(self.proc.stdin, self._encode(order))
         except (OSError, ValueError):  # it died: its reader reports the exit
             pass
 
@@ -128,9 +98,9 @@ class Worker:
 
     def _read(self) -> None:
         try:
-            if _read_frame(self.proc.stdout) == _READY:
+            if read_frame(self.proc.stdout) == READY:
                 self.ready.set()
-                while (frame := _read_frame(self.proc.stdout)) is not None:
+                while (frame := read_frame(self.proc.stdout)) is not None:
                     answer = self._decode(frame)
                     if self.on_result is not None:
                         self.on_result(self, answer.seq, answer.result)
@@ -143,8 +113,8 @@ class Worker:
             if on_exit is not None:
                 on_exit(self)
 
-    def watch(self, on_result: Callable[["Worker", int, ExecResult], None] | None,
-              on_exit: Callable[["Worker"], None] | None) -> bool:
+    def watch(self, on_result: Callable[[Worker, int, ExecResult], None] | None,
+              on_exit: Callable[[Worker], None] | None) -> bool:
         """Report results and the exit to these callbacks; False if it has exited already."""
         with self.lock:
             self.on_result, self.on_exit = on_result, on_exit
@@ -154,8 +124,9 @@ class Worker:
 class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
-    def __init__(self, runner: "Runner") -> None:
-        self.runner = runner
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+        self.scratch_dir = scratch_dir
+        self.mounts = mounts
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -167,7 +138,7 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.runner) for _ in range(count - len(taken))]
+        taken += [Worker(self.scratch_dir, self.mounts) for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
         return taken
@@ -190,11 +161,13 @@ class WorkerPool:
 
 
 class ProcessLanes:
-    """A batch's lanes, one per worker process."""
+    """A batch's lanes, one per worker process; `fallback` makes the lanes that take over when
+    no worker can start."""
 
-    def __init__(self, batch: "Batch", pool: WorkerPool) -> None:
+    def __init__(self, batch: Batch, pool: WorkerPool, fallback: Callable[[Batch], Lanes]) -> None:
         self.batch = batch
         self.pool = pool
+        self.fallback = fallback
         self.workers: list[Worker] = []
         self.starting: list[Worker] = []
 
@@ -263,16 +236,14 @@ class ProcessLanes:
         if worker.in_flight:
             lost, *after = worker.in_flight.values()
             if not batch.stopped:
-                batch.deliver(_lost(lost, worker.proc.returncode))
+                batch.deliver(lost_result(lost, worker.proc.returncode))
             batch.pending.extendleft(reversed(after))
             worker.in_flight.clear()
         if not batch.stopped:
             self._adopt(self.pool.take(1)[0])
 
     def _fall_back_to_threads(self) -> None:
-        from wasm_runner.execution.lanes import ThreadLanes
-
-        self.batch.lanes = ThreadLanes(self.batch)
+        self.batch.lanes = self.fallback(self.batch)
         self.batch.lanes.start()
         self.batch.lanes.fill()
 
@@ -347,7 +318,7 @@ class OneShotWorkers:
             worker.in_flight.clear()
         for future, request in lost:
             if future is not None:
-                _settle(future, _lost(request, worker.proc.returncode))
+                _settle(future, lost_result(request, worker.proc.returncode))
 
 
 def _settle(future: asyncio.Future[ExecResult], result: ExecResult) -> None:
@@ -364,91 +335,3 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *
         loop.call_soon_threadsafe(callback, *args)
     except RuntimeError:
         pass
-
-
-def _lost(request: ExecRequest, exit_code: int | None) -> ExecResult:
-    return ExecResult(exit_code=1, id=request.id, language=request.language, error=GuestError(
-        type="HostError", message=f"the worker process running this exited (code {exit_code}); "
-                                  "it did not finish: run it again"))
-
-
-# -- the worker's side ----------------------------------------------------------------
-
-
-def main() -> None:
-    from wasm_runner.execution.lanes import ItemLane
-    from wasm_runner.providers.wasm.sandbox import Mount
-    from wasm_runner.runner import WATCHDOG_POLL_S, Runner, _overdue
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
-    config = json.loads(sys.argv[1])
-    mounts = tuple(Mount(Path(m["host"]), m["guest"], m["writable"]) for m in config["mounts"])
-    # The pipes carry frames only: nothing else in the process (a print, a library, a
-    # native sandbox) may read or write them as its standard streams.
-    source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
-    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    os.dup2(2, 1)
-    orders: queue.SimpleQueue[_Order | None] = queue.SimpleQueue()
-    write_lock = threading.Lock()
-    running = [0, False]
-    """The item running now, and whether it was answered (the watchdog may answer for it)."""
-    cancelled: set[int] = set()
-    order_lock = threading.Lock()
-    """Between the reader's cancels and the start of an item: a cancel is never missed."""
-    encode = msgspec.msgpack.Encoder().encode
-    decode = msgspec.msgpack.Decoder(_Order).decode
-
-    def read_orders() -> None:  # eagerly, so that the parent's writes never wait
-        while (frame := _read_frame(source)) is not None:
-            order = decode(frame)
-            if order.request is not None:
-                orders.put(order)
-                continue
-            with order_lock:
-                if order.seq == running[0]:
-                    lane.stop_requested = True  # before its job exists
-                    job = lane.job
-                    if job is not None:
-                        job.cancel()
-                else:
-                    cancelled.add(order.seq)
-        orders.put(None)
-
-    def answer(seq: int, result: ExecResult) -> None:
-        with write_lock:
-            if running[0] == seq and not running[1]:
-                running[1] = True
-                _write_frame(out, encode(_Answer(seq, result)))
-
-    with Runner(config["data_dir"], concurrency=1, mounts=mounts) as runner:
-        lane = ItemLane(runner)
-
-        def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
-            while True:
-                time.sleep(WATCHDOG_POLL_S)
-                job, seq = lane.job, running[0]
-                if job is not None and _overdue(job):
-                    job.cancel()
-                    answer(seq, runner._abandoned(job))
-                    os._exit(70)
-
-        threading.Thread(target=read_orders, daemon=True).start()
-        threading.Thread(target=watch, daemon=True).start()
-        gc.collect()
-        gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
-        _write_frame(out, _READY)
-        while (order := orders.get()) is not None:
-            with order_lock:
-                running[:] = [order.seq, False]
-                lane.stop_requested = order.seq in cancelled
-                cancelled.discard(order.seq)
-            if lane.stop_requested:  # cancelled before it started: nobody waits for it
-                answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
-                continue
-            answer(order.seq, lane.run(order.request))
-            lane.finish()
-        lane.close()
-
-
-if __name__ == "__main__":
-    main()

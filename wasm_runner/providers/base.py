@@ -1,12 +1,17 @@
-"""The Provider protocol: how a session's execution reaches an isolation technology."""
+"""The Provider base class: how an execution reaches an isolation technology.
+
+A provider implements `execute`; every other hook has a default that does nothing, so the
+Runner calls them all without asking which ones a provider has."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from wasm_runner.capture import OutputListener
+from wasm_runner.guest import Mount
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
@@ -20,8 +25,8 @@ class Job:
     kernels: dict[str, Any] | None = None
     """The session's live kernels by language (the provider owns their contents); None for one-shot runs."""
     listener: OutputListener | None = None
-    mounts: tuple = ()
-    """Extra directories for this session only (wasm: `Mount`s), besides the provider's own."""
+    mounts: tuple[Mount, ...] = ()
+    """Extra directories for this session only, besides the provider's own."""
     scratch: bool = False
     """The workspace is a one-shot scratch directory, known to exist and to be empty."""
     left_entries: int | None = None
@@ -47,14 +52,29 @@ class Job:
             stop()
 
 
-class Provider(Protocol):
-    name: str
-    languages: frozenset[str]
+class Provider(ABC):
+    """An isolation technology: runs Jobs of the languages it names."""
 
+    name: ClassVar[str]
+    """How a request names it (`ExecRequest.provider`)."""
+    languages: ClassVar[frozenset[str]]
+
+    @abstractmethod
     def execute(self, job: Job) -> ExecResult:
         """Run the job to completion; every outcome, limit hits included, is an ExecResult."""
-        ...
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - an optional hook: none by default
         """Build, compile or check whatever execution needs, ahead of the first request."""
-        ...
+
+    def ready(self, workspace: Workspace, language: str) -> bool:
+        """Whether a one-shot run in this idle scratch workspace would start without waiting."""
+        return True
+
+    def prewarm(self, workspace: Workspace) -> None:  # noqa: B027 - an optional hook: none by default
+        """Make sandboxes ahead for an idle scratch workspace's next one-shot run."""
+
+    def discard(self, workspace: Workspace) -> None:  # noqa: B027 - an optional hook: none by default
+        """Drop what `prewarm` made for a scratch workspace that goes away."""
+
+    def close(self) -> None:  # noqa: B027 - an optional hook: none by default
+        """Release what the provider holds (the Runner is closing)."""

@@ -34,11 +34,13 @@ import re2
 import regex
 
 from wasm_runner.workspace.layout import remove_tree
+from wasm_runner_protocol.errors import ErrorCode, WasmRunnerError
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
-GUEST_ROOT = "/workspace"
+GUEST_ROOT = GUEST_WORKSPACE
 """How the guest names the workspace; absolute paths under it are accepted."""
 MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255
@@ -51,10 +53,10 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONB
 # -- errors ------------------------------------------------------------------------
 
 
-class FileOpError(Exception):
+class FileOpError(WasmRunnerError):
     """A file operation that cannot be done; `code` is stable, the message says why."""
 
-    code = "file_error"
+    code: ErrorCode = ErrorCode.FILE_ERROR
 
     def __init__(self, path: str, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -64,37 +66,37 @@ class FileOpError(Exception):
 
 
 class InvalidPathError(FileOpError):
-    code = "invalid_path"
+    code = ErrorCode.INVALID_PATH
 
 
 class PathEscapeError(FileOpError):
     """The path leaves the workspace (`..`, an absolute path elsewhere, or a symlink on the way)."""
 
-    code = "path_escape"
+    code = ErrorCode.PATH_ESCAPE
 
 
 class NoSuchFileError(FileOpError):
-    code = "file_not_found"
+    code = ErrorCode.FILE_NOT_FOUND
 
 
 class IsDirectoryError(FileOpError):
-    code = "is_a_directory"
+    code = ErrorCode.IS_A_DIRECTORY
 
 
 class NotDirectoryError(FileOpError):
-    code = "not_a_directory"
+    code = ErrorCode.NOT_A_DIRECTORY
 
 
 class NotRegularFileError(FileOpError):
-    code = "not_a_regular_file"
+    code = ErrorCode.NOT_A_REGULAR_FILE
 
 
 class DirectoryNotEmptyError(FileOpError):
-    code = "directory_not_empty"
+    code = ErrorCode.DIRECTORY_NOT_EMPTY
 
 
 class FileTooLargeError(FileOpError):
-    code = "file_too_large"
+    code = ErrorCode.FILE_TOO_LARGE
 
     def __init__(self, path: str, limit: int, message: str | None = None, hint: str | None = None) -> None:
         super().__init__(path, message or f"{path or 'the file'} is larger than the {limit}-byte limit", hint)
@@ -102,23 +104,23 @@ class FileTooLargeError(FileOpError):
 
 
 class NotTextError(FileOpError):
-    code = "not_text"
+    code = ErrorCode.NOT_TEXT
 
 
 class EditError(FileOpError):
-    code = "edit_failed"
+    code = ErrorCode.EDIT_FAILED
 
 
 class EditNotFoundError(EditError):
     """The text to replace does not occur in the file."""
 
-    code = "edit_not_found"
+    code = ErrorCode.EDIT_NOT_FOUND
 
 
 class EditNotUniqueError(EditError):
     """The text to replace occurs more than once and replace_all was not asked."""
 
-    code = "edit_not_unique"
+    code = ErrorCode.EDIT_NOT_UNIQUE
 
     def __init__(self, path: str, message: str, count: int, lines: list[int], hint: str | None = None) -> None:
         super().__init__(path, message, hint)
@@ -129,23 +131,23 @@ class EditNotUniqueError(EditError):
 class PatchError(FileOpError):
     """A unified diff that is malformed or whose context is not in the file."""
 
-    code = "patch_failed"
+    code = ErrorCode.PATCH_FAILED
 
 
 class InvalidPatternError(FileOpError):
-    code = "invalid_pattern"
+    code = ErrorCode.INVALID_PATTERN
 
 
 class BudgetExceededError(FileOpError):
     """The operation ran past its time budget (the request's share of the file workers)."""
 
-    code = "budget_exceeded"
+    code = ErrorCode.BUDGET_EXCEEDED
 
 
 class OperationCancelledError(FileOpError):
     """The operation was stopped because the one who asked for it went away."""
 
-    code = "cancelled"
+    code = ErrorCode.CANCELLED
 
 
 # -- results -----------------------------------------------------------------------

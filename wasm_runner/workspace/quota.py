@@ -37,9 +37,9 @@ def counted_mounts(mounts: Iterable) -> tuple[list, list[DiskBudget]]:
     """The writable mounts counted in the session's own limits, and the budgets of the others."""
     own, budgets = [], []
     for mount in mounts:
-        if not getattr(mount, "writable", False):
+        if not mount.writable:
             continue
-        budget = getattr(mount, "budget", None)
+        budget = mount.budget
         if budget is None:
             own.append(mount.host)
         else:

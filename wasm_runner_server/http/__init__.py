@@ -1,1 +1,2 @@
-"""The HTTP surface: request bodies and errors, OpenAPI, streaming, file work and the route tables (no security here: it is passed in)."""
+"""The HTTP surface: request bodies, OpenAPI, streaming, file work, the route tables and the
+AccessPolicy interface they ask (the security policy itself is passed in: http never imports it)."""

@@ -7,6 +7,7 @@ from typing import TypeVar
 import msgspec
 from aiohttp import web
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 
 T = TypeVar("T")
@@ -37,14 +38,14 @@ async def read_json(request: web.Request, type_: type[T], *, empty_ok: bool = Fa
     400 for malformed JSON, 422 for wrong types and unknown fields."""
     content_type = request.headers.get("Content-Type")
     if content_type is not None and not _is_json(content_type):
-        raise ApiError(415, "unsupported_media_type", f"expected a JSON body, got {content_type.split(';')[0]!r}",
+        raise ApiError(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, f"expected a JSON body, got {content_type.split(';')[0]!r}",
                        "send Content-Type: application/json")
     body = await request.read()
     if not body.strip():
         if empty_ok:
             body = b"{}"
         else:
-            raise ApiError(400, "invalid_json", "the request body is empty", "send a JSON object")
+            raise ApiError(400, ErrorCode.INVALID_JSON, "the request body is empty", "send a JSON object")
     decoder = _decoders.get(type_)
     if decoder is None:
         decoder = _decoders[type_] = msgspec.json.Decoder(type_)
@@ -57,7 +58,7 @@ def read_query(request: web.Request, type_: type[T]) -> T:
     try:
         return msgspec.convert(values, type_, strict=False)
     except msgspec.ValidationError as exc:
-        raise ApiError(422, "invalid_query", f"invalid query parameters: {exc}",
+        raise ApiError(422, ErrorCode.INVALID_QUERY, f"invalid query parameters: {exc}",
                        "see /openapi.json for this endpoint's parameters") from None
 
 

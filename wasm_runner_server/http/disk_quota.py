@@ -18,6 +18,7 @@ from pathlib import Path
 from wasm_runner.workspace import files as wf
 from wasm_runner.workspace.layout import tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 
 SESSION_SCOPE = "session:"
@@ -28,7 +29,7 @@ WorkspaceMeasure = Callable[[], Awaitable[tuple[int, float]]]
 
 
 def unmeasurable(what: str, exc: BaseException) -> ApiError:
-    return ApiError(413, "quota_unmeasurable", f"the disk usage of {what} cannot be measured ({exc}), "
+    return ApiError(413, ErrorCode.QUOTA_UNMEASURABLE, f"the disk usage of {what} cannot be measured ({exc}), "
                     "so nothing more is written", "delete the tree that cannot be measured (a recursive DELETE "
                     "works at any depth), then retry")
 
@@ -69,7 +70,7 @@ class WriteBudget:
 
     def _refusal(self, exc: QuotaExceeded) -> ApiError:
         what = next(w for r, w in self._reservations if r.scope == exc.scope)
-        return ApiError(413, "quota_exceeded", f"writing {self.path!r} would pass {what} ({exc.limit} bytes; "
+        return ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"writing {self.path!r} would pass {what} ({exc.limit} bytes; "
                         f"{exc.room} bytes left)", "delete files first, or ask for a larger quota")
 
     def commit(self) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from wasm_runner.workspace import files as wf
-from wasm_runner_server.service import Service
+from wasm_runner_server.sessions.service import Service
 
 T = TypeVar("T")
 

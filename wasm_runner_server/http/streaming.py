@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from wasm_runner import OutputListener
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse, StreamChunk
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import encode, json_response, wants_event_stream
@@ -118,7 +119,7 @@ async def _stream(request: web.Request, run: Run) -> web.StreamResponse:
         except Exception:
             if writer.response is None:
                 raise
-            body = encode(ErrorResponse(error=ErrorDetail(code="internal_error", message="the execution failed")))
+            body = encode(ErrorResponse(error=ErrorDetail(code=ErrorCode.INTERNAL_ERROR, message="the execution failed")))
             return await writer.finish("error", body)
         if items:
             await writer.output(items)

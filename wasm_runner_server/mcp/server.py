@@ -1,13 +1,13 @@
 """wasm-runner over MCP (the official `mcp` SDK): the HTTP API's sessions, executions and files as MCP tools.
 
 Two transports share one implementation, `McpTools`, whose every tool is a call of the
-HTTP API through wasm_runner.client.AsyncClient:
+HTTP API through wasm_runner_client.AsyncClient:
 
 - streamable HTTP: `mount_mcp(app)` serves /mcp on the HTTP service itself. The route goes
   through the app's middlewares (the same API keys guard it), and each tool call forwards
   the MCP request's Authorization header to the HTTP API of the same server, so the key's
   workspace, session ownership, quotas, rate limit and audit apply exactly as over HTTP;
-- stdio: `wasm-runner mcp` (server/mcp_cli.py) serves one connection on stdin/stdout,
+- stdio: `wasm-runner mcp` (mcp/stdio.py) serves one connection on stdin/stdout,
   calling a service it runs in-process on a private Unix socket, or a remote one (--url,
   with an API key).
 
@@ -20,7 +20,7 @@ per call, whose id the result names. An MCP session belongs to the key that open
 with another key its id answers 404, as an unknown session does.
 
 Tool input schemas are generated with msgspec from Structs derived from the HTTP wire's
-own (wasm_runner/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
+own (wasm_runner_protocol/wire.py): `ExecuteCodeArgs` is `ExecBody` plus `session`, `harness` and
 `tests`, and so on; the HTTP bodies are built from the same fields. Arguments decode
 with msgspec as HTTP bodies do. Failures are MCP tool errors (isError) whose text is the
 HTTP error's code, message and hint and whose structured content is the HTTP error body.
@@ -61,6 +61,7 @@ from wasm_runner_client import AsyncClient
 from wasm_runner_client.calls import file_path
 from wasm_runner_client.errors import ApiError as ClientApiError
 from wasm_runner_client.errors import ConflictError, NotFoundError, TransportError
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
 from wasm_runner_protocol.wire import (
     EditResult,
@@ -83,8 +84,8 @@ from wasm_runner_protocol.wire import (
     ecma_patterns,
 )
 from wasm_runner_server.errors import ApiError, from_validation
-from wasm_runner_server.security.policy import LOCAL, PRINCIPAL
-from wasm_runner_server.service import CONFIG
+from wasm_runner_server.http.policy import LOCAL, PRINCIPAL
+from wasm_runner_server.sessions.service import CONFIG
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")
@@ -304,7 +305,7 @@ class McpTools:
 
     def client(self, caller: Caller) -> AsyncClient:
         if self.base_url is None:
-            raise ClientApiError(503, "not_ready", "the MCP endpoint does not know the HTTP API's address yet",
+            raise ClientApiError(503, ErrorCode.NOT_READY, "the MCP endpoint does not know the HTTP API's address yet",
                                  "retry")
         authorization = caller.authorization if caller.headers is not None else None
         key = authorization or ""
@@ -371,7 +372,7 @@ class McpTools:
         try:
             return await op(session_id)
         except NotFoundError as exc:
-            if exc.code != "session_not_found":
+            if exc.code != ErrorCode.SESSION_NOT_FOUND:
                 raise
             log.info("connection session gone; starting another",
                      extra={"event": "mcp_session_replaced", "session": session_id})
@@ -433,11 +434,11 @@ class McpTools:
             try:
                 data = await _read(client, session_id, args.path, MAX_READ_BYTES)
             except _TooLarge:
-                raise ClientApiError(413, "file_too_large",
+                raise ClientApiError(413, ErrorCode.FILE_TOO_LARGE,
                                      f"{args.path!r} is larger than the {MAX_READ_BYTES}-byte limit of read_file",
                                      "read part of it with code (sandbox_execute_code), or grep it") from None
             except ConflictError as exc:
-                if exc.code != "is_a_directory":
+                if exc.code != ErrorCode.IS_A_DIRECTORY:
                     raise
                 listing = await client.list_files(session_id, args.path)
                 return [_text(_listing_text(listing.path, listing.entries, listing.truncated))], None
@@ -462,7 +463,7 @@ class McpTools:
             try:
                 data = base64.b64decode(args.content, validate=True)
             except (binascii.Error, ValueError):
-                raise ClientApiError(422, "validation_error", "content is not valid base64",
+                raise ClientApiError(422, ErrorCode.VALIDATION_ERROR, "content is not valid base64",
                                      "send the bytes base64-encoded, or text with encoding 'utf-8'") from None
         else:
             data = args.content.encode("utf-8")
@@ -712,20 +713,20 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = by_name.get(params.name)
         if tool is None:
-            return tool_error("unknown_tool", f"no tool named {params.name!r}", f"available: {', '.join(by_name)}")
+            return tool_error(ErrorCode.UNKNOWN_TOOL, f"no tool named {params.name!r}", f"available: {', '.join(by_name)}")
         try:
             args = msgspec.convert(params.arguments or {}, decoders[tool.name], strict=False)
             content, structured = await tool.run(tools, _caller(ctx), args)
         except ClientApiError as exc:
             return tool_error(exc.code, exc.message, exc.hint)
         except TransportError as exc:
-            return tool_error("unavailable", f"the HTTP API could not be reached: {exc}", "retry shortly")
+            return tool_error(ErrorCode.UNAVAILABLE, f"the HTTP API could not be reached: {exc}", "retry shortly")
         except msgspec.ValidationError as exc:
             error = from_validation(exc)
             return tool_error(error.code, error.message, error.hint)
         except Exception:
             log.exception("MCP tool failed", extra={"event": "mcp_tool_failed", "tool": tool.name})
-            return tool_error("internal_error", "the server failed to handle this request",
+            return tool_error(ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",
                               "retry; if it persists, report it with the time of the request")
         return types.CallToolResult(
             content=content,
@@ -818,7 +819,7 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
         transport = request.app.get(MCP_HTTP)
         if transport is None:
-            raise ApiError(503, "not_ready", "the MCP endpoint is not running", "retry shortly")
+            raise ApiError(503, ErrorCode.NOT_READY, "the MCP endpoint is not running", "retry shortly")
         if tools.base_url is None:
             tools.base_url, tools.uds = _own_address(request)
         user = _mcp_user(request)
@@ -851,7 +852,7 @@ def _own_address(request: web.Request) -> tuple[str, str | None]:
     if isinstance(sock, tuple):
         host, port = sock[0], sock[1]
         return (f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"), None
-    raise ApiError(500, "internal_error", "the MCP endpoint cannot tell its own address")
+    raise ApiError(500, ErrorCode.INTERNAL_ERROR, "the MCP endpoint cannot tell its own address")
 
 
 def _client_gone(exc: BaseException) -> bool:
@@ -948,7 +949,7 @@ async def serve_asgi(request: web.Request, app: AsgiApp, background: set[asyncio
         task.add_done_callback(_settled)
         task.add_done_callback(background.discard)
     if response is None:
-        raise ApiError(500, "internal_error", "the MCP endpoint gave no answer")
+        raise ApiError(500, ErrorCode.INTERNAL_ERROR, "the MCP endpoint gave no answer")
     if not response.prepared:
         await response.prepare(request)
         await response.write_eof()

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
-
-LINK_PREFIX = "/v1/links/"
+from wasm_runner_server.http.paths import LINK_PREFIX
 
 
 def kid_of(secret: str) -> str:
@@ -93,17 +93,17 @@ class Signer:
         if not hmac.compare_digest(want, parts["sig"]):
             raise altered()
         if self.clock() >= expires:
-            raise ApiError(403, "link_expired", "this link has expired",
+            raise ApiError(403, ErrorCode.LINK_EXPIRED, "this link has expired",
                            "request a new link with POST /v1/sessions/{id}/files/{path}:presign")
         return key_id
 
 
 def altered() -> ApiError:
-    return ApiError(403, "link_invalid", "this link is not valid (altered, for another method, for a session "
+    return ApiError(403, ErrorCode.LINK_INVALID, "this link is not valid (altered, for another method, for a session "
                     "deleted since, or signed with a retired secret)",
                     "request a new link with POST /v1/sessions/{id}/files/{path}:presign")
 
 
 def key_revoked() -> ApiError:
-    return ApiError(403, "link_revoked", "the key this link was made with has been revoked",
+    return ApiError(403, ErrorCode.LINK_REVOKED, "the key this link was made with has been revoked",
                     "request a new link, with a valid key, with POST /v1/sessions/{id}/files/{path}:presign")

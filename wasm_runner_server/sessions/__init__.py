@@ -1,1 +1,2 @@
-"""Sessions: their manager and metadata store, execution admission and back-pressure."""
+"""Sessions: their manager and metadata store, the service that holds them, execution admission,
+back-pressure and the listing cursor."""

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, overloaded
 
 
@@ -52,7 +53,7 @@ class ExecutionGate:
 
     async def _acquire(self) -> None:
         if self.closed:
-            raise ApiError(503, "shutting_down", "the server is shutting down", "retry on another instance")
+            raise ApiError(503, ErrorCode.SHUTTING_DOWN, "the server is shutting down", "retry on another instance")
         if self.active < self.limit and not self._waiters:
             self.active += 1
             return
@@ -83,7 +84,7 @@ class ExecutionGate:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(ApiError(503, "shutting_down", "the server is shutting down",
+                waiter.set_exception(ApiError(503, ErrorCode.SHUTTING_DOWN, "the server is shutting down",
                                               "retry on another instance"))
 
     def _release(self) -> None:

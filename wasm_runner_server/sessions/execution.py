@@ -14,13 +14,14 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness
 from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import Profile, ServiceConfig
@@ -30,16 +31,18 @@ from wasm_runner_server.sessions.backpressure import ExecutionGate
 
 log = logging.getLogger("wasm_runner.server")
 
-EXTENSION_LANGUAGES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
-                       ".sh": "bash", ".bash": "bash"}
-
 CANCELLED_MESSAGE = "cancelled by the caller"
+
+ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], Awaitable[None] | None]
+"""Called with (target, request, result or None when aborted, mode) after every admitted execution; an
+awaitable it returns (the audit row's commit) is awaited before the result is given out."""
 
 
 class Execution:
     """Profiles, limits, admission and metrics for every execution of the service."""
 
-    def __init__(self, config: ServiceConfig, gate: ExecutionGate, metrics: Metrics) -> None:
+    def __init__(self, config: ServiceConfig, gate: ExecutionGate, metrics: Metrics,
+                 observers: Sequence[ExecutionObserver] = ()) -> None:
         self.config = config
         self.gate = gate
         self.metrics = metrics
@@ -48,10 +51,8 @@ class Execution:
         self.base_limits = Limits(**config.limits.default.values())
         self.max_limits = config.limits.max
         self.inflight: set[asyncio.Task] = set()
-        self.observers: list[Callable[[Runner | Session, ExecRequest, ExecResult | None, str],
-                                      Awaitable[None] | None]] = []
-        """Called with (target, request, result or None when aborted, mode) after every execution; an
-        awaitable one returns (the audit row's commit) is awaited before the result is given out."""
+        self.observers = tuple(observers)
+        """Told of every admitted execution when it ends (the audit log is one)."""
         self._profile_limits: dict[int, Limits] = {}
         """Resolved limits of each profile (the profiles are fixed for the service's life)."""
 
@@ -61,7 +62,7 @@ class Execution:
         name = name or self.default_profile
         profile = self.profiles.get(name)
         if profile is None:
-            raise ApiError(422, "unknown_profile", f"no profile named {name!r}",
+            raise ApiError(422, ErrorCode.UNKNOWN_PROFILE, f"no profile named {name!r}",
                            f"available: {', '.join(sorted(self.profiles))} (GET /v1/profiles)")
         return name, profile
 
@@ -78,18 +79,18 @@ class Execution:
                 if value is not msgspec.UNSET:
                     value_cap = getattr(self.max_limits, name)
                     if value is None and name == "fuel" and value_cap is not None:
-                        raise ApiError(422, "limit_exceeds_maximum", "unmetered fuel (null) is not allowed here",
+                        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, "unmetered fuel (null) is not allowed here",
                                        f"set limits.fuel to at most {value_cap}")
                     values[name] = value
         for name, value in values.items():
             cap = getattr(self.max_limits, name)
             if cap is not None and value is not None and value > cap:
-                raise ApiError(422, "limit_exceeds_maximum", f"limits.{name} = {value} exceeds the server maximum {cap}",
+                raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"limits.{name} = {value} exceeds the server maximum {cap}",
                                f"ask for at most {cap} (GET /v1/profiles lists the maxima)")
         try:
             limits = Limits(**values)
         except (ValueError, TypeError) as exc:
-            raise ApiError(422, "invalid_limits", str(exc)) from None
+            raise ApiError(422, ErrorCode.INVALID_LIMITS, str(exc)) from None
         if patch is None:
             self._profile_limits[id(profile)] = limits
         return limits
@@ -97,7 +98,7 @@ class Execution:
     def env(self, profile: Profile, env: dict[str, str]) -> dict[str, str]:
         refused = sorted(name for name in env if not profile.allows_env(name))
         if refused:
-            raise ApiError(422, "env_not_allowed", f"the profile does not allow setting {', '.join(refused)}",
+            raise ApiError(422, ErrorCode.ENV_NOT_ALLOWED, f"the profile does not allow setting {', '.join(refused)}",
                            f"allowed names: {', '.join(profile.env_allowlist) or 'none'}")
         return {**profile.env, **env}
 
@@ -118,7 +119,7 @@ class Execution:
         try:
             runner.provider_for(request)
         except ValueError as exc:
-            raise ApiError(422, "provider_unavailable", str(exc),
+            raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc),
                            "this server cannot run that; pick another profile or language (GET /v1/profiles)") from None
 
     # -- running -------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class Execution:
             return cancelled_result(request)
         except ValueError as exc:
             if "provider" in str(exc):
-                raise ApiError(422, "provider_unavailable", str(exc)) from None
+                raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc)) from None
             raise
         finally:
             self.inflight.discard(task)
@@ -311,7 +312,3 @@ def cancelled_result(request: ExecRequest) -> ExecResult:
     return ExecResult(exit_code=130, limit="cancelled", language=request.language, id=request.id,
                       error=GuestError(type="Cancelled", message=CANCELLED_MESSAGE))
 
-
-def language_for_path(path: str) -> str | None:
-    dot = path.rfind(".")
-    return EXTENSION_LANGUAGES.get(path[dot:].lower()) if dot != -1 else None

@@ -12,10 +12,7 @@ its first call, exactly as after hibernation.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import json
 import logging
 import re
 import time
@@ -28,10 +25,12 @@ from pathlib import Path
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.layout import discard_tree
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import Profile, ServiceConfig
-from wasm_runner_server.errors import ApiError, not_found, overloaded
+from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
+from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
@@ -96,7 +95,8 @@ def _time(value: float) -> datetime:
 
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
+                 ) -> None:
         self.config = config
         self.policy = config.sessions
         self.store = store
@@ -106,8 +106,8 @@ class SessionManager:
         self.sessions: dict[str, LiveSession] = {}
         self._sweeper: asyncio.Task | None = None
         self._background: set[asyncio.Future] = set()
-        self.session_mounts: Callable[[str], tuple[Mount, ...]] = lambda session_id: ()
-        """Extra mounts of a session by id (issue 5: the workspace's writable /workspace/shared)."""
+        self.mounts_for = mounts_for
+        """Extra mounts of a session by id (the access policy's: e.g. the workspace's writable shared/)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
@@ -174,18 +174,19 @@ class SessionManager:
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
         if idle > self.policy.max_idle_timeout_s:
-            raise ApiError(422, "limit_exceeds_maximum",
+            raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM,
                            f"idle_timeout_s = {idle:g} exceeds the server maximum {self.policy.max_idle_timeout_s:g}")
         if ttl > self.policy.max_ttl_s:
-            raise ApiError(422, "limit_exceeds_maximum", f"ttl_s = {ttl:g} exceeds the server maximum {self.policy.max_ttl_s:g}")
+            raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM,
+                           f"ttl_s = {ttl:g} exceeds the server maximum {self.policy.max_ttl_s:g}")
         session_id = body.id or uuid.uuid4().hex
         if session_id.startswith(ONESHOT_PREFIX):
-            raise ApiError(422, "invalid_session_id", f"session ids may not start with {ONESHOT_PREFIX!r}")
+            raise ApiError(422, ErrorCode.INVALID_SESSION_ID, f"session ids may not start with {ONESHOT_PREFIX!r}")
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
                          ttl_s=ttl, metadata=dict(body.metadata))
         if session_id in self.sessions or not self.store.insert(row):
-            raise ApiError(409, "session_exists", f"a session {session_id!r} already exists",
+            raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
         live = LiveSession(row)
         self.sessions[session_id] = live
@@ -195,10 +196,10 @@ class SessionManager:
     def get(self, session_id: str) -> LiveSession:
         live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
         if live is None or live.deleted:
-            raise not_found("session", session_id, "create one with POST /v1/sessions")
+            raise session_not_found(session_id)
         if time.time() >= live.row.expires_at:
             self._spawn(self._remove(live, expired=True))
-            raise not_found("session", session_id, "it expired at the end of its TTL")
+            raise session_not_found(session_id, "it expired at the end of its TTL")
         return live
 
     def profile_of(self, live: LiveSession) -> Profile:
@@ -211,12 +212,12 @@ class SessionManager:
         """The core session, from the runner that grants the session's mounts."""
         own = self.profile_of(live)
         if profile is not None and profile.mount_key != own.mount_key:
-            raise ApiError(409, "profile_incompatible",
+            raise ApiError(409, ErrorCode.PROFILE_INCOMPATIBLE,
                            f"this profile mounts different directories than the session's profile {live.row.profile!r}",
                            "use a profile with the same mounts, or a new session")
         runner = self.pool.get(own)
         if live.core is None:
-            live.core = runner.session(live.row.id, mounts=self.session_mounts(live.row.id))
+            live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id))
         return runner, live.core
 
     def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
@@ -249,7 +250,7 @@ class SessionManager:
                            executions=row.executions, metadata=row.metadata)
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
-        after = _decode_cursor(cursor) if cursor else None
+        after = decode_cursor(cursor) if cursor else None
         ids = self.store.page(after, limit + 1)
         more = len(ids) > limit
         page = [self.sessions[i] for i in ids[:limit] if i in self.sessions]
@@ -257,7 +258,7 @@ class SessionManager:
         if more and ids[:limit]:
             last = self.sessions.get(ids[limit - 1])
             if last is not None:
-                next_cursor = _encode_cursor(last.row.created_at, last.row.id)
+                next_cursor = encode_cursor(last.row.created_at, last.row.id)
         return page, next_cursor
 
     def live_kernels(self) -> int:
@@ -269,7 +270,7 @@ class SessionManager:
                   listener: OutputListener | None = None, on_start=None) -> ExecResult:
         """Run in the session: queued behind its earlier calls, then under a gate slot."""
         if live.waiting >= self.config.server.session_queue_size:
-            raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", "session_busy")
+            raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", ErrorCode.SESSION_BUSY)
         Execution.check_provider(runner, request)
         _, session = self.core(live)
         live.waiting += 1
@@ -279,7 +280,7 @@ class SessionManager:
             live.waiting -= 1
         try:
             if live.deleted:
-                raise not_found("session", live.row.id, "it was deleted while this call waited")
+                raise session_not_found(live.row.id, "it was deleted while this call waited")
 
             def set_task(task: asyncio.Task | None) -> None:
                 live.task = task
@@ -383,18 +384,3 @@ class SessionManager:
         with self._changed() as rows:
             await asyncio.to_thread(self.store.save_many, rows)
 
-
-def _encode_cursor(created_at: float, session_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at, session_id]).encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, session_id = json.loads(raw)
-        if not isinstance(session_id, str) or not isinstance(created_at, (int, float)) or isinstance(created_at, bool):
-            raise ValueError
-        return float(created_at), session_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
-                       "pass next_cursor from the previous page unchanged") from None

@@ -5,6 +5,7 @@ import threading
 import time
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Runner
+from wasm_runner.providers.base import Provider
 
 ADD_OK = "def add(a, b):\n    return a + b"
 ADD_BAD = "def add(a, b):\n    return a - b"
@@ -107,7 +108,7 @@ async def test_a_session_call_is_not_held_until_a_long_batch_ends(runner):
     assert done < 1000  # the session's call ran between the batch's items
 
 
-class _StuckProvider:
+class _StuckProvider(Provider):
     """Blocks on item "stuck" as a guest blocked in a host call would; runs the others at once."""
 
     name = "wasm"
@@ -138,7 +139,7 @@ async def test_a_worker_stuck_past_its_deadline_is_answered_for_and_the_batch_go
 
 
 def _worker_pids(runner):
-    pool = runner._worker_pool
+    pool = runner.worker_pool
     return {w.proc.pid for w in pool.idle}
 
 
@@ -159,7 +160,7 @@ async def test_a_worker_that_dies_loses_only_its_item_and_is_replaced(runner):
     async for result in runner.run_many(requests, concurrency=2):
         results[result.id] = result
         if len(results) == 1:  # "slow" still runs: kill the worker that has it
-            busy = [w for w in runner._worker_pool.lent if any(r.id == "slow" for r in w.in_flight.values())]
+            busy = [w for w in runner.worker_pool.lent if any(r.id == "slow" for r in w.in_flight.values())]
             busy[0].kill()
     assert len(results) == 41 and all(results[str(i)].stdout == f"{i}\n" for i in range(40))
     assert results["slow"].error.type == "HostError" and "run it again" in results["slow"].error.message
@@ -171,4 +172,4 @@ async def test_a_worker_that_cannot_start_leaves_the_batch_to_threads(tmp_path, 
     with Runner(tmp_path, concurrency=2) as runner:
         results = [r async for r in runner.run_many([ExecRequest(code=f"print({i})", id=str(i)) for i in range(10)])]
         assert sorted(r.stdout for r in results) == sorted(f"{i}\n" for i in range(10))
-        assert runner._worker_pool.broken
+        assert runner.worker_pool.broken

@@ -11,7 +11,7 @@ from wasm_runner.providers.wasm.provider import WasmProvider
 
 async def _workers_up(runner: Runner) -> None:
     deadline = time.monotonic() + 60
-    while not any(w.ready.is_set() for w in runner._one_shot_workers.workers):
+    while not any(w.ready.is_set() for w in runner.one_shot_workers.workers):
         assert time.monotonic() < deadline, "no worker came up"
         await runner.run("pass")  # in-process meanwhile
         await asyncio.sleep(0.1)
@@ -61,4 +61,4 @@ async def test_without_worker_processes_one_shot_runs_stay_in_process(tmp_path, 
         for i in range(5):
             assert (await runner.run(f"print({i})")).stdout == f"{i}\n"
             await asyncio.sleep(0.1)
-        assert runner._worker_pool.broken and not runner._one_shot_workers.workers
+        assert runner.worker_pool.broken and not runner.one_shot_workers.workers

@@ -9,9 +9,9 @@ import stat
 import pytest
 
 from wasm_runner import Runner
+from wasm_runner.execution.scratch import scratch_state
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner.runner import scratch_state
 
 bwrap_path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed" if bwrap_path is None else probe(bwrap_path)
@@ -38,25 +38,25 @@ def test_native_traces_on_the_scratch_directory_never_reach_the_next_one_shot(tm
         assert int(mtime) >= int(fresh_mtime) > 978307200  # not 2001: a new directory
         assert "secret" not in after.stdout
         # And nothing of the traced directory is kept around for later runs either.
-        for workspace in runner._idle_scratch:
+        for workspace in runner.scratch.idle:
             assert stat.S_IMODE(workspace.files.stat().st_mode) != 0
             assert os.listxattr(workspace.files) == []
 
 
 def test_a_changed_idle_scratch_workspace_is_not_reused(tmp_path):
     with Runner(tmp_path / "data", concurrency=8) as runner:  # room for every kept workspace
-        workspace = runner._new_scratch()
+        workspace = runner.scratch.new()
         made = scratch_state(workspace)
         assert scratch_state(workspace) == made
         for change in (lambda p: os.chmod(p, 0o000), lambda p: os.setxattr(p, "user.x", b"1"),
                        lambda p: os.utime(p, (1, 1))):
-            workspace = runner._new_scratch()
+            workspace = runner.scratch.new()
             change(workspace.files)
-            runner._keep_scratch(workspace)
-            kept = [w.root for w in runner._idle_scratch]
+            runner.scratch.keep(workspace)
+            kept = [w.root for w in runner.scratch.idle]
             assert workspace.root not in kept
             assert not workspace.root.exists()
         # An untouched one is kept, and its state is what it was when made.
-        untouched = runner._new_scratch()
-        runner._keep_scratch(untouched)
-        assert untouched.root in [w.root for w in runner._idle_scratch]
+        untouched = runner.scratch.new()
+        runner.scratch.keep(untouched)
+        assert untouched.root in [w.root for w in runner.scratch.idle]

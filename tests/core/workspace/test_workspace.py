@@ -9,7 +9,7 @@ import threading
 import pytest
 from deep_tree import DEPTH, NAME, build_deep_tree
 
-from wasm_runner.providers.wasm.sandbox import Mount
+from wasm_runner.guest import Mount
 from wasm_runner.workspace import layout as workspace_module
 from wasm_runner.workspace.files import FileTooLargeError, TextEdit, WorkspaceFiles
 from wasm_runner.workspace.layout import Workspace, remove_tree, tree_usage

@@ -9,7 +9,7 @@ import threading
 import pytest
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.sessions.service import SERVICE
 
 pytestmark = pytest.mark.asyncio
 

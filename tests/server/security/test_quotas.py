@@ -71,14 +71,15 @@ async def test_a_deep_tree_of_long_names_is_measured_limited_and_deleted(start_s
     is counted, a guest growing it is stopped at the limit, and deleting the session removes it."""
     secure = await start_secure(**TIGHT)
     sid = await session(secure, "small-bash")
-    build = {"code": DEEP_TREE.format(name=NAME, levels=DEPTH, size=3000), "language": "bash"}
+    slow_machine = {"timeout_s": 120}  # 900 process starts: far more than the default 10 s on a loaded machine
+    build = {"code": DEEP_TREE.format(name=NAME, levels=DEPTH, size=3000), "language": "bash", "limits": slow_machine}
     status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json=build)
     assert status == 200 and result["stdout"] == f"built {DEPTH}\n" and result["limit"] is None, result
     # counted: 900 kB of the 1 MiB workspace quota, so 200 kB more cannot be written
     status, body, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/b.bin", "a_member", data=b"b" * 200_000)
     assert status == 413 and body["error"]["code"] == "quota_exceeded", body
     # a guest growing it past the session's 4 MiB (15 kB a level, deeper still) is stopped
-    grow = {"code": DEEP_TREE.format(name=NAME, levels=2 * DEPTH, size=15_000), "language": "bash"}
+    grow = {"code": DEEP_TREE.format(name=NAME, levels=2 * DEPTH, size=15_000), "language": "bash", "limits": slow_machine}
     status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json=grow)
     assert status == 200 and result["limit"] == "disk", result
     status, body, _ = await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member")

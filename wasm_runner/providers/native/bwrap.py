@@ -39,8 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-GUEST_WORKSPACE = "/workspace"
-GUEST_TMP = "/tmp"
+from wasm_runner.errors import SandboxPolicyError
+from wasm_runner.guest import Mount
+from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
+
 GUEST_PYTHON_DATA = "/opt/python-data"
 GUEST_CODE_DIR = "/run/wasm-runner"
 SANDBOX_UID = 1000
@@ -57,13 +59,8 @@ ETC_READ_ONLY = (  # copied into the sandbox's generated /etc
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
-@dataclass(frozen=True)
-class Bind:
-    """An extra host path the sandbox sees at `guest`, read-only unless `writable` (a *wider* policy)."""
-
-    host: Path
-    guest: str
-    writable: bool = False
+Bind = Mount
+"""An extra host path the sandbox sees at `guest`, read-only unless `writable` (a *wider* policy)."""
 
 
 @dataclass(frozen=True)
@@ -89,16 +86,13 @@ class SandboxPolicy:
 
     def __post_init__(self) -> None:
         if self.max_processes < 1:
-            raise ValueError("max_processes must be at least 1")
+            raise SandboxPolicyError("max_processes must be at least 1")
         if self.cpus is not None and self.cpus <= 0:
-            raise ValueError("cpus must be positive (or None for unlimited)")
+            raise SandboxPolicyError("cpus must be positive (or None for unlimited)")
         if not 0 < self.max_timeout_s <= 3600:
-            raise ValueError("max_timeout_s must be in (0, 3600]")
+            raise SandboxPolicyError("max_timeout_s must be in (0, 3600]")
         if not 0 <= self.kill_grace_s <= 10:
-            raise ValueError("kill_grace_s must be in [0, 10]")
-        for bind in self.binds:
-            if not str(bind.guest).startswith("/") or str(bind.guest).rstrip("/") in ("", GUEST_WORKSPACE, GUEST_TMP):
-                raise ValueError(f"bind target {bind.guest!r} must be an absolute path other than /, /workspace, /tmp")
+            raise SandboxPolicyError("kill_grace_s must be in [0, 10]")
 
 
 def find_bwrap(explicit: str | None = None) -> str | None:

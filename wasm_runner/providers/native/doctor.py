@@ -112,10 +112,10 @@ def doctor(provider: Any = None) -> dict[str, Any]:
             missing.append(f"{name} (apt-get install {package}){optional}")
     report["tools"] = tools
 
-    found = find_python_data(provider._python_data_path)
+    found = find_python_data(provider.python_data_path)
     report["python_data"] = {
         "ready": found is not None,
-        "path": str(found.path if found else provider._python_data_path or python_data_dir()),
+        "path": str(found.path if found else provider.python_data_path or python_data_dir()),
         "python": found.python_version if found else None,
         "requirements": str(REQUIREMENTS),
     }

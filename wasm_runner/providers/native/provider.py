@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wasm_runner.capture import Capture
-from wasm_runner.providers.base import Job
+from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
@@ -77,7 +77,7 @@ class _Refusal(Exception):
         self.exit_code = exit_code
 
 
-class NativeProvider:
+class NativeProvider(Provider):
     """Runs `command` argvs and bash/sh, python (python-data) and javascript (Node.js) code natively.
 
     `policy` narrows or (explicitly) widens what the sandbox sees; `allow_unsandboxed` lets
@@ -101,7 +101,8 @@ class NativeProvider:
         self.policy = policy or sandbox.SandboxPolicy()
         self.allow_unsandboxed = allow_unsandboxed
         self._bwrap_explicit = bwrap
-        self._python_data_path = Path(python_data) if python_data is not None else None
+        self.python_data_path = Path(python_data) if python_data is not None else None
+        """The python-data environment named at construction; None: the default place."""
         self._cgroup_mode: CgroupMode = cgroups
         self._cgroup_parent = cgroup_parent
         self._lock = threading.Lock()
@@ -160,7 +161,7 @@ class NativeProvider:
         except (FilterUnavailable, OSError) as exc:
             log.warning("native sandboxes are unavailable: %s", exc)
         try:
-            ensure_python_data(path=self._python_data_path)
+            ensure_python_data(path=self.python_data_path)
             self.prepare_error = None
         except (ToolchainError, OSError) as exc:
             self.prepare_error = str(exc)
@@ -227,7 +228,7 @@ class NativeProvider:
 
     def _find_python_data(self) -> PythonData | None:
         """find_python_data, cached while its marker file is unchanged (it hashes the requirements)."""
-        path = self._python_data_path or python_data_dir()
+        path = self.python_data_path or python_data_dir()
         try:
             st = os.stat(path / MARKER)
             key: tuple | None = (str(path), st.st_mtime_ns, st.st_size)
@@ -312,7 +313,7 @@ class _Run:
     def _writable_trees(self) -> list[Path]:
         """What the sandbox can write on the host: workspace, its /tmp, writable session mounts."""
         trees = [self.workspace.files, self.workspace.tmp]
-        trees += [Path(m.host) for m in self.job.mounts if getattr(m, "writable", False)]
+        trees += [m.host for m in self.job.mounts if m.writable]
         return trees
 
     def _normalize(self, before_run: bool) -> None:
@@ -416,7 +417,7 @@ class _Run:
             env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=self.request.env)
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
-            binds += [sandbox.Bind(Path(m.host), m.guest, getattr(m, "writable", False)) for m in self.job.mounts]
+            binds += self.job.mounts
             data = program.python_data
             if data is not None and not _visible(data.base_prefix, self.policy):
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.manifests import RUNTIMES_DIR
 
 log = logging.getLogger("wasm_runner.native")
@@ -35,7 +36,7 @@ WORKSPACE_PTH = "wasm_runner_workspace.pth"
 """Puts /workspace on sys.path (after the stdlib and site-packages) so scripts import their helpers."""
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(RuntimeUnavailableError):
     """The python-data environment could not be built; the message says what to do."""
 
 

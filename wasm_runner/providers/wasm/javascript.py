@@ -54,7 +54,9 @@ from wasmtime._extern import wrap_extern
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import WASMTIME_VERSION, cache_dir
+from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.quickjs_module import (
     DERIVE_VERSION,
     EXPORTED_FUNCTIONS,
@@ -219,7 +221,7 @@ class _Prepared:
         self.pre = self.linker.instantiate_pre(module)
 
 
-class JavaScriptRuntime:
+class JavaScriptRuntime(Runtime):
     language = "javascript"
     reuses_instances = False
 
@@ -240,14 +242,14 @@ class JavaScriptRuntime:
             dist = None
         if dist is None or dist.version != pinned:
             found = dist.version if dist is not None else None
-            raise RuntimeError(
+            raise RuntimeUnavailableError(
                 f"the JavaScript runtime needs {package}=={pinned} (found {found}); "
                 "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
         for file in dist.files or ():
             if str(file) == self.manifest["artifact"]:
                 return Path(str(file.locate()))
-        raise RuntimeError(f"{package} does not contain {self.manifest['artifact']}")
+        raise RuntimeUnavailableError(f"{package} does not contain {self.manifest['artifact']}")
 
     def driver_source(self) -> bytes:
         return (self.manifest.directory / "driver.js").read_bytes()
@@ -281,7 +283,7 @@ class JavaScriptRuntime:
         pinned = self.manifest["sha256"]
         actual = hashlib.sha256(original).hexdigest()
         if actual != pinned:
-            raise RuntimeError(
+            raise RuntimeUnavailableError(
                 f"{source} has sha256 {actual}, expected {pinned}: the artifact is not the pinned one; "
                 "reinstall it with `wasm-runner prepare`"
             )
@@ -335,7 +337,7 @@ class JavaScriptRuntime:
         return JavaScriptKernel(self, view, limits)  # not reusable: a new one is cheap
 
 
-class JavaScriptKernel:
+class JavaScriptKernel(Kernel):
     """One live QuickJS context; calls run one at a time and share its global scope."""
 
     def __init__(self, runtime: JavaScriptRuntime, view: View, limits: Limits) -> None:

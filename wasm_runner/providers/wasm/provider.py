@@ -8,14 +8,16 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
 from wasm_runner.engine import EngineSettings, StopReason
+from wasm_runner.errors import NoProviderError
+from wasm_runner.guest import Mount
 from wasm_runner.hints import with_hint
-from wasm_runner.providers.base import Job
-from wasm_runner.providers.wasm.sandbox import Call, Mount, Outcome, View, engine_settings, wait_closed
+from wasm_runner.providers.base import Job, Provider
+from wasm_runner.providers.wasm.kernel import Kernel, Runtime
+from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import exceeds, mounts_exceed, watcher
@@ -28,11 +30,11 @@ log = logging.getLogger("wasm_runner")
 class KernelSlot:
     """A session's kernel for one language; `lost` remembers that state was dropped."""
 
-    kernel: Any = None
+    kernel: Kernel | None = None
     lost: bool = False
 
 
-class WasmProvider:
+class WasmProvider(Provider):
     name = "wasm"
     languages = frozenset({"python", "javascript"})
 
@@ -40,7 +42,7 @@ class WasmProvider:
                  prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
         self.mounts = mounts
         self.prewarm_languages = prewarm_languages
-        self._runtimes: dict[str, Any] = {}
+        self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
         _open_providers.add(self)
         self._warm = WarmPool(lambda language, view, limits: self.runtime(language).new_kernel(view, limits, True),
@@ -66,7 +68,7 @@ class WasmProvider:
         wait_closed()
         _open_providers.discard(self)
 
-    def runtime(self, language: str):
+    def runtime(self, language: str) -> Runtime:
         with self._lock:
             if language not in self._runtimes:
                 if language == "python":
@@ -78,7 +80,7 @@ class WasmProvider:
 
                     self._runtimes[language] = JavaScriptRuntime()
                 else:
-                    raise ValueError(f"the wasm provider does not run {language!r}")
+                    raise NoProviderError(f"the wasm provider does not run {language!r}")
             return self._runtimes[language]
 
     def prepare(self, fuel: bool = True) -> None:
@@ -88,7 +90,7 @@ class WasmProvider:
             if fuel:
                 runtime.prepare(EngineSettings(fuel=True))
 
-    def _check(self, kernel: Any, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
+    def _check(self, kernel: Kernel, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
         """Run the program, then its tests in the same new instance, within one deadline.
 
         An exception in the program is an `error`; any exception in the tests means `failed`.
@@ -96,7 +98,7 @@ class WasmProvider:
         """
         started = time.monotonic()
         program.filename = "<program>"
-        if getattr(kernel, "runs_tests", False):  # one guest call for both phases
+        if kernel.runs_tests:  # one guest call for both phases
             program.tests = request.tests
             outcome = kernel.run(program)
             outcome.phase = outcome.phase or "program"  # a trap leaves the phase unknown

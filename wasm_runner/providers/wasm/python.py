@@ -30,9 +30,12 @@ from wasmtime import component
 from wasm_runner.capture import Capture
 from wasm_runner.engine import EngineSettings, get_engine, load_compiled
 from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file, sha256_file
+from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm.host_descriptors import HostDescriptors
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
+from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
 from wasm_runner.providers.wasm.sandbox import (
     BASE_ENV,
@@ -51,7 +54,7 @@ from wasm_runner_protocol.execution import GuestError, Limits
 log = logging.getLogger("wasm_runner")
 
 
-class PythonRuntime:
+class PythonRuntime(Runtime):
     language = "python"
     reuses_instances = True
     """A one-shot instance can be reset to new and serve again (see `PythonKernel.reset`)."""
@@ -81,7 +84,7 @@ class PythonRuntime:
         except PackageNotFoundError:
             installed = None
         if installed != builder_version:
-            raise RuntimeError(
+            raise RuntimeUnavailableError(
                 f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
                 "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
@@ -197,10 +200,14 @@ class HeldOutput:
         self._memory, self._fill, self._buffers, self._size = memory, fill, (stdout, stderr), size
 
     def deliver(self, stdout: Capture, stderr: Capture) -> None:
+        """Hand each capture what its buffer holds. The fill counts are the guest's (a run can
+        rewrite them): read no further than the buffer, nor than the capture's room, which a
+        guest that holds output honestly never passes."""
         fills = struct.unpack("<II", self._memory.read(self._fill, 8))
         for capture, buffer, fill in zip((stdout, stderr), self._buffers, fills):
-            if fill:
-                capture.write(self._memory.read(buffer, min(fill, self._size)))
+            length = min(fill, self._size, capture.room)
+            if length:
+                capture.write(self._memory.read(buffer, length))
 
 
 def _held_output(memory: LinearMemory | None, layout: list[int] | None) -> HeldOutput | None:
@@ -221,7 +228,7 @@ and one and a half times this, so that instances made together are not all repla
 once (a new one costs 15-30 ms of a core under load, and the runs beside it wait)."""
 
 
-class PythonKernel:
+class PythonKernel(Kernel):
     """One live interpreter instance; calls run one at a time."""
 
     runs_tests = True
@@ -242,6 +249,8 @@ class PythonKernel:
         instance, located = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
         self._memory = located if reusable else None
         """The memory to reset after a one-shot run (None: not reused)."""
+        self._scratch = HostDescriptors((view.workspace, view.tmp)) if self._memory is not None else None
+        """What the process holds open below the scratch directories, seen from the host."""
         self._held = _held_output(located, runtime.held_layout(self.settings))
         """Where the guest holds a call's output for the host (None: it writes through WASI)."""
         func = instance.get_func(self.store, "run")
@@ -283,12 +292,16 @@ class PythonKernel:
     def reset(self) -> bool:
         """Make the instance as new for another one-shot run: its memory is restored to the
         state after instantiation (or after `warm`). False (and the instance must be closed)
-        when it cannot be: the run trapped, grew memory, left a file open or closed a standard
-        stream or preopen, or the instance has served enough."""
+        when it cannot be: the run trapped, grew memory, left a file open (one removed from the
+        scratch directories is told by the host's own descriptors, one still there by the
+        workspace's scan) or closed a standard stream or preopen (the guest reports it: a
+        reason not to reuse, never one to), or the instance has served enough."""
         if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= self._retire_after:
             return False
         try:
-            if not self._memory.reset():
+            # The host's own view of what the run left open, after the reset: the scan costs
+            # less then than right after a run (a refusal, rare, wastes the reset).
+            if not self._memory.reset() or self._scratch.hold_removed():
                 return False
         except OSError:
             log.warning("could not reset a Python instance; instances will not be reused", exc_info=True)

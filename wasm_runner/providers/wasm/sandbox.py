@@ -23,8 +23,9 @@ from wasmtime import _bindings as capi
 from wasm_runner.capture import Capture, OutputListener
 from wasm_runner.engine import EngineSettings, Interrupt, StopReason, get_engine
 from wasm_runner.engine.interrupt import stop_reason_in
-from wasm_runner.workspace.quota import DiskBudget
+from wasm_runner.guest import Mount
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, GuestError, LimitName, Limits
+from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
 try:
     from wasm_runner.lowlevel._output_sink import RELEASE as _SINK_RELEASE_ADDRESS
@@ -32,9 +33,6 @@ try:
     from wasm_runner.lowlevel._output_sink import Sink
 except ImportError:  # built without a C compiler: every write goes through a Python callback
     Sink = None
-
-GUEST_WORKSPACE = "/workspace"
-GUEST_TMP = "/tmp"
 
 BASE_ENV: dict[str, str] = {
     "HOME": GUEST_WORKSPACE,
@@ -47,20 +45,6 @@ BASE_ENV: dict[str, str] = {
     "PYTHONIOENCODING": "utf-8",
 }
 """The whole environment a guest sees, besides variables the caller passes."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A host directory shown to the guest at `guest` (read-only unless `writable`).
-
-    A mount inside /workspace (e.g. /workspace/shared) takes precedence there. A writable
-    mount counts against the session's disk limits, unless it has a `budget` of its own
-    (e.g. the quota of a workspace's shared/ directory): then that budget limits it."""
-
-    host: Path
-    guest: str
-    writable: bool = False
-    budget: DiskBudget | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

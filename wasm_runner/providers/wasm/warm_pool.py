@@ -185,7 +185,7 @@ class WarmPool:
     def _warm_if_due(self, kernel: Any) -> None:
         """A warm-up call for an instance that has not made one: always when its resets keep
         the warmed-up state, else only while nothing runs (it would compete with the runs)."""
-        if hasattr(kernel, "warm") and not kernel.warmed:
+        if not kernel.warmed:
             with self._lock:
                 idle = self._active == 0
             if idle or kernel.keeps_warmth:

@@ -11,12 +11,13 @@ from aiohttp import StreamReader, web
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner import ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import batch_item_hold
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -94,7 +95,7 @@ async def batch(request: web.Request) -> web.StreamResponse:
     try:
         query = msgspec.convert(dict(request.query), BatchQuery, strict=False)
     except msgspec.ValidationError as exc:
-        raise ApiError(422, "validation_error", str(exc), "query: profile=NAME&concurrency=N") from None
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "query: profile=NAME&concurrency=N") from None
     _, profile = service.execution.profile(query.profile)
     runner = service.pool.get(profile)
     concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))
@@ -125,7 +126,8 @@ async def batch(request: web.Request) -> web.StreamResponse:
 
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
-    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=batch_item_hold(request))
+    hold = request.app[POLICY].batch_item_hold(request)
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold)
     async with contextlib.aclosing(results):
         async for result in results:
             await response.write(_encode(result) + b"\n")

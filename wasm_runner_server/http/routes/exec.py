@@ -12,15 +12,16 @@ from aiohttp import web
 
 from wasm_runner import ExecResult
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.guest import language_for_path
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 from wasm_runner_server.errors import ApiError, from_file_error
 from wasm_runner_server.http.bodies import read_json
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.streaming import respond
-from wasm_runner_server.service import SERVICE, Service
-from wasm_runner_server.sessions.execution import language_for_path
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
+from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
 
@@ -31,11 +32,11 @@ def _code_or_path(body: ExecBody | OneShotBody, files_dir: Path, service: Servic
     """The code to run and the language its file name implies."""
     if body.path is None:
         if body.code is None and getattr(body, "command", None) is None:
-            raise ApiError(422, "validation_error", "nothing to run: give code or path",
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code or path",
                            'e.g. {"code": "print(1 + 1)"}')
         return body.code, None
     if body.code is not None:
-        raise ApiError(422, "validation_error", "give either code or path, not both")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give either code or path, not both")
     code = WorkspaceFiles(files_dir).read_text(body.path, max_bytes=service.config.server.max_read_bytes)
     return code, language_for_path(body.path)
 
@@ -84,13 +85,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, OneShotBody)
     _, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
-        raise ApiError(422, "validation_error", "give code, path or command, not several")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
     for pattern in body.outputs:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
     runner = service.pool.get(profile)
     if not body.files and not body.outputs and body.path is None:  # the core's one-shot path: no workspace to seed
         if body.code is None and body.command is None:
-            raise ApiError(422, "validation_error", "nothing to run: give code, path or command",
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
         exec_request = service.execution.request(
             profile, language=body.language, code=body.code, command=body.command, stdin=body.stdin,
@@ -134,7 +135,7 @@ def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:
         data = content.encode("utf-8") if isinstance(content, str) else content.base64
         total += len(data)
         if total > quota:
-            raise ApiError(413, "quota_exceeded", f"the input files exceed the workspace quota of {quota} bytes",
+            raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"the input files exceed the workspace quota of {quota} bytes",
                            "send fewer or smaller files, or raise limits.disk_bytes")
         try:
             files.write_bytes(path, data)

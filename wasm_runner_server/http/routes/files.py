@@ -17,13 +17,13 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
     ArchiveQuery,
     DeleteQuery,
     DeleteResult,
     EditResult,
     FileEdit,
-    FileEntry,
     FileListing,
     GlobQuery,
     GlobResult,
@@ -40,21 +40,17 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.disk_quota import WriteBudget, existing_size, reserve
 from wasm_runner_server.http.file_work import request_budget, run_file_work
+from wasm_runner_server.http.listing import entry_of, listing_of
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import SECURITY
-from wasm_runner_server.service import SERVICE, Service
+from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
 log = logging.getLogger("wasm_runner.server")
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _FILE_ERRORS = (400, 403, 404, 409)
-
-
-def _entry(info: wf.FileInfo) -> FileEntry:
-    return FileEntry(path=info.path, type=info.type, size=info.size,
-                     mtime=datetime.fromtimestamp(info.mtime, tz=UTC))
 
 
 def _context(request: web.Request) -> tuple[Service, LiveSession]:
@@ -82,22 +78,11 @@ def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 
 def _unsatisfiable(size: int) -> ApiError:
-    return ApiError(416, "range_not_satisfiable", f"the range is outside the file (size {size})",
+    return ApiError(416, ErrorCode.RANGE_NOT_SATISFIABLE, f"the range is outside the file (size {size})",
                     "ask for bytes between 0 and size-1", {"Content-Range": f"bytes */{size}"})
 
 
 # -- listing ----------------------------------------------------------------------------------
-
-
-async def _listing(files: wf.WorkspaceFiles, path: str, recursive: bool, limit: int) -> FileListing:
-    try:
-        listing = await asyncio.to_thread(files.list, path, recursive=recursive, limit=limit)
-    except wf.NoSuchFileError:
-        if wf.split_path(path):
-            raise
-        listing = wf.Listing([], False)  # a session not used yet has an empty workspace
-    return FileListing(path="/".join(wf.split_path(path)), entries=[_entry(i) for i in listing.entries],
-                       truncated=listing.truncated)
 
 
 @routes.get("/v1/sessions/{id}/files")
@@ -107,7 +92,7 @@ async def list_files(request: web.Request) -> web.Response:
     service, live = _context(request)
     query = read_query(request, ListQuery)
     files = service.sessions.files(live)
-    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+    return json_response(await listing_of(files, query.path, query.recursive, query.limit))
 
 
 # -- read ---------------------------------------------------------------------------------------
@@ -122,15 +107,15 @@ async def read_file(request: web.Request) -> web.StreamResponse:
     files = service.sessions.files(live)
     wf.split_path(path)
     if request.query:
-        raise ApiError(422, "invalid_query", "reading a file takes no query parameters",
+        raise ApiError(422, ErrorCode.INVALID_QUERY, "reading a file takes no query parameters",
                        "use Range for part of a file, /files?path=...&recursive=true for listings")
     try:
         return await send_file(request, files, path)
     except wf.IsDirectoryError:
-        return json_response(await _listing(files, path, False, 1000))
+        return json_response(await listing_of(files, path, False, 1000))
     except wf.NoSuchFileError:
         if not wf.split_path(path):
-            return json_response(await _listing(files, path, False, 1000))
+            return json_response(await listing_of(files, path, False, 1000))
         raise
 
 
@@ -180,19 +165,16 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
     def measure() -> int:
         used_bytes, entries = session.workspace.usage(stop_after_files=limits.disk_files)
         if credit is None and entries + 1 > limits.disk_files:
-            raise ApiError(413, "quota_exceeded", f"the workspace holds its maximum of {limits.disk_files} files",
+            raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"the workspace holds its maximum of {limits.disk_files} files",
                            "delete files first")
         return used_bytes
 
-    security = request.app.get(SECURITY)
-    owner = security.tenants.owner(live.row.id) if security is not None else None
-    workspace = security.workspace_quota(owner.workspace if owner is not None else None) if security else None
     return await reserve(service.disk, path, credit=credit or 0, session=(live.row.id, limits.disk_bytes, measure),
-                         workspace=workspace)
+                         workspace=request.app[POLICY].workspace_quota(live.row.id))
 
 
 def file_too_large(limit: int, path: str) -> ApiError:
-    return ApiError(413, "file_too_large", f"{path!r} is larger than the {limit}-byte limit for one file")
+    return ApiError(413, ErrorCode.FILE_TOO_LARGE, f"{path!r} is larger than the {limit}-byte limit for one file")
 
 
 @routes.put("/v1/sessions/{id}/files/{path:.*}")
@@ -235,7 +217,7 @@ async def upload_files(request: web.Request) -> web.Response:
     query = read_query(request, UploadQuery)
     base = wf.split_path(query.dir)
     if not request.content_type.startswith("multipart/"):
-        raise ApiError(415, "unsupported_media_type", "expected a multipart/form-data body",
+        raise ApiError(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "expected a multipart/form-data body",
                        "send one part per file, with the file's path as its filename")
     files = service.sessions.files(live, create=True)
     written: list[WriteResult] = []
@@ -243,10 +225,10 @@ async def upload_files(request: web.Request) -> web.Response:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
-                raise ApiError(400, "invalid_multipart", "nested multipart bodies are not supported")
+                raise ApiError(400, ErrorCode.INVALID_MULTIPART, "nested multipart bodies are not supported")
             name = unquote(part.filename or part.name or "")  # some clients percent-encode filenames
             if not name:
-                raise ApiError(400, "invalid_multipart", "a part has neither a filename nor a name",
+                raise ApiError(400, ErrorCode.INVALID_MULTIPART, "a part has neither a filename nor a name",
                                "give each part the file's path as its filename")
             path = "/".join((*base, *wf.split_path(name)))
             cap = service.config.server.max_file_bytes
@@ -261,7 +243,7 @@ async def upload_files(request: web.Request) -> web.Response:
                 budget.commit()
             written.append(WriteResult(path=result.info.path, size=result.info.size, created=result.created))
     except (HttpProcessingError, ValueError, AssertionError) as exc:
-        raise ApiError(400, "invalid_multipart", f"the multipart body is malformed: {exc}".strip(),
+        raise ApiError(400, ErrorCode.INVALID_MULTIPART, f"the multipart body is malformed: {exc}".strip(),
                        "send one part per file, with the file's path as its filename") from None
     service.sessions.touch(live)
     return json_response(UploadResult(files=written), status=201)
@@ -293,7 +275,7 @@ async def edit_file(request: web.Request) -> web.Response:
     body = await read_json(request, FileEdit)
     single = body.old_text is not None or body.new_text is not None
     if sum((single, body.edits is not None, body.patch is not None)) != 1:
-        raise ApiError(422, "validation_error", "give exactly one of: old_text and new_text, edits, patch")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give exactly one of: old_text and new_text, edits, patch")
     files = service.sessions.files(live)
     max_bytes = service.config.server.max_read_bytes
     # The result is bounded by the file-size limit before it is built, and its bytes are
@@ -307,7 +289,7 @@ async def edit_file(request: web.Request) -> web.Response:
                                       request_budget(service))
         except wf.FileTooLargeError as exc:
             if cap < file_cap:
-                raise ApiError(413, "quota_exceeded", f"{exc.message}: the room left under the quota",
+                raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"{exc.message}: the room left under the quota",
                                "delete files first, or edit fewer occurrences") from None
             raise
         reservation.commit()
@@ -323,7 +305,7 @@ async def _apply_edit(files: wf.WorkspaceFiles, path: str, body: FileEdit, singl
                                    max_result_bytes=cap, reserve=reservation.take)
     if single:
         if body.old_text is None or body.new_text is None:
-            raise ApiError(422, "validation_error", "old_text and new_text go together")
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "old_text and new_text go together")
         edits = [wf.TextEdit(body.old_text, body.new_text, body.replace_all)]
     else:
         edits = [wf.TextEdit(e.old_text, e.new_text, e.replace_all) for e in body.edits or []]
@@ -343,7 +325,7 @@ async def glob_files(request: web.Request) -> web.Response:
     files = service.sessions.files(live)
     wf.split_path(query.pattern, what="pattern")
     listing = await run_file_work(request_budget(service), files.glob, query.pattern, limit=query.limit)
-    return json_response(GlobResult(pattern=query.pattern, matches=[_entry(i) for i in listing.entries],
+    return json_response(GlobResult(pattern=query.pattern, matches=[entry_of(i) for i in listing.entries],
                                     truncated=listing.truncated))
 
 

@@ -8,7 +8,7 @@ from wasm_runner_protocol.wire import Health, MountInfo, ProfileInfo, ProfileLis
 from wasm_runner_server.http.bodies import json_response
 from wasm_runner_server.http.openapi import build_document, operation
 from wasm_runner_server.metrics import CONTENT_TYPE
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 

@@ -7,8 +7,8 @@ from aiohttp import web
 from wasm_runner_protocol.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import check_session_quota, claim_session, scope_session_id, visible_page
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -19,10 +19,11 @@ routes = web.RouteTableDef()
 async def create_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request, SessionCreate, empty_ok=True)
-    check_session_quota(request)  # issue 5: per-workspace session quota
-    body = scope_session_id(request, body)  # issue 5: chosen ids never collide across workspaces
+    policy = request.app[POLICY]
+    policy.check_session_quota(request)
+    body = policy.scope_session_id(request, body)  # chosen ids never collide across workspaces
     live = service.sessions.create(body)
-    claim_session(request, live.row.id, body.ephemeral)  # issue 5: the caller's workspace owns it
+    policy.claim_session(request, live.row.id, body.ephemeral)  # the caller's workspace owns it
     return json_response(service.sessions.info(live), status=201,
                          headers={"Location": f"/v1/sessions/{live.row.id}"})
 
@@ -33,7 +34,7 @@ async def create_session(request: web.Request) -> web.Response:
 async def list_sessions(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     query = read_query(request, SessionListQuery)
-    page, cursor = visible_page(request, query.cursor, query.limit)  # issue 5: the caller's workspace only
+    page, cursor = request.app[POLICY].visible_page(request, query.cursor, query.limit)
     return json_response(SessionList(sessions=[service.sessions.info(s) for s in page], next_cursor=cursor))
 
 

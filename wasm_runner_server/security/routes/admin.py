@@ -9,10 +9,12 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.security.policy import SECURITY, principal_of
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.security.tenants import WORKSPACE_PATTERN, KeyRecord
 
 routes = web.RouteTableDef()
@@ -71,7 +73,7 @@ def key_info(record: KeyRecord) -> dict:
 
 def _admin(request: web.Request) -> None:
     if principal_of(request).kind != "admin":
-        raise ApiError(403, "admin_only", "this endpoint needs an admin key",
+        raise ApiError(403, ErrorCode.ADMIN_ONLY, "this endpoint needs an admin key",
                        "create one with `wasm-runner keys create --kind admin`")
 
 
@@ -112,5 +114,5 @@ async def revoke_key(request: web.Request) -> web.Response:
     _admin(request)
     record = request.app[SECURITY].tenants.revoke(request.match_info["key"])
     if record is None:
-        raise not_found("key", request.match_info["key"], "GET /v1/admin/keys lists the active keys")
+        raise not_found(ErrorCode.KEY_NOT_FOUND, request.match_info["key"], "GET /v1/admin/keys lists the active keys")
     return json_response(KeyInfo(**key_info(record)))

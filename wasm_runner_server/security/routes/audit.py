@@ -10,11 +10,13 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.security.audit import AuditFilter
-from wasm_runner_server.security.policy import SECURITY, principal_of
+from wasm_runner_server.security.state import SECURITY
 
 routes = web.RouteTableDef()
 
@@ -78,7 +80,7 @@ def _decode(cursor: str) -> int:
     try:
         return int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().removeprefix("a:"))
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ApiError(400, "invalid_cursor", "the cursor is not one this server returned",
+        raise ApiError(400, ErrorCode.INVALID_CURSOR, "the cursor is not one this server returned",
                        "pass next_cursor from the previous page unchanged") from None
 
 
@@ -96,12 +98,12 @@ async def list_audit(request: web.Request) -> web.Response:
     workspace = principal.workspace
     if query.workspace is not None and query.workspace != workspace:
         if principal.kind != "admin":
-            raise ApiError(403, "admin_only", "only an admin key reads another workspace's audit log")
+            raise ApiError(403, ErrorCode.ADMIN_ONLY, "only an admin key reads another workspace's audit log")
         workspace = query.workspace
     key_id = query.key_id
     if not principal.shared:  # others' rows hold code and output that may come from shared/
         if key_id is not None and key_id != principal.key_id:
-            raise ApiError(403, "own_rows_only", "an app key reads only the audit rows of its own calls",
+            raise ApiError(403, ErrorCode.OWN_ROWS_ONLY, "an app key reads only the audit rows of its own calls",
                            "leave out key_id, or use a member key")
         key_id = principal.key_id
     filters = AuditFilter(workspace=workspace, session=query.session, key_id=key_id, kind=query.kind,
@@ -123,5 +125,5 @@ async def get_audit(request: web.Request) -> web.Response:
     row = security.audit.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
     if row is None or row["workspace"] != principal.workspace or (
             not principal.shared and row["key_id"] != principal.key_id):
-        raise not_found("audit_entry", raw)
+        raise not_found(ErrorCode.AUDIT_ENTRY_NOT_FOUND, raw)
     return json_response(_entry(row))

@@ -8,15 +8,17 @@ import time
 from aiohttp import web
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import PresignBody, PresignResult
-from wasm_runner_server.errors import ApiError
+from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import CURRENT, Principal, principal_of
 from wasm_runner_server.http.routes import files as routes_files
-from wasm_runner_server.security.policy import CURRENT, SECURITY, Principal, principal_of, session_not_found
 from wasm_runner_server.security.presign import altered
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -30,14 +32,14 @@ async def presign(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     path = "/".join(wf.split_path(request.match_info["path"]))
     if not path:
-        raise ApiError(422, "validation_error", "a link names one file", "give a file path")
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a link names one file", "give a file path")
     body = await read_json(request, PresignBody, empty_ok=True)
     settings = security.settings
     default, cap = ((settings.presign_get_default_s, settings.presign_get_max_s) if body.method == "GET"
                     else (settings.presign_put_default_s, settings.presign_put_max_s))
     expires_in = body.expires_in if body.expires_in is not None else default
     if expires_in > cap:
-        raise ApiError(422, "limit_exceeds_maximum", f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
+        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"expires_in = {expires_in:g} exceeds the maximum {cap:g} "
                        f"for {body.method} links", f"ask for at most {cap:g} seconds")
     principal = principal_of(request)
     url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
@@ -58,13 +60,13 @@ async def _follow(request: web.Request) -> web.StreamResponse:
     if path != request.match_info["path"] or request.query_string:  # one spelling per link
         raise altered()
     owner = security.tenants.owner(session_id)
-    workspace = owner.workspace if owner is not None else ("local" if not security.enabled else "")
+    workspace = owner.workspace if owner is not None else security.authenticator.unowned_workspace
     live = request.app[SERVICE].sessions.sessions.get(session_id)
-    key_id = security.signer.verify(request.match_info["token"], request.method, workspace, session_id, path,
-                                    incarnation=incarnation(live) if live is not None else "")
-    if owner is None and security.enabled:
+    key_id = security.signer.verify(request.match_info["token"], request.method, workspace or "", session_id,
+                                    path, incarnation=incarnation(live) if live is not None else "")
+    if workspace is None:
         raise session_not_found(session_id)
-    security.admit_link(key_id)
+    security.authenticator.admit_link(key_id)
     principal = Principal(workspace, f"link:{key_id}", "link")
     token = CURRENT.set(principal)
     try:
@@ -79,7 +81,7 @@ async def _follow(request: web.Request) -> web.StreamResponse:
         try:
             return await routes_files.send_file(request, files, path)  # a file, never a listing
         except wf.IsDirectoryError:
-            raise ApiError(409, "not_a_file", "a link serves one file, and this path is a directory",
+            raise ApiError(409, ErrorCode.NOT_A_FILE, "a link serves one file, and this path is a directory",
                            "presign a link to a file") from None
     finally:
         CURRENT.reset(token)

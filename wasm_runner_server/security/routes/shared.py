@@ -12,14 +12,17 @@ import asyncio
 from aiohttp import web
 
 from wasm_runner.workspace import files as wf
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.disk_quota import existing_size, reserve
+from wasm_runner_server.http.listing import listing_of
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.routes.files import _entry, _listing, file_too_large, send_file
-from wasm_runner_server.security.policy import SECURITY, principal_of
-from wasm_runner_server.service import SERVICE
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.http.routes.files import file_too_large, send_file
+from wasm_runner_server.security.state import SECURITY
+from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
 
@@ -27,7 +30,7 @@ routes = web.RouteTableDef()
 def _shared(request: web.Request) -> wf.WorkspaceFiles:
     principal = principal_of(request)
     if not principal.shared:
-        raise ApiError(404, "shared_not_found", "keys of kind 'app' have no shared directory",
+        raise ApiError(404, ErrorCode.SHARED_NOT_FOUND, "keys of kind 'app' have no shared directory",
                        "use a member key, or the session's own files")
     return wf.WorkspaceFiles(request.app[SECURITY].shared_dir(principal.workspace))
 
@@ -38,7 +41,7 @@ def _shared(request: web.Request) -> wf.WorkspaceFiles:
 async def list_shared(request: web.Request) -> web.Response:
     files = _shared(request)
     query = read_query(request, ListQuery)
-    return json_response(await _listing(files, query.path, query.recursive, query.limit))
+    return json_response(await listing_of(files, query.path, query.recursive, query.limit))
 
 
 @routes.get("/v1/shared/files/{path:.*}")
@@ -86,6 +89,3 @@ async def delete_shared(request: web.Request) -> web.Response:
     query = read_query(request, DeleteQuery)
     info = await asyncio.to_thread(files.delete, request.match_info["path"], recursive=query.recursive)
     return json_response(DeleteResult(path=info.path, type=info.type))
-
-
-__all__ = ["routes", "_entry"]

@@ -13,6 +13,7 @@ from wasm_runner.engine import StopReason
 from wasm_runner.lowlevel import write_tracking
 from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm import python as python_runtime
+from wasm_runner.providers.wasm.kernel import Kernel
 from wasm_runner.providers.wasm.memory_reset import PAGE
 from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
 from wasm_runner.providers.wasm.sandbox import Call, View
@@ -427,8 +428,11 @@ async def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(t
     assert "follow-up work of an execution failed" in caplog.text
 
 
-class _Instance:
+class _Instance(Kernel):
     """What the warm pool needs of an instance."""
+
+    def run(self, call):
+        raise AssertionError("the pool never runs an instance")
 
     def accepts(self, limits) -> bool:
         return True
@@ -479,13 +483,13 @@ def test_the_pool_tells_a_view_whose_instance_is_being_made_from_a_ready_one(tmp
 def test_a_one_shot_run_takes_the_first_scratch_workspace_whose_instance_is_ready(tmp_path, monkeypatch):
     with Runner(tmp_path, concurrency=1) as runner:
         assert runner.run_sync("print(1)").stdout == "1\n"
-        idle = list(runner._idle_scratch)
+        idle = list(runner.scratch.idle)
         assert len(idle) >= 2
         request = runner.request("print(2)")
         provider = runner.provider_for(request)
         monkeypatch.setattr(type(provider), "ready", lambda self, workspace, language: workspace is not idle[0])
-        assert runner._scratch_workspace(request) is idle[1]  # the first in line is waiting for its instance
+        assert runner.scratch.take(provider, request.language) is idle[1]  # the first in line is waiting for its instance
         monkeypatch.setattr(type(provider), "ready", lambda self, workspace, language: False)
-        assert runner._scratch_workspace(request) is idle[0]  # none ready: the first in line
-        runner._idle_scratch.extend([idle[0], idle[1]])
+        assert runner.scratch.take(provider, request.language) is idle[0]  # none ready: the first in line
+        runner.scratch.idle.extend([idle[0], idle[1]])
         assert runner.run_sync("print(3)").stdout == "3\n"

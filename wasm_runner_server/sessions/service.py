@@ -1,20 +1,22 @@
-"""The service's parts, created and closed with the application (see app.service_context)."""
+"""The service's parts, created and closed with the application (see app.service_context), and the
+app keys they are found under."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from wasm_runner import ExecRequest
+from wasm_runner import ExecRequest, Mount
 from wasm_runner.workspace.quota import DiskLedger
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
-from wasm_runner_server.sessions.execution import Execution
+from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
 from wasm_runner_server.sessions.store import SessionStore
 
@@ -38,27 +40,34 @@ class Service:
     _warmup: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, config: ServiceConfig) -> Service:
+    async def open(cls, config: ServiceConfig, *, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
+                   observers: Sequence[ExecutionObserver] = ()) -> Service:
+        """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
+        session by id and `observers` see every execution (both from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
         metrics = Metrics()
         gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s)
-        execution = Execution(config, gate, metrics)
+        execution = Execution(config, gate, metrics, observers)
         store = SessionStore(data_dir / "server.sqlite3")
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits)
-        sessions = SessionManager(config, store, pool, execution, metrics)
+        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         service = cls(config, store, pool, gate, metrics, execution, sessions)
-        await sessions.start()
-        if settings.prepare_on_start:
-            service.checks["python"] = "warming"
-            service._warmup = asyncio.create_task(service._warm(), name="wasm-runner-warmup")
-        else:
-            service.ready = True
-            service.checks["python"] = "not warmed (prepare_on_start = false)"
+        await service.start()
         return service
+
+    async def start(self) -> None:
+        """Restore the sessions, then warm the Python runtime in the background (readiness waits for it)."""
+        await self.sessions.start()
+        if self.config.server.prepare_on_start:
+            self.checks["python"] = "warming"
+            self._warmup = asyncio.create_task(self._warm(), name="wasm-runner-warmup")
+        else:
+            self.ready = True
+            self.checks["python"] = "not warmed (prepare_on_start = false)"
 
     async def _warm(self) -> None:
         """Build/load the Python runtime now, so the first request does not pay for it."""

@@ -1,0 +1,100 @@
+"""A worker process of a Runner (see `workers`): runs the items its parent orders, one at a time.
+
+Started as `python -m wasm_runner.execution.worker_main CONFIG`, CONFIG being JSON with the
+data directory and the mounts. It sits on top of the package: nothing imports it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+
+import msgspec
+
+from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
+from wasm_runner.execution.lanes import ItemLane
+from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
+from wasm_runner.guest import Mount
+from wasm_runner.runner import Runner
+from wasm_runner_protocol.execution import ExecResult
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    config = json.loads(sys.argv[1])
+    mounts = tuple(Mount.from_config(m) for m in config["mounts"])
+    # The pipes carry frames only: nothing else in the process (a print, a library, a
+    # native sandbox) may read or write them as its standard streams.
+    source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    orders: queue.SimpleQueue[Order | None] = queue.SimpleQueue()
+    write_lock = threading.Lock()
+    running = [0, False]
+    """The item running now, and whether it was answered (the watchdog may answer for it)."""
+    cancelled: set[int] = set()
+    order_lock = threading.Lock()
+    """Between the reader's cancels and the start of an item: a cancel is never missed."""
+    encode = msgspec.msgpack.Encoder().encode
+    decode = msgspec.msgpack.Decoder(Order).decode
+
+    def read_orders() -> None:  # eagerly, so that the parent's writes never wait
+        while (frame := read_frame(source)) is not None:
+            order = decode(frame)
+            if order.request is not None:
+                orders.put(order)
+                continue
+            with order_lock:
+                if order.seq == running[0]:
+                    lane.stop_requested = True  # before its job exists
+                    job = lane.job
+                    if job is not None:
+                        job.cancel()
+                else:
+                    cancelled.add(order.seq)
+        orders.put(None)
+
+    def answer(seq: int, result: ExecResult) -> None:
+        with write_lock:
+            if running[0] == seq and not running[1]:
+                running[1] = True
+                write_frame(out, encode(Answer(seq, result)))
+
+    with Runner(config["data_dir"], concurrency=1, mounts=mounts) as runner:
+        lane = ItemLane(runner.provider_for, runner.scratch)
+
+        def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
+            while True:
+                time.sleep(WATCHDOG_POLL_S)
+                job, seq = lane.job, running[0]
+                if job is not None and is_overdue(job):
+                    job.cancel()
+                    answer(seq, runner.executor.replace_stuck_worker(job))
+                    os._exit(70)
+
+        threading.Thread(target=read_orders, daemon=True).start()
+        threading.Thread(target=watch, daemon=True).start()
+        gc.collect()
+        gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
+        write_frame(out, READY)
+        while (order := orders.get()) is not None:
+            with order_lock:
+                running[:] = [order.seq, False]
+                lane.stop_requested = order.seq in cancelled
+                cancelled.discard(order.seq)
+            if lane.stop_requested:  # cancelled before it started: nobody waits for it
+                answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
+                continue
+            answer(order.seq, lane.run(order.request))
+            lane.finish()
+        lane.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""What the WebAssembly provider asks of a language runtime and of its instances (kernels).
+
+Every optional capability has a default here, so the provider and the warm pool read
+attributes instead of probing for them."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from wasm_runner.engine import EngineSettings
+from wasm_runner.providers.wasm.sandbox import Call, Outcome, View
+from wasm_runner_protocol.execution import Limits
+
+__all__ = ["Kernel", "Runtime"]
+
+
+class Kernel(ABC):
+    """One live instance of a runtime: a session's kernel, or an instance made ahead."""
+
+    runs_tests: ClassVar[bool] = False
+    """It runs a check's tests in the same guest call as the program (else one call each)."""
+    warmed: bool = True
+    """It made its warm-up call (or needs none)."""
+    keeps_warmth: bool = False
+    """Its resets keep the warmed-up state (then it warms up even while other runs go on)."""
+
+    @abstractmethod
+    def run(self, call: Call) -> Outcome:
+        """Run one call to completion in this instance."""
+
+    @abstractmethod
+    def accepts(self, limits: Limits) -> bool:
+        """Whether a run under `limits` may use this instance (it was made for its engine settings)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the instance."""
+
+    def reset(self) -> bool:
+        """Bring the instance back to its state when made, for the next one-shot run; False if it
+        cannot be reused (then it is closed and replaced)."""
+        return False
+
+    def warm(self) -> None:  # noqa: B027 - an optional hook: none by default
+        """Make the warm-up call ahead of the first run (sets `warmed`)."""
+
+
+class Runtime(ABC):
+    """A language's guest runtime: prepares its module, runs fresh instances, makes kernels."""
+
+    language: ClassVar[str]
+    reuses_instances: ClassVar[bool] = False
+    """One-shot runs go to an instance made ahead and reset after (else a fresh one each)."""
+
+    @abstractmethod
+    def prepare(self, settings: EngineSettings = EngineSettings()) -> object:
+        """Build and compile the runtime for these engine settings (once; later calls are cheap)."""
+
+    @abstractmethod
+    def fresh(self, view: View, call: Call) -> Outcome:
+        """Run one call in a new instance, thrown away after."""
+
+    @abstractmethod
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> Kernel:
+        """A live instance for a session (or, `reusable`, for one-shot runs reset between them)."""

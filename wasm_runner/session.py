@@ -1,0 +1,115 @@
+"""Session: a directory that persists across calls, plus live kernels when used."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from wasm_runner.capture import OutputListener
+from wasm_runner.execution.executor import Executor
+from wasm_runner.guest import Mount
+from wasm_runner.providers.base import Job, Provider
+from wasm_runner.providers.wasm.provider import KernelSlot
+from wasm_runner.workspace.layout import Workspace
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
+
+__all__ = ["KernelState", "Session", "SessionHost"]
+
+
+class SessionHost(Protocol):
+    """What a session needs of the Runner that made it."""
+
+    executor: Executor
+
+    def request(self, code: str | ExecRequest, **fields: Any) -> ExecRequest: ...
+
+    def provider_for(self, request: ExecRequest) -> Provider: ...
+
+    def forget(self, session_id: str) -> None: ...
+
+
+@dataclass
+class KernelState:
+    """What a running execution of a session holds; replaced wholesale if a worker is abandoned
+    (the stuck thread keeps the old one, lock included)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    kernels: dict[str, KernelSlot] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        for language in self.lost:
+            self.kernels[language] = KernelSlot(lost=True)
+
+
+class Session:
+    """A directory that persists across calls, plus live kernels (one per language) when used."""
+
+    def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
+        self.runner = runner
+        self.id = session_id
+        self.workspace = workspace
+        self.mounts = mounts
+        self.last_used = time.monotonic()
+        self.state = KernelState()
+        self._queue: asyncio.Lock | None = None
+
+    @property
+    def path(self) -> Path:
+        """The host directory the guest sees as /workspace (created on first use)."""
+        return self.workspace.files
+
+    @property
+    def kernels(self) -> list[str]:
+        """Languages with a live kernel."""
+        return sorted(lang for lang, slot in self.state.kernels.items() if slot.kernel is not None)
+
+    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
+        request = self.runner.request(code, **fields)
+        if self._queue is None:
+            self._queue = asyncio.Lock()
+        async with self._queue:
+            self.last_used = time.monotonic()
+            state = self.state
+            job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+            try:
+                return await self.runner.executor.run_async(job, self.runner.provider_for(request), state.lock,
+                                                            on_abandon=self.lose_kernels)
+            finally:
+                self.last_used = time.monotonic()
+
+    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        request = self.runner.request(code, **fields)
+        self.last_used = time.monotonic()
+        state = self.state
+        job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+        try:
+            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), state.lock,
+                                                     on_abandon=self.lose_kernels)
+        finally:
+            self.last_used = time.monotonic()
+
+    def lose_kernels(self) -> None:
+        """A worker was given up with this session's kernels: the next call starts new ones and
+        says the old state is gone."""
+        self.state = KernelState(lost=set(self.state.kernels) | self.state.lost)
+
+    def hibernate(self) -> None:
+        """Drop the kernels (memory released, files kept); the next call rebuilds them and says so."""
+        state = self.state
+        with state.lock:
+            for slot in state.kernels.values():
+                if slot.kernel is not None:
+                    slot.kernel.close()
+                    slot.kernel, slot.lost = None, True
+
+    def destroy(self) -> None:
+        """Drop the kernels and remove the session's files."""
+        self.hibernate()
+        self.workspace.remove()
+        self.runner.forget(self.id)

@@ -1,0 +1,131 @@
+"""Who is calling and what they may do, as the HTTP handlers ask it: the `AccessPolicy` interface.
+
+`create_app(config, policy)` builds the service around one policy: its middleware runs after the
+error middleware (so its refusals have the service's error shape), its routes are added, its
+`context` opens and closes what it needs after the service, and the service is opened with its
+session mounts and its execution observer. The handlers ask only the hooks below, so they never
+know which policy runs; `OpenAccess` lets every caller be the local admin (embedders, unit tests).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.wire import SessionCreate
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.disk_quota import WorkspaceMeasure
+from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE
+
+LOCAL_WORKSPACE = "local"
+NO_KEY_HINT = ("send Authorization: Bearer <key>; an administrator creates keys with "
+               "`wasm-runner keys create --workspace W --name N`")
+
+
+@dataclass(frozen=True)
+class Principal:
+    workspace: str
+    key_id: str
+    kind: str  # member | app | admin | link
+
+    @property
+    def shared(self) -> bool:
+        """Sessions opened with this key see the workspace's shared/ directory."""
+        return self.kind in ("member", "admin")
+
+
+LOCAL = Principal(LOCAL_WORKSPACE, "local", "admin")
+"""The caller when no keys are in use."""
+CURRENT: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("wasm_runner_principal", default=None)
+"""The principal of the request being handled (read by the execution observer)."""
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+WorkspaceQuota = tuple[str, int, WorkspaceMeasure]
+"""What a write reserves against besides its session's limit: (workspace, quota, async measure)."""
+ItemHold = Callable[[], AbstractAsyncContextManager[None]]
+
+
+def principal_of(request: web.Request) -> Principal:
+    principal = request.get(PRINCIPAL)
+    if principal is None:
+        raise ApiError(401, ErrorCode.UNAUTHORIZED, "this endpoint needs an API key", NO_KEY_HINT)
+    return principal
+
+
+class AccessPolicy(ABC):
+    """The hooks the service's handlers call; each default lets the request through unchanged."""
+
+    @abstractmethod
+    def authenticate(self, request: web.Request) -> Principal:
+        """The caller of `request` (an ApiError refuses it)."""
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        principal = self.authenticate(request)
+        request[PRINCIPAL] = principal
+        token = CURRENT.set(principal)
+        try:
+            return await handler(request)
+        finally:
+            CURRENT.reset(token)
+
+    def check_session_quota(self, request: web.Request) -> None:
+        """Refuse creating one more session (a 429), or return."""
+        return None
+
+    def scope_session_id(self, request: web.Request, body: SessionCreate) -> SessionCreate:
+        """The creation request with the session id the caller's namespace gives it."""
+        return body
+
+    def claim_session(self, request: web.Request, session_id: str, ephemeral: bool) -> None:
+        """The caller created `session_id` (an ephemeral one never outlives the process)."""
+        return None
+
+    def visible_page(self, request: web.Request, cursor: str | None,
+                     limit: int) -> tuple[list[LiveSession], str | None]:
+        """The page of sessions the caller may list, oldest first, and the next cursor."""
+        return request.app[SERVICE].sessions.page(cursor, limit)
+
+    def workspace_quota(self, session_id: str) -> WorkspaceQuota | None:
+        """What a write into the session reserves against besides the session's own limit."""
+        return None
+
+    def batch_item_hold(self, request: web.Request) -> ItemHold | None:
+        """What each item of the caller's batch holds while it runs, as an execution of its own."""
+        return None
+
+    def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
+        """Mounts a session gets besides its profile's."""
+        return ()
+
+    def on_execution(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None,
+                     mode: str) -> None:
+        """An admitted execution ended (result None: it was aborted)."""
+        return None
+
+    def routes(self) -> Iterable[web.AbstractRouteDef]:
+        """Routes the policy serves itself."""
+        return ()
+
+    async def context(self, app: web.Application) -> AsyncIterator[None]:
+        """A cleanup context run after the service's (app[SERVICE] is set): open, yield, close."""
+        yield
+
+
+class OpenAccess(AccessPolicy):
+    """Every caller is the local admin; no quotas, no audit, no routes of its own."""
+
+    def authenticate(self, request: web.Request) -> Principal:
+        return LOCAL
+
+
+POLICY = web.AppKey("policy", AccessPolicy)

@@ -1,0 +1,109 @@
+"""Admission by workspace quota, chosen once from `auth.enabled`: the checks made before a request runs.
+
+With keys, a workspace may hold `auth.quotas.sessions` sessions, run `concurrent_executions` at
+once and starts no write while it holds its `disk_bytes`; without keys nothing is checked up
+front. (The bytes a write takes are reserved against the workspace's quota either way: see
+`Security.workspace_quota`.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Container
+from contextlib import AbstractAsyncContextManager
+
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.errors import ApiError, overloaded
+from wasm_runner_server.http.disk_quota import WorkspaceDisk, unmeasurable
+from wasm_runner_server.http.policy import ItemHold, Principal
+from wasm_runner_server.security.ratelimit import Counter
+from wasm_runner_server.security.settings import WorkspaceQuotas
+from wasm_runner_server.security.tenants import TenantStore
+
+
+class Quotas(ABC):
+    @abstractmethod
+    async def check_disk(self, principal: Principal) -> None:
+        """Refuse a write (a 429) while the caller's workspace holds its disk quota."""
+
+    @abstractmethod
+    def execution(self, principal: Principal) -> AbstractAsyncContextManager[None]:
+        """Held while one execution of the caller runs (a 429 when its workspace runs its maximum)."""
+
+    @abstractmethod
+    def batch_item_hold(self, principal: Principal) -> ItemHold | None:
+        """What each batch item holds, as an execution of its own, waiting for a free one."""
+
+    @abstractmethod
+    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
+        """Refuse creating a session (a 429) when the workspace holds its maximum of `sessions` that exist."""
+
+
+class Unlimited(Quotas):
+    """auth.enabled = false: nothing is refused up front."""
+
+    async def check_disk(self, principal: Principal) -> None:
+        return None
+
+    def execution(self, principal: Principal) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
+
+    def batch_item_hold(self, principal: Principal) -> ItemHold | None:
+        return None
+
+    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
+        return None
+
+
+class Enforced(Quotas):
+    """auth.enabled: the quotas of `auth.quotas`, per workspace."""
+
+    def __init__(self, settings: WorkspaceQuotas, disk: WorkspaceDisk, tenants: TenantStore) -> None:
+        self.settings = settings
+        self.disk = disk
+        self.tenants = tenants
+        self.running = Counter()
+
+    async def check_disk(self, principal: Principal) -> None:
+        try:
+            used, _ = await self.disk.measure_async(principal.workspace)
+        except OSError as exc:
+            raise unmeasurable("the workspace", exc) from None
+        quota = self.disk.quota
+        if used >= quota:
+            raise ApiError(429, ErrorCode.WORKSPACE_DISK_QUOTA, f"this workspace holds {used} bytes, its quota is {quota}",
+                           "delete files or sessions, then retry after the seconds in Retry-After",
+                           {"Retry-After": "30"})
+
+    @contextlib.asynccontextmanager
+    async def execution(self, principal: Principal) -> AsyncIterator[None]:
+        cap = self.settings.concurrent_executions
+        if not self.running.acquire(principal.workspace, cap):
+            raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
+                             ErrorCode.WORKSPACE_BUSY)
+        try:
+            yield
+        finally:
+            self.running.release(principal.workspace)
+
+    def batch_item_hold(self, principal: Principal) -> ItemHold | None:
+        cap = self.settings.concurrent_executions
+
+        @contextlib.asynccontextmanager
+        async def hold() -> AsyncIterator[None]:
+            await self.check_disk(principal)
+            await self.running.wait_acquire(principal.workspace, cap)
+            try:
+                yield
+            finally:
+                self.running.release(principal.workspace)
+
+        return hold
+
+    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
+        held = sum(1 for s in self.tenants.sessions_of(principal.workspace) if s in sessions)
+        cap = self.settings.sessions
+        if held >= cap:
+            raise ApiError(429, ErrorCode.WORKSPACE_SESSION_QUOTA, f"this workspace holds its maximum of {cap} sessions",
+                           "delete sessions you no longer need, then retry", {"Retry-After": "60"})

@@ -1,0 +1,100 @@
+"""What the security policy holds while the service runs: the key and audit stores, the link signer,
+the workspaces' disk usage and the two strategies chosen from the settings."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from wasm_runner import Mount
+from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.http.disk_quota import WorkspaceDisk
+from wasm_runner_server.http.policy import Principal, WorkspaceQuota
+from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
+from wasm_runner_server.security.presign import Signer, load_secrets
+from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
+from wasm_runner_server.security.ratelimit import RateLimiter
+from wasm_runner_server.security.settings import AuthSettings
+from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.sessions.service import Service
+
+SHARED_GUEST = "/workspace/shared"
+FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete"}
+"""The audit log's mode of a file change, by HTTP method."""
+
+
+@dataclass(eq=False)
+class Security:
+    settings: AuthSettings
+    data_dir: Path
+    tenants: TenantStore
+    audit: AuditLog
+    signer: Signer
+    disk: WorkspaceDisk
+    """Each workspace's disk usage against auth.quotas.disk_bytes."""
+    authenticator: Authenticator
+    quotas: Quotas
+
+    @classmethod
+    def open(cls, config: ServiceConfig, service: Service) -> Security:
+        settings = config.auth
+        data_dir = config.server.data_dir
+        tenants = TenantStore.in_data_dir(data_dir)
+        audit = AuditLog.in_data_dir(data_dir, code_bytes=settings.audit_code_bytes,
+                                     output_bytes=settings.audit_output_bytes)
+        signer = Signer(load_secrets(settings.presign_secrets, data_dir))
+        disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
+        if settings.enabled:
+            authenticator: Authenticator = ApiKeys(tenants, RateLimiter(settings.rate_per_s, settings.burst),
+                                                   settings.rate_per_s)
+            quotas: Quotas = Enforced(settings.quotas, disk, tenants)
+        else:
+            authenticator, quotas = LocalOnly(), Unlimited()
+        return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas)
+
+    def close(self) -> None:
+        self.tenants.close()
+        self.audit.close()
+
+    def shared_dir(self, workspace: str) -> Path:
+        path = self.disk.own_dir(workspace) / "shared"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def owns(self, principal: Principal, session_id: str) -> bool:
+        return self.authenticator.owns(principal, self.tenants.owner(session_id))
+
+    def mounts_shared(self, session_id: str) -> bool:
+        """Whether the session sees shared/: fixed when it is created, by the kind of the key creating it.
+        Its kernels keep whatever they read there, so only keys allowed shared/ may use such a session."""
+        owner = self.tenants.owner(session_id)
+        return owner is not None and owner.kind != "app"
+
+    def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
+        owner = self.tenants.owner(session_id)
+        if owner is None or not self.mounts_shared(session_id):
+            return ()
+        budget = self.disk.budget(owner.workspace)
+        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, budget=budget),)
+
+    def workspace_quota(self, workspace: str | None) -> WorkspaceQuota | None:
+        """What a write into `workspace` reserves against (None: no workspace quota applies)."""
+        if workspace is None:
+            return None
+        disk = self.disk
+        return workspace, disk.quota, lambda: disk.measure_async(workspace)
+
+    def record_file_change(self, principal: Principal, session_id: str | None, method: str, path: str | None,
+                           status: int) -> Future[None]:
+        """Queue the change's audit row; the future is done once it is committed (await it before answering)."""
+        owner = self.tenants.owner(session_id) if session_id else None
+        return self.audit.record_file_change(workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+                                      ephemeral=bool(owner and owner.ephemeral), mode=FILE_MODES[method],
+                                      path=path, status=status)
+
+
+SECURITY = web.AppKey("security", Security)
