@@ -156,17 +156,15 @@ def _of(package: str, names: list[str]) -> list[str]:
 
 GRAPH = {name: _imports(name, tree) for name, tree in TREES.items()}
 CORE = ["wasm_runner", "wasm_runner_protocol", "wasm_runner_client"]
-SERVER_PENDING = pytest.mark.xfail(reason="the server's security routes and policy import each other until "
-                                          "security is passed in at construction", strict=False)
 
 
-@pytest.mark.parametrize("package", [*CORE, pytest.param("wasm_runner_server", marks=SERVER_PENDING)])
+@pytest.mark.parametrize("package", [*CORE, "wasm_runner_server"])
 def test_no_import_cycle(package):
     cycles = [c for c in _cycles(GRAPH) if _of(package, c)]
     assert cycles == []
 
 
-@pytest.mark.parametrize("package", [*CORE, pytest.param("wasm_runner_server", marks=SERVER_PENDING)])
+@pytest.mark.parametrize("package", [*CORE, "wasm_runner_server"])
 def test_no_private_name_crosses_a_module(package):
     crossings = [c for module in _of(package, list(MODULES)) for c in _private_crossings(module)]
     assert crossings == []

@@ -36,7 +36,9 @@ def structs_of(module: ModuleType) -> list[str]:
 
 def test_wasm_runner():
     assert exported(wasm_runner) == [
-        "ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits", "Mount", "OutputListener", "Runner", "Session",
+        "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
+        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "Runner", "RunnerClosedError",
+        "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
     ]
 
 
