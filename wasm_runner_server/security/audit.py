@@ -1,33 +1,39 @@
 """The audit log: one append-only SQLite row per execution and per file change.
 
 Rows are never updated (a trigger refuses it) and no API deletes them; only the
-retention prune removes rows older than `auth.audit_retention_days`. Rows are
-written in batches, one transaction each (`FLUSH_ROWS` rows or `FLUSH_S`
-seconds, whichever comes first; every read and `close` flush first), so that
-recording an execution costs the request path no database write; the periodic
-writes run on a thread, off the event loop (a commit that checkpoints the WAL
-takes 20-30 ms here). Code and output are stored capped, with the code's SHA-256
-and full sizes. For an ephemeral session only the fact of the run is kept: sizes,
-outcome, timings, never code, output or paths.
+retention prune removes rows older than `auth.audit_retention_days`. A row is on disk
+before the response it accounts for is sent: `record_*` queue the row and return the
+future of its batch's commit, which the request awaits. One writer thread commits
+whatever is queued in one transaction (group commit: rows queued during a commit go in
+the next), so the event loop never writes and concurrent requests share commits; the
+WAL checkpoint runs on its own thread (`wal.Checkpointer`), never inside a commit.
+A committed row survives a kill of the process; with `synchronous="NORMAL"` (the
+default) it may not survive a power loss, with `"FULL"` it does (see `wal`).
+Code and output are stored capped, with the code's SHA-256 and full sizes. For an
+ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
+code, output or paths.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasm_runner_server.data_dir import connect_private, narrow_database
+from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
+
+log = logging.getLogger("wasm_runner.server")
 
 DB_NAME = "audit.sqlite3"
-FLUSH_ROWS = 256
-"""Pending rows that force a write at once."""
-FLUSH_S = 0.05
+RETRY_S = 0.1
+"""Pause of the writer after a failed commit before it tries the same rows again."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -96,67 +102,107 @@ class AuditFilter:
     until: float | None = None
 
 
+def _running_future() -> Future[None]:
+    """A batch's commit future, marked running: a waiter that gives up (a request cancelled when its
+    client left) cannot cancel it for the other rows of the batch."""
+    future: Future[None] = Future()
+    future.set_running_or_notify_cancel()
+    return future
+
+
 class AuditLog:
-    def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024) -> None:
+    def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024,
+                 synchronous: Synchronous = "NORMAL") -> None:
         self.path = Path(path)
         self.code_bytes = code_bytes
         self.output_bytes = output_bytes
-        self._db = connect_private(self.path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        narrow_database(self.path)  # the -wal and -shm files it made
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db = connect_wal(self.path, synchronous)
         self._db.executescript(_SCHEMA)
+        self._db_lock = threading.Lock()
+        """Serialises the connection's use (commits on the writer, reads on the caller's thread); rows are
+        taken from the queue only while it is held, so batches commit in the order they were taken."""
+        self._queue = threading.Condition()
+        """Guards the queued rows, the future of their batch and the writer's start and stop."""
         self._pending: list[dict] = []
-        self._oldest_pending = 0.0
-        self._pending_lock = threading.Lock()
-        """Held only to add or take pending rows: the event loop never waits for a write."""
-        self._db_lock = threading.RLock()
-        """Serialises the connection's use: flushes run on a thread, reads on the caller's."""
+        self._batch = _running_future()
+        self._closed = False
+        self._writer: threading.Thread | None = None
+        self._checkpointer: Checkpointer | None = None
+        """Both started by the first row: a log opened only to read (the CLI) runs no thread."""
 
     @classmethod
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
     def close(self) -> None:
-        with self._db_lock:
+        """Stop the threads, commit what is still queued, close the database."""
+        with self._queue:
+            self._closed = True
+            self._queue.notify()
+        if self._writer is not None:
+            self._writer.join()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+        try:
             self.flush()
-            self._db.close()
+        finally:
+            with self._db_lock:
+                self._db.close()
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _insert(self, row: dict) -> None:
-        with self._pending_lock:
-            if not self._pending:
-                self._oldest_pending = time.monotonic()
+    def _insert(self, row: dict) -> Future[None]:
+        with self._queue:
+            if self._closed:
+                raise RuntimeError("the audit log is closed")
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_forever, name="wasm-runner-audit-writer",
+                                                daemon=True)
+                self._writer.start()
+                self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
             self._pending.append(row)
-            full = len(self._pending) >= FLUSH_ROWS
-        if full:
-            self.flush()
+            self._queue.notify()
+            return self._batch
 
-    def flush_due(self) -> bool:
-        return bool(self._pending) and time.monotonic() - self._oldest_pending >= FLUSH_S
+    def _write_forever(self) -> None:
+        while True:
+            with self._queue:
+                while not self._pending and not self._closed:
+                    self._queue.wait()
+                if self._closed:
+                    return  # `close` commits what is left
+            try:
+                self.flush()
+            except sqlite3.Error:
+                log.exception("audit write failed; retrying", extra={"event": "audit_failed"})
+                time.sleep(RETRY_S)
 
     def flush(self) -> None:
-        """Write the pending rows in one transaction (from any thread)."""
+        """Commit the queued rows now, in one transaction (from any thread); once it returns, every row
+        recorded before the call is on disk. A failed commit raises, and keeps the rows queued for the next
+        attempt; the requests waiting for that batch get the error."""
         with self._db_lock:
-            with self._pending_lock:
+            with self._queue:
+                if not self._pending:
+                    return
                 rows, self._pending = self._pending, []
-            if not rows:
-                return
+                batch, self._batch = self._batch, _running_future()
             values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
             try:
                 with self._db:  # one transaction: BEGIN ... COMMIT
                     self._db.execute("BEGIN")
                     self._db.executemany(_INSERT, values)
-            except sqlite3.Error:
-                with self._pending_lock:
-                    self._pending[:0] = rows  # kept for the next attempt
+            except sqlite3.Error as exc:
+                with self._queue:
+                    self._pending[:0] = rows
+                batch.set_exception(exc)
                 raise
+            batch.set_result(None)
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
-                         command: list[str] | None, result, outcome: str, finished_at: float) -> None:
+                         command: list[str] | None, result, outcome: str, finished_at: float) -> Future[None]:
+        """Queue the row of an execution; the future is done once it is committed."""
         source = code if command is None else json.dumps(command)
         source = source or ""
         stdout = getattr(result, "stdout", "") or ""
@@ -182,12 +228,13 @@ class AuditLog:
                        files_changed=json.dumps(changed) if changed is not None else None)
         elif changed is not None:
             row["files_changed"] = json.dumps({k: len(v) for k, v in changed.items()})
-        self._insert(row)
+        return self._insert(row)
 
     def record_file_change(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
-                           path: str | None, status: int) -> None:
+                           path: str | None, status: int) -> Future[None]:
+        """Queue the row of a file change; the future is done once it is committed."""
         now = time.time()
-        self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
+        return self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
                       "session": session, "ephemeral": int(ephemeral), "mode": mode,
                       "path": None if ephemeral else path, "status": status,
                       "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 
 from aiohttp import web
 
@@ -41,7 +40,6 @@ from wasm_runner_server.http.policy import (
     Principal,
     WorkspaceQuota,
 )
-from wasm_runner_server.security.audit import FLUSH_S, AuditLog
 from wasm_runner_server.security.routes import admin, audit, presign, shared
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -107,9 +105,9 @@ class SecurityPolicy(AccessPolicy):
             response = await handler(request)
             if (request.method in FILE_MODES and response.status < 400 and not route.endswith(":presign")
                     and (route.startswith(SESSION_ROUTE_PREFIX + "/files") or route.startswith("/v1/shared/files"))):
-                security.record_file_change(principal, session_id, request.method,
-                                            request.match_info.get("path") or request.query.get("dir"),
-                                            response.status)
+                await asyncio.wrap_future(security.record_file_change(  # on disk before the response
+                    principal, session_id, request.method, request.match_info.get("path") or request.query.get("dir"),
+                    response.status))
             return response
         finally:
             CURRENT.reset(token)
@@ -164,9 +162,11 @@ class SecurityPolicy(AccessPolicy):
     # -- the execution observer --------------------------------------------------------------------
 
     def on_execution(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None,
-                     mode: str) -> None:
+                     mode: str) -> Awaitable[None] | None:
+        """Records the execution's audit row; what it returns is the row's commit, which the execution's
+        result waits for before it is given out."""
         if self._security is None or self._app is None:
-            return
+            return None
         security = self._security
         principal = CURRENT.get() or security.authenticator.unknown
         security.disk.forget(principal.workspace)
@@ -178,7 +178,7 @@ class SecurityPolicy(AccessPolicy):
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
         outcome = outcome_of(result) if result is not None else "aborted"
         try:
-            security.audit.record_execution(
+            committed = security.audit.record_execution(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
                 ephemeral=bool(owner and owner.ephemeral), mode=mode,
                 profile=live.row.profile if live is not None else None,
@@ -188,6 +188,7 @@ class SecurityPolicy(AccessPolicy):
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise
+        return asyncio.wrap_future(committed)
 
     # -- routes, start and stop -------------------------------------------------------------------
 
@@ -213,12 +214,10 @@ class SecurityPolicy(AccessPolicy):
         await self._drop_ephemeral(app)  # ephemeral sessions never outlive the process
         pruned = security.audit.prune(settings.audit_retention_days)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
-        flusher = asyncio.create_task(_flush_audit(security.audit), name="wasm-runner-audit-flush")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
         yield
         pruner.cancel()
-        flusher.cancel()
         await self._drop_ephemeral(app)
         security.close()
 
@@ -236,12 +235,3 @@ class SecurityPolicy(AccessPolicy):
             await asyncio.sleep(86400)
             self.security.audit.prune(self.config.auth.audit_retention_days)
 
-
-async def _flush_audit(audit_log: AuditLog) -> None:
-    while True:
-        await asyncio.sleep(FLUSH_S)
-        if audit_log.flush_due():
-            try:
-                await asyncio.to_thread(audit_log.flush)
-            except sqlite3.Error:
-                log.exception("audit write failed; retrying", extra={"event": "audit_failed"})

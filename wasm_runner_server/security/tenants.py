@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from wasm_runner_server.data_dir import connect_private, narrow_database
+from wasm_runner_server.wal import Checkpointer, connect_wal
 
 KEY_PREFIX = "wr_"
 KeyKind = Literal["member", "app", "admin"]
@@ -95,12 +95,9 @@ def split_key(key: str) -> str | None:
 class TenantStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._db = connect_private(self.path)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        narrow_database(self.path)  # the -wal and -shm files it made
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
         self._db.executescript(_SCHEMA)
+        self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
         self._touched: dict[str, float] = {}
         self._owners: dict[str, Owner] = {}
 
@@ -109,6 +106,7 @@ class TenantStore:
         return cls(Path(data_dir) / DB_NAME)
 
     def close(self) -> None:
+        self._checkpointer.close()
         self._db.close()
 
     # -- workspaces and keys -------------------------------------------------------------

@@ -14,7 +14,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -33,8 +33,9 @@ log = logging.getLogger("wasm_runner.server")
 
 CANCELLED_MESSAGE = "cancelled by the caller"
 
-ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], None]
-"""Called with (target, request, result or None when aborted, mode) after every admitted execution."""
+ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], Awaitable[None] | None]
+"""Called with (target, request, result or None when aborted, mode) after every admitted execution; an
+awaitable it returns (the audit row's commit) is awaited before the result is given out."""
 
 
 class Execution:
@@ -144,20 +145,27 @@ class Execution:
                 try:
                     result = await self._run_task(target, request, listener, on_task)
                 finally:
-                    self._finished(target, request, result, mode, started)
+                    recorded = self._finished(target, request, result, mode, started)
         except ApiError as exc:
             if exc.status == 429:
                 self.metrics.executions.inc(language, mode, "rejected", "")
             raise
         self.metrics.executions.inc(language, mode, outcome(result), result.limit or "")
+        for done in recorded:  # after the slot is freed: the next execution need not wait for a commit
+            await done
         return result
 
     def _finished(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None, mode: str,
-                  started: float) -> None:
-        """An admitted execution ended (result None: aborted): its time, then the observers (the audit log)."""
+                  started: float) -> list[Awaitable[None]]:
+        """An admitted execution ended (result None: aborted): its time, then the observers (the audit log);
+        what they ask to await before the result is given out."""
         self.metrics.execution_seconds.observe(time.perf_counter() - started, metric_language(request), mode)
+        waits = []
         for observe in self.observers:
-            observe(target, request, result, mode)
+            wait = observe(target, request, result, mode)
+            if wait is not None:
+                waits.append(wait)
+        return waits
 
     async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
                        mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
@@ -212,11 +220,13 @@ class Execution:
                 if entry is not None:
                     result.id = entry.request.id
                     try:
-                        self._finished(runner, entry.request, result, mode, entry.started)
+                        recorded = self._finished(runner, entry.request, result, mode, entry.started)
                     finally:
                         await entry.stack.aclose()
                     self.metrics.executions.inc(metric_language(entry.request), mode, outcome(result),
                                                 result.limit or "")
+                    for done in recorded:  # each result is audited before it is sent
+                        await done
                 yield result
             while decided:
                 yield decided.popleft()

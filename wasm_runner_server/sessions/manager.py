@@ -299,6 +299,8 @@ class SessionManager:
             kernels = session.kernels
             if not set(kernels) <= set(row.kernels):
                 row.kernels = sorted({*row.kernels, *kernels})
+                # written before the answer: after a crash this session's next turn must say its kernel restarted
+                await asyncio.to_thread(self.store.save_many, [row])
         live.dirty = True
         return result
 

@@ -1,10 +1,13 @@
 """Session metadata in SQLite (WAL): what must survive a restart besides the files.
 
-Creation and deletion are written through at once, from the event loop (a
-sub-millisecond local write); the frequently changing fields (last use, kernels,
-execution count) are written in batches by the sweep, on a thread (5,000 changed
-sessions take about 50 ms), and on shutdown (`save_many`). A lock serialises the
-connection's use.
+Creation and deletion are committed at once, from the event loop, before the response
+that reports them: a WAL commit without checkpoint is a sub-millisecond local write, and
+the checkpoints run on their own thread (`wal.Checkpointer`). A committed session
+survives a kill of the process; with `synchronous="NORMAL"` (the default) it may not
+survive a power loss, with `"FULL"` it does (see `wal`). The frequently changing fields
+(last use, kernels, execution count) are written in batches by the sweep, on a thread
+(5,000 changed sessions take about 50 ms), and on shutdown (`save_many`): after a kill
+they can be a sweep behind. A lock serialises the connection's use.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wasm_runner_server.data_dir import connect_private, narrow_database
+from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
 
 SCHEMA_VERSION = 1
 
@@ -64,19 +67,16 @@ def _row(values: tuple) -> SessionRow:
 
 
 class SessionStore:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, synchronous: Synchronous = "NORMAL") -> None:
         self.path = Path(path)
-        self._db = connect_private(self.path)
+        self._db = connect_wal(self.path, synchronous)
         self._lock = threading.Lock()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        narrow_database(self.path)  # the -wal and -shm files it made
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer version (schema {version})")
         self._db.executescript(_SCHEMA)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._checkpointer = Checkpointer(self.path, "wasm-runner-sessions-checkpoint")
 
     def insert(self, row: SessionRow) -> bool:
         """Add a session; False if the id is taken."""
@@ -121,6 +121,7 @@ class SessionStore:
             return [r[0] for r in cur]
 
     def close(self) -> None:
+        self._checkpointer.close()
         with self._lock:
             self._db.close()
 

@@ -32,7 +32,7 @@ async def test_every_execution_has_an_audit_row_with_the_right_outcome(secure):
     assert status == 200
     rows = page["entries"]
     assert len(rows) == 4
-    for row, (code, outcome, limit, exit_code) in zip(rows, runs):
+    for row, (code, outcome, limit, exit_code) in zip(rows, runs, strict=False):
         assert row["session"] == sid and row["outcome"] == outcome and row["limit_hit"] == limit
         assert row["code"] == code and row["code_sha256"] and row["workspace"] == "alpha"
         assert row["key_id"] == secure.keys["a_member"][3:15] and row["language"] == "python"
@@ -79,22 +79,28 @@ def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
     assert len(lines) == 1 and json.loads(lines[0])["path"] == "p"
 
 
-def test_audit_rows_are_written_in_batches_and_kept_when_a_write_fails(tmp_path):
+def test_audit_rows_are_committed_in_groups_and_kept_when_a_write_fails(tmp_path):
     log = AuditLog.in_data_dir(tmp_path)
     other = sqlite3.connect(tmp_path / "audit.sqlite3")
-    for n in range(3):
-        log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path=f"p{n}",
-                               status=201)
-    assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 0  # not written one by one
-    assert log.count() == 3  # a read writes the pending rows first
+    with log._db_lock:  # as while the writer commits: the rows recorded meanwhile queue up
+        committed = [log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                            path=f"p{n}", status=201) for n in range(3)]
+        assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 0
+        assert all(future is committed[0] for future in committed)  # one batch, one commit
+    committed[0].result(timeout=10)  # what a response waits for
     assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 3
-    log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p3", status=201)
-    broken, log._db = log._db, sqlite3.connect(":memory:")  # no audit table: the write fails
+    with log._db_lock:
+        broken, log._db = log._db, sqlite3.connect(":memory:", check_same_thread=False)  # no table: writes fail
+        failing = log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                         path="p3", status=201)
+    with pytest.raises(sqlite3.Error):
+        failing.result(timeout=10)  # the request waiting for it is told
     with pytest.raises(sqlite3.Error):
         log.flush()
-    log._db.close()
-    log._db = broken
-    log.close()  # the row that failed is written now
+    with log._db_lock:
+        log._db.close()
+        log._db = broken
+    log.close()  # the row that failed is written now (or by the writer's retry before)
     assert [r[0] for r in other.execute("SELECT path FROM audit ORDER BY id")] == ["p0", "p1", "p2", "p3"]
     other.close()
 
