@@ -20,16 +20,17 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.capture import OutputListener
-from wasm_runner.execution.lanes import Batch
-from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import KernelSlot, WasmProvider
 from wasm_runner.providers.wasm.sandbox import Mount
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
+
+if TYPE_CHECKING:  # the batch machinery is imported only when used: a one-shot run does without it
+    from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 
 log = logging.getLogger("wasm_runner")
 
@@ -55,7 +56,7 @@ def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
 
 
 READY_SCRATCH = 2
-"""Idle scratch workspaces kept for one-shot runs, each with sandboxes made ahead."""
+"""Idle scratch workspaces kept for one-shot runs, each with sandboxes made ahead (by default)."""
 
 
 class Runner:
@@ -70,10 +71,14 @@ class Runner:
         mounts: tuple[Mount, ...] = (),
         providers: list[Provider] | None = None,
         one_shot_workers: int = 0,
+        ready_scratch: int = READY_SCRATCH,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
-        host-side work otherwise waits for them under load."""
+        host-side work otherwise waits for them under load. `ready_scratch` is how many idle
+        scratch workspaces are kept with sandboxes made ahead for the next one-shot runs; 0
+        keeps none, for a Runner that runs once and closes (the CLI's), which would only
+        throw them away."""
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
         # Every tenant's files are under it: the service's alone (sandboxes reach their own
@@ -87,11 +92,17 @@ class Runner:
         self.concurrency = concurrency or os.cpu_count() or 2
         self.mounts = mounts
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
-        self._worker_pool = WorkerPool(self) if providers is None else None
-        """Processes for batch lanes and one-shot runs (providers of the caller's own cannot be
-        rebuilt in one)."""
-        self._one_shot_workers = (OneShotWorkers(self._worker_pool, one_shot_workers)
-                                  if one_shot_workers > 0 and self._worker_pool is not None else None)
+        self.ready_scratch = ready_scratch
+        self._providers_rebuildable = providers is None
+        """Providers of the caller's own cannot be rebuilt in a worker process."""
+        self._worker_pool: WorkerPool | None = None
+        """Processes for batch lanes and one-shot runs, made on first need (`_pool`)."""
+        self._one_shot_workers: OneShotWorkers | None = None
+        pool = self._pool() if one_shot_workers > 0 else None
+        if pool is not None:
+            from wasm_runner.execution.workers import OneShotWorkers
+
+            self._one_shot_workers = OneShotWorkers(pool, one_shot_workers)
         self.abandoned_workers = 0
         self._executor = self._new_executor()
         self._executor_lock = threading.Lock()
@@ -106,6 +117,14 @@ class Runner:
         self._sessions_lock = threading.Lock()
 
     # -- set-up ------------------------------------------------------------------
+
+    def _pool(self) -> WorkerPool | None:
+        """The worker processes (their module imported now), where providers can be rebuilt in one."""
+        if self._worker_pool is None and self._providers_rebuildable:
+            from wasm_runner.execution.workers import WorkerPool
+
+            self._worker_pool = WorkerPool(self)
+        return self._worker_pool
 
     def _new_executor(self) -> concurrent.futures.ThreadPoolExecutor:
         return concurrent.futures.ThreadPoolExecutor(self.concurrency, thread_name_prefix="wasm-guest")
@@ -255,14 +274,14 @@ class Runner:
         if made is None or scratch_state(workspace) != made:
             self._discard_scratch(workspace)
             workspace = self._new_scratch()
-        if len(self._idle_scratch) < 2 * self.concurrency:
+        if self.ready_scratch and len(self._idle_scratch) < 2 * self.concurrency:
             self._prewarm(workspace, True)
             self._idle_scratch.append(workspace)
         else:
             self._discard_scratch(workspace)
-        # Two idle workspaces at least: the next run takes one whose sandbox is ready while
+        # Two idle workspaces at least (by default): the next run takes one whose sandbox is ready while
         # the other's is being made (the one just returned would still be in the making).
-        while len(self._idle_scratch) < READY_SCRATCH:
+        while len(self._idle_scratch) < self.ready_scratch:
             spare = self._new_scratch()
             self._prewarm(spare, True)
             self._idle_scratch.append(spare)
@@ -291,6 +310,9 @@ class Runner:
         InvalidRequest. Closing the iterator (or cancelling its consumer) stops the guests
         still running.
         """
+        from wasm_runner.execution.lanes import Batch
+
+        self._pool()
         return Batch(self, requests, concurrency or self.concurrency).results_in_completion_order()
 
     # -- the worker path ------------------------------------------------------------------
