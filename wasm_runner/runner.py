@@ -8,7 +8,6 @@ blocks the event loop and the sync `run_sync` is the same path.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import logging
@@ -29,7 +28,9 @@ from wasm_runner.providers.wasm.sandbox import Mount
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
 
-if TYPE_CHECKING:  # the batch machinery is imported only when used: a one-shot run does without it
+if TYPE_CHECKING:  # imported only where used: a one-shot run from the CLI needs neither asyncio nor batches
+    import asyncio
+
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 
 log = logging.getLogger("wasm_runner")
@@ -371,6 +372,8 @@ class Runner:
                     return self._abandon(job, future, owner)
 
     async def _run_async(self, job: Job, state: "_State", owner: "Session | None" = None) -> ExecResult:
+        import asyncio  # loaded already: this runs in an event loop
+
         future = asyncio.wrap_future(self._submit(job, state))
         try:
             while True:
@@ -520,6 +523,8 @@ class Session:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
+        import asyncio  # loaded already: this runs in an event loop
+
         request = self.runner.request(code, **fields)
         if self._queue is None:
             self._queue = asyncio.Lock()

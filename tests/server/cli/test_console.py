@@ -31,3 +31,18 @@ def test_every_command_is_offered():
     assert done.returncode == 0
     for command in ("run", "prepare", "doctor", "batch", "serve", "mcp", "keys", "audit"):
         assert command in done.stdout
+
+
+def test_the_executable_exits_with_the_guests_status_and_its_output_written():
+    console = [sys.executable, "-m", "wasm_runner_server.cli.console"]
+    done = subprocess.run([*console, "run", "-c", "print('x' * 100000)\nimport sys; sys.exit(3)"],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (3, "x" * 100000 + "\n"), done.stderr
+    done = subprocess.run([*console, "run", "--json", "-c", "print(1)"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout)["stdout"] == "1\n"
+
+
+def test_a_usage_error_exits_as_argparse_says():
+    done = subprocess.run([sys.executable, "-m", "wasm_runner_server.cli.console", "run", "--timeout", "soon"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "invalid float value" in done.stderr
