@@ -271,11 +271,14 @@ class Runner:
     def _keep_scratch(self, workspace: Workspace) -> None:
         """An empty scratch workspace goes back to the idle ones (event loop's thread only),
         if it is exactly as it was made (else another tenant's run would see the traces)."""
+        if not self.ready_scratch:  # none kept: nothing is made ahead
+            self._discard_scratch(workspace)
+            return
         made = self._scratch_made.get(workspace.root)
         if made is None or scratch_state(workspace) != made:
             self._discard_scratch(workspace)
             workspace = self._new_scratch()
-        if self.ready_scratch and len(self._idle_scratch) < 2 * self.concurrency:
+        if len(self._idle_scratch) < 2 * self.concurrency:
             self._prewarm(workspace, True)
             self._idle_scratch.append(workspace)
         else:
