@@ -4,21 +4,28 @@
 
 Fresh-instance latency for Python and JavaScript, kernel-turn latency, the cost of
 printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
-Python runs per second with two worker threads, and resident memory per idle kernel.
+Python runs per second with two worker threads, resident memory per idle kernel, and the
+start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import gc
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import wasm_runner
+import wasm_runner_protocol
+import wasm_runner_server
 from wasm_runner import Limits, Runner
 
 CPU_LOOP = "def work(n):\n    total = 0\n    for i in range(n):\n        total += i * i % 7\n    return total\nwork(3_000_000)"
@@ -152,12 +159,35 @@ def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
             "kernels": count - 1}
 
 
+def startup(runs: int = 11) -> dict:
+    """Wall time of whole processes: the `wasm-runner` console running `print(1)` (as its
+    executable does, without a launcher script in front), and plain Python doing the same.
+    With bytecode compiled first: an install compiles it (scripts/install), and without it
+    every start compiles the modules it imports."""
+    for package in (wasm_runner, wasm_runner_server, wasm_runner_protocol):
+        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1, rx=re.compile("/_runtimes/[^/]+/"))
+    commands = {"run": [sys.executable, "-m", "wasm_runner_server.cli.console", "run", "-c", "print(1)"],
+                "python": [sys.executable, "-c", "print(1)"]}
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    subprocess.run(commands["run"], check=True, capture_output=True)  # builds the runtimes if they are not yet
+    for _ in range(runs):
+        for name, command in commands.items():
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            times[name].append(time.perf_counter() - started)
+            assert done.returncode == 0 and done.stdout == "1\n", done
+    return {"startup_run_print1_s": round(statistics.median(times["run"]), 3),
+            "startup_python_print1_s": round(statistics.median(times["python"]), 3),
+            "startup_run_print1_min_s": round(min(times["run"]), 3), "runs": runs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=300)
     args = parser.parse_args()
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
+    report["startup"] = startup()  # first: a Runner of this process would take CPU from the processes timed
     with Runner(concurrency=2) as runner:
         runner.prepare()
         report["python_fresh"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0.02)

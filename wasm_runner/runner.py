@@ -15,14 +15,12 @@ import threading
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
 from wasm_runner.execution.executor import Executor
-from wasm_runner.execution.lanes import Batch, Lanes, ThreadLanes
 from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
-from wasm_runner.execution.workers import OneShotWorkers, ProcessLanes, WorkerPool
 from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import WasmProvider
@@ -30,6 +28,10 @@ from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
+
+if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.execution.lanes import Batch, Lanes
+    from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 
 __all__ = ["Runner", "default_providers"]
 
@@ -82,13 +84,26 @@ class Runner:
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
-        self.worker_pool = WorkerPool(self.scratch_dir, mounts) if providers is None else None
-        """Processes for batch lanes and one-shot runs (providers of the caller's own cannot be
-        rebuilt in one)."""
-        self.one_shot_workers = (OneShotWorkers(self.worker_pool, one_shot_workers)
-                                 if one_shot_workers > 0 and self.worker_pool is not None else None)
+        self._rebuildable = providers is None
+        """Providers of the caller's own cannot be rebuilt in a worker process."""
+        self._worker_pool: WorkerPool | None = None
+        self.one_shot_workers: OneShotWorkers | None = None
+        if one_shot_workers > 0 and self.worker_pool is not None:
+            from wasm_runner.execution.workers import OneShotWorkers
+
+            self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
+
+    @property
+    def worker_pool(self) -> WorkerPool | None:
+        """Processes for batch lanes and one-shot runs, made on first need (none where the
+        providers are the caller's own)."""
+        if self._worker_pool is None and self._rebuildable:
+            from wasm_runner.execution.workers import WorkerPool
+
+            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts)
+        return self._worker_pool
 
     @property
     def abandoned_workers(self) -> int:
@@ -202,6 +217,8 @@ class Runner:
         InvalidRequest. Closing the iterator (or cancelling its consumer) stops the guests
         still running.
         """
+        from wasm_runner.execution.lanes import Batch
+
         batch = Batch(requests, concurrency or self.concurrency, self.concurrency, self._lanes_for)
         return batch.results_in_completion_order()
 
@@ -209,10 +226,14 @@ class Runner:
         """Worker processes where this Runner has them, else its worker threads."""
         workers = self.worker_pool
         if batch.lane_count > 1 and workers is not None and not workers.broken:
+            from wasm_runner.execution.workers import ProcessLanes
+
             return ProcessLanes(batch, workers, fallback=self._thread_lanes)
         return self._thread_lanes(batch)
 
     def _thread_lanes(self, batch: Batch) -> Lanes:
+        from wasm_runner.execution.lanes import ThreadLanes
+
         return ThreadLanes(batch, self.executor, self.provider_for, self.scratch)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -222,8 +243,8 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
-        if self.worker_pool is not None:
-            self.worker_pool.close()
+        if self._worker_pool is not None:
+            self._worker_pool.close()
         for provider in self.providers:
             provider.close()
         self.executor.close()

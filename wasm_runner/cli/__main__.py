@@ -2,6 +2,6 @@
 
 import sys
 
-from wasm_runner.cli.run import main
+from wasm_runner.cli.commands import main
 
 sys.exit(main())

@@ -20,15 +20,6 @@ _decode = msgspec.json.Decoder(ExecRequest).decode
 _encode = msgspec.json.Encoder().encode
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
-    batch = sub.add_parser("batch", help="run every request of a JSON-lines file, each in a fresh sandbox")
-    batch.add_argument("items", help="JSON lines, one ExecRequest per line ('-' for stdin)")
-    batch.add_argument("-o", "--output", default="-", help="where results go, one JSON line each (default: stdout)")
-    batch.add_argument("--concurrency", type=int, default=None, help="runs in flight (default: cores)")
-    batch.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
-    batch.set_defaults(handler=_batch)
-
-
 def outcome_of(result: ExecResult) -> str:
     """The word a result is counted under: its verdict, else ok / error / limit:<name>."""
     if result.verdict is not None:
@@ -106,7 +97,7 @@ async def _run(args: argparse.Namespace, out: IO[bytes], lines: IO[str]) -> Prog
     return progress
 
 
-def _batch(args: argparse.Namespace) -> int:
+def batch_command(args: argparse.Namespace) -> int:
     if args.items != "-" and not Path(args.items).is_file():
         print(f"wasm-runner batch: no such file: {args.items}", file=sys.stderr)
         return 2

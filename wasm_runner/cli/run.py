@@ -1,6 +1,8 @@
-"""The core's command line: `wasm-runner run` and `wasm-runner prepare`.
+"""`wasm-runner run`: one run in a sandbox, its output echoed and its exit status returned.
 
-`add_commands` lets the service's CLI (server/cli.py) offer these next to its own.
+Without --profile or --config the flags alone say how it runs; with them the run is
+resolved under a profile as the service resolves a request (`wasm_runner.profiles`):
+its language, provider, limits within the maxima, environment allowlist and mounts.
 """
 
 from __future__ import annotations
@@ -9,90 +11,121 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from wasm_runner.runner import Runner
-from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecResult, Limits, MiB
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, Limits, MiB
 from wasm_runner_protocol.guest import language_for_path
 
-
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="run code in a sandbox and print its output (exit status: the guest's)")
-    run.add_argument("script", nargs="?", help="a .py, .js or .sh file to run")
-    run.add_argument("-c", "--code", help="code to run instead of a file")
-    run.add_argument("--lang", "--language", dest="language", choices=["python", "javascript", "bash", "sh"])
-    run.add_argument("--workspace", help="host directory the guest sees as /workspace (default: a throwaway one)")
-    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="pass one variable to the guest")
-    run.add_argument("--stdin", dest="stdin_file", help="file whose content is the guest's stdin")
-    run.add_argument("--provider", choices=["wasm", "native"])
-    run.add_argument("--json", action="store_true", help="print the result as JSON instead of the guest's output")
-    limits = run.add_argument_group("limits (defaults in parentheses)")
-    defaults = Limits()
-    limits.add_argument("--timeout", type=float, default=defaults.timeout_s, help="wall-clock seconds (%(default)s)")
-    limits.add_argument("--fuel", type=int, default=None, help="instruction budget (unmetered)")
-    limits.add_argument("--memory-mib", type=int, default=defaults.memory_bytes // MiB, help="MiB (%(default)s)")
-    limits.add_argument("--output-bytes", type=int, default=defaults.output_bytes, help="per stream (%(default)s)")
-    limits.add_argument("--disk-mib", type=int, default=defaults.disk_bytes // MiB, help="workspace quota MiB (%(default)s)")
-    limits.add_argument("--disk-files", type=int, default=defaults.disk_files, help="workspace file count (%(default)s)")
-    run.set_defaults(handler=_run)
-
-    prepare = sub.add_parser("prepare", help="build and compile the guest runtimes (done on first use otherwise)")
-    prepare.set_defaults(handler=_prepare)
-
-    doctor = sub.add_parser("doctor", help="report which native tools and isolation features are present")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
-    doctor.set_defaults(handler=_doctor)
-
-    from wasm_runner.cli import batch as batch_cli
-
-    batch_cli.add_command(sub)
+if TYPE_CHECKING:
+    from wasm_runner.guest import Mount
 
 
-def _run(args: argparse.Namespace) -> int:
-    if (args.code is None) == (args.script is None):
-        print("wasm-runner run: give either a script file or -c CODE", file=sys.stderr)
-        return 2
-    if args.code is not None:
-        code, language = args.code, args.language or "python"
-    else:
-        path = Path(args.script)
-        if not path.is_file():
-            print(f"wasm-runner run: no such file: {path}", file=sys.stderr)
-            return 2
-        code = path.read_text()
-        language = args.language or language_for_path(path.name)
-        if language is None:
-            print(f"wasm-runner run: cannot tell the language of {path.name}; pass --lang", file=sys.stderr)
-            return 2
-    env = {}
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            print(f"wasm-runner run: --env takes KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        env[key] = value
+class UsageError(Exception):
+    """A command line that cannot run: reported on stderr with exit status 2."""
+
+
+def run_command(args: argparse.Namespace) -> int:
     try:
-        limits = Limits(timeout_s=args.timeout, fuel=args.fuel, memory_bytes=args.memory_mib * MiB,
-                        output_bytes=args.output_bytes, disk_bytes=args.disk_mib * MiB, disk_files=args.disk_files)
-    except ValueError as exc:
+        code, path_language = _code(args)
+        env = _env(args.env)
+        if args.profile is not None or args.config is not None:
+            request, mounts = _profile_request(args, code, path_language, env)
+        else:
+            request, mounts = _flags_request(args, code, path_language, env), ()
+    except UsageError as exc:
         print(f"wasm-runner run: {exc}", file=sys.stderr)
         return 2
-    stdin = Path(args.stdin_file).read_text() if args.stdin_file else ""
     listener = None if args.json else _echo
-    with Runner() as runner:
-        fields = dict(language=language, env=env, stdin=stdin, limits=limits, provider=args.provider)
+    # Runs once and closes: no sandboxes made ahead for runs that will not come.
+    with Runner(mounts=mounts, ready_scratch=0) as runner:
         if args.workspace:
             os.makedirs(args.workspace, exist_ok=True)
             session = runner.session(workspace_dir=args.workspace)
-            result = session.run_sync(code, listener=listener, fresh=True, **fields)
+            result = session.run_sync(msgspec.structs.replace(request, fresh=True), listener=listener)
         else:
-            result = runner.run_sync(code, listener=listener, **fields)
+            result = runner.run_sync(request, listener=listener)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
     else:
         _report(result)
     return result.exit_code if 0 <= result.exit_code < 256 else 1
+
+
+def _code(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The code to run, and the language its file's name tells (None for -c)."""
+    if (args.code is None) == (args.script is None):
+        raise UsageError("give either a script file or -c CODE")
+    if args.code is not None:
+        return args.code, None
+    path = Path(args.script)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    language = language_for_path(path.name)
+    if language is None and args.language is None and args.profile is None and args.config is None:
+        raise UsageError(f"cannot tell the language of {path.name}; pass --lang")
+    return path.read_text(), language
+
+
+def _env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    return env
+
+
+def _stdin(args: argparse.Namespace) -> str:
+    return Path(args.stdin_file).read_text() if args.stdin_file else ""
+
+
+def _limit_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The limits given on the command line, as Limits fields."""
+    given = {"timeout_s": args.timeout, "memory_bytes": args.memory_mib and args.memory_mib * MiB,
+             "output_bytes": args.output_bytes, "disk_bytes": args.disk_mib and args.disk_mib * MiB,
+             "disk_files": args.disk_files}
+    limits = {name: value for name, value in given.items() if value is not None}
+    if args.fuel is not None:
+        limits["fuel"] = args.fuel
+    return limits
+
+
+def _flags_request(args: argparse.Namespace, code: str, path_language: str | None, env: dict[str, str]) -> ExecRequest:
+    try:
+        limits = Limits(**_limit_flags(args))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return ExecRequest(code=code, language=args.language or path_language or "python", env=env, stdin=_stdin(args),
+                       limits=limits, provider=args.provider)
+
+
+def _profile_request(args: argparse.Namespace, code: str, path_language: str | None,
+                     env: dict[str, str]) -> tuple[ExecRequest, tuple[Mount, ...]]:
+    """The request as the service resolves it under the profile, and the profile's mounts."""
+    # Only here: a run without a profile does without pydantic.
+    from pydantic import ValidationError
+
+    from wasm_runner.profiles import ProfileError, Profiles, load_profiles
+    from wasm_runner_protocol.wire import LimitsPatch
+
+    try:
+        profiles = Profiles(load_profiles(args.config))
+    except (ValidationError, ValueError, OSError) as exc:
+        raise UsageError(f"invalid configuration {args.config}:\n{exc}") from None
+    try:
+        _, profile = profiles.get(args.profile)
+        request = profiles.request(profile, language=args.language, code=code, command=None, stdin=_stdin(args),
+                                   env=env, limits=LimitsPatch(**_limit_flags(args)), fresh=False, id=None,
+                                   path_language=path_language)
+    except ProfileError as exc:
+        raise UsageError(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else "")) from None
+    if args.provider is not None:
+        request = msgspec.structs.replace(request, provider=args.provider)
+    return request, profile.runner_mounts()
 
 
 def _echo(stream: str, data: bytes) -> None:
@@ -109,33 +142,3 @@ def _report(result: ExecResult) -> None:
         print(f"[wasm-runner] limit {result.limit}: {message}", file=sys.stderr)
     elif result.error is not None and result.error.type in ("GuestCrash", "RuntimeUnavailable"):
         print(f"[wasm-runner] {result.error.message}", file=sys.stderr)
-
-
-def _prepare(args: argparse.Namespace) -> int:
-    with Runner() as runner:
-        runner.prepare()
-    print("runtimes ready")
-    return 0
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    from wasm_runner.providers.native.doctor import main as doctor_main
-
-    return doctor_main(["--json"] if args.json else [])
-
-
-def build_parser(prog: str = "wasm-runner") -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = argparse.ArgumentParser(prog=prog, description="Run untrusted code in WebAssembly with hard limits.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    return parser, sub
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser, sub = build_parser()
-    add_commands(sub)
-    args = parser.parse_args(argv)
-    return args.handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

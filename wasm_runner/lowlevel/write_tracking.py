@@ -20,8 +20,10 @@ import logging
 import os
 import struct
 import threading
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from wasm_runner.lowlevel.libc import libc
 
@@ -81,6 +83,8 @@ class WrittenPages:
     """One tracked range; `pages()` lists the pages written since tracking started."""
 
     def __init__(self, address: int, length: int, uffd: int) -> None:
+        import numpy as np  # instance reuse only: a one-shot run does without it
+
         self.address, self.length = address, length
         self._pagemap = pagemap()
         self._regions = np.zeros((_REGIONS, 3), np.uint64)
@@ -92,6 +96,8 @@ class WrittenPages:
 
     def pages(self) -> np.ndarray:
         """Sorted numbers (from the range's first page) of the pages written since tracking started."""
+        import numpy as np
+
         ranges = self._scan(protect=False)
         first = ((ranges[:, 0] - self.address) // PAGE).astype(np.int64)
         counts = ((ranges[:, 1] - ranges[:, 0]) // PAGE).astype(np.int64)
@@ -100,6 +106,8 @@ class WrittenPages:
     def _scan(self, protect: bool) -> np.ndarray:
         """The written ranges as rows of (start, end, flags); `protect` write-protects every page
         (the categories then match every page)."""
+        import numpy as np
+
         arg, start, end, found = self._arg, self.address, self.address + self.length, []
         while True:
             arg[:] = [96, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC if protect else 0, start, end, 0,

@@ -1,17 +1,21 @@
-"""The `wasm-runner` command: the core's commands plus the service's (serve, mcp, keys, audit)."""
+"""The `wasm-runner` command: the core's commands plus the service's (serve, mcp, keys, audit).
+
+The parsers come from light modules (argparse definitions only); a command's module,
+and what it needs (the service, aiohttp, pydantic), is imported only when it runs.
+"""
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 from collections.abc import Sequence
 
-from wasm_runner.cli.run import add_commands, build_parser
-from wasm_runner_server.cli.keys import add_audit_command, add_keys_command
-from wasm_runner_server.cli.serve import add_serve_command
-from wasm_runner_server.mcp.stdio import add_mcp_command
-
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from wasm_runner.cli.commands import add_commands, build_parser
+    from wasm_runner_server.cli.commands import add_audit_command, add_keys_command, add_mcp_command, add_serve_command
+
     parser, sub = build_parser()
     add_commands(sub)
     add_serve_command(sub)
@@ -22,5 +26,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args.handler(args)
 
 
+def run() -> int:
+    """The `wasm-runner` executable: `main`, then an exit without the interpreter's teardown.
+
+    Tearing down the modules a command loaded (wasmtime's engine and compiled code among
+    them) took longer than a one-shot run itself. The exit handler is registered before
+    anything else is imported, so it runs after every other one (they run last-registered
+    first): the cleanups they do (sandboxes, cgroups, temporary copies, log handlers) are
+    all done when it ends the process.
+    """
+    status: list[int] = []
+
+    def exit_now() -> None:
+        if status:  # the command returned (an exception keeps the ordinary exit)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a closed pipe: nothing more can be written
+                    pass
+            os._exit(status[0])
+
+    atexit.register(exit_now)
+    status.append(main())
+    return status[0]
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

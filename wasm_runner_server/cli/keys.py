@@ -9,7 +9,7 @@
 They open the same SQLite files as a running server (WAL), so a key created or revoked
 here is valid or refused from the server's next request on. A key is printed once and
 only its SHA-256 is stored: a lost key cannot be recovered; revoke it and create another.
-The main CLI wires them in with `add_keys_command(subparsers)` and `add_audit_command(subparsers)`.
+Their arguments are defined in wasm_runner_server/cli/commands.py (`add_keys_command`, `add_audit_command`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from wasm_runner_server.security.audit import AuditFilter, AuditLog
-from wasm_runner_server.security.tenants import KINDS, TenantStore
+from wasm_runner_server.security.tenants import TenantStore
 
 
 def _data_dir(args: argparse.Namespace) -> Path:
@@ -36,39 +36,11 @@ def _data_dir(args: argparse.Namespace) -> Path:
     return load_config(config).server.data_dir
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, help="the server's data directory ($WASM_RUNNER_DATA_DIR)")
-    parser.add_argument("--config", type=Path, help="the server's config file ($WASM_RUNNER_CONFIG)")
-
-
 def _when(value: float | None) -> str:
     return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
-def add_keys_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("keys", help="create, list and revoke API keys",
-                                   description="Manage the API keys of the HTTP service's workspaces.")
-    commands = parser.add_subparsers(dest="keys_command", required=True)
-    create = commands.add_parser("create", help="create a key (printed once)")
-    create.add_argument("--workspace", required=True, help="the workspace (tenant); created if new")
-    create.add_argument("--name", required=True, help="what the key is for, e.g. 'ci' or 'alice'")
-    create.add_argument("--kind", choices=KINDS, default="member",
-                        help="member: sessions see shared/; app: own session only; admin: the admin API")
-    _common(create)
-    create.set_defaults(handler=_create)
-    listing = commands.add_parser("list", help="list keys (never the keys themselves)")
-    listing.add_argument("--workspace")
-    listing.add_argument("--json", action="store_true")
-    _common(listing)
-    listing.set_defaults(handler=_list)
-    revoke = commands.add_parser("revoke", help="revoke a key by its prefix (refused from the next request)")
-    revoke.add_argument("prefix", help="the key's prefix (wr_<id>) as `keys list` shows it")
-    _common(revoke)
-    revoke.set_defaults(handler=_revoke)
-    return parser
-
-
-def _create(args: argparse.Namespace) -> int:
+def create_key(args: argparse.Namespace) -> int:
     store = TenantStore.in_data_dir(_data_dir(args))
     try:
         key, record = store.create_key(args.workspace, args.name, args.kind)
@@ -84,7 +56,7 @@ def _create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace) -> int:
+def list_keys(args: argparse.Namespace) -> int:
     store = TenantStore.in_data_dir(_data_dir(args))
     try:
         records = store.keys(args.workspace)
@@ -104,7 +76,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _revoke(args: argparse.Namespace) -> int:
+def revoke_key(args: argparse.Namespace) -> int:
     store = TenantStore.in_data_dir(_data_dir(args))
     try:
         record = store.revoke(args.prefix)
@@ -117,27 +89,7 @@ def _revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_audit_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("audit", help="export or prune the audit log",
-                                   description="The audit log of the HTTP service (append-only).")
-    commands = parser.add_subparsers(dest="audit_command", required=True)
-    export = commands.add_parser("export", help="write audit rows as JSON lines")
-    export.add_argument("--jsonl", action="store_true", default=True, help="JSON lines (the only format)")
-    export.add_argument("--workspace")
-    export.add_argument("--session")
-    export.add_argument("--since", type=float, help="unix time")
-    export.add_argument("--until", type=float, help="unix time")
-    export.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
-    _common(export)
-    export.set_defaults(handler=_export)
-    prune = commands.add_parser("prune", help="remove rows older than the retention period")
-    prune.add_argument("--days", type=float, help="retention in days (default: auth.audit_retention_days)")
-    _common(prune)
-    prune.set_defaults(handler=_prune)
-    return parser
-
-
-def _export(args: argparse.Namespace) -> int:
+def export_audit(args: argparse.Namespace) -> int:
     log = AuditLog.in_data_dir(_data_dir(args))
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     count = 0
@@ -154,7 +106,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune(args: argparse.Namespace) -> int:
+def prune_audit(args: argparse.Namespace) -> int:
     days = args.days
     if days is None:
         from wasm_runner_server.config import load_config

@@ -5,9 +5,9 @@ file (--config / WASM_RUNNER_CONFIG), environment variables, command-line flags.
 
     wasm-runner serve --host 127.0.0.1 --port 8080 --data-dir /var/lib/wasm-runner --config wasm-runner.toml
 
-The main CLI wires it in with `add_serve_command(subparsers)`; the parser's
-`handler` default is the command (`args.handler(args)` returns the exit status, as in wasm_runner.cli).
-`python -m server serve ...` runs it standalone.
+Its arguments are defined in wasm_runner_server/cli/commands.py (`add_serve_command`); the
+parser's `handler` default is `run_serve` (`args.handler(args)` returns the exit status).
+`python -m wasm_runner_server serve ...` runs it standalone.
 """
 
 from __future__ import annotations
@@ -22,55 +22,17 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import ValidationError
 
 from wasm_runner_server.app import create_app
+from wasm_runner_server.cli.commands import ENVIRONMENT, add_serve_command
 from wasm_runner_server.config import ServiceConfig, load_config
 from wasm_runner_server.http.service_runner import ServiceRunner
 
 log = logging.getLogger("wasm_runner.server")
-
-ENVIRONMENT = {
-    "host": "WASM_RUNNER_HOST",
-    "port": "WASM_RUNNER_PORT",
-    "data_dir": "WASM_RUNNER_DATA_DIR",
-    "config": "WASM_RUNNER_CONFIG",
-    "concurrency": "WASM_RUNNER_CONCURRENCY",
-    "log_level": "WASM_RUNNER_LOG_LEVEL",
-    "shutdown_timeout_s": "WASM_RUNNER_SHUTDOWN_TIMEOUT",
-    "access_log": "WASM_RUNNER_ACCESS_LOG",
-}
-"""Environment variables for the serve settings."""
-
-
-def add_serve_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "serve", help="run the HTTP service",
-        description="Run the HTTP service (sessions, execution, files). Flags override environment "
-                    "variables, which override the config file.",
-    )
-    parser.add_argument("--host", help=f"address to listen on (${ENVIRONMENT['host']}; default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help=f"port, 0 for any free one (${ENVIRONMENT['port']}; default 8080)")
-    parser.add_argument("--data-dir", type=Path,
-                        help=f"sessions and metadata (${ENVIRONMENT['data_dir']}; default ~/.local/share/wasm-runner)")
-    parser.add_argument("--config", type=Path, help=f"TOML or JSON config file (${ENVIRONMENT['config']})")
-    parser.add_argument("--concurrency", type=int,
-                        help=f"executions at once (${ENVIRONMENT['concurrency']}; default: cores)")
-    parser.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float,
-                        help=f"seconds in-flight work may take on shutdown (${ENVIRONMENT['shutdown_timeout_s']})")
-    parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING… (${ENVIRONMENT['log_level']}; default INFO)")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format")
-    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
-                        help=f"one line per request (${ENVIRONMENT['access_log']}; default on)")
-    parser.add_argument("--no-auth", dest="no_auth", action="store_true",
-                        help="serve without API keys, for local use only (logged loudly); default: keys required")
-    parser.set_defaults(handler=run_serve)
-    return parser
-
 
 def build_config(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> ServiceConfig:
     """The configuration from the file, then environment variables, then flags."""

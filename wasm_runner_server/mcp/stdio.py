@@ -14,8 +14,8 @@ socket in a private directory, for this one user: API keys are off there. Withou
 --data-dir its sessions live in a temporary directory removed at exit; with it they
 persist, and the directory must not be shared with another running server. With --url
 the tools call that server with --api-key (or $WASM_RUNNER_API_KEY). Logs go to stderr.
-The main CLI wires it in with `add_mcp_command(subparsers)`; `python -m server.mcp_cli ...`
-runs it standalone.
+Its arguments are defined in wasm_runner_server/cli/commands.py (`add_mcp_command`);
+`python -m wasm_runner_server.mcp.stdio ...` runs it standalone.
 """
 
 from __future__ import annotations
@@ -36,27 +36,6 @@ from wasm_runner_server.cli.serve import configure_logging
 from wasm_runner_server.config import ServiceConfig, load_config
 
 log = logging.getLogger("wasm_runner.server.mcp")
-
-
-def add_mcp_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "mcp", help="serve MCP over stdio (for agents)",
-        description="Serve the sandbox to an MCP client over stdin/stdout: code execution, files and "
-                    "sessions as MCP tools. One connection is one session.",
-    )
-    parser.add_argument("--url", help="call this wasm-runner server instead of running one in the process")
-    parser.add_argument("--api-key", help="with --url: the API key (default: $WASM_RUNNER_API_KEY)")
-    parser.add_argument("--config", type=Path, help="TOML or JSON config file (as for `serve`)")
-    parser.add_argument("--data-dir", type=Path,
-                        help="keep sessions here (default: a temporary directory removed at exit)")
-    parser.add_argument("--profile", help="profile of the connection's session (default: the server's default)")
-    parser.add_argument("--concurrency", type=int, help="executions at once (default: cores)")
-    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
-                        help="warm the Python runtime at start (default on)")
-    parser.add_argument("--log-level", default="WARNING", help="to stderr (default WARNING)")
-    parser.add_argument("--log-format", choices=("json", "text"), default="text", help="log line format")
-    parser.set_defaults(handler=run_mcp)
-    return parser
 
 
 def run_mcp(args: argparse.Namespace) -> int:
@@ -136,6 +115,8 @@ async def _serve(tools) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from wasm_runner_server.cli.commands import add_mcp_command
+
     parser = argparse.ArgumentParser(prog="wasm-runner")
     commands = parser.add_subparsers(dest="command")
     add_mcp_command(commands)

@@ -1,10 +1,11 @@
 """From a request body and a profile to a core ExecRequest, and running it under admission control.
 
-Limits are layered: the server defaults, then the profile, then the request; the
-result must stay within the server maxima or the request is refused (422) rather
-than silently clamped. Environment variables a request passes must be allowed by
-the profile's allowlist. Every execution holds a slot of the `ExecutionGate` while
-it runs, and is counted in the metrics whatever its outcome.
+Requests are resolved under their profile by the core (`wasm_runner.profiles`, which
+`wasm-runner run --profile` uses too): limits layered from the server defaults, the
+profile and the request, within the server maxima, and the environment checked against
+the profile's allowlist; what a profile refuses is answered with 422. Every execution
+holds a slot of the `ExecutionGate` while it runs, and is counted in the metrics
+whatever its outcome.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
+from wasm_runner.profiles import Profile, ProfileError, Profiles
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness
 from wasm_runner_protocol.wire import LimitsPatch
-from wasm_runner_server.config import Profile, ServiceConfig
+from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
@@ -38,6 +40,21 @@ ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, 
 awaitable it returns (the audit row's commit) is awaited before the result is given out."""
 
 
+PROFILES_HINTS = {ErrorCode.UNKNOWN_PROFILE: " (GET /v1/profiles)",
+                  ErrorCode.LIMIT_EXCEEDS_MAXIMUM: " (GET /v1/profiles lists the maxima)"}
+"""Where a client of the service reads the profiles and maxima, added to the core's hint."""
+
+
+@contextlib.contextmanager
+def profile_refusal() -> Iterator[None]:
+    """A request its profile refuses (the core's `ProfileError`) is answered with 422 and its code."""
+    try:
+        yield
+    except ProfileError as exc:
+        hint = exc.hint + PROFILES_HINTS.get(exc.code, "") if exc.hint is not None else None
+        raise ApiError(422, ErrorCode(exc.code), exc.message, hint) from None
+
+
 class Execution:
     """Profiles, limits, admission and metrics for every execution of the service."""
 
@@ -46,73 +63,36 @@ class Execution:
         self.config = config
         self.gate = gate
         self.metrics = metrics
-        self.profiles = config.all_profiles()
-        self.default_profile = config.default_profile
-        self.base_limits = Limits(**config.limits.default.values())
-        self.max_limits = config.limits.max
+        self.resolver = Profiles(config)
+        self.profiles = self.resolver.profiles
+        self.default_profile = self.resolver.default_profile
+        self.base_limits = self.resolver.base_limits
+        self.max_limits = self.resolver.max_limits
         self.inflight: set[asyncio.Task] = set()
         self.observers = tuple(observers)
         """Told of every admitted execution when it ends (the audit log is one)."""
-        self._profile_limits: dict[int, Limits] = {}
-        """Resolved limits of each profile (the profiles are fixed for the service's life)."""
 
-    # -- resolving a request ------------------------------------------------------------
+    # -- resolving a request (the core's profiles, their refusals answered with 422) ----------
 
     def profile(self, name: str | None) -> tuple[str, Profile]:
-        name = name or self.default_profile
-        profile = self.profiles.get(name)
-        if profile is None:
-            raise ApiError(422, ErrorCode.UNKNOWN_PROFILE, f"no profile named {name!r}",
-                           f"available: {', '.join(sorted(self.profiles))} (GET /v1/profiles)")
-        return name, profile
+        with profile_refusal():
+            return self.resolver.get(name)
 
     def limits(self, profile: Profile, patch: LimitsPatch | None) -> Limits:
-        if patch is None:
-            cached = self._profile_limits.get(id(profile))
-            if cached is not None:
-                return cached
-        values: dict[str, object] = {f: getattr(self.base_limits, f) for f in Limits.__struct_fields__}
-        values.update(profile.limits.values())
-        if patch is not None:
-            for name in Limits.__struct_fields__:
-                value = getattr(patch, name)
-                if value is not msgspec.UNSET:
-                    value_cap = getattr(self.max_limits, name)
-                    if value is None and name == "fuel" and value_cap is not None:
-                        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, "unmetered fuel (null) is not allowed here",
-                                       f"set limits.fuel to at most {value_cap}")
-                    values[name] = value
-        for name, value in values.items():
-            cap = getattr(self.max_limits, name)
-            if cap is not None and value is not None and value > cap:
-                raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"limits.{name} = {value} exceeds the server maximum {cap}",
-                               f"ask for at most {cap} (GET /v1/profiles lists the maxima)")
-        try:
-            limits = Limits(**values)
-        except (ValueError, TypeError) as exc:
-            raise ApiError(422, ErrorCode.INVALID_LIMITS, str(exc)) from None
-        if patch is None:
-            self._profile_limits[id(profile)] = limits
-        return limits
+        with profile_refusal():
+            return self.resolver.limits(profile, patch)
 
     def env(self, profile: Profile, env: dict[str, str]) -> dict[str, str]:
-        refused = sorted(name for name in env if not profile.allows_env(name))
-        if refused:
-            raise ApiError(422, ErrorCode.ENV_NOT_ALLOWED, f"the profile does not allow setting {', '.join(refused)}",
-                           f"allowed names: {', '.join(profile.env_allowlist) or 'none'}")
-        return {**profile.env, **env}
+        with profile_refusal():
+            return self.resolver.env(profile, env)
 
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "") -> ExecRequest:
-        if language is msgspec.UNSET or language is None:
-            language = path_language or profile.language
-        return ExecRequest(
-            code=code or "", language=language, command=command,
-            provider="native" if command is not None else profile.provider,
-            stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
-            harness=harness, tests=tests,
-        )
+        with profile_refusal():
+            return self.resolver.request(profile, language=language, code=code, command=command, stdin=stdin,
+                                         env=env, limits=limits, fresh=fresh, id=id, path_language=path_language,
+                                         harness=harness, tests=tests)
 
     @staticmethod
     def check_provider(runner: Runner, request: ExecRequest) -> None:

@@ -23,11 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
+from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
-from wasm_runner_server.config import Profile, ServiceConfig
+from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -54,8 +55,7 @@ class RunnerPool:
         key = profile.mount_key
         runner = self._runners.get(key)
         if runner is None:
-            mounts = tuple(Mount(Path(host), guest) for host, guest in key)
-            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=mounts,
+            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
                             one_shot_workers=self.concurrency)
             self._runners[key] = runner
         return runner

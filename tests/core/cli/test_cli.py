@@ -67,3 +67,97 @@ def test_batch_writes_one_result_per_line_and_a_summary(tmp_path):
     results = {r["id"]: r["verdict"] for r in map(json.loads, out.read_text().splitlines())}
     assert results == {**{f"ok{i}": "passed" for i in range(5)}, "bad": "failed"}
     assert "passed=5" in done.stderr and "failed=1" in done.stderr
+
+
+# -- named profiles, as the service has them ------------------------------------------------
+
+def _native_problem() -> str | None:
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    path = find_bwrap()
+    return "bubblewrap is not installed (run scripts/install-native.sh)" if path is None else probe(path)
+
+
+needs_sandbox = pytest.mark.skipif(_native_problem() is not None, reason="no usable native sandbox")
+
+
+@needs_sandbox
+def test_profile_bash_runs_bash_natively():
+    done = cli("run", "--json", "--profile", "bash", "-c", 'echo "bash $BASH_VERSION"')
+    result = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert result["isolation"] == "bubblewrap" and result["language"] == "bash"
+    assert result["stdout"].startswith("bash ") and len(result["stdout"]) > len("bash \n")
+
+
+@needs_sandbox
+def test_profile_python_data_imports_pandas():
+    from wasm_runner.providers.native import find_python_data
+
+    if find_python_data() is None:
+        pytest.skip("the python-data environment is not built (wasm-runner prepare)")
+    done = cli("run", "--profile", "python-data", "--timeout", "120", "-c",
+               "import pandas\nprint(pandas.DataFrame({'a': [1, 2]})['a'].sum())")
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+@needs_sandbox
+def test_profile_env_allowlist_applies():
+    done = cli("run", "--profile", "bash", "--env", "SECRET=1", "-c", "echo $SECRET")
+    assert done.returncode == 2 and "does not allow setting SECRET" in done.stderr
+
+
+def test_unknown_profile_is_a_clear_error_listing_the_known_ones():
+    done = cli("run", "--profile", "nope", "-c", "print(1)")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "no profile named 'nope'" in done.stderr
+    assert "available: bash, javascript, node, python, python-data" in done.stderr
+
+
+CONFIG = """
+default_profile = "quick"
+
+[server]                      # the service's own sections are left to it
+port = 9999
+
+[limits.default]
+timeout_s = 2
+[limits.max]
+timeout_s = 5
+
+[profiles.quick]
+language = "python"
+limits = { timeout_s = 0.5 }
+
+[profiles.js]
+language = "javascript"
+"""
+
+
+def test_a_config_files_profile_sets_the_limits_and_the_language(tmp_path):
+    config = tmp_path / "wasm-runner.toml"
+    config.write_text(CONFIG)
+    done = cli("run", "--json", "--config", str(config), "--profile", "quick", "-c", "import time; time.sleep(30)")
+    result = json.loads(done.stdout)
+    assert result["limit"] == "timeout" and done.returncode == 137
+    assert result["duration_ms"] < 5000
+    done = cli("run", "--config", str(config), "--profile", "js", "-c", "console.log(6 * 7)")
+    assert (done.returncode, done.stdout) == (0, "42\n"), done.stderr
+
+
+def test_a_config_files_default_profile_and_maxima_apply(tmp_path):
+    config = tmp_path / "wasm-runner.toml"
+    config.write_text(CONFIG)
+    done = cli("run", "--json", "--config", str(config), "-c", "import time; time.sleep(30)")
+    assert json.loads(done.stdout)["limit"] == "timeout"  # the default profile's 0.5 s
+    done = cli("run", "--config", str(config), "--timeout", "60", "-c", "print(1)")
+    assert done.returncode == 2 and "limits.timeout_s = 60.0 exceeds the maximum 5.0" in done.stderr
+    done = cli("run", "--config", str(config), "--timeout", "2", "-c", "print(1)")
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+
+
+def test_an_invalid_config_file_is_a_clear_error(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[profiles.x]\nlanguage = "cobol"\n')
+    done = cli("run", "--config", str(config), "-c", "print(1)")
+    assert done.returncode == 2 and "invalid configuration" in done.stderr and "language" in done.stderr

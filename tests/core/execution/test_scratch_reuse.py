@@ -60,3 +60,10 @@ def test_a_changed_idle_scratch_workspace_is_not_reused(tmp_path):
         untouched = runner.scratch.new()
         runner.scratch.keep(untouched)
         assert untouched.root in [w.root for w in runner.scratch.idle]
+
+
+def test_a_runner_without_ready_scratch_makes_nothing_ahead(tmp_path):
+    with Runner(tmp_path / "data", ready_scratch=0) as runner:
+        assert runner.run_sync("print(1)").stdout == "1\n"
+        assert not runner.scratch.idle and not list(runner.scratch_dir.iterdir())
+        assert runner.run_sync("print(2)").stdout == "2\n"

@@ -18,7 +18,8 @@ import pytest
 from pydantic import ValidationError
 from server_helpers import make_config
 
-from wasm_runner_server.cli.serve import add_serve_command, build_config, serve
+from wasm_runner_server.cli.commands import add_serve_command
+from wasm_runner_server.cli.serve import build_config, serve
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -265,10 +265,11 @@ async def test_run_process_returns_images_written_natively(connect: Connect) -> 
 def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
     import argparse
 
-    from wasm_runner_server.mcp.stdio import add_mcp_command, run_mcp
+    from wasm_runner_server.cli.commands import add_mcp_command
+    from wasm_runner_server.mcp.stdio import run_mcp
 
     parser = argparse.ArgumentParser(prog="wasm-runner")
     add_mcp_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["mcp", "--data-dir", str(tmp_path), "--profile", "python", "--no-warm"])
-    assert args.handler is run_mcp and args.data_dir == tmp_path and args.warm is False
+    assert args.handler.resolve() is run_mcp and args.data_dir == tmp_path and args.warm is False
     assert json.loads(json.dumps(mcp_server.INSTRUCTIONS))  # plain text, no surprises

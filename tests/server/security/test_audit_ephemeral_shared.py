@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from wasm_runner_server.cli.keys import add_audit_command
+from wasm_runner_server.cli.commands import add_audit_command
 from wasm_runner_server.security.audit import AuditLog
 
 

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from wasm_runner_server.cli.keys import add_audit_command, add_keys_command
+from wasm_runner_server.cli.commands import add_audit_command, add_keys_command
 from wasm_runner_server.security.presign import Signer
 
 

@@ -23,8 +23,10 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("wasm_runner")
 
@@ -74,6 +76,8 @@ def ensure_immortal_copy(compiled_file: Path,
 def make_immortal(compiled_file: Path, addresses: np.ndarray, span: ImageSpan) -> int:
     """Set the count of each object at `addresses` (linear-memory offsets) in the file's image to
     the immortal value, where it reads as an ordinary count; returns how many were changed."""
+    import numpy as np  # prepare time only: a one-shot run does without it
+
     memory_offset, file_offset, length = span
     offsets = addresses.astype(np.int64) - memory_offset
     offsets = offsets[(offsets >= 0) & (offsets <= length - 4) & (offsets % 4 == 0)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import logging
 import os
 import resource
@@ -30,13 +31,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeVar
 
 from wasm_runner.lowlevel.libc import MADV_DONTNEED, accessible, libc, map_read_only
 from wasm_runner.lowlevel.pages import copy_pages
 from wasm_runner.lowlevel.write_tracking import PAGE, WrittenPages, pagemap, start_tracking
+
+if TYPE_CHECKING:
+    import numpy as np
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner")
@@ -46,8 +48,14 @@ FD_VALVE_SHARE = 4
 (a guest that leaves files open keeps them open in its instance until it is closed)."""
 
 _PRESENT, _SWAPPED, _FILE = 0x80, 0x40, 0x20  # bits 63, 62 and 61 of a pagemap entry, in its last byte
-_WRITTEN = np.array([(b & (_PRESENT | _FILE)) == _PRESENT or bool(b & _SWAPPED) for b in range(256)])
-"""Whether a page whose pagemap entry ends in this byte was written: a private anonymous copy, in memory or swap."""
+
+
+@functools.cache
+def _written_flags() -> np.ndarray:
+    """Whether a page whose pagemap entry ends in this byte was written: a private anonymous copy, in memory or swap."""
+    import numpy as np  # instance reuse only: a one-shot run does without it
+
+    return np.array([(b & (_PRESENT | _FILE)) == _PRESENT or bool(b & _SWAPPED) for b in range(256)])
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,11 @@ class _Image:
             self.inode = os.fstat(f.fileno()).st_ino
             address = map_read_only(f.fileno(), length, offset)
         self.address: int = address
-        self.pages = _pages(address, length)
+        self.length = length
+
+    @functools.cached_property
+    def pages(self) -> np.ndarray:
+        return _pages(self.address, self.length)
 
 
 class LinearMemory:
@@ -93,15 +105,25 @@ class LinearMemory:
         self._image_first = (image_start - base) // PAGE
         self._image_end = self._image_first + image_len // PAGE
         self._image = image
-        self._pages = _pages(base, size)
         self._entries = bytearray(size // PAGE * 8)
-        self._entry_flags = np.frombuffer(self._entries, np.uint8)[7::8]
         self._kept: np.ndarray | None = None
         """Pages `keep` found changed from the image, as they were then."""
         self._kept_slot: np.ndarray | None = None
         """For each page, its row in `_kept`, or -1."""
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
+
+    # The page views are made on first use (a reset or keep), so that a one-shot run's
+    # instance, never reset, does without numpy.
+    @functools.cached_property
+    def _pages(self) -> np.ndarray:
+        return _pages(self.base, self.size)
+
+    @functools.cached_property
+    def _entry_flags(self) -> np.ndarray:
+        import numpy as np
+
+        return np.frombuffer(self._entries, np.uint8)[7::8]
 
     def holds(self, offset: int, length: int) -> bool:
         """Whether `length` bytes at `offset` lie within the memory's size at instantiation."""
@@ -121,6 +143,8 @@ class LinearMemory:
     def keep(self) -> None:
         """Make the memory as it is now the state `reset` restores (only after calls that
         ran driver code: whatever the memory holds now, every later run starts from)."""
+        import numpy as np
+
         written = self._written_since_instantiation()
         now = self._pages[written]  # a copy
         pristine = np.zeros_like(now)
@@ -162,11 +186,15 @@ class LinearMemory:
     def _written_since_instantiation(self) -> np.ndarray:
         if os.preadv(pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
             raise OSError(errno.EIO, "short read of /proc/self/pagemap")
-        return np.flatnonzero(_WRITTEN[self._entry_flags])
+        import numpy as np
+
+        return np.flatnonzero(_written_flags()[self._entry_flags])
 
 
 def _pages(address: int, length: int) -> np.ndarray:
     """The memory at `address` as an array of pages (a view: no copy)."""
+    import numpy as np
+
     return np.frombuffer((ctypes.c_char * length).from_address(address), np.uint8).reshape(-1, PAGE)
 
 
@@ -174,6 +202,8 @@ def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
     """Sorted page numbers as (first, end) runs of consecutive pages."""
     if not len(pages):
         return []
+    import numpy as np
+
     breaks = np.flatnonzero(np.diff(pages) != 1) + 1
     firsts = pages[np.concatenate(([0], breaks))]
     lasts = pages[np.concatenate((breaks - 1, [len(pages) - 1]))]

@@ -22,8 +22,8 @@ import tempfile
 import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import wasmtime
 from wasmtime import component
 
@@ -50,6 +50,9 @@ from wasm_runner.providers.wasm.sandbox import (
     trap_outcome,
 )
 from wasm_runner_protocol.execution import GuestError, Limits
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("wasm_runner")
 
@@ -166,6 +169,8 @@ class PythonRuntime(Runtime):
 def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
                       settings: EngineSettings) -> tuple[np.ndarray, ImageSpan] | None:
     """The addresses of the snapshot's objects (the guest lists them) and where its memory image lies."""
+    import numpy as np  # prepare time only: a one-shot run does without it
+
     response, span = _ask_new_instance(linker, compiled, mapped_from, settings, {"snapshot_objects": True})
     if span is None:
         return None

@@ -123,7 +123,7 @@ def test_one_shot_runs_after_one_that_closed_its_streams_work(tmp_path):
 
 
 def test_written_pages_are_told_from_the_pagemap_flags():
-    flags = memory_reset._WRITTEN  # indexed by the last byte of a pagemap entry
+    flags = memory_reset._written_flags()  # indexed by the last byte of a pagemap entry
     assert flags[0x80]  # present, anonymous: a copy the instance wrote
     assert flags[0x40]  # swapped out: only anonymous pages are, so written too
     assert not flags[0xA0]  # present, still the file's page

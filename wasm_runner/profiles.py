@@ -1,0 +1,288 @@
+"""Execution profiles: named ways to run code, and how a request is resolved under one.
+
+A profile sets the runtime (the language used when a request names none, and the
+provider), limits, read-only mounts, an environment and the names a request may add
+to it. The service (`POST /v1/exec`, sessions, batches) and `wasm-runner run --profile`
+resolve requests here, so a profile means the same in both. Limits are layered: the
+defaults (`[limits.default]`), then the profile, then the request; the result must
+stay within the maxima (`[limits.max]`) or the request is refused (`ProfileError`)
+rather than silently clamped.
+
+A config file (TOML or JSON; the service's, which has more sections) may set:
+
+    default_profile = "python"
+
+    [limits.default]              # defaults under every profile
+    timeout_s = 10
+    [limits.max]                  # no request or profile may ask more
+    timeout_s = 300
+
+    [profiles.python-small]       # named profiles, added to (or replacing) the built-ins
+    language = "python"
+    limits = { timeout_s = 2, memory_bytes = 67108864 }
+    env_allowlist = ["MY_*"]
+    mounts = [{ host = "/srv/datasets", guest = "/data" }]
+
+Built-in profiles: python, javascript (WebAssembly), and python-data, node, bash
+(the native provider, where it is installed). Configuration is validated by pydantic.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from wasm_runner.guest import Mount
+from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB
+from wasm_runner_protocol.guest import check_guest_path
+from wasm_runner_protocol.wire import LimitsPatch
+
+GiB = 1024 * MiB
+NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+"""pydantic-core matches with Rust's regex, whose $ is the end of the text (no final-newline match)."""
+
+
+class ConfigModel(BaseModel):
+    """A section of the configuration: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsConfig(ConfigModel):
+    """Partial limits: unset fields fall through to the next layer."""
+
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    fuel: Annotated[int, Field(gt=0)] | None = None
+    memory_bytes: Annotated[int, Field(ge=32 * MiB)] | None = None
+    output_bytes: Annotated[int, Field(ge=0)] | None = None
+    disk_bytes: Annotated[int, Field(ge=0)] | None = None
+    disk_files: Annotated[int, Field(ge=0)] | None = None
+
+    def values(self) -> dict[str, float | int]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class MaxLimits(ConfigModel):
+    """The most any request or profile may ask for (fuel: null = no cap)."""
+
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    fuel: Annotated[int, Field(gt=0)] | None = None
+    memory_bytes: Annotated[int, Field(ge=32 * MiB)] = 2 * GiB
+    output_bytes: Annotated[int, Field(ge=0)] = 16 * MiB
+    disk_bytes: Annotated[int, Field(ge=0)] = 4 * GiB
+    disk_files: Annotated[int, Field(ge=0)] = 100_000
+
+    def as_limits(self) -> Limits:
+        return Limits(timeout_s=self.timeout_s, fuel=self.fuel, memory_bytes=self.memory_bytes,
+                      output_bytes=self.output_bytes, disk_bytes=self.disk_bytes, disk_files=self.disk_files)
+
+
+class LimitsSection(ConfigModel):
+    default: LimitsConfig = LimitsConfig()
+    max: MaxLimits = MaxLimits()
+
+
+class MountConfig(ConfigModel):
+    host: Path
+    guest: str
+    read_only: Literal[True] = True
+    """Mounts are read-only (the only kind the sandbox offers)."""
+
+    @field_validator("guest")
+    @classmethod
+    def _guest_path(cls, value: str) -> str:
+        return check_guest_path(value)  # the rule of every Mount
+
+    @field_validator("host")
+    @classmethod
+    def _host_dir(cls, value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError("host must be an absolute path")
+        if not value.is_dir():
+            raise ValueError(f"host directory {value} does not exist")
+        return value
+
+
+class Profile(ConfigModel):
+    """A named way to run code: runtime, limits, mounts, environment, network."""
+
+    description: str = ""
+    language: Literal["python", "javascript", "bash", "sh"] = "python"
+    """The runtime: the language used when a request names none."""
+    provider: Literal["wasm", "native"] | None = None
+    """Who runs it; null routes by language (python/javascript -> wasm)."""
+    limits: LimitsConfig = LimitsConfig()
+    mounts: list[MountConfig] = []
+    env: dict[str, str] = {}
+    """Variables every run of this profile sees."""
+    env_allowlist: list[str] = ["*"]
+    """Names (fnmatch patterns) a request may set in `env`; others are refused."""
+    network: Literal["deny"] = "deny"
+    """Guests have no sockets; "deny" is the only setting."""
+
+    def allows_env(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)
+
+    @property
+    def mount_key(self) -> tuple[tuple[str, str], ...]:
+        """The mounts as a sorted key: a Runner's mounts are fixed, so profiles with one key share a Runner."""
+        return tuple(sorted((str(m.host), m.guest) for m in self.mounts))
+
+    def runner_mounts(self) -> tuple[Mount, ...]:
+        """The mounts of the Runner that runs this profile (`Runner(mounts=...)`)."""
+        return tuple(Mount(Path(host), guest) for host, guest in self.mount_key)
+
+
+NATIVE_ENV = ["LANG", "LC_*", "TZ", "TERM", "COLUMNS", "LINES", "PYTHON*", "NODE_ENV", "OMP_NUM_THREADS"]
+
+BUILTIN_PROFILES: dict[str, Profile] = {
+    "python": Profile(description="CPython in WebAssembly (WASI): fast fresh instances, persistent kernels",
+                      language="python"),
+    "javascript": Profile(description="JavaScript in WebAssembly (WASI)", language="javascript"),
+    "python-data": Profile(description="native CPython with the data stack, sandboxed by bubblewrap "
+                           "(needs the native provider)", language="python", provider="native",
+                           env_allowlist=NATIVE_ENV),
+    "node": Profile(description="native Node.js sandboxed by bubblewrap (needs the native provider)",
+                    language="javascript", provider="native", env_allowlist=NATIVE_ENV),
+    "bash": Profile(description="a shell and command-line tools sandboxed by bubblewrap "
+                    "(needs the native provider)", language="bash", provider="native", env_allowlist=NATIVE_ENV),
+}
+
+
+class ProfilesConfig(ConfigModel):
+    """The execution part of a configuration: default and maximum limits, and the profiles."""
+
+    limits: LimitsSection = LimitsSection()
+    default_profile: Annotated[str, Field(pattern=NAME_PATTERN)] = "python"
+    profiles: dict[Annotated[str, Field(pattern=NAME_PATTERN)], Profile] = {}
+    """Added to the built-ins; a profile named like a built-in replaces it."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ProfilesConfig:
+        profiles = self.all_profiles()
+        if self.default_profile not in profiles:
+            raise ValueError(f"default_profile {self.default_profile!r} is not a profile")
+        maxima = self.limits.max
+        layers = [("limits.default", self.limits.default)] + [(f"profiles.{n}.limits", p.limits) for n, p in profiles.items()]
+        for where, limits in layers:
+            for name, value in limits.values().items():
+                cap = getattr(maxima, name)
+                if cap is not None and value > cap:
+                    raise ValueError(f"{where}.{name} = {value} exceeds limits.max.{name} = {cap}")
+        base = Limits(**self.limits.default.values())
+        for name in base.__struct_fields__:
+            value, cap = getattr(base, name), getattr(maxima, name)
+            if cap is not None and value is not None and value > cap:
+                raise ValueError(f"the default limit {name} = {value} exceeds limits.max.{name} = {cap}")
+        return self
+
+    def all_profiles(self) -> dict[str, Profile]:
+        return {**BUILTIN_PROFILES, **self.profiles}
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The raw settings of a TOML or JSON config file (JSON by its .json suffix)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if path.suffix == ".json":
+        return json.loads(raw)
+    return tomllib.loads(raw.decode("utf-8"))
+
+
+def load_profiles(path: str | os.PathLike[str] | None) -> ProfilesConfig:
+    """The execution part of a config file (the built-ins when `path` is None); the file's
+    other sections (the service's) are left to the service."""
+    if path is None:
+        return ProfilesConfig()
+    data = read_config_file(path)
+    return ProfilesConfig.model_validate({key: data[key] for key in ProfilesConfig.model_fields if key in data})
+
+
+class ProfileError(ValueError):
+    """A request its profile does not allow: an unknown profile, limits above the maxima,
+    invalid limits, an environment variable not allowlisted. `code` is the stable error
+    code (the service answers it with 422)."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
+
+
+class Profiles:
+    """The profiles of one configuration, and requests resolved under them."""
+
+    def __init__(self, config: ProfilesConfig = ProfilesConfig()) -> None:
+        self.profiles = config.all_profiles()
+        self.default_profile = config.default_profile
+        self.base_limits = Limits(**config.limits.default.values())
+        self.max_limits = config.limits.max
+        self._profile_limits: dict[int, Limits] = {}
+        """Resolved limits of each profile (the profiles are fixed for the configuration's life)."""
+
+    def get(self, name: str | None) -> tuple[str, Profile]:
+        """The profile named `name` (None: the default), with its name."""
+        name = name or self.default_profile
+        profile = self.profiles.get(name)
+        if profile is None:
+            raise ProfileError("unknown_profile", f"no profile named {name!r}",
+                               f"available: {', '.join(sorted(self.profiles))}")
+        return name, profile
+
+    def limits(self, profile: Profile, patch: LimitsPatch | None) -> Limits:
+        """The defaults, then the profile's limits, then the request's `patch`, within the maxima."""
+        if patch is None:
+            cached = self._profile_limits.get(id(profile))
+            if cached is not None:
+                return cached
+        values: dict[str, object] = {f: getattr(self.base_limits, f) for f in Limits.__struct_fields__}
+        values.update(profile.limits.values())
+        if patch is not None:
+            for name in Limits.__struct_fields__:
+                value = getattr(patch, name)
+                if value is not msgspec.UNSET:
+                    value_cap = getattr(self.max_limits, name)
+                    if value is None and name == "fuel" and value_cap is not None:
+                        raise ProfileError("limit_exceeds_maximum", "unmetered fuel (null) is not allowed here",
+                                           f"set limits.fuel to at most {value_cap}")
+                    values[name] = value
+        for name, value in values.items():
+            cap = getattr(self.max_limits, name)
+            if cap is not None and value is not None and value > cap:
+                raise ProfileError("limit_exceeds_maximum", f"limits.{name} = {value} exceeds the maximum {cap}",
+                                   f"ask for at most {cap}")
+        try:
+            limits = Limits(**values)
+        except (ValueError, TypeError) as exc:
+            raise ProfileError("invalid_limits", str(exc)) from None
+        if patch is None:
+            self._profile_limits[id(profile)] = limits
+        return limits
+
+    @staticmethod
+    def env(profile: Profile, env: dict[str, str]) -> dict[str, str]:
+        """The profile's environment plus the request's, whose names the profile must allow."""
+        refused = sorted(name for name in env if not profile.allows_env(name))
+        if refused:
+            raise ProfileError("env_not_allowed", f"the profile does not allow setting {', '.join(refused)}",
+                               f"allowed names: {', '.join(profile.env_allowlist) or 'none'}")
+        return {**profile.env, **env}
+
+    def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
+                stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
+                path_language: str | None = None, harness: Harness = "script", tests: str = "") -> ExecRequest:
+        """The core request for these fields under `profile` (a command always runs natively)."""
+        if language is msgspec.UNSET or language is None:
+            language = path_language or profile.language
+        return ExecRequest(
+            code=code or "", language=language, command=command,
+            provider="native" if command is not None else profile.provider,
+            stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
+            harness=harness, tests=tests,
+        )

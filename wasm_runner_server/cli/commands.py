@@ -1,0 +1,119 @@
+"""The service's commands as argparse definitions: serve, mcp, keys, audit.
+
+Like the core's (wasm_runner/cli/commands.py), this module imports nothing heavy: each
+handler's module (aiohttp, pydantic, the service, SQLite) is imported when its command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from wasm_runner.cli.commands import LazyHandler, Subcommands
+from wasm_runner_server.security.tenants import KINDS
+
+ENVIRONMENT = {
+    "host": "WASM_RUNNER_HOST",
+    "port": "WASM_RUNNER_PORT",
+    "data_dir": "WASM_RUNNER_DATA_DIR",
+    "config": "WASM_RUNNER_CONFIG",
+    "concurrency": "WASM_RUNNER_CONCURRENCY",
+    "log_level": "WASM_RUNNER_LOG_LEVEL",
+    "shutdown_timeout_s": "WASM_RUNNER_SHUTDOWN_TIMEOUT",
+    "access_log": "WASM_RUNNER_ACCESS_LOG",
+}
+"""Environment variables for the serve settings."""
+
+
+def add_serve_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve", help="run the HTTP service",
+        description="Run the HTTP service (sessions, execution, files). Flags override environment "
+                    "variables, which override the config file.",
+    )
+    parser.add_argument("--host", help=f"address to listen on (${ENVIRONMENT['host']}; default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help=f"port, 0 for any free one (${ENVIRONMENT['port']}; default 8080)")
+    parser.add_argument("--data-dir", type=Path,
+                        help=f"sessions and metadata (${ENVIRONMENT['data_dir']}; default ~/.local/share/wasm-runner)")
+    parser.add_argument("--config", type=Path, help=f"TOML or JSON config file (${ENVIRONMENT['config']})")
+    parser.add_argument("--concurrency", type=int,
+                        help=f"executions at once (${ENVIRONMENT['concurrency']}; default: cores)")
+    parser.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float,
+                        help=f"seconds in-flight work may take on shutdown (${ENVIRONMENT['shutdown_timeout_s']})")
+    parser.add_argument("--log-level", help=f"DEBUG, INFO, WARNING… (${ENVIRONMENT['log_level']}; default INFO)")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json", help="log line format")
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"one line per request (${ENVIRONMENT['access_log']}; default on)")
+    parser.add_argument("--no-auth", dest="no_auth", action="store_true",
+                        help="serve without API keys, for local use only (logged loudly); default: keys required")
+    parser.set_defaults(handler=LazyHandler("wasm_runner_server.cli.serve", "run_serve"))
+    return parser
+
+
+def add_mcp_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "mcp", help="serve MCP over stdio (for agents)",
+        description="Serve the sandbox to an MCP client over stdin/stdout: code execution, files and "
+                    "sessions as MCP tools. One connection is one session.",
+    )
+    parser.add_argument("--url", help="call this wasm-runner server instead of running one in the process")
+    parser.add_argument("--api-key", help="with --url: the API key (default: $WASM_RUNNER_API_KEY)")
+    parser.add_argument("--config", type=Path, help="TOML or JSON config file (as for `serve`)")
+    parser.add_argument("--data-dir", type=Path,
+                        help="keep sessions here (default: a temporary directory removed at exit)")
+    parser.add_argument("--profile", help="profile of the connection's session (default: the server's default)")
+    parser.add_argument("--concurrency", type=int, help="executions at once (default: cores)")
+    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                        help="warm the Python runtime at start (default on)")
+    parser.add_argument("--log-level", default="WARNING", help="to stderr (default WARNING)")
+    parser.add_argument("--log-format", choices=("json", "text"), default="text", help="log line format")
+    parser.set_defaults(handler=LazyHandler("wasm_runner_server.mcp.stdio", "run_mcp"))
+    return parser
+
+
+def _data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="the server's data directory ($WASM_RUNNER_DATA_DIR)")
+    parser.add_argument("--config", type=Path, help="the server's config file ($WASM_RUNNER_CONFIG)")
+
+
+def add_keys_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("keys", help="create, list and revoke API keys",
+                                   description="Manage the API keys of the HTTP service's workspaces.")
+    commands = parser.add_subparsers(dest="keys_command", required=True)
+    create = commands.add_parser("create", help="create a key (printed once)")
+    create.add_argument("--workspace", required=True, help="the workspace (tenant); created if new")
+    create.add_argument("--name", required=True, help="what the key is for, e.g. 'ci' or 'alice'")
+    create.add_argument("--kind", choices=KINDS, default="member",
+                        help="member: sessions see shared/; app: own session only; admin: the admin API")
+    _data_options(create)
+    create.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "create_key"))
+    listing = commands.add_parser("list", help="list keys (never the keys themselves)")
+    listing.add_argument("--workspace")
+    listing.add_argument("--json", action="store_true")
+    _data_options(listing)
+    listing.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "list_keys"))
+    revoke = commands.add_parser("revoke", help="revoke a key by its prefix (refused from the next request)")
+    revoke.add_argument("prefix", help="the key's prefix (wr_<id>) as `keys list` shows it")
+    _data_options(revoke)
+    revoke.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "revoke_key"))
+    return parser
+
+
+def add_audit_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("audit", help="export or prune the audit log",
+                                   description="The audit log of the HTTP service (append-only).")
+    commands = parser.add_subparsers(dest="audit_command", required=True)
+    export = commands.add_parser("export", help="write audit rows as JSON lines")
+    export.add_argument("--jsonl", action="store_true", default=True, help="JSON lines (the only format)")
+    export.add_argument("--workspace")
+    export.add_argument("--session")
+    export.add_argument("--since", type=float, help="unix time")
+    export.add_argument("--until", type=float, help="unix time")
+    export.add_argument("--output", "-o", type=Path, help="file to write (default: stdout)")
+    _data_options(export)
+    export.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "export_audit"))
+    prune = commands.add_parser("prune", help="remove rows older than the retention period")
+    prune.add_argument("--days", type=float, help="retention in days (default: auth.audit_retention_days)")
+    _data_options(prune)
+    prune.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "prune_audit"))
+    return parser
