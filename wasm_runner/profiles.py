@@ -39,7 +39,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from wasm_runner.errors import InvalidRequestError
 from wasm_runner.guest import Mount
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB
 from wasm_runner_protocol.guest import check_guest_path
 from wasm_runner_protocol.wire import LimitsPatch
@@ -205,12 +207,12 @@ def load_profiles(path: str | os.PathLike[str] | None) -> ProfilesConfig:
     return ProfilesConfig.model_validate({key: data[key] for key in ProfilesConfig.model_fields if key in data})
 
 
-class ProfileError(ValueError):
+class ProfileError(InvalidRequestError):
     """A request its profile does not allow: an unknown profile, limits above the maxima,
     invalid limits, an environment variable not allowlisted. `code` is the stable error
     code (the service answers it with 422)."""
 
-    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.hint = code, message, hint
 
@@ -231,7 +233,7 @@ class Profiles:
         name = name or self.default_profile
         profile = self.profiles.get(name)
         if profile is None:
-            raise ProfileError("unknown_profile", f"no profile named {name!r}",
+            raise ProfileError(ErrorCode.UNKNOWN_PROFILE, f"no profile named {name!r}",
                                f"available: {', '.join(sorted(self.profiles))}")
         return name, profile
 
@@ -249,18 +251,18 @@ class Profiles:
                 if value is not msgspec.UNSET:
                     value_cap = getattr(self.max_limits, name)
                     if value is None and name == "fuel" and value_cap is not None:
-                        raise ProfileError("limit_exceeds_maximum", "unmetered fuel (null) is not allowed here",
+                        raise ProfileError(ErrorCode.LIMIT_EXCEEDS_MAXIMUM, "unmetered fuel (null) is not allowed here",
                                            f"set limits.fuel to at most {value_cap}")
                     values[name] = value
         for name, value in values.items():
             cap = getattr(self.max_limits, name)
             if cap is not None and value is not None and value > cap:
-                raise ProfileError("limit_exceeds_maximum", f"limits.{name} = {value} exceeds the maximum {cap}",
+                raise ProfileError(ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"limits.{name} = {value} exceeds the maximum {cap}",
                                    f"ask for at most {cap}")
         try:
             limits = Limits(**values)
         except (ValueError, TypeError) as exc:
-            raise ProfileError("invalid_limits", str(exc)) from None
+            raise ProfileError(ErrorCode.INVALID_LIMITS, str(exc)) from None
         if patch is None:
             self._profile_limits[id(profile)] = limits
         return limits
@@ -270,7 +272,7 @@ class Profiles:
         """The profile's environment plus the request's, whose names the profile must allow."""
         refused = sorted(name for name in env if not profile.allows_env(name))
         if refused:
-            raise ProfileError("env_not_allowed", f"the profile does not allow setting {', '.join(refused)}",
+            raise ProfileError(ErrorCode.ENV_NOT_ALLOWED, f"the profile does not allow setting {', '.join(refused)}",
                                f"allowed names: {', '.join(profile.env_allowlist) or 'none'}")
         return {**profile.env, **env}
 

@@ -39,7 +39,8 @@ from wasm_runner_protocol import __version__ as __version__
 
 if TYPE_CHECKING:
     from wasm_runner_server.app import create_app
-    from wasm_runner_server.config import LimitsSection, Profile, ServerSettings, ServiceConfig, SessionPolicy, load_config
+    from wasm_runner.profiles import LimitsSection, Profile
+    from wasm_runner_server.config import ServerSettings, ServiceConfig, SessionPolicy, load_config
     from wasm_runner_server.security.settings import AuthSettings
 
 _EXPORTS = {
@@ -48,8 +49,8 @@ _EXPORTS = {
     "ServiceConfig": "wasm_runner_server.config",
     "ServerSettings": "wasm_runner_server.config",
     "SessionPolicy": "wasm_runner_server.config",
-    "LimitsSection": "wasm_runner_server.config",
-    "Profile": "wasm_runner_server.config",
+    "LimitsSection": "wasm_runner.profiles",
+    "Profile": "wasm_runner.profiles",
     "AuthSettings": "wasm_runner_server.security.settings",
 }
 """Loaded on first use: the console script imports this package, and `wasm-runner run` needs

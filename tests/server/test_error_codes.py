@@ -17,7 +17,7 @@ CORE = ROOT / "wasm_runner"
 
 CLIENT_SIDE = {ErrorCode.STREAM_ENDED}
 """Codes only the client makes (documented so in the enum)."""
-CODE_ARGUMENT = {"ApiError": 1, "ClientApiError": 1, "not_found": 0, "overloaded": 2, "tool_error": 0}
+CODE_ARGUMENT = {"ApiError": 1, "ClientApiError": 1, "not_found": 0, "overloaded": 2, "tool_error": 0, "ProfileError": 0}
 """Where a call takes its error code, by the called name."""
 
 
@@ -40,7 +40,7 @@ def _literal_codes(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", _sources(SERVER, CLIENT), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", _sources(SERVER, CLIENT, CORE), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_error_code_is_written_as_a_string(path: Path) -> None:
     assert _literal_codes(path) == []
 

@@ -25,8 +25,10 @@ KNOWN_UPWARD = {
     # The stdio entry point runs a whole service in-process (create_app) and logs as `serve` does.
     ("wasm_runner_server.mcp.stdio", "wasm_runner_server.app"),
     ("wasm_runner_server.mcp.stdio", "wasm_runner_server.cli.serve"),
+    # ...and parses its arguments with the console's own `mcp` command.
+    ("wasm_runner_server.mcp.stdio", "wasm_runner_server.cli.commands"),
 }
-FOREIGN_PRIVATE = {"argparse._SubParsersAction"}
+FOREIGN_PRIVATE = {"os._exit"}
 """Private names of other libraries the service cannot avoid (the type of add_subparsers())."""
 
 

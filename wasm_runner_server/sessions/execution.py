@@ -52,7 +52,7 @@ def profile_refusal() -> Iterator[None]:
         yield
     except ProfileError as exc:
         hint = exc.hint + PROFILES_HINTS.get(exc.code, "") if exc.hint is not None else None
-        raise ApiError(422, ErrorCode(exc.code), exc.message, hint) from None
+        raise ApiError(422, exc.code, exc.message, hint) from None
 
 
 class Execution:
