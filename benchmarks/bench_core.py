@@ -81,7 +81,7 @@ def printing(runner: Runner, language: str, samples: int = 15) -> dict:
     lines, at_once = PRINTING[language]
     medians = {}
     for name, code in (("lines", lines), ("at_once", at_once)):
-        def once():
+        def once(code: str = code) -> None:
             result = runner.run_sync(code, language=language)
             assert result.exit_code == 0 and result.stdout.count("\n") == 1000, result
         once()
@@ -92,7 +92,8 @@ def printing(runner: Runner, language: str, samples: int = 15) -> dict:
 
 def cpu_ratio(runner: Runner, repeats: int = 5) -> dict:
     """The same loop in the sandbox (duration of the run) and in native CPython (timed in-process)."""
-    timed = CPU_LOOP.replace("work(3_000_000)", "t = time.perf_counter(); work(3_000_000); print((time.perf_counter() - t) * 1000)")
+    timed = CPU_LOOP.replace("work(3_000_000)",
+                             "t = time.perf_counter(); work(3_000_000); print((time.perf_counter() - t) * 1000)")
     sandbox, native = [], []
     for _ in range(repeats):
         result = runner.run_sync("import time\n" + timed, limits=Limits(timeout_s=120))

@@ -56,8 +56,8 @@ def percentile(values: list[float], q: float) -> float:
 
 async def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir, "--no-auth",
-         "--log-level", "INFO", "--no-access-log"],
+        [sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir,
+         "--no-auth", "--log-level", "INFO", "--no-access-log"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     # the "listening" line carries the port; later lines are not needed
@@ -98,7 +98,7 @@ class LeanConnection:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    async def __aenter__(self) -> "LeanConnection":
+    async def __aenter__(self) -> LeanConnection:
         parts = urlsplit(self.url)
         body = json.dumps(CODE).encode()
         self.request = (f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
@@ -126,7 +126,7 @@ class AiohttpConnection:
     def __init__(self, url: str, http: aiohttp.ClientSession) -> None:
         self.url, self.http = url, http
 
-    async def __aenter__(self) -> "AiohttpConnection":
+    async def __aenter__(self) -> AiohttpConnection:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -34,7 +34,10 @@ TARGET_OVERHEAD_P50_MS = 15.0
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     return {"p50_ms": round(statistics.median(ordered), 3), "p90_ms": round(pick(0.9), 3),
             "p99_ms": round(pick(0.99), 3), "n": len(ordered)}
 
@@ -88,7 +91,7 @@ def measure(args: argparse.Namespace, root: Path) -> int:
             time.sleep(0.001)  # let the background cgroup cleaner and the kernel settle between spawns
 
     # Paired overhead: each native sample against the plain sample of the same round.
-    paired = [n - p for n, p in zip(samples["native_provider"], samples["plain_subprocess"])]
+    paired = [n - p for n, p in zip(samples["native_provider"], samples["plain_subprocess"], strict=True)]
     figures = {name: percentiles(values) for name, values in samples.items()}
 
     with Runner(root / "runner", providers=[provider]) as runner:

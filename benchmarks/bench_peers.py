@@ -239,7 +239,7 @@ def merge_rounds(reports: list[dict]) -> dict:
         if not good:
             out[name] = parts[0] if parts else {"error": "not measured"}
             continue
-        med = lambda key: round(statistics.median(p[key] for p in good), 3)  # noqa: E731
+        med = lambda key, good=good: round(statistics.median(p[key] for p in good), 3)  # noqa: E731
         if name == "fresh_latency":
             out[name] = {"p50_ms": med("p50_ms"), "p90_ms": med("p90_ms"), "min_ms": min(p["min_ms"] for p in good),
                          "n": sum(p["n"] for p in good), "rounds_p50_ms": [p["p50_ms"] for p in good],
@@ -269,7 +269,7 @@ def noise(before: list[int], after: list[int]) -> dict:
     """How busy the machine was while a driver ran: CPU use and hypervisor steal, % of all cores."""
     if not before or not after:
         return {}
-    delta = [b - a for a, b in zip(before, after)]
+    delta = [b - a for a, b in zip(before, after, strict=True)]
     total = sum(delta) or 1
     idle = delta[3] + (delta[4] if len(delta) > 4 else 0)
     steal = delta[7] if len(delta) > 7 else 0
@@ -318,8 +318,11 @@ def _na(report: dict, metric: str) -> str | None:
 def headline(report: dict) -> dict:
     """The figures of one system that the table shows."""
     cpu_guest = _get(report, "cpu_loop", "in_guest_ms")
-    checks = report.get("checks") if isinstance(report.get("checks"), dict) and "checks_per_s" in report.get("checks", {}) else None
-    clean = report.get("checks_no_timeouts") if isinstance(report.get("checks_no_timeouts"), dict) and "checks_per_s" in report.get("checks_no_timeouts", {}) else None
+    def measured(key: str) -> dict | None:
+        value = report.get(key)
+        return value if isinstance(value, dict) and "checks_per_s" in value else None
+
+    checks, clean = measured("checks"), measured("checks_no_timeouts")
     return {
         "fresh_p50_ms": _get(report, "fresh_latency", "p50_ms"),
         "session_turn_p50_ms": _get(report, "session_turn", "p50_ms"),
@@ -422,13 +425,16 @@ def markdown(summary: dict) -> str:
         if h["checks_count"] and h["checks_count"] < summary["workload"]["problems"]:
             checks += f" ({h['checks_count']}-problem subset)"
         clean = _fmt(h["checks_no_timeouts_per_s"], 2 if (h["checks_no_timeouts_per_s"] or 1) < 1 else 1)
-        if h["checks_no_timeouts_count"] and h["checks_no_timeouts_count"] < summary["workload"]["expected"]["passed"] + summary["workload"]["expected"]["failed"]:
+        expected = summary["workload"]["expected"]
+        if h["checks_no_timeouts_count"] and h["checks_no_timeouts_count"] < expected["passed"] + expected["failed"]:
             clean += f" ({h['checks_no_timeouts_count']}-problem subset"
             if h["checks_no_timeouts_per_s"] and h["checks_per_s"] is None:
                 whole = summary["workload"]["problems"] / h["checks_no_timeouts_per_s"]
                 clean += f"; all {summary['workload']['problems']} extrapolated: ≈{whole / 60:,.0f} min"
             clean += ")"
-        matching = h["checks_verdicts_matching"] if h["checks_verdicts_matching"] is not None else h["checks_no_timeouts_verdicts_matching"]
+        matching = h["checks_verdicts_matching"]
+        if matching is None:
+            matching = h["checks_no_timeouts_verdicts_matching"]
         lines.append(f"| {name} | {_fmt_ms(h['fresh_p50_ms'])} | {session} | {_fmt(h['fresh_runs_per_s'], 2)} | {cpu} "
                      f"| {checks} | {clean} | {'n/a' if matching is None else f'{matching:.0%}'} |")
     lines += ["", "wasm-runner against each system (how many times better wasm-runner is; below 1× it is slower):", "",
@@ -445,7 +451,8 @@ def markdown(summary: dict) -> str:
     lines += ["", "Notes:", ""]
     lines += [f"- {n}" for n in notes]
     lines += [f"- {n}" for n in summary["notes"]]
-    busy = [f"{name} {r['machine_while_measured'].get('steal_pct', '?')}% steal, load {r['machine_while_measured']['loadavg_before']}"
+    busy = [f"{name} {r['machine_while_measured'].get('steal_pct', '?')}% steal, "
+            f"load {r['machine_while_measured']['loadavg_before']}"
             for name, r in reports.items() if isinstance(r.get("machine_while_measured"), dict)]
     if busy:
         lines.append("- The machine while each system was measured (hypervisor steal of all cores' time; "
@@ -499,7 +506,7 @@ def main() -> None:
 
     tasks = humaneval_problems.workload(args.seed)
     summary: dict = {
-        "benchmark": "bench_peers", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "benchmark": "bench_peers", "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": args.quick, "check_timeout_s": args.check_timeout, "order": selected,
         "rounds": 1 if args.quick else ROUNDS,
         "machine": machine_info(),

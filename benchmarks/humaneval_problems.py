@@ -943,7 +943,7 @@ def _results(source: str, name: str, args: list[tuple]) -> list[object]:
 
 def _tests(name: str, args: list[tuple], expected: list[object]) -> str:
     lines = []
-    for a, (_, value) in zip(args, expected):
+    for a, (_, value) in zip(args, expected, strict=True):
         call = f"{name}({', '.join(repr(x) for x in a)})"
         lines.append(f"assert {call} == {value!r}, {call!r}")
     return "\n".join(lines) + "\n"
@@ -959,7 +959,7 @@ def _looping(name: str, solution: str) -> str:
     return solution.replace(old, new)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build(seed: int) -> tuple[Problem, ...]:
     out: list[Problem] = []
     seen: set[str] = set()

@@ -21,7 +21,8 @@ import threading
 import time
 import traceback
 from collections import Counter
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 FRESH_CODE = "print(1+1)"
 SESSION_SETUP = "x = 0"
@@ -55,7 +56,7 @@ class Adapter:
         """Run `code` in a fresh instance; its stdout, or None where stdout is not observable."""
         raise NotAvailable("no fresh-run mode")
 
-    def session(self) -> "Any":
+    def session(self) -> Any:
         """An object with run(code) -> stdout and close(); raise NotAvailable if none."""
         raise NotAvailable("no session mode")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from wasm_runner_server.cli.keys import add_keys_command
+from wasm_runner_server.cli.commands import add_keys_command
 
 ROOT = Path(__file__).resolve().parents[3]
 EXECUTIONS = 50
