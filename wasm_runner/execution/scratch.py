@@ -91,7 +91,7 @@ class ScratchPool:
         if made is None or scratch_state(workspace) != made:
             self.discard(workspace)
             workspace = self.new()
-        if len(self.idle) < self.max_idle:
+        if self.ready and len(self.idle) < self.max_idle:  # ready 0: a Runner that runs once keeps nothing
             self._prewarm(workspace)
             self.idle.append(workspace)
         else:
