@@ -13,7 +13,7 @@ recorded. The WAL checkpoint runs on its own thread (`wal.Checkpointer`). Neithe
 journal nor, with `synchronous="NORMAL"` (the default), the WAL is fsynced at each row: a
 power loss may lose the last rows; with `"FULL"` a committed row survives it (see `wal`).
 A process that opens the log while another owns its journal (the CLI beside a running
-service) commits the rows it records at once instead.
+service) can read and prune it, not record rows (their ids would be the owner's to give).
 Code and output are stored capped, with the code's SHA-256 and full sizes. For an
 ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
 code, output or paths.
@@ -130,7 +130,7 @@ class AuditLog:
         self._pending: list[dict] = []
         self._closed = False
         self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX))
-        """None while another process owns it: rows are then committed as they are recorded."""
+        """None while another process owns it: this one does not record rows."""
         if self._journal is not None:
             self._replay(self._journal)
         self._next_id = self._db.execute(
@@ -180,22 +180,20 @@ class AuditLog:
         with self._queue:
             if self._closed:
                 raise RuntimeError("the audit log is closed")
-            journal = self._journal
-            if journal is not None:
-                row["id"] = self._next_id
-                journal.append(row)  # raises if it is not written: the row is not acknowledged
-                self._next_id += 1
-                if self._writer is None:
-                    self._writer = threading.Thread(target=self._write_forever, name="wasm-runner-audit-writer",
-                                                    daemon=True)
-                    self._writer.start()
-                    self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
-                if not self._pending:
-                    self._queue.notify()  # the writer waits for a first row, then lets a batch gather
+            if self._journal is None:
+                raise RuntimeError(f"another process (a running service) owns the audit journal of {self.path}")
+            row["id"] = self._next_id
+            self._journal.append(row)  # raises if it is not written: the row is not acknowledged
+            self._next_id += 1
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_forever, name="wasm-runner-audit-writer",
+                                                daemon=True)
+                self._writer.start()
+                self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
+            if not self._pending:
+                self._queue.notify()  # the writer waits for a first row, then lets a batch gather
             self._pending.append(row)
-        if journal is None:  # no journal: the row is on disk once committed, and SQLite picks its id
-            self.flush()
-        return row.get("id")
+            return row["id"]
 
     def _write_forever(self) -> None:
         while True:
@@ -238,7 +236,7 @@ class AuditLog:
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
-                         command: list[str] | None, result, outcome: str, finished_at: float) -> int | None:
+                         command: list[str] | None, result, outcome: str, finished_at: float) -> int:
         """Record the row of an execution (on disk once this returns); its id."""
         source = code if command is None else json.dumps(command)
         source = source or ""
@@ -268,7 +266,7 @@ class AuditLog:
         return self._insert(row)
 
     def record_file_change(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
-                           path: str | None, status: int) -> int | None:
+                           path: str | None, status: int) -> int:
         """Record the row of a file change (on disk once this returns); its id."""
         now = time.time()
         return self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,

@@ -123,7 +123,12 @@ def test_journaled_rows_not_committed_are_replayed_once_when_the_log_is_opened(t
     assert (tmp_path / "audit.journal").stat().st_size == 0
     assert reopened.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
                                        path="p3", status=201) == 4
-    assert AuditLog.in_data_dir(tmp_path).count() == 3  # a second opener (the CLI) neither replays nor clears
+    second = AuditLog.in_data_dir(tmp_path)  # another opener (the CLI) reads, neither replays nor records
+    assert second.count() == 3
+    with pytest.raises(RuntimeError, match="owns the audit journal"):
+        second.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="x",
+                                  status=201)
+    second.close()
     reopened.close()
     assert AuditLog.in_data_dir(tmp_path).count() == 4
 
