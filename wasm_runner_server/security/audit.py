@@ -18,6 +18,7 @@ Code and output are stored capped, with the code's SHA-256 and full sizes. For a
 ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
 code, output or paths.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -175,7 +176,7 @@ class AuditLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _insert(self, row: dict) -> int | None:
+    def _insert(self, row: dict) -> int:
         """The row journaled (on disk once this returns) and queued for the writer; its id."""
         with self._queue:
             if self._closed:
