@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from wasm_runner_protocol import __version__ as __version__
 
 if TYPE_CHECKING:
-    from wasm_runner_server.app import create_app
     from wasm_runner.profiles import LimitsSection, Profile
+    from wasm_runner_server.app import create_app
     from wasm_runner_server.config import ServerSettings, ServiceConfig, SessionPolicy, load_config
     from wasm_runner_server.security.settings import AuthSettings
 

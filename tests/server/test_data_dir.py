@@ -27,6 +27,8 @@ def test_data_directory_is_0700_and_every_database_file_0600(tmp_path):
                                           "audit.sqlite3", "audit.sqlite3-wal", "tenants.sqlite3"}
     for path in databases:
         assert _mode(path) == 0o600, path
+    for name in ("audit.journal", "audit.journal.lock"):  # the audit rows not yet committed
+        assert _mode(data / name) == 0o600, name
     for store in stores:
         store.close()
 

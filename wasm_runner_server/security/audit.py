@@ -2,13 +2,18 @@
 
 Rows are never updated (a trigger refuses it) and no API deletes them; only the
 retention prune removes rows older than `auth.audit_retention_days`. A row is on disk
-before the response it accounts for is sent: `record_*` queue the row and return the
-future of its batch's commit, which the request awaits. One writer thread commits
-whatever is queued in one transaction (group commit: rows queued during a commit go in
-the next), so the event loop never writes and concurrent requests share commits; the
-WAL checkpoint runs on its own thread (`wal.Checkpointer`), never inside a commit.
-A committed row survives a kill of the process; with `synchronous="NORMAL"` (the
-default) it may not survive a power loss, with `"FULL"` it does (see `wal`).
+before the response it accounts for is sent, without the request waiting for SQLite:
+`record_*` give the row its id and append it to the journal (`journal.Journal`, one
+`os.write` on the caller's thread), which a kill of the process does not lose. A writer
+thread commits the journaled rows to SQLite in batches, off every request's path; the
+journal is rotated once it is large and dropped once its rows are all committed. Opening
+the log replays the journal's rows that a killed process had not committed (their ids
+tell which), then clears it. Reads commit the pending rows first, so they see every row
+recorded. The WAL checkpoint runs on its own thread (`wal.Checkpointer`). Neither the
+journal nor, with `synchronous="NORMAL"` (the default), the WAL is fsynced at each row: a
+power loss may lose the last rows; with `"FULL"` a committed row survives it (see `wal`).
+A process that opens the log while another owns its journal (the CLI beside a running
+service) can read and prune it, not record rows (their ids would be the owner's to give).
 Code and output are stored capped, with the code's SHA-256 and full sizes. For an
 ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
 code, output or paths.
@@ -23,15 +28,21 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasm_runner_server.journal import Journal
 from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
 
 log = logging.getLogger("wasm_runner.server")
 
 DB_NAME = "audit.sqlite3"
+JOURNAL_SUFFIX = ".journal"
+"""The journal is the database's path with this suffix instead of its own (audit.journal)."""
+BATCH_S = 0.05
+"""How long the writer lets rows gather before it commits them (nobody waits for the commit)."""
+ROTATE_BYTES = 8 * 1024 * 1024
+"""A journal past this is rotated; the rotated file is dropped once its rows are committed."""
 RETRY_S = 0.1
 """Pause of the writer after a failed commit before it tries the same rows again."""
 
@@ -79,7 +90,9 @@ COLUMNS = ("id", "ts", "kind", "workspace", "key_id", "session", "ephemeral", "m
            "status", "started_at", "finished_at")
 
 
-_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS[1:])}) VALUES ({', '.join('?' * (len(COLUMNS) - 1))})"
+_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+_REPLAY = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
+"""A journaled row whose id is in the table was committed before the process was killed."""
 
 
 def cap(text: str | None, limit: int) -> str | None:
@@ -102,14 +115,6 @@ class AuditFilter:
     until: float | None = None
 
 
-def _running_future() -> Future[None]:
-    """A batch's commit future, marked running: a waiter that gives up (a request cancelled when its
-    client left) cannot cancel it for the other rows of the batch."""
-    future: Future[None] = Future()
-    future.set_running_or_notify_cancel()
-    return future
-
-
 class AuditLog:
     def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024,
                  synchronous: Synchronous = "NORMAL") -> None:
@@ -122,10 +127,16 @@ class AuditLog:
         """Serialises the connection's use (commits on the writer, reads on the caller's thread); rows are
         taken from the queue only while it is held, so batches commit in the order they were taken."""
         self._queue = threading.Condition()
-        """Guards the queued rows, the future of their batch and the writer's start and stop."""
+        """Guards the queued rows, the next id, the journal's appends and rotation, the writer's start and stop."""
         self._pending: list[dict] = []
-        self._batch = _running_future()
         self._closed = False
+        self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX))
+        """None while another process owns it: this one does not record rows."""
+        if self._journal is not None:
+            self._replay(self._journal)
+        self._next_id = self._db.execute(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0),"
+            " COALESCE((SELECT MAX(id) FROM audit), 0))").fetchone()[0] + 1
         self._writer: threading.Thread | None = None
         self._checkpointer: Checkpointer | None = None
         """Both started by the first row: a log opened only to read (the CLI) runs no thread."""
@@ -134,8 +145,18 @@ class AuditLog:
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
+    def _replay(self, journal: Journal) -> None:
+        """Commit the journaled rows a killed process had not committed, then clear the journal."""
+        values = [[row.get(n) for n in COLUMNS] for row in journal.records()]
+        if values:
+            with self._db:
+                self._db.execute("BEGIN")
+                replayed = self._db.executemany(_REPLAY, values).rowcount
+            log.info("audit rows replayed from the journal", extra={"event": "audit_replayed", "rows": replayed})
+        journal.clear()
+
     def close(self) -> None:
-        """Stop the threads, commit what is still queued, close the database."""
+        """Stop the threads, commit what is still queued, close the database and the journal."""
         with self._queue:
             self._closed = True
             self._queue.notify()
@@ -145,30 +166,43 @@ class AuditLog:
             self._checkpointer.close()
         try:
             self.flush()
+            if self._journal is not None:
+                self._journal.clear()  # every row is committed
         finally:
             with self._db_lock:
                 self._db.close()
+            if self._journal is not None:
+                self._journal.close()
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _insert(self, row: dict) -> Future[None]:
+    def _insert(self, row: dict) -> int:
+        """The row journaled (on disk once this returns) and queued for the writer; its id."""
         with self._queue:
             if self._closed:
                 raise RuntimeError("the audit log is closed")
+            if self._journal is None:
+                raise RuntimeError(f"another process (a running service) owns the audit journal of {self.path}")
+            row["id"] = self._next_id
+            self._journal.append(row)  # raises if it is not written: the row is not acknowledged
+            self._next_id += 1
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_forever, name="wasm-runner-audit-writer",
                                                 daemon=True)
                 self._writer.start()
                 self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
+            if not self._pending:
+                self._queue.notify()  # the writer waits for a first row, then lets a batch gather
             self._pending.append(row)
-            self._queue.notify()
-            return self._batch
+            return row["id"]
 
     def _write_forever(self) -> None:
         while True:
             with self._queue:
                 while not self._pending and not self._closed:
                     self._queue.wait()
+                if not self._closed:
+                    self._queue.wait(BATCH_S)  # only `close` wakes it early
                 if self._closed:
                     return  # `close` commits what is left
             try:
@@ -179,30 +213,32 @@ class AuditLog:
 
     def flush(self) -> None:
         """Commit the queued rows now, in one transaction (from any thread); once it returns, every row
-        recorded before the call is on disk. A failed commit raises, and keeps the rows queued for the next
-        attempt; the requests waiting for that batch get the error."""
+        recorded before the call is in the table. A failed commit raises, and keeps the rows queued (and
+        journaled) for the next attempt."""
         with self._db_lock:
             with self._queue:
                 if not self._pending:
                     return
                 rows, self._pending = self._pending, []
-                batch, self._batch = self._batch, _running_future()
-            values = [[row.get(n) for n in COLUMNS[1:]] for row in rows]
+                journal = self._journal
+                if journal is not None and journal.size > ROTATE_BYTES:
+                    journal.rotate()  # every row of the rotated file is committed or among `rows`
+            values = [[row.get(n) for n in COLUMNS] for row in rows]
             try:
                 with self._db:  # one transaction: BEGIN ... COMMIT
                     self._db.execute("BEGIN")
                     self._db.executemany(_INSERT, values)
-            except sqlite3.Error as exc:
+            except sqlite3.Error:
                 with self._queue:
                     self._pending[:0] = rows
-                batch.set_exception(exc)
                 raise
-            batch.set_result(None)
+            if journal is not None:
+                journal.drop_rotated()  # any rotated file's rows were queued before this commit took them
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
-                         command: list[str] | None, result, outcome: str, finished_at: float) -> Future[None]:
-        """Queue the row of an execution; the future is done once it is committed."""
+                         command: list[str] | None, result, outcome: str, finished_at: float) -> int:
+        """Record the row of an execution (on disk once this returns); its id."""
         source = code if command is None else json.dumps(command)
         source = source or ""
         stdout = getattr(result, "stdout", "") or ""
@@ -231,8 +267,8 @@ class AuditLog:
         return self._insert(row)
 
     def record_file_change(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
-                           path: str | None, status: int) -> Future[None]:
-        """Queue the row of a file change; the future is done once it is committed."""
+                           path: str | None, status: int) -> int:
+        """Record the row of a file change (on disk once this returns); its id."""
         now = time.time()
         return self._insert({"ts": now, "kind": "file", "workspace": workspace, "key_id": key_id,
                       "session": session, "ephemeral": int(ephemeral), "mode": mode,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from aiohttp import web
 
@@ -105,9 +105,9 @@ class SecurityPolicy(AccessPolicy):
             response = await handler(request)
             if (request.method in FILE_MODES and response.status < 400 and not route.endswith(":presign")
                     and (route.startswith(SESSION_ROUTE_PREFIX + "/files") or route.startswith("/v1/shared/files"))):
-                await asyncio.wrap_future(security.record_file_change(  # on disk before the response
+                security.record_file_change(  # on disk before the response
                     principal, session_id, request.method, request.match_info.get("path") or request.query.get("dir"),
-                    response.status))
+                    response.status)
             return response
         finally:
             CURRENT.reset(token)
@@ -162,11 +162,10 @@ class SecurityPolicy(AccessPolicy):
     # -- the execution observer --------------------------------------------------------------------
 
     def on_execution(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None,
-                     mode: str) -> Awaitable[None] | None:
-        """Records the execution's audit row; what it returns is the row's commit, which the execution's
-        result waits for before it is given out."""
+                     mode: str) -> None:
+        """Records the execution's audit row (on disk before the execution's result is given out)."""
         if self._security is None or self._app is None:
-            return None
+            return
         security = self._security
         principal = CURRENT.get() or security.authenticator.unknown
         security.disk.forget(principal.workspace)
@@ -178,7 +177,7 @@ class SecurityPolicy(AccessPolicy):
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
         outcome = outcome_of(result) if result is not None else "aborted"
         try:
-            committed = security.audit.record_execution(
+            security.audit.record_execution(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
                 ephemeral=bool(owner and owner.ephemeral), mode=mode,
                 profile=live.row.profile if live is not None else None,
@@ -188,7 +187,6 @@ class SecurityPolicy(AccessPolicy):
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise
-        return asyncio.wrap_future(committed)
 
     # -- routes, start and stop -------------------------------------------------------------------
 

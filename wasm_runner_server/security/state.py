@@ -3,7 +3,6 @@ the workspaces' disk usage and the two strategies chosen from the settings."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +88,10 @@ class Security:
         return workspace, disk.quota, lambda: disk.measure_async(workspace)
 
     def record_file_change(self, principal: Principal, session_id: str | None, method: str, path: str | None,
-                           status: int) -> Future[None]:
-        """Queue the change's audit row; the future is done once it is committed (await it before answering)."""
+                           status: int) -> None:
+        """Record the change's audit row (on disk once this returns: call it before answering)."""
         owner = self.tenants.owner(session_id) if session_id else None
-        return self.audit.record_file_change(workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+        self.audit.record_file_change(workspace=principal.workspace, key_id=principal.key_id, session=session_id,
                                       ephemeral=bool(owner and owner.ephemeral), mode=FILE_MODES[method],
                                       path=path, status=status)
 

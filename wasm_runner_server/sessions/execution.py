@@ -15,7 +15,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
@@ -35,9 +35,9 @@ log = logging.getLogger("wasm_runner.server")
 
 CANCELLED_MESSAGE = "cancelled by the caller"
 
-ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], Awaitable[None] | None]
-"""Called with (target, request, result or None when aborted, mode) after every admitted execution; an
-awaitable it returns (the audit row's commit) is awaited before the result is given out."""
+ExecutionObserver = Callable[[Runner | Session, ExecRequest, ExecResult | None, str], None]
+"""Called with (target, request, result or None when aborted, mode) after every admitted execution, before
+the result is given out (the audit log's row is on disk when it returns)."""
 
 
 PROFILES_HINTS = {ErrorCode.UNKNOWN_PROFILE: " (GET /v1/profiles)",
@@ -125,27 +125,20 @@ class Execution:
                 try:
                     result = await self._run_task(target, request, listener, on_task)
                 finally:
-                    recorded = self._finished(target, request, result, mode, started)
+                    self._finished(target, request, result, mode, started)
         except ApiError as exc:
             if exc.status == 429:
                 self.metrics.executions.inc(language, mode, "rejected", "")
             raise
         self.metrics.executions.inc(language, mode, outcome(result), result.limit or "")
-        for done in recorded:  # after the slot is freed: the next execution need not wait for a commit
-            await done
         return result
 
     def _finished(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None, mode: str,
-                  started: float) -> list[Awaitable[None]]:
-        """An admitted execution ended (result None: aborted): its time, then the observers (the audit log);
-        what they ask to await before the result is given out."""
+                  started: float) -> None:
+        """An admitted execution ended (result None: aborted): its time, then the observers (the audit log)."""
         self.metrics.execution_seconds.observe(time.perf_counter() - started, metric_language(request), mode)
-        waits = []
         for observe in self.observers:
-            wait = observe(target, request, result, mode)
-            if wait is not None:
-                waits.append(wait)
-        return waits
+            observe(target, request, result, mode)
 
     async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
                        mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
@@ -200,13 +193,11 @@ class Execution:
                 if entry is not None:
                     result.id = entry.request.id
                     try:
-                        recorded = self._finished(runner, entry.request, result, mode, entry.started)
+                        self._finished(runner, entry.request, result, mode, entry.started)  # audited before sent
                     finally:
                         await entry.stack.aclose()
                     self.metrics.executions.inc(metric_language(entry.request), mode, outcome(result),
                                                 result.limit or "")
-                    for done in recorded:  # each result is audited before it is sent
-                        await done
                 yield result
             while decided:
                 yield decided.popleft()

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from wasm_runner_server.cli.commands import add_audit_command
+from wasm_runner_server.security import audit as audit_module
 from wasm_runner_server.security.audit import AuditLog
 
 
@@ -68,6 +69,7 @@ async def test_file_changes_are_audited_and_the_log_has_no_edit_api(secure):
 def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
     log = AuditLog.in_data_dir(tmp_path)
     log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p", status=201)
+    log.flush()  # the writer's id first: the row inserted by hand below takes the next one
     log._db.execute("INSERT INTO audit (ts, kind, workspace, key_id) VALUES (1, 'exec', 'w', 'k')")
     assert log.count() == 2 and log.prune(30) == 1 and log.count() == 1
     log.close()
@@ -79,22 +81,21 @@ def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
     assert len(lines) == 1 and json.loads(lines[0])["path"] == "p"
 
 
-def test_audit_rows_are_committed_in_groups_and_kept_when_a_write_fails(tmp_path):
+def test_audit_rows_are_journaled_at_once_committed_in_groups_and_kept_when_a_write_fails(tmp_path):
     log = AuditLog.in_data_dir(tmp_path)
     other = sqlite3.connect(tmp_path / "audit.sqlite3")
     with log._db_lock:  # as while the writer commits: the rows recorded meanwhile queue up
-        committed = [log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
-                                            path=f"p{n}", status=201) for n in range(3)]
+        ids = [log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                      path=f"p{n}", status=201) for n in range(3)]
         assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 0
-        assert all(future is committed[0] for future in committed)  # one batch, one commit
-    committed[0].result(timeout=10)  # what a response waits for
+        journaled = (tmp_path / "audit.journal").read_bytes().splitlines()  # on disk before any commit
+        assert [json.loads(line)["id"] for line in journaled] == ids == [1, 2, 3]
+    log.flush()  # what a read does first
     assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 3
     with log._db_lock:
         broken, log._db = log._db, sqlite3.connect(":memory:", check_same_thread=False)  # no table: writes fail
-        failing = log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
-                                         path="p3", status=201)
-    with pytest.raises(sqlite3.Error):
-        failing.result(timeout=10)  # the request waiting for it is told
+        log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p3",
+                               status=201)
     with pytest.raises(sqlite3.Error):
         log.flush()
     with log._db_lock:
@@ -102,7 +103,48 @@ def test_audit_rows_are_committed_in_groups_and_kept_when_a_write_fails(tmp_path
         log._db = broken
     log.close()  # the row that failed is written now (or by the writer's retry before)
     assert [r[0] for r in other.execute("SELECT path FROM audit ORDER BY id")] == ["p0", "p1", "p2", "p3"]
+    assert (tmp_path / "audit.journal").stat().st_size == 0  # every row committed: the journal is cleared
     other.close()
+
+
+def test_journaled_rows_not_committed_are_replayed_once_when_the_log_is_opened(tmp_path):
+    log = AuditLog.in_data_dir(tmp_path)
+    log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p0", status=201)
+    log.flush()
+    with log._db_lock:  # as a process killed before its writer commits: the rows are in the journal only
+        for n in (1, 2):
+            log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                   path=f"p{n}", status=201)
+        snapshot = (tmp_path / "audit.journal").read_bytes()
+    log.close()
+    (tmp_path / "audit.journal").write_bytes(snapshot + b'{"id": 9, "ts": 1')  # and a torn last line
+    reopened = AuditLog.in_data_dir(tmp_path)
+    assert [(r["id"], r["path"]) for r in reopened.iterate()] == [(1, "p0"), (2, "p1"), (3, "p2")]
+    assert (tmp_path / "audit.journal").stat().st_size == 0
+    assert reopened.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                       path="p3", status=201) == 4
+    second = AuditLog.in_data_dir(tmp_path)  # another opener (the CLI) reads, neither replays nor records
+    assert second.count() == 3
+    with pytest.raises(RuntimeError, match="owns the audit journal"):
+        second.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="x",
+                                  status=201)
+    second.close()
+    reopened.close()
+    assert AuditLog.in_data_dir(tmp_path).count() == 4
+
+
+def test_a_large_journal_is_rotated_and_the_rotated_file_dropped_once_committed(tmp_path, monkeypatch):
+    monkeypatch.setattr(audit_module, "ROTATE_BYTES", 1000)
+    log = AuditLog.in_data_dir(tmp_path)
+    with log._db_lock:
+        for n in range(20):
+            log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put",
+                                   path=f"p{n}", status=201)
+    journal, rotated = tmp_path / "audit.journal", tmp_path / "audit.journal.old"
+    assert journal.stat().st_size > 1000
+    log.flush()
+    assert not rotated.exists() and journal.stat().st_size == 0 and log.count() == 20
+    log.close()
 
 
 def test_rows_recorded_while_another_thread_writes_are_all_kept(tmp_path):

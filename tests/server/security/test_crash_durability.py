@@ -1,6 +1,7 @@
 """Nothing acknowledged is lost: SIGKILL the service right after a burst of answered executions
 and file writes, restart it on the same data directory, and find every audit row, every file
-and the session's metadata (its next turn reporting that its kernel restarted)."""
+and the session's metadata (its next turn reporting that its kernel restarted); also when the
+audit writer had committed none of the burst's rows (they are replayed from the journal)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -31,11 +33,17 @@ def create_key(data_dir: Path, capsys) -> str:
     return capsys.readouterr().out.strip()
 
 
+SLOW_WRITER = ("import runpy, wasm_runner_server.security.audit as audit; audit.BATCH_S = 3600; "
+               "runpy.run_module('wasm_runner_server', run_name='__main__', alter_sys=True)")
+"""The service with an audit writer that lets rows gather for an hour: killed, it has committed none."""
+
+
 @contextlib.asynccontextmanager
-async def serving(data_dir: Path):
+async def serving(data_dir: Path, *, slow_writer: bool = False):
     """The real service in its own process; yields (process, url)."""
+    program = ("-c", SLOW_WRITER) if slow_writer else ("-m", "wasm_runner_server")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", "--port", "0",
+        sys.executable, *program, "serve", "--host", "127.0.0.1", "--port", "0",
         "--data-dir", str(data_dir), "--log-level", "INFO", "--no-access-log", cwd=ROOT,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     drain = None
@@ -64,13 +72,15 @@ async def serving(data_dir: Path):
 
 
 @pytest.mark.asyncio
-async def test_sigkill_after_acknowledged_burst_loses_no_audit_row_file_or_session(tmp_path, capsys):
+@pytest.mark.parametrize("slow_writer", [False, True], ids=["writer", "writer-behind"])
+async def test_sigkill_after_acknowledged_burst_loses_no_audit_row_file_or_session(tmp_path, capsys, slow_writer):
     data_dir = tmp_path / "data"
     key = create_key(data_dir, capsys)
     headers = {"Authorization": f"Bearer {key}"}
     ran: dict[str, int] = {}
     written: dict[str, bytes] = {}
-    async with serving(data_dir) as (process, url), aiohttp.ClientSession(headers=headers) as http:
+    async with serving(data_dir, slow_writer=slow_writer) as (process, url), \
+            aiohttp.ClientSession(headers=headers) as http:
         async with http.post(url + "/v1/sessions", json={"ttl_s": 7200, "idle_timeout_s": 900,
                                                          "metadata": {"purpose": "crash"}}) as response:
             assert response.status == 201, await response.text()
@@ -103,6 +113,11 @@ async def test_sigkill_after_acknowledged_burst_loses_no_audit_row_file_or_sessi
         process.kill()  # SIGKILL, at once: nothing gets to flush
         await process.wait()
     assert len(ran) == EXECUTIONS and len(written) == WRITES
+    if slow_writer:  # the rows are in the journal only: the restart must replay them
+        db = sqlite3.connect(data_dir / "audit.sqlite3")
+        assert db.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 0
+        db.close()
+        assert len((data_dir / "audit.journal").read_bytes().splitlines()) == EXECUTIONS + WRITES
 
     async with serving(data_dir) as (_, url), aiohttp.ClientSession(headers=headers) as http:
         rows: list[dict] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from aiohttp import web
@@ -72,9 +71,9 @@ async def _follow(request: web.Request) -> web.StreamResponse:
     try:
         if request.method == "PUT":
             response = await routes_files.write_file(request)
-            await asyncio.wrap_future(security.audit.record_file_change(  # on disk before the response
+            security.audit.record_file_change(  # on disk before the response
                 workspace=workspace, key_id=principal.key_id, session=session_id,
-                ephemeral=bool(owner and owner.ephemeral), mode="put", path=path, status=response.status))
+                ephemeral=bool(owner and owner.ephemeral), mode="put", path=path, status=response.status)
             return response
         service = request.app[SERVICE]
         files = service.sessions.files(service.sessions.get(session_id))
