@@ -127,8 +127,9 @@ def error_for(status: int | None, body: bytes, headers: Mapping[str, str] | None
     elif not message:
         message = f"HTTP {status}"
     if status is None:
-        cls = {ErrorCode.OVERLOADED: RateLimitedError, ErrorCode.SESSION_BUSY: RateLimitedError,
-               ErrorCode.SHUTTING_DOWN: ServiceUnavailableError}.get(code, ApiError)
+        by_code: dict[str, type[ApiError]] = {ErrorCode.OVERLOADED: RateLimitedError, ErrorCode.SESSION_BUSY: RateLimitedError,
+                                              ErrorCode.SHUTTING_DOWN: ServiceUnavailableError}
+        cls = by_code.get(code, ApiError)
     else:
         cls = _BY_STATUS.get(status, ServerError if status >= 500 else ApiError)
     lowered = {k.lower(): v for k, v in (headers or {}).items()}

@@ -21,7 +21,7 @@ from wasm_runner.lowlevel.capi import DEADLINE_CONTINUE, EpochDeadlineCallback, 
 TRAP_PREFIX = "wasm-runner stop: "
 
 
-class StopReason(str, Enum):
+class StopReason(str, Enum):  # noqa: UP042 - a StrEnum would change what str() of a member gives
     timeout = "timeout"
     cancelled = "cancelled"
     output = "output"

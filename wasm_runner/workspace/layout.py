@@ -43,7 +43,7 @@ class Workspace:
     def tmp(self) -> Path:
         return self.root / "tmp"
 
-    def ensure(self) -> "Workspace":
+    def ensure(self) -> Workspace:
         self.files.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         return self

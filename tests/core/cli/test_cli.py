@@ -58,7 +58,8 @@ def test_env_flag_passes_one_variable():
 
 def test_batch_writes_one_result_per_line_and_a_summary(tmp_path):
     items = tmp_path / "items.jsonl"
-    lines = [{"id": f"ok{i}", "code": "def f(x): return x + 1", "harness": "check", "tests": "assert f(1) == 2"} for i in range(5)]
+    lines = [{"id": f"ok{i}", "code": "def f(x): return x + 1", "harness": "check", "tests": "assert f(1) == 2"}
+             for i in range(5)]
     lines.append({"id": "bad", "code": "def f(x): return x", "harness": "check", "tests": "assert f(1) == 2"})
     items.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     out = tmp_path / "results.jsonl"

@@ -14,7 +14,8 @@ TESTS = "assert add(1, 2) == 3\nassert add(-1, 1) == 0"
 MIXED = {
     "pass": (ExecRequest(code=ADD_OK, harness="check", tests=TESTS), "passed"),
     "fail": (ExecRequest(code=ADD_BAD, harness="check", tests=TESTS), "failed"),
-    "error": (ExecRequest(code="def add(a, b):\n    return a + b\nimport nonexistent_mod", harness="check", tests=TESTS), "error"),
+    "error": (ExecRequest(code="def add(a, b):\n    return a + b\nimport nonexistent_mod", harness="check", tests=TESTS),
+              "error"),
     "timeout": (ExecRequest(code="while True: pass", harness="check", tests=TESTS, limits=Limits(timeout_s=0.3)), "timeout"),
     "crash": (ExecRequest(code="import os\nos._exit(3)", harness="check", tests=TESTS), "error"),
     "memory": (ExecRequest(code="x = [bytearray(64 << 20) for _ in range(64)]", harness="check", tests=TESTS), "limit"),

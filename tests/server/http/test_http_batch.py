@@ -29,7 +29,8 @@ async def test_batch_returns_one_result_per_item_with_verdicts(client):
 
 
 async def test_a_bad_line_gets_an_error_result_and_the_rest_still_run(client):
-    body = b'{"id": "a", "code": "print(1)"}\nnot json\n{"id": "b", "code": "print(2)", "unknown": 1}\n{"id": "c", "code": "print(3)"}\n'
+    body = (b'{"id": "a", "code": "print(1)"}\nnot json\n{"id": "b", "code": "print(2)", "unknown": 1}\n'
+            b'{"id": "c", "code": "print(3)"}\n')
     response = await client.post("/v1/batch", data=body)
     results = [json.loads(line) for line in (await response.text()).splitlines()]
     assert sorted(r["stdout"] for r in results if r["error"] is None) == ["1\n", "3\n"]

@@ -113,9 +113,9 @@ async def test_disconnecting_a_stream_stops_the_guest(client):
     sid = await new_session(client)
     session = aiohttp.ClientSession()
     try:
+        ticking = "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)"
         response = await session.post(client.make_url(f"/v1/sessions/{sid}/exec"),
-                                       json={"code": "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)",
-                                             "limits": {"timeout_s": 60}},
+                                       json={"code": ticking, "limits": {"timeout_s": 60}},
                                        headers={"Accept": "text/event-stream"})
         await response.content.readline()  # it is running
         started = time.monotonic()

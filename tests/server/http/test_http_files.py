@@ -311,7 +311,8 @@ async def test_escapes_through_queries_uploads_and_one_shot_are_refused(client, 
 
 async def test_links_made_by_the_guest_are_not_followed(client):
     sid = await new_session(client)
-    result = await run(client, sid, "import os\ntry:\n    os.symlink('/etc/passwd', 'pw')\nexcept OSError as e:\n    print('refused', e)")
+    code = "import os\ntry:\n    os.symlink('/etc/passwd', 'pw')\nexcept OSError as e:\n    print('refused', e)"
+    result = await run(client, sid, code)
     status, data = await call(client, "GET", f"/v1/sessions/{sid}/files/pw")
     if "refused" in result["stdout"]:
         assert status == 404  # WASI would not even create it

@@ -158,10 +158,12 @@ env_allowlist = []
     by_name = {p["name"]: p for p in data["profiles"]}
     assert {"python", "javascript", "python-data", "node", "bash", "reader"} <= set(by_name)
     assert by_name["python-data"]["provider"] == "native" and by_name["bash"]["language"] == "bash"
-    assert by_name["reader"]["limits"]["timeout_s"] == 5 and by_name["reader"]["mounts"] == [{"guest": "/data", "read_only": True}]
+    assert by_name["reader"]["limits"]["timeout_s"] == 5
+    assert by_name["reader"]["mounts"] == [{"guest": "/data", "read_only": True}]
     assert all(p["network"] == "deny" for p in data["profiles"])
     assert data["max_limits"]["timeout_s"] == 60
-    status, result = await call(client, "POST", "/v1/exec", json={"profile": "reader", "code": "print(open('/data/data.txt').read())"})
+    body = {"profile": "reader", "code": "print(open('/data/data.txt').read())"}
+    status, result = await call(client, "POST", "/v1/exec", json=body)
     assert status == 200 and result["stdout"] == "from the host\n", result
     sid = await new_session(client)
     status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec", json={"profile": "reader", "code": "1"})

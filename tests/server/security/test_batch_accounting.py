@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 
@@ -83,7 +84,7 @@ async def test_a_workspace_at_its_cap_makes_batch_items_wait_not_run_past_it(sta
     assert status == 200
     spans = sorted(tuple(map(float, r["stdout"].split())) for r in results_of(text).values())
     assert len(spans) == 3
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end - 0.05, spans  # one at a time: the cap of 1 held for each item
 
 

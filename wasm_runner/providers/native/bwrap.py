@@ -110,7 +110,8 @@ def probe(bwrap: str, as_user: tuple[int, int] | None = None) -> str | None:
     unprivileged user namespaces may be allowed to root alone."""
     prefix = []
     if as_user is not None:
-        prefix = [shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv", f"--reuid={as_user[0]}", f"--regid={as_user[1]}", "--clear-groups", "--"]
+        prefix = [shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv", f"--reuid={as_user[0]}", f"--regid={as_user[1]}",
+                  "--clear-groups", "--"]
     argv = [*prefix, bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "/bin/true"]

@@ -219,7 +219,7 @@ class WasmProvider(Provider):
         )
 
 
-_open_providers: "weakref.WeakSet[WasmProvider]" = weakref.WeakSet()
+_open_providers: weakref.WeakSet[WasmProvider] = weakref.WeakSet()
 
 
 @atexit.register

@@ -161,7 +161,7 @@ class PythonRuntime(Runtime):
         finally:
             kernel.close()
 
-    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> "PythonKernel":
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> PythonKernel:
         """An instance; a `reusable` one can be reset to new after a one-shot run."""
         return PythonKernel(self, view, limits, reusable)
 
@@ -209,7 +209,7 @@ class HeldOutput:
         rewrite them): read no further than the buffer, nor than the capture's room, which a
         guest that holds output honestly never passes."""
         fills = struct.unpack("<II", self._memory.read(self._fill, 8))
-        for capture, buffer, fill in zip((stdout, stderr), self._buffers, fills):
+        for capture, buffer, fill in zip((stdout, stderr), self._buffers, fills, strict=True):
             length = min(fill, self._size, capture.room)
             if length:
                 capture.write(self._memory.read(buffer, length))

@@ -42,7 +42,7 @@ class WarmPool:
         """Instances given back after a run, waiting to be reset."""
         self._taken: set[Key] = set()
         """Views a run is using: a request for one is stale (its instance comes back)."""
-        self._wanted: "queue.SimpleQueue[Key]" = queue.SimpleQueue()
+        self._wanted: queue.SimpleQueue[Key] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._active = 0
         self._free_below = os.cpu_count() or 1
