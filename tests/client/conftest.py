@@ -21,7 +21,7 @@ def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     sessions = {"sweep_interval_s": 0.5}
     sessions.update(sections.pop("sessions", {}))
     sections.setdefault("auth", {"enabled": False})  # API keys have their own tests (test_*_keys)
-    sections.setdefault("auth", {"enabled": False})  # issue 5: auth is on by default
+    sections.setdefault("auth", {"enabled": False})  # auth is on by default
     return ServiceConfig.model_validate({"server": server, "sessions": sessions, **sections})
 
 

@@ -22,7 +22,7 @@ def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     server.update(sections.pop("server", {}))
     sessions = {"sweep_interval_s": 0.1}
     sessions.update(sections.pop("sessions", {}))
-    sections.setdefault("auth", {"enabled": False})  # issue 5: these tests are about the API, not keys
+    sections.setdefault("auth", {"enabled": False})  # these tests are about the API, not keys
     return ServiceConfig.model_validate({"server": server, "sessions": sessions, **sections})
 
 

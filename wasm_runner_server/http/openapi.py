@@ -52,7 +52,7 @@ def operation(**kwargs: Any) -> Callable:
 
 def _path_params(path: str) -> list[dict]:
     params = []
-    for name in re.findall(r"\{(\w+)\}", path):  # also `{path}:presign` (issue 5)
+    for name in re.findall(r"\{(\w+)\}", path):  # also `{path}:presign`
         schema: dict = {"type": "string"}
         if name == "id":
             schema = {"type": "string", "pattern": SESSION_ID_PATTERN}
