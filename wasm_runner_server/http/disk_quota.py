@@ -147,22 +147,40 @@ class WorkspaceDisk:
         self.ledger = ledger
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[float, int]] = {}
+        self._sizes: dict[str, dict[str, int]] = {}
+        """Each session's bytes at the last walk, by workspace and session id."""
+        self._changed: dict[str, set[str]] = {}
+        """Sessions whose guest ran since: measured again, alone, on the next ask."""
         self._totals: dict[str, tuple[float, int]] = {}
 
     def own_dir(self, workspace: str) -> Path:
         return self.data_dir / "workspaces" / workspace
 
     def sessions_usage(self, workspace: str) -> tuple[int, float]:
-        with self._lock:
-            cached = self._sessions.get(workspace)
+        """(bytes of the workspace's sessions, when measured). A whole walk stands for CACHE_S;
+        within it, only the sessions whose guest ran since are measured again (a guest writes
+        in its own session, never in another's)."""
         now = time.monotonic()
-        if cached is not None and now - cached[0] < CACHE_S:
-            return cached[1], cached[0]
-        roots = [self.data_dir / "sessions" / s for s in self.sessions_of(workspace)]
-        used = tree_usage(roots)[0]
         with self._lock:
-            self._sessions[workspace] = (now, used)
+            cached, sizes = self._sessions.get(workspace), self._sizes.get(workspace)
+            changed = self._changed.pop(workspace, set())
+        if cached is not None and sizes is not None and now - cached[0] < CACHE_S:
+            if not changed:
+                return cached[1], cached[0]
+            fresh = {s: tree_usage([self._session_dir(s)])[0] for s in changed}
+            with self._lock:
+                sizes.update(fresh)
+                used = sum(sizes.values())
+                self._sessions[workspace] = (cached[0], used)
+            return used, cached[0]
+        sizes = {s: tree_usage([self._session_dir(s)])[0] for s in self.sessions_of(workspace)}
+        used = sum(sizes.values())
+        with self._lock:
+            self._sessions[workspace], self._sizes[workspace] = (now, used), sizes
         return used, now
+
+    def _session_dir(self, session_id: str) -> Path:
+        return self.data_dir / "sessions" / session_id
 
     def measure(self, workspace: str) -> tuple[int, float]:
         """(bytes held by the workspace, when measured); raises OSError when it cannot be measured."""
@@ -178,11 +196,14 @@ class WorkspaceDisk:
             self._totals[workspace] = (measured_at, used)
         return used, measured_at
 
-    def forget(self, workspace: str) -> None:
-        """Measure afresh next time (an execution just ended: its guest may have written)."""
+    def forget(self, workspace: str, session_id: str | None) -> None:
+        """An execution just ended: shared/ (in the totals) is measured afresh next time, and the
+        session it ran in, if any; the other sessions' sizes stand (a guest writes in its own
+        session and shared/ only; a one-shot's scratch directory is not the workspace's)."""
         with self._lock:
-            self._sessions.pop(workspace, None)
             self._totals.pop(workspace, None)
+            if session_id is not None:
+                self._changed.setdefault(workspace, set()).add(session_id)
 
     async def measure_async(self, workspace: str) -> tuple[int, float]:
         return await asyncio.to_thread(self.measure, workspace)

@@ -168,10 +168,10 @@ class SecurityPolicy(AccessPolicy):
             return
         security = self._security
         principal = CURRENT.get() or security.authenticator.unknown
-        security.disk.forget(principal.workspace)
         session_id = getattr(target, "id", None)
         if session_id is not None and session_id.startswith(ONESHOT_PREFIX):
             session_id = None
+        security.disk.forget(principal.workspace, session_id)
         owner = security.tenants.owner(session_id) if session_id else None
         service = self._app.get(SERVICE)
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
