@@ -9,8 +9,8 @@ import pytest
 from wasm_runner import Limits, Runner
 from wasm_runner.lowlevel import host_descriptors
 from wasm_runner.providers.wasm import python as python_runtime
-from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
-from wasm_runner.providers.wasm.sandbox import Call, View
+from wasm_runner.providers.wasm.python import PythonKernel
+from wasm_runner.providers.wasm.sandbox import Call
 
 pytestmark = pytest.mark.skipif(not python_runtime.PythonRuntime.reuses_instances, reason="no reuse")
 
@@ -40,18 +40,6 @@ for fd in range(3, 65):
 print([s for s in seen if s[0] >= 5 or s[2]])
 """
 """Lists what a run finds behind the descriptors beyond the preopens (3: /workspace, 4: /tmp)."""
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    return PythonRuntime()
-
-
-@pytest.fixture
-def view(tmp_path):
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
 
 
 @pytest.fixture(params=[False, True], ids=["cold", "warmed"])

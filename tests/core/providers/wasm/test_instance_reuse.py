@@ -15,23 +15,11 @@ from wasm_runner.providers.wasm import memory_reset
 from wasm_runner.providers.wasm import python as python_runtime
 from wasm_runner.providers.wasm.kernel import Kernel
 from wasm_runner.providers.wasm.memory_reset import PAGE
-from wasm_runner.providers.wasm.python import PythonKernel, PythonRuntime
+from wasm_runner.providers.wasm.python import PythonKernel
 from wasm_runner.providers.wasm.sandbox import Call, View
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 
 pytestmark = pytest.mark.skipif(not python_runtime.PythonRuntime.reuses_instances, reason="no reuse")
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    return PythonRuntime()
-
-
-@pytest.fixture
-def view(tmp_path):
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    return View(workspace=tmp_path / "ws", tmp=tmp_path / "tmp")
 
 
 def write_tracking_available() -> bool:
