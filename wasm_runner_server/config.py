@@ -12,20 +12,10 @@ A config file (TOML or JSON) may set any of:
     idle_timeout_s = 600
     ttl_s = 86400
 
-    [limits.default]              # server defaults under every profile
-    timeout_s = 10
-    [limits.max]                  # no request or profile may ask more
-    timeout_s = 300
+    [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
-    [profiles.python-small]       # named profiles, added to (or replacing) the built-ins
-    language = "python"
-    limits = { timeout_s = 2, memory_bytes = 67108864 }
-    env_allowlist = ["MY_*"]
-    mounts = [{ host = "/srv/datasets", guest = "/data" }]
-
-Built-in profiles: python, javascript (WebAssembly), and python-data, node, bash
-(the native provider, where it is installed). `wasm-runner run --config FILE` reads
-the same file's default_profile, [limits.*] and [profiles.*].
+`wasm-runner run --config FILE` reads the same file's default_profile, [limits.*] and
+[profiles.*].
 """
 
 from __future__ import annotations
