@@ -60,10 +60,13 @@ def pdf() -> bytes:
 
 
 GUEST_WRITES = r'''
-marker = "window.top.__pwned = 1; try { window.top.document.title = 'pwned'; } catch (e) {} try { window.top.sessionStorage.setItem('pwned', '1'); } catch (e) {}"
+marker = ("window.top.__pwned = 1; try { window.top.document.title = 'pwned'; } catch (e) {} "
+          "try { window.top.sessionStorage.setItem('pwned', '1'); } catch (e) {}")
 open("evil.html", "w").write(f"<h1>hello</h1><script>{marker}</script><img src=x onerror=\"{marker}\">")
-open("evil.svg", "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" onload="{marker}"><script>{marker}</script><rect width="40" height="40" fill="red"/></svg>')
-open("evil.md", "w").write(f"# Evil\n\n<script>{marker}</script>\n\n<img src=x onerror=\"{marker}\">\n\n<iframe srcdoc=\"<script>{marker}</script>\"></iframe>\n\n[x](javascript:{marker})\n")
+open("evil.svg", "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" onload="{marker}">'
+                            f'<script>{marker}</script><rect width="40" height="40" fill="red"/></svg>')
+open("evil.md", "w").write(f"# Evil\n\n<script>{marker}</script>\n\n<img src=x onerror=\"{marker}\">\n\n"
+                           f"<iframe srcdoc=\"<script>{marker}</script>\"></iframe>\n\n[x](javascript:{marker})\n")
 print("written")
 '''
 

@@ -83,7 +83,7 @@ async function sessionView(sessionId, path) {
     el("h2", {}, "Session ", el("code", {}, sessionId)),
     el("div", { class: "layout" },
        el("div", {}, el("h3", {}, "Files"), tree),
-       el("div", {}, preview, side)),
+       el("div", {}, side, preview)),
     el("h3", {}, "Run"), execCell(sessionId, refresh),
     el("h3", {}, "Artifacts of this session"), artifactsBox,
     el("h3", {}, "Terminal"), terminalBox);
