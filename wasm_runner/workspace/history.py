@@ -26,9 +26,11 @@ from wasm_runner.workspace.files import FileOpError, WorkspaceFiles
 
 Source = Literal["api", "outside"]
 
+HISTORY_DIR = "history"
+"""Its folder in a session's directory, beside files/ and tmp/ (never mounted into the guest)."""
 MAX_VERSIONS = 200
-MAX_BYTES = 64 * 1024 * 1024
-MAX_FILE_BYTES = 2 * 1024 * 1024
+MAX_BYTES = 32 * 1024 * 1024
+MAX_FILE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@
 
     [history]                               # earlier versions of files written through the API, per session
     max_versions = 200
-    max_bytes = 67108864
-    max_file_bytes = 2097152                # larger files are not kept
+    max_bytes = 33554432                    # distinct content kept (not counted in the disk quotas)
+    max_file_bytes = 1048576                # larger files are not kept
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class HistorySettings(ConfigModel):
     max_versions: Annotated[int, Field(ge=0)] = MAX_VERSIONS
     """Versions kept per session, across its files (the oldest dropped first); 0 turns history off."""
     max_bytes: Annotated[int, Field(ge=0)] = MAX_BYTES
-    """Distinct content kept per session."""
+    """Distinct content kept per session: host storage beside the session's files, outside its disk limit
+    and the workspace quota (deleting files could not free it); removed with the session."""
     max_file_bytes: Annotated[int, Field(ge=0)] = MAX_FILE_BYTES
     """Larger files get no versions."""

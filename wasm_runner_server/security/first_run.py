@@ -26,9 +26,10 @@ def console_url(config: ServiceConfig) -> str:
 
 
 def create_first_key(tenants: TenantStore, config: ServiceConfig, out=None) -> KeyRecord:
-    """Make the admin key of the `local` workspace and write it, once, to `out` (stderr)."""
+    """Make the admin key of the `local` workspace and write it, once, to `out` (stdout: stderr carries
+    the structured log lines, which never hold a key)."""
     key, record = tenants.create_key(LOCAL_WORKSPACE, KEY_NAME, "admin")
-    stream = out if out is not None else sys.stderr
+    stream = out if out is not None else sys.stdout
     stream.write(
         "\n  wasm-runner: no API keys existed, so one admin key was made for the workspace "
         f"'{LOCAL_WORKSPACE}'.\n  It is shown this once (only its hash is kept):\n\n      {key}\n\n"

@@ -25,7 +25,7 @@ from pathlib import Path
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
 from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
-from wasm_runner.workspace.history import FileHistory
+from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
@@ -234,7 +234,7 @@ class SessionManager:
         if live.history is None:
             _, session = self.core(live)
             bounds = self.config.history
-            live.history = FileHistory(session.workspace.root / "history", max_versions=bounds.max_versions,
+            live.history = FileHistory(session.workspace.root / HISTORY_DIR, max_versions=bounds.max_versions,
                                        max_bytes=bounds.max_bytes, max_file_bytes=bounds.max_file_bytes)
         return live.history
 

@@ -21,7 +21,7 @@ async def start(data_dir, **auth) -> TestClient:
 async def test_no_keys_at_all_gives_one_admin_key_printed_once(tmp_path, capsys):
     client = await start(tmp_path, first_run_key=True)
     try:
-        printed = capsys.readouterr().err
+        printed = capsys.readouterr().out
         keys = re.findall(r"wr_[0-9a-f]{12}_[A-Za-z0-9_-]+", printed)
         assert len(keys) == 1 and "/console/" in printed
         async with client.get("/v1/sessions", headers={"Authorization": f"Bearer {keys[0]}"}) as response:
@@ -35,13 +35,13 @@ async def test_no_keys_at_all_gives_one_admin_key_printed_once(tmp_path, capsys)
     assert keys[0].encode() not in raw  # only its hash is stored
     again = await start(tmp_path, first_run_key=True)  # a key exists now: nothing new, nothing printed
     await again.close()
-    assert "wr_" not in capsys.readouterr().err
+    assert "wr_" not in capsys.readouterr().out
 
 
 async def test_the_setting_turns_it_off(tmp_path, capsys):
     client = await start(tmp_path, first_run_key=False)
     await client.close()
-    assert "wr_" not in capsys.readouterr().err
+    assert "wr_" not in capsys.readouterr().out
     store = TenantStore.in_data_dir(tmp_path)
     try:
         assert store.keys() == []
