@@ -59,6 +59,43 @@ def pdf() -> bytes:
     return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
 
 
+def xlsx(rows: list[list[str]]) -> bytes:
+    """A minimal workbook (one sheet, inline strings), as spreadsheet programs write them."""
+    import io
+    import zipfile
+    from xml.sax.saxutils import escape
+
+    def cell(ref: str, value: str) -> str:
+        return f'<c r="{ref}" t="inlineStr"><is><t>{escape(value)}</t></is></c>'
+
+    body = "".join(f'<row r="{y}">' + "".join(cell(f"{chr(65 + x)}{y}", v) for x, v in enumerate(row)) + "</row>"
+                   for y, row in enumerate(rows, 1))
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    parts = {
+        "[Content_Types].xml": '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+        'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships'
+        '+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override '
+        'PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'spreadsheetml.worksheet+xml"/></Types>',
+        "_rels/.rels": f'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+        f'relationships"><Relationship Id="r1" Type="{rel}/officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": f'<?xml version="1.0"?><workbook xmlns="{main}" xmlns:r="{rel}"><sheets><sheet name="S" '
+        'sheetId="1" r:id="r1"/></sheets></workbook>',
+        "xl/_rels/workbook.xml.rels": '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/'
+        f'package/2006/relationships"><Relationship Id="r1" Type="{rel}/worksheet" Target="worksheets/sheet1.xml"/>'
+        '</Relationships>',
+        "xl/worksheets/sheet1.xml": f'<?xml version="1.0"?><worksheet xmlns="{main}"><sheetData>{body}</sheetData>'
+        '</worksheet>',
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, text in parts.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
 GUEST_WRITES = r'''
 marker = ("window.top.__pwned = 1; try { window.top.document.title = 'pwned'; } catch (e) {} "
           "try { window.top.sessionStorage.setItem('pwned', '1'); } catch (e) {}")
@@ -139,10 +176,11 @@ async def test_sign_in_keeps_the_key_out_of_urls_and_lists_the_sessions(console)
     assert await console.page.evaluate("sessionStorage.getItem('wasm-runner-key')") is None
 
 
-async def test_csv_png_markdown_and_pdf_are_rendered(console):
+async def test_csv_xlsx_png_markdown_and_pdf_are_rendered(console):
     sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
     files = {"data/scores.csv": b"name,score\nada,3\nbob,10\ncy,7\n", "chart.png": png(120, 80),
-             "report.md": b"# Quarterly report\n\nAll **good**.\n", "report.pdf": pdf()}
+             "report.md": b"# Quarterly report\n\nAll **good**.\n", "report.pdf": pdf(),
+             "sheet.xlsx": xlsx([["region", "sales"], ["north", "12"], ["south", "30"]])}
     for path, data in files.items():
         await console.api("PUT", f"/v1/sessions/{sid}/files/{path}", data=data)
     page = console.page
@@ -153,6 +191,10 @@ async def test_csv_png_markdown_and_pdf_are_rendered(console):
     await page.click("table.data th:nth-child(2)")  # sort by score, numerically
     assert [await cells.nth(i).text_content() for i in (1, 3, 5)] == ["3", "7", "10"]
     await console.shot("csv")
+
+    await console.open_file(sid, "sheet.xlsx")  # parsed in the opaque-origin frame, shown as a table here
+    assert [await cells.nth(i).text_content() for i in range(4)] == ["north", "12", "south", "30"]
+    assert await page.locator("iframe[title='spreadsheet parser']").count() == 0
 
     await console.open_file(sid, "chart.png")
     image = page.locator("img.preview")
