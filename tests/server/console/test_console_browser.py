@@ -133,7 +133,8 @@ class Console:
 
     async def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        await self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        await self.page.wait_for_timeout(250)  # frames paint after their content is in the DOM
+        await self.page.screenshot(path=str(SHOTS / f"{name}.png"))  # full_page leaves sandboxed frames blank
 
 
 @pytest_asyncio.fixture
@@ -147,7 +148,7 @@ async def console(tmp_path: Path) -> AsyncIterator[Console]:
     base = str(client.make_url("")).rstrip("/")
     async with playwright_api.async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        context = await browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        context = await browser.new_context(viewport={"width": 1280, "height": 1100}, accept_downloads=True)
         page = await context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
         errors: list[str] = []
