@@ -25,12 +25,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.console import routes as console
 from wasm_runner_server.errors import error_middleware
-from wasm_runner_server.http.paths import LINK_PREFIX
+from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
+from wasm_runner_server.http.routes import history as routes_history
 from wasm_runner_server.http.routes import meta as routes_meta
 from wasm_runner_server.http.routes import sessions as routes_sessions
 from wasm_runner_server.security.policy import SecurityPolicy
@@ -71,7 +73,10 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
             service.metrics.http_requests.inc(request.method, route, str(status))
             service.metrics.http_seconds.observe(elapsed, request.method, route)
         if access.isEnabledFor(logging.INFO):
-            path = request.path if not request.path.startswith(LINK_PREFIX) else LINK_PREFIX + "…"  # a link is a credential
+            path = request.path
+            for prefix in (LINK_PREFIX, ARTIFACT_LINK_PREFIX):
+                if path.startswith(prefix):
+                    path = prefix + "…"  # a link is a credential
             access.info("request", extra={"event": "request", "method": request.method, "path": path,
                                           "route": route, "status": status, "ms": round(elapsed * 1000, 3),
                                           "request_id": request_id})
@@ -102,8 +107,9 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app[CONFIG] = config
     app[POLICY] = policy
     for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
-                  routes_batch.routes):
+                  routes_history.routes, routes_batch.routes, console.routes):
         app.add_routes(table)
+    app.on_response_prepare.append(console.add_security_headers)
     app.add_routes(policy.routes())
     app.cleanup_ctx.append(service_context)
     app.cleanup_ctx.append(policy.context)  # after the service's: it needs app[SERVICE]

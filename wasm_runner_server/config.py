@@ -12,6 +12,8 @@ A config file (TOML or JSON) may set any of:
     idle_timeout_s = 600
     ttl_s = 86400
 
+    [artifacts], [history]        # see wasm_runner_server/artifacts/settings.py
+
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
 `wasm-runner run --config FILE` reads the same file's default_profile, [limits.*] and
@@ -28,6 +30,7 @@ from pydantic import Field, model_validator
 
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
+from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
 from wasm_runner_server.security.settings import AuthSettings
 
 
@@ -88,6 +91,10 @@ class ServiceConfig(ProfilesConfig):
     sessions: SessionPolicy = SessionPolicy()
     auth: AuthSettings = AuthSettings()
     """API keys, tenants, presigned links, audit."""
+    artifacts: ArtifactSettings = ArtifactSettings()
+    """Published files: retention, size, download links (artifacts/settings.py)."""
+    history: HistorySettings = HistorySettings()
+    """Earlier versions of files written through the API, per session."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

@@ -65,12 +65,14 @@ def test_wasm_runner_protocol():
     assert exported(wasm_runner_protocol) == ["execution", "wire"]
     assert structs_of(execution) == ["ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits"]
     assert structs_of(wire) == [
-        "ArchiveQuery", "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "EditResult", "ErrorDetail",
-        "ErrorResponse", "ExecBody", "FileEdit", "FileEntry", "FileListing", "GlobQuery", "GlobResult", "GrepMatch",
-        "GrepQuery", "GrepResult", "Health", "LimitsPatch", "ListQuery", "MountInfo", "OneShotBody", "OneShotResult",
-        "OutputFile", "PresignBody", "PresignResult", "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery",
-        "Readiness", "SessionCreate", "SessionInfo", "SessionList", "SessionListQuery", "StreamChunk", "TextEdit",
-        "UploadQuery", "UploadResult", "WriteResult",
+        "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
+        "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",
+        "ErrorResponse", "ExecBody", "FileDiff", "FileEdit", "FileEntry", "FileHistory", "FileListing", "FileVersion",
+        "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
+        "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
+        "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionInfo",
+        "SessionList", "SessionListQuery", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult", "VersionQuery",
+        "WriteResult",
     ]
 
 

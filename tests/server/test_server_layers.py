@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "wasm_runner_server"
-RANKS = {"sessions": 1, "http": 2, "security": 3, "mcp": 4, "app": 5, "cli": 6, "__main__": 7}
+RANKS = {"sessions": 1, "http": 2, "console": 2, "security": 3, "mcp": 4, "app": 5, "cli": 6, "__main__": 7}
 """A module's layer by its first component under the package; anything else is the basics (0)."""
 
 KNOWN_UPWARD = {

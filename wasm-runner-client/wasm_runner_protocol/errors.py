@@ -97,6 +97,8 @@ class ErrorCode(StrEnum):
     KEY_NOT_FOUND = "key_not_found"
     AUDIT_ENTRY_NOT_FOUND = "audit_entry_not_found"
     SHARED_NOT_FOUND = "shared_not_found"
+    ARTIFACT_NOT_FOUND = "artifact_not_found"
+    VERSION_NOT_FOUND = "version_not_found"
     # -- MCP tool errors ---------------------------------------------------------------------
     UNKNOWN_TOOL = "unknown_tool"
     UNAVAILABLE = "unavailable"

@@ -406,3 +406,106 @@ class PresignResult(msgspec.Struct, kw_only=True):
     method: str
     expires_at: float
     expires_in: float
+
+
+# -- artifacts: files published out of a session, immutable, kept past the session's TTL ------------
+
+
+class ArtifactCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: Annotated[str, Meta(min_length=1, max_length=4096)]
+    """The workspace file to publish, or a folder (published as an archive in `format`)."""
+    name: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    """Default: the file's name (a folder's: its name plus the archive's suffix)."""
+    note: Annotated[str, Meta(max_length=4096)] = ""
+    media_type: Annotated[str, Meta(min_length=3, max_length=255, pattern=r"^[\w.+-]+/[\w.+-]+\Z")] | None = None
+    """Default: guessed from the name."""
+    format: Literal["zip", "tar.gz"] = "zip"
+    """The archive format of a folder."""
+
+
+class ArtifactInfo(msgspec.Struct, kw_only=True):
+    id: str
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    session: str | None
+    """The session it was published from (which may since have expired)."""
+    source_path: str | None
+    """Its path in that session (null for an ephemeral session's)."""
+    key_id: str
+    """The key that published it."""
+    note: str
+    created_at: float
+    expires_at: float | None
+    """When retention removes it (null: kept until deleted)."""
+
+
+class ArtifactList(msgspec.Struct, kw_only=True):
+    artifacts: list[ArtifactInfo]
+    next_cursor: str | None = None
+
+
+class ArtifactListQuery(_Query):
+    session: Annotated[str, Meta(max_length=128)] | None = None
+    cursor: Annotated[str, Meta(max_length=512)] | None = None
+    limit: Annotated[int, Meta(ge=1, le=500)] = 100
+
+
+class ArtifactPresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    expires_in: Annotated[float, Meta(gt=0)] | None = None
+    """Seconds; default 3600, capped by the server maximum."""
+
+
+# -- file history: the versions of a file the API wrote, to diff ------------------------------------
+
+
+class FileVersion(msgspec.Struct, kw_only=True):
+    version: int
+    sha256: str
+    size: int
+    source: Literal["api", "outside"]
+    """`api`: what an API write left; `outside`: what the host found before a write, changed since by
+    something else (the guest)."""
+    method: str | None
+    """The API write that left it (put, upload, edit) for `api` versions."""
+    recorded_at: float
+
+
+class HistoryQuery(_Query):
+    path: Annotated[str, Meta(min_length=1, max_length=4096)]
+
+
+class FileHistory(msgspec.Struct, kw_only=True):
+    path: str
+    versions: list[FileVersion]
+    """Oldest first; the oldest may have been dropped past the session's bounds."""
+    current_sha256: str | None
+    """The file as it is now (null: gone, not a regular file, or larger than history keeps)."""
+    changed_outside: bool
+    """The file differs from the last version the host saw (the guest changed it since)."""
+
+
+class VersionQuery(_Query):
+    path: Annotated[str, Meta(min_length=1, max_length=4096)]
+    version: Annotated[int, Meta(ge=1)]
+
+
+class DiffQuery(_Query):
+    path: Annotated[str, Meta(min_length=1, max_length=4096)]
+    from_version: Annotated[int, Meta(ge=1)] | None = None
+    """Default: the last version before `to_version`."""
+    to_version: Annotated[int, Meta(ge=1)] | None = None
+    """Default: the file as it is now."""
+    context: Annotated[int, Meta(ge=0, le=1000)] = 3
+
+
+class FileDiff(msgspec.Struct, kw_only=True):
+    path: str
+    from_version: int | None
+    to_version: int | None
+    """Null: the file as it is now."""
+    diff: str
+    """A unified diff (empty when the two are equal)."""
+    binary: bool = False
+    """The versions are not both UTF-8 text: no line diff."""

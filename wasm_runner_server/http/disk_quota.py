@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.history import HISTORY_DIR
 from wasm_runner.workspace.layout import tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
 from wasm_runner_protocol.errors import ErrorCode
@@ -167,13 +168,13 @@ class WorkspaceDisk:
         if cached is not None and sizes is not None and now - cached[0] < CACHE_S:
             if not changed:
                 return cached[1], cached[0]
-            fresh = {s: tree_usage([self._session_dir(s)])[0] for s in changed}
+            fresh = {s: self._session_usage(s) for s in changed}
             with self._lock:
                 sizes.update(fresh)
                 used = sum(sizes.values())
                 self._sessions[workspace] = (cached[0], used)
             return used, cached[0]
-        sizes = {s: tree_usage([self._session_dir(s)])[0] for s in self.sessions_of(workspace)}
+        sizes = {s: self._session_usage(s) for s in self.sessions_of(workspace)}
         used = sum(sizes.values())
         with self._lock:
             self._sessions[workspace], self._sizes[workspace] = (now, used), sizes
@@ -181,6 +182,12 @@ class WorkspaceDisk:
 
     def _session_dir(self, session_id: str) -> Path:
         return self.data_dir / "sessions" / session_id
+
+    def _session_usage(self, session_id: str) -> int:
+        """A session's bytes but its file history, which the host keeps within its own bounds
+        ([history]) and which deleting files could not free."""
+        root = self._session_dir(session_id)
+        return tree_usage([root])[0] - tree_usage([root / HISTORY_DIR])[0]
 
     def measure(self, workspace: str) -> tuple[int, float]:
         """(bytes held by the workspace, when measured); raises OSError when it cannot be measured."""

@@ -7,3 +7,7 @@ LINK_PREFIX = "/v1/links/"
 SESSION_ROUTE_PREFIX = "/v1/sessions/{id}"
 BATCH_ROUTE = "/v1/batch"
 EXEC_ROUTES = frozenset({"/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec", BATCH_ROUTE})
+ARTIFACT_LINK_PREFIX = "/v1/artifact-links/"
+"""Presigned artifact downloads: like LINK_PREFIX, a credential in the path."""
+CONSOLE_PREFIX = "/console"
+"""The web console's page and assets: public (it holds no data; it signs in with a key)."""

@@ -64,6 +64,9 @@ from wasm_runner_client.errors import ConflictError, NotFoundError, TransportErr
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
 from wasm_runner_protocol.wire import (
+    ArtifactCreate,
+    ArtifactInfo,
+    ArtifactPresignBody,
     EditResult,
     ExecBody,
     FileEdit,
@@ -73,6 +76,7 @@ from wasm_runner_protocol.wire import (
     GrepQuery,
     GrepResult,
     ListQuery,
+    PresignResult,
     ProcessBody,
     PutQuery,
     SessionCreate,
@@ -106,8 +110,8 @@ IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
 MAX_IMAGES = 8
 """Images returned with one result (the first ones, in path order)."""
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
-MAX_READ_BYTES = 16 * 1024 * 1024
-"""Largest file read_file returns (more belongs in code, not in a model's context)."""
+MAX_INLINE_BYTES = 1024 * 1024
+"""Largest file read_file returns inline; a larger one comes back as a presigned download link."""
 MAX_CLIENTS = 64
 """HTTP clients kept, one per credential seen (least recently used closed first)."""
 MAX_CONNECTIONS = 10_000
@@ -179,6 +183,12 @@ class GrepArgs(GrepQuery, kw_only=True):
     session: SessionArg | None = None
 
 
+class PublishArtifactArgs(ArtifactCreate, kw_only=True):
+    """Publish a workspace file (a folder: as an archive) as an artifact, kept past the session."""
+
+    session: SessionArg | None = None
+
+
 class SessionNewArgs(SessionCreate, kw_only=True):
     """Start a new session."""
 
@@ -203,6 +213,13 @@ class ExecOutput(ExecResult, kw_only=True):
 
     session: str
     images: list[str] = []
+
+
+class PublishedArtifact(ArtifactInfo, kw_only=True):
+    """The artifact, and a link that downloads it without a key until `link_expires_at`."""
+
+    url: str
+    link_expires_at: float
 
 
 # -- the tools ------------------------------------------------------------------------------------------
@@ -414,7 +431,8 @@ class McpTools:
             try:
                 data = await _read(client, session_id, path, MAX_IMAGE_BYTES)
             except _TooLarge:
-                notes.append(f"{path}: not returned (over {MAX_IMAGE_BYTES} bytes)")
+                link = await client.presign(session_id, path)
+                notes.append(f"{path}: not returned inline (over {MAX_IMAGE_BYTES} bytes); download: {link.url}")
                 continue
             except ClientApiError:
                 continue  # gone or replaced since
@@ -432,11 +450,12 @@ class McpTools:
         async def read(session_id: str) -> Output:
             client = self.client(caller)
             try:
-                data = await _read(client, session_id, args.path, MAX_READ_BYTES)
+                data = await _read(client, session_id, args.path, MAX_INLINE_BYTES)
             except _TooLarge:
-                raise ClientApiError(413, ErrorCode.FILE_TOO_LARGE,
-                                     f"{args.path!r} is larger than the {MAX_READ_BYTES}-byte limit of read_file",
-                                     "read part of it with code (sandbox_execute_code), or grep it") from None
+                link = await client.presign(session_id, args.path)
+                return [_text(f"{args.path} is larger than {MAX_INLINE_BYTES} bytes, so it is not returned inline: "
+                              f"download it from {link.url} (no key needed; the link expires in "
+                              f"{link.expires_in / 60:.0f} min), or read part of it with code")], None
             except ConflictError as exc:
                 if exc.code != ErrorCode.IS_A_DIRECTORY:
                     raise
@@ -486,6 +505,22 @@ class McpTools:
             return [_text(f"edited {result.path}: {what}; now {result.size} bytes")], result
 
         return await self.in_session(caller, args.session, edit)
+
+    async def publish_artifact(self, caller: Caller, args: PublishArtifactArgs) -> Output:
+        body = ArtifactCreate(**_fields(args, ArtifactCreate))
+
+        async def publish(session_id: str) -> Output:
+            client = self.client(caller)
+            info = await client.call("POST", f"/v1/sessions/{_seg(session_id)}/artifacts", ArtifactInfo, body=body)
+            link = await client.call("POST", f"/v1/artifacts/{_seg(info.id)}:presign", PresignResult,
+                                     body=ArtifactPresignBody())
+            url = _absolute(client, link.url)
+            published = PublishedArtifact(**msgspec.structs.asdict(info), url=url, link_expires_at=link.expires_at)
+            return [_text(f"published {info.name} as artifact {info.id} ({info.size} bytes, "
+                          f"sha256 {info.sha256[:12]}…); download: {url} (no key needed, for "
+                          f"{link.expires_in / 60:.0f} min)")], published
+
+        return await self.in_session(caller, args.session, publish)
 
     async def list_files(self, caller: Caller, args: ListFilesArgs) -> Output:
         async def listing(session_id: str) -> Output:
@@ -562,6 +597,12 @@ async def _read(client: AsyncClient, session_id: str, path: str, cap: int) -> by
     return bytes(sink.data)
 
 
+def _absolute(client: AsyncClient, path: str) -> str:
+    """A link's path on the server as the client reaches it (over HTTP), else as is."""
+    base = client.base_url
+    return base.rstrip("/") + path if base.startswith(("http://", "https://")) else path
+
+
 def _seg(value: str) -> str:
     return quote(value, safe="")
 
@@ -633,7 +674,8 @@ TOOLS: tuple[Tool, ...] = (
          RunProcessArgs, ExecOutput, McpTools.run_process),
     Tool("read_file", "Read a file",
          "Read a workspace file: text comes back as text, images (PNG, JPEG, SVG, GIF, WebP) as image "
-         "content, other bytes as a base64 resource. A directory answers its listing.",
+         "content, other bytes as a base64 resource; a file over 1 MiB comes back as a download link instead. "
+         "A directory answers its listing.",
          ReadFileArgs, None, McpTools.read_file, read_only=True),
     Tool("write_file", "Write a file",
          "Create or replace a workspace file with text (or bytes in base64, with encoding 'base64'). "
@@ -643,6 +685,11 @@ TOOLS: tuple[Tool, ...] = (
          "Edit a text file: exact search-and-replace (old_text must occur exactly once unless replace_all), "
          "several replacements at once in `edits` (all or none), or a unified diff in `patch`.",
          EditFileArgs, EditResult, McpTools.edit_file, destructive=True),
+    Tool("publish_artifact", "Publish an artifact",
+         "Publish a workspace file (or a folder, as a zip or tar.gz archive) as an immutable artifact: copied to "
+         "durable storage that outlives the session, with a note; answers its id, sha256 and a download link "
+         "that needs no key. Working files are private until published.",
+         PublishArtifactArgs, PublishedArtifact, McpTools.publish_artifact),
     Tool("list_files", "List files",
          "List a workspace directory (the root by default), with sizes; recursive lists everything below.",
          ListFilesArgs, FileListing, McpTools.list_files, read_only=True),

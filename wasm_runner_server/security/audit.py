@@ -50,12 +50,13 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file
+    kind TEXT NOT NULL,               -- exec | file | artifact
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
     ephemeral INTEGER NOT NULL DEFAULT 0,
-    mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file)
+    mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file);
+                                      -- publish | delete | expire (artifact, its id in files_changed)
     profile TEXT,
     provider TEXT,
     language TEXT,
@@ -274,6 +275,16 @@ class AuditLog:
                       "session": session, "ephemeral": int(ephemeral), "mode": mode,
                       "path": None if ephemeral else path, "status": status,
                       "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
+
+    def record_artifact(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
+                        artifact_id: str, path: str | None, status: int) -> int:
+        """Record the row of an artifact published, deleted or expired (on disk once this returns); its id."""
+        now = time.time()
+        return self._insert({"ts": now, "kind": "artifact", "workspace": workspace, "key_id": key_id,
+                             "session": session, "ephemeral": int(ephemeral), "mode": mode,
+                             "path": None if ephemeral else path, "status": status,
+                             "files_changed": json.dumps({"artifact": artifact_id}),
+                             "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -29,7 +29,14 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, session_not_found
-from wasm_runner_server.http.paths import BATCH_ROUTE, EXEC_ROUTES, LINK_PREFIX, SESSION_ROUTE_PREFIX
+from wasm_runner_server.http.paths import (
+    ARTIFACT_LINK_PREFIX,
+    BATCH_ROUTE,
+    CONSOLE_PREFIX,
+    EXEC_ROUTES,
+    LINK_PREFIX,
+    SESSION_ROUTE_PREFIX,
+)
 from wasm_runner_server.http.policy import (
     CURRENT,
     LOCAL,
@@ -40,7 +47,8 @@ from wasm_runner_server.http.policy import (
     Principal,
     WorkspaceQuota,
 )
-from wasm_runner_server.security.routes import admin, audit, presign, shared
+from wasm_runner_server.security.first_run import create_first_key
+from wasm_runner_server.security.routes import admin, artifacts, audit, presign, shared
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
@@ -80,8 +88,9 @@ class SecurityPolicy(AccessPolicy):
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path.startswith(LINK_PREFIX) or path in self.config.auth.public_paths:
-            return await handler(request)
+        if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX)) or path in self.config.auth.public_paths
+                or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")):
+            return await handler(request)  # links carry their credential; the console page holds no data
         security = self.security
         principal = security.authenticator.authenticate(request)
         security.authenticator.take_rate(principal.key_id)
@@ -191,7 +200,7 @@ class SecurityPolicy(AccessPolicy):
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*presign.routes, *audit.routes, *admin.routes, *shared.routes]
+        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth
@@ -205,6 +214,8 @@ class SecurityPolicy(AccessPolicy):
             log.warning("AUTHENTICATION IS DISABLED: every caller has full access to the 'local' workspace. "
                         "Use this only on a trusted machine; never expose this server on a network.",
                         extra={"event": "auth_disabled"})
+        elif settings.first_run_key and not security.tenants.keys():
+            create_first_key(security.tenants, self.config)
         elif not security.tenants.keys(include_revoked=False):
             log.warning("no API keys yet: create the first admin key with "
                         "`wasm-runner keys create --workspace admin --name root --kind admin "
@@ -214,8 +225,11 @@ class SecurityPolicy(AccessPolicy):
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
+        self.prune_artifacts()
+        artifact_pruner = asyncio.create_task(self._prune_artifacts_forever(), name="wasm-runner-artifact-prune")
         yield
         pruner.cancel()
+        artifact_pruner.cancel()
         await self._drop_ephemeral(app)
         security.close()
 
@@ -227,6 +241,26 @@ class SecurityPolicy(AccessPolicy):
             if live is not None:
                 await service.sessions.delete(live)
             tenants.release(session_id)
+
+    def prune_artifacts(self) -> int:
+        """Remove the artifacts past their retention, with an audit row each; how many."""
+        security = self.security
+        expired = security.artifacts.prune()
+        for artifact in expired:
+            security.audit.record_artifact(workspace=artifact.workspace, key_id="retention", session=artifact.session,
+                                           ephemeral=False, mode="expire", artifact_id=artifact.id,
+                                           path=artifact.source_path, status=200)
+        if expired:
+            log.info("artifacts expired", extra={"event": "artifacts_expired", "artifacts": len(expired)})
+        return len(expired)
+
+    async def _prune_artifacts_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.artifacts.prune_interval_s)
+            try:
+                await asyncio.to_thread(self.prune_artifacts)
+            except Exception:
+                log.exception("artifact prune failed", extra={"event": "artifact_prune_failed"})
 
     async def _prune_daily(self) -> None:
         while True:

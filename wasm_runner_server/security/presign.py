@@ -68,13 +68,20 @@ class Signer:
 
     def sign(self, method: str, workspace: str, session_id: str, path: str, expires_in: float, *,
              incarnation: str, key_id: str) -> tuple[str, int]:
+        token, expires = self.token(method, workspace, session_id, path, expires_in, incarnation=incarnation,
+                                    key_id=key_id)
+        return f"{LINK_PREFIX}{token}/{session_id}/{quote(path, safe='/')}", expires
+
+    def token(self, method: str, workspace: str, subject: str, path: str, expires_in: float, *,
+              incarnation: str, key_id: str) -> tuple[str, int]:
+        """The signed token alone (and its expiry), for a link whose path names `subject` its own way."""
         expires = math.ceil(self.clock() + expires_in)
-        message = _message(method, workspace, session_id, incarnation, path, expires, key_id)
+        message = _message(method, workspace, subject, incarnation, path, expires, key_id)
         sig = hmac.new(self.secrets[self.current], message, hashlib.sha256).hexdigest()
         token = f"{expires}.{key_id}.{self.current}.{sig}"
         if TOKEN.fullmatch(token) is None:
             raise ValueError(f"cannot sign a link for key id {key_id!r}")
-        return f"{LINK_PREFIX}{token}/{session_id}/{quote(path, safe='/')}", expires
+        return token, expires
 
     def verify(self, token: str, method: str, workspace: str, session_id: str, path: str, *,
                incarnation: str) -> str:

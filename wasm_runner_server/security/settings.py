@@ -6,6 +6,7 @@
     presign_secrets = ["new-secret", "old-secret"]   # the first signs; all verify (rotation overlap)
     rate_per_s = 50                    # per key: sustained requests per second ...
     burst = 100                        # ... and the burst above it
+    first_run_key = true               # no keys at all at start: make one admin key, print it once
     [auth.quotas]                      # per workspace
     sessions = 100
     concurrent_executions = 8
@@ -47,6 +48,9 @@ class AuthSettings(_Model):
     rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     burst: Annotated[float, Field(ge=1)] = 100.0
     quotas: WorkspaceQuotas = WorkspaceQuotas()
+    first_run_key: bool = True
+    """At a start with no keys at all, create one admin key for the `local` workspace and print it once,
+    with the console's address (only its hash is stored). Turn off for deployments."""
     audit_retention_days: Annotated[float, Field(gt=0)] | None = 90
     """Audit rows older than this are pruned (at start and daily); null keeps them forever."""
     audit_code_bytes: Annotated[int, Field(ge=0)] = 64 * 1024

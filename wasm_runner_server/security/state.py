@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasm_runner import Mount
+from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.http.disk_quota import WorkspaceDisk
 from wasm_runner_server.http.policy import Principal, WorkspaceQuota
@@ -37,6 +38,8 @@ class Security:
     """Each workspace's disk usage against auth.quotas.disk_bytes."""
     authenticator: Authenticator
     quotas: Quotas
+    artifacts: ArtifactStore
+    """Published files, kept apart from the sessions under their own retention."""
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -53,11 +56,13 @@ class Security:
             quotas: Quotas = Enforced(settings.quotas, disk, tenants)
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
-        return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas)
+        artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
+        return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts)
 
     def close(self) -> None:
         self.tenants.close()
         self.audit.close()
+        self.artifacts.close()
 
     def shared_dir(self, workspace: str) -> Path:
         path = self.disk.own_dir(workspace) / "shared"

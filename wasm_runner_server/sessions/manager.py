@@ -25,6 +25,7 @@ from pathlib import Path
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
 from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
+from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
@@ -83,6 +84,8 @@ class LiveSession:
     """Languages whose kernel state was lost in a server restart, reported once as restarted."""
     dirty: bool = False
     deleted: bool = False
+    history: FileHistory | None = None
+    """Earlier versions of the files written through the API (opened on first use)."""
 
     @property
     def busy(self) -> bool:
@@ -225,6 +228,15 @@ class SessionManager:
         if create:
             session.workspace.ensure()
         return WorkspaceFiles(session.workspace.files)
+
+    def history(self, live: LiveSession) -> FileHistory:
+        """The session's file history, kept beside its files (outside what the guest sees)."""
+        if live.history is None:
+            _, session = self.core(live)
+            bounds = self.config.history
+            live.history = FileHistory(session.workspace.root / HISTORY_DIR, max_versions=bounds.max_versions,
+                                       max_bytes=bounds.max_bytes, max_file_bytes=bounds.max_file_bytes)
+        return live.history
 
     def session_limits(self, live: LiveSession) -> Limits:
         return self.execution.limits(self.profile_of(live), None)

@@ -10,6 +10,7 @@ import zlib
 from typing import Any
 
 import aiohttp
+import httpx
 import mcp_types as types
 import pytest
 from mcp_connect import Connect, HttpService, connect_http
@@ -18,7 +19,7 @@ from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, 
 from wasm_runner_server.mcp import server as mcp_server
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
-                  "run_process", "session_new", "session_list", "session_reset"}
+                  "run_process", "session_new", "session_list", "session_reset", "publish_artifact"}
 
 # Plain Python (no matplotlib in WASI): a bar chart drawn into RGB pixels, written as a PNG with zlib + struct.
 PNG_CHART = r'''
@@ -273,3 +274,27 @@ def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
     args = parser.parse_args(["mcp", "--data-dir", str(tmp_path), "--profile", "python", "--no-warm"])
     assert args.handler.resolve() is run_mcp and args.data_dir == tmp_path and args.warm is False
     assert json.loads(json.dumps(mcp_server.INSTRUCTIONS))  # plain text, no surprises
+
+
+async def test_publish_artifact_answers_the_artifact_and_a_link_that_needs_no_key(http_service: HttpService) -> None:
+    async with connect_http(http_service) as session:
+        ok(await session.call_tool("write_file", {"path": "out/summary.md", "content": "# Done\n"}))
+        result = ok(await session.call_tool("publish_artifact", {"path": "out/summary.md", "note": "for the user"}))
+        published = result.structured_content
+        assert published["name"] == "summary.md" and published["note"] == "for the user"
+        assert published["url"] in text_of(result) and "/v1/artifact-links/" in published["url"]
+    async with httpx.AsyncClient() as http:
+        response = await http.get(published["url"])
+        assert response.status_code == 200 and response.content == b"# Done\n"
+
+
+async def test_a_large_file_comes_back_as_a_link_not_inline(http_service: HttpService) -> None:
+    big = "x" * (mcp_server.MAX_INLINE_BYTES + 1)
+    async with connect_http(http_service) as session:
+        ok(await session.call_tool("write_file", {"path": "big.txt", "content": big}))
+        result = ok(await session.call_tool("read_file", {"path": "big.txt"}))
+        text = text_of(result)
+        assert len(text) < 1000 and "download it from" in text
+        url = text.split("download it from ", 1)[1].split(" ", 1)[0]
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(url)).text == big

@@ -25,6 +25,12 @@ NOT_SESSION_SCOPED = {
     "/mcp",
     # presigned links: their signature names workspace, session and path
     "/v1/links/{token}/{id}/{path}",
+    # artifacts: scoped by the caller's workspace in the handler, links by their signature
+    # (tests/server/artifacts)
+    "/v1/artifacts", "/v1/artifacts/{artifact}", "/v1/artifacts/{artifact}/content", "/v1/artifacts/{artifact}:presign",
+    "/v1/artifact-links/{token}/{artifact}",
+    # the console's page and assets: public, they hold no data
+    "/console", "/console/", "/console/static/{name}", "/console/vendor/{name}",
 }
 
 

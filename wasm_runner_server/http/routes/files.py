@@ -51,6 +51,8 @@ log = logging.getLogger("wasm_runner.server")
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _FILE_ERRORS = (400, 403, 404, 409)
+GUEST_CONTENT_CSP = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+"""Bytes a guest wrote: opened directly in a browser they run no script, with no origin."""
 
 
 def _context(request: web.Request) -> tuple[Service, LiveSession]:
@@ -135,6 +137,7 @@ async def send_file(request: web.Request, files: wf.WorkspaceFiles, path: str) -
             "Content-Type": content_type,
             "Content-Disposition": f'attachment; filename="{_safe_filename(info.path.rsplit("/", 1)[-1])}"',
             "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": GUEST_CONTENT_CSP,
         }
         if span is not None:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{info.size}"
@@ -173,6 +176,19 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
                          workspace=request.app[POLICY].workspace_quota(live.row.id))
 
 
+async def observe_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str) -> None:
+    """Before an API write: keep the file as it is now if the host has not seen it so (history)."""
+    if service.config.history.max_versions:
+        await asyncio.to_thread(service.sessions.history(live).observe, files, wf.join(wf.split_path(path)))
+
+
+async def record_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str,
+                         method: str) -> None:
+    """After an API write: keep what it left (history)."""
+    if service.config.history.max_versions:
+        await asyncio.to_thread(service.sessions.history(live).record, files, path, method)
+
+
 def file_too_large(limit: int, path: str) -> ApiError:
     return ApiError(413, ErrorCode.FILE_TOO_LARGE, f"{path!r} is larger than the {limit}-byte limit for one file")
 
@@ -191,6 +207,7 @@ async def write_file(request: web.Request) -> web.Response:
     cap = service.config.server.max_file_bytes
     if request.content_length is not None and request.content_length > cap:
         raise file_too_large(cap, path)
+    await observe_version(service, live, files, path)
     with await write_budget(request, service, live, files, path) as budget:
         if request.content_length:
             budget.take_upfront(request.content_length)  # refused before a byte is read
@@ -202,6 +219,7 @@ async def write_file(request: web.Request) -> web.Response:
                 raise file_too_large(cap, path) from None
             result = writer.commit()
         budget.commit()
+    await record_version(service, live, files, result.info.path, "put")
     service.sessions.touch(live)
     return json_response(WriteResult(path=result.info.path, size=result.info.size, created=result.created),
                          status=201 if result.created else 200)
@@ -232,6 +250,7 @@ async def upload_files(request: web.Request) -> web.Response:
                                "give each part the file's path as its filename")
             path = "/".join((*base, *wf.split_path(name)))
             cap = service.config.server.max_file_bytes
+            await observe_version(service, live, files, path)
             with await write_budget(request, service, live, files, path) as budget:
                 with files.writer(path, max_bytes=cap, reserve=budget.take) as writer:
                     try:
@@ -241,6 +260,7 @@ async def upload_files(request: web.Request) -> web.Response:
                         raise file_too_large(cap, path) from None
                     result = writer.commit()
                 budget.commit()
+            await record_version(service, live, files, result.info.path, "upload")
             written.append(WriteResult(path=result.info.path, size=result.info.size, created=result.created))
     except (HttpProcessingError, ValueError, AssertionError) as exc:
         raise ApiError(400, ErrorCode.INVALID_MULTIPART, f"the multipart body is malformed: {exc}".strip(),
@@ -281,6 +301,7 @@ async def edit_file(request: web.Request) -> web.Response:
     # The result is bounded by the file-size limit before it is built, and its bytes are
     # reserved against the quotas as it is written.
     file_cap = min(service.config.server.max_file_bytes, max_bytes)
+    await observe_version(service, live, files, path)
     with await write_budget(request, service, live, files, path) as reservation:
         room = reservation.room()
         cap = file_cap if room is None else min(file_cap, room)
@@ -293,6 +314,7 @@ async def edit_file(request: web.Request) -> web.Response:
                                "delete files first, or edit fewer occurrences") from None
             raise
         reservation.commit()
+    await record_version(service, live, files, result.info.path, "edit")
     service.sessions.touch(live)
     return json_response(EditResult(path=result.info.path, size=result.info.size,
                                     replacements=result.replacements, hunks=result.hunks))

@@ -1,0 +1,291 @@
+"""The console in a real headless Chromium (Debian's, driven by Playwright): sign in, a session's files
+in their views, a diff after a PATCH, a Python cell, publishing and downloading an artifact, and
+guest-written HTML, SVG and Markdown whose scripts never run in the console. Screenshots go to
+test-output/console/ (gitignored)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+from server_helpers import make_config
+
+from wasm_runner_server.app import create_app
+from wasm_runner_server.security.tenants import TenantStore
+
+playwright_api = pytest.importorskip("playwright.async_api", reason="Playwright is not installed (pip install playwright)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")]
+SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "console"
+TIMEOUT_MS = 20_000
+
+
+def png(width: int, height: int) -> bytes:
+    """A real PNG: a bar chart's worth of coloured columns."""
+    rows = b"".join(b"\x00" + b"".join(bytes((40 * (x % 6), 120, 200)) if y > height * (x % 5) / 5 else b"\xff\xff\xff"
+                                       for x in range(width)) for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def pdf() -> bytes:
+    """A one-page PDF drawing a filled rectangle and a line of text."""
+    content = b"0 0.4 0.8 rg 50 50 200 100 re f BT /F1 24 Tf 60 200 Td (Quarterly report) Tj ET"
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def xlsx(rows: list[list[str]]) -> bytes:
+    """A minimal workbook (one sheet, inline strings), as spreadsheet programs write them."""
+    import io
+    import zipfile
+    from xml.sax.saxutils import escape
+
+    def cell(ref: str, value: str) -> str:
+        return f'<c r="{ref}" t="inlineStr"><is><t>{escape(value)}</t></is></c>'
+
+    body = "".join(f'<row r="{y}">' + "".join(cell(f"{chr(65 + x)}{y}", v) for x, v in enumerate(row)) + "</row>"
+                   for y, row in enumerate(rows, 1))
+    main = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    parts = {
+        "[Content_Types].xml": '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+        'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships'
+        '+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/xl/workbook.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/><Override '
+        'PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+        'spreadsheetml.worksheet+xml"/></Types>',
+        "_rels/.rels": f'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/'
+        f'relationships"><Relationship Id="r1" Type="{rel}/officeDocument" Target="xl/workbook.xml"/></Relationships>',
+        "xl/workbook.xml": f'<?xml version="1.0"?><workbook xmlns="{main}" xmlns:r="{rel}"><sheets><sheet name="S" '
+        'sheetId="1" r:id="r1"/></sheets></workbook>',
+        "xl/_rels/workbook.xml.rels": '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/'
+        f'package/2006/relationships"><Relationship Id="r1" Type="{rel}/worksheet" Target="worksheets/sheet1.xml"/>'
+        '</Relationships>',
+        "xl/worksheets/sheet1.xml": f'<?xml version="1.0"?><worksheet xmlns="{main}"><sheetData>{body}</sheetData>'
+        '</worksheet>',
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, text in parts.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
+GUEST_WRITES = r'''
+marker = ("window.top.__pwned = 1; try { window.top.document.title = 'pwned'; } catch (e) {} "
+          "try { window.top.sessionStorage.setItem('pwned', '1'); } catch (e) {}")
+open("evil.html", "w").write(f"<h1>hello</h1><script>{marker}</script><img src=x onerror=\"{marker}\">")
+open("evil.svg", "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" onload="{marker}">'
+                            f'<script>{marker}</script><rect width="40" height="40" fill="red"/></svg>')
+open("evil.md", "w").write(f"# Evil\n\n<script>{marker}</script>\n\n<img src=x onerror=\"{marker}\">\n\n"
+                           f"<iframe srcdoc=\"<script>{marker}</script>\"></iframe>\n\n[x](javascript:{marker})\n")
+print("written")
+'''
+
+
+@dataclass
+class Console:
+    page: Any
+    base: str
+    key: str
+    client: TestClient
+
+    async def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        async with self.client.request(method, path, headers={"Authorization": f"Bearer {self.key}"}, **kwargs) as r:
+            assert r.status < 400, await r.text()
+            return await r.json()
+
+    async def go(self, hash_: str) -> None:
+        await self.page.evaluate("""h => { document.getElementById('view').removeAttribute('data-ready');
+            if (location.hash === h) window.dispatchEvent(new HashChangeEvent('hashchange')); else location.hash = h; }""",
+                                 hash_)
+        await self.page.wait_for_selector(f'#view[data-ready="{hash_}"]', state="attached", timeout=TIMEOUT_MS)
+
+    async def open_file(self, sid: str, path: str) -> None:
+        from urllib.parse import quote
+
+        await self.go(f"#/session/{quote(sid, safe='')}/file/{quote(path, safe='')}")
+
+    async def shot(self, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        await self.page.wait_for_timeout(250)  # frames paint after their content is in the DOM
+        await self.page.screenshot(path=str(SHOTS / f"{name}.png"))  # full_page leaves sandboxed frames blank
+
+
+@pytest_asyncio.fixture
+async def console(tmp_path: Path) -> AsyncIterator[Console]:
+    store = TenantStore.in_data_dir(tmp_path / "data")
+    key, _ = store.create_key("alpha", "browser", "member")
+    store.close()
+    config = make_config(tmp_path / "data", auth={"enabled": True})
+    client = TestClient(TestServer(create_app(config), host="127.0.0.1", port=0))
+    await client.start_server()
+    base = str(client.make_url("")).rstrip("/")
+    async with playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = await browser.new_context(viewport={"width": 1280, "height": 1100}, accept_downloads=True)
+        page = await context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(base + "/console/")
+        await page.fill("#key", key)
+        await page.click("#sign-in-form button[type=submit]")
+        await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+        try:
+            yield Console(page, base, key, client)
+            assert errors == []  # no script error in the console itself
+        finally:
+            await browser.close()
+            await client.close()
+
+
+async def test_sign_in_keeps_the_key_out_of_urls_and_lists_the_sessions(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.go("#/sessions")
+    await console.page.wait_for_selector(f'tr[data-session="{sid}"]')
+    assert console.key not in console.page.url
+    assert await console.page.evaluate("sessionStorage.getItem('wasm-runner-key')") == console.key
+    await console.shot("sessions")
+    await console.page.click("#sign-out")
+    assert await console.page.is_visible("#sign-in")
+    assert await console.page.evaluate("sessionStorage.getItem('wasm-runner-key')") is None
+
+
+async def test_csv_xlsx_png_markdown_and_pdf_are_rendered(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    files = {"data/scores.csv": b"name,score\nada,3\nbob,10\ncy,7\n", "chart.png": png(120, 80),
+             "report.md": b"# Quarterly report\n\nAll **good**.\n", "report.pdf": pdf(),
+             "sheet.xlsx": xlsx([["region", "sales"], ["north", "12"], ["south", "30"]])}
+    for path, data in files.items():
+        await console.api("PUT", f"/v1/sessions/{sid}/files/{path}", data=data)
+    page = console.page
+
+    await console.open_file(sid, "data/scores.csv")
+    cells = page.locator("table.data tbody td")
+    assert await cells.nth(0).text_content() == "ada"
+    await page.click("table.data th:nth-child(2)")  # sort by score, numerically
+    assert [await cells.nth(i).text_content() for i in (1, 3, 5)] == ["3", "7", "10"]
+    await console.shot("csv")
+
+    await console.open_file(sid, "sheet.xlsx")  # parsed in the opaque-origin frame, shown as a table here
+    assert [await cells.nth(i).text_content() for i in range(4)] == ["north", "12", "south", "30"]
+    assert await page.locator("iframe[title='spreadsheet parser']").count() == 0
+
+    await console.open_file(sid, "chart.png")
+    image = page.locator("img.preview")
+    await image.wait_for()
+    await page.wait_for_function("() => document.querySelector('img.preview').complete")
+    assert await image.evaluate("img => [img.naturalWidth, img.naturalHeight]") == [120, 80]
+    await console.shot("png")
+
+    await console.open_file(sid, "report.md")
+    frame = page.frame_locator("iframe.preview")
+    assert await frame.locator("h1").text_content() == "Quarterly report"
+    assert await frame.locator("strong").text_content() == "good"
+    await console.shot("markdown")
+
+    await console.open_file(sid, "report.pdf")
+    canvas = page.locator('canvas.pdf-page[data-rendered="true"]')
+    await canvas.wait_for()
+    coloured = await canvas.evaluate("""c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] < 100 && d[i + 2] > 150) n++; return n; }""")
+    assert coloured > 1000  # the blue rectangle was drawn
+    await console.shot("pdf")
+
+
+async def test_a_patch_shows_as_a_diff_with_added_and_removed_lines(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/app.py", data=b"def total(xs):\n    return sum(xs)\n")
+    await console.api("PATCH", f"/v1/sessions/{sid}/files/app.py",
+                      json={"old_text": "return sum(xs)", "new_text": "return sum(xs) + 1"})
+    await console.open_file(sid, "app.py")
+    page = console.page
+    assert "return sum(xs) + 1" in await page.locator("pre.code").text_content()
+    assert await page.locator("pre.code .hljs-keyword").count() > 0  # highlighted
+    deleted = page.locator(".d2h-del .d2h-code-line-ctn")
+    inserted = page.locator(".d2h-ins .d2h-code-line-ctn")
+    assert "return sum(xs)" in await deleted.first.text_content()
+    assert "return sum(xs) + 1" in await inserted.first.text_content()
+    await page.select_option('select[aria-label="diff layout"]', "side-by-side")
+    await page.locator(".d2h-file-side-diff").first.wait_for()
+    await console.shot("diff")
+
+
+async def test_a_python_cell_streams_its_output(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.go(f"#/session/{sid}")
+    page = console.page
+    await page.fill("textarea.cell", "for i in range(3):\n    print('line', i)\n6 * 7")
+    await page.click("button.run")
+    await page.wait_for_function("() => document.querySelector('.cell-status').textContent.startsWith('exit')")
+    output = await page.locator("pre.output").text_content()
+    assert "line 0\nline 1\nline 2\n" in output and "42" in output
+    await console.shot("cell")
+
+
+async def test_publish_an_artifact_and_download_it_through_its_link(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/out/result.txt", data=b"the answer is 42\n")
+    await console.open_file(sid, "out/result.txt")
+    page = console.page
+    await page.fill("input.note", "final")
+    await page.click("button.publish")
+    row = page.locator("table.artifacts tbody tr")
+    await row.first.wait_for()
+    assert await row.locator(".artifact-name").text_content() == "result.txt"
+    await row.locator("button.download").click()
+    link = page.locator("a.artifact-link")
+    await link.wait_for()
+    href = await link.get_attribute("href")
+    assert href.startswith("/v1/artifact-links/") and console.key not in href
+    async with page.expect_download() as waiting:
+        await link.click()
+    download = await waiting.value
+    assert Path(await download.path()).read_bytes() == b"the answer is 42\n"
+    await console.shot("artifact")
+    await console.go("#/artifacts")
+    assert await page.locator("table.artifacts .artifact-name").text_content() == "result.txt"
+
+
+async def test_guest_written_html_svg_and_markdown_cannot_run_script_in_the_console(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    result = await console.api("POST", f"/v1/sessions/{sid}/exec", json={"code": GUEST_WRITES})
+    assert result["stdout"] == "written\n", result
+    page = console.page
+    title = await page.title()
+    for path in ("evil.html", "evil.svg", "evil.md"):
+        await console.open_file(sid, path)
+        await page.wait_for_timeout(300)  # give any script (load, error handlers) its chance
+        await console.shot(path.replace(".", "-"))
+        assert await page.evaluate("window.__pwned") is None, path
+        assert await page.evaluate("sessionStorage.getItem('pwned')") is None, path
+        assert await page.title() == title, path
+    frame = page.frame_locator("iframe.preview")
+    assert await frame.locator("h1").text_content() == "Evil"  # the Markdown was rendered, its script dropped
+    assert await frame.locator("script").count() == 0

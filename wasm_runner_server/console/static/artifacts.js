@@ -1,0 +1,39 @@
+// Artifacts: files published out of a session on purpose; listed, downloaded by a presigned link, deleted.
+
+import { api, bytes, el, sessionPath } from "./api.js";
+
+export async function publish(sessionId, path, note) {
+  return api(sessionPath(sessionId, "artifacts"), { method: "POST", json: { path, note } });
+}
+
+export async function renderArtifacts(container, sessionId = null) {
+  const query = sessionId ? `?session=${encodeURIComponent(sessionId)}` : "";
+  const { artifacts } = await api(`/v1/artifacts${query}`);
+  if (artifacts.length === 0) {
+    container.replaceChildren(el("p", { class: "hint" }, "No artifacts yet: publish a file to keep it past the session."));
+    return;
+  }
+  const rows = artifacts.map((a) => {
+    const link = el("span", { class: "link-slot" });
+    const download = el("button", { type: "button", class: "download" }, "Link");
+    download.addEventListener("click", async () => {
+      const signed = await api(`/v1/artifacts/${encodeURIComponent(a.id)}:presign`, { method: "POST", json: {} });
+      link.replaceChildren(el("a", { href: signed.url, class: "artifact-link", download: a.name, rel: "noreferrer" },
+                              `download (link valid ${Math.round(signed.expires_in / 60)} min)`));
+    });
+    const remove = el("button", { type: "button", class: "delete" }, "Delete");
+    remove.addEventListener("click", async () => {
+      await api(`/v1/artifacts/${encodeURIComponent(a.id)}`, { method: "DELETE" });
+      await renderArtifacts(container, sessionId);
+    });
+    return el("tr", { "data-artifact": a.id },
+              el("td", { class: "artifact-name" }, a.name), el("td", {}, bytes(a.size)), el("td", {}, a.media_type),
+              el("td", {}, a.source_path || ""), el("td", {}, a.note),
+              el("td", {}, new Date(a.created_at * 1000).toLocaleString()),
+              el("td", {}, a.expires_at ? new Date(a.expires_at * 1000).toLocaleDateString() : "kept"),
+              el("td", {}, download, " ", link, " ", remove));
+  });
+  container.replaceChildren(el("table", { class: "artifacts" },
+    el("thead", {}, el("tr", {}, ...["name", "size", "type", "from", "note", "published", "expires", ""].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows)));
+}
