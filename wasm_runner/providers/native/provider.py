@@ -29,6 +29,16 @@ from wasm_runner.capture import Capture
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
+from wasm_runner.providers.native.kernel import (
+    DRIVER_NAME,
+    PRELOAD,
+    KernelError,
+    NativeKernel,
+    NativeKernelSlot,
+    Reply,
+    slot_of,
+    spawner,
+)
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
 from wasm_runner.providers.native.ownership import normalize
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -43,6 +53,7 @@ from wasm_runner.providers.native.toolchain import (
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -185,6 +196,10 @@ class NativeProvider(Provider):
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
+        if isolated and job.kernels is not None and _kernel_call(request):
+            call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
+                               self.identity, self.seccomp_program)
+            return call.execute(slot_of(job.kernels))
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None)
@@ -240,6 +255,12 @@ class NativeProvider(Provider):
         found = find_python_data(path)
         self._python_data_cache = (key, found) if key is not None and found is not None else None
         return found
+
+
+def _kernel_call(request: ExecRequest) -> bool:
+    """A session's Python code runs in its kernel, unless it asks for a fresh process or a check."""
+    return (request.command is None and request.language == "python" and not request.fresh
+            and request.harness == "script")
 
 
 def process_request(command: str, args: list[str] | tuple[str, ...] = (), **fields: Any) -> ExecRequest:
@@ -734,6 +755,158 @@ class _Run:
         if exit_code != 0 and self.request.command is None and self.request.language == "python":
             return _python_traceback(stderr)
         return None
+
+
+class _KernelCall(_Run):
+    """One call in a session's native kernel: the same confinement and accounting as a run,
+    with the sandbox kept between calls (see kernel.py)."""
+
+    def execute(self, slot: NativeKernelSlot | None = None) -> ExecResult:
+        assert slot is not None
+        request = self.request
+        try:
+            self._normalize(before_run=True)
+        except OSError as exc:
+            return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
+                              error=GuestError(type="SandboxError", message=(
+                                  f"could not give the workspace to the sandbox user: {exc}")))
+        before = self.workspace.snapshot_before_run()
+        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
+        self.job.on_cancel(lambda: self.stop("cancelled"))
+        started = time.perf_counter()
+        reply = Reply(exit_code=126)
+        error: GuestError | None = None
+        restarted = False
+        kernel: NativeKernel | None = None
+        try:
+            key = self._key()
+            if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
+                slot.kernel.close()
+                slot.kernel, slot.lost = None, True
+            if slot.kernel is None:
+                restarted, slot.lost = slot.lost, False
+                slot.kernel = self._start_kernel(key)
+            kernel = slot.kernel
+            self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
+            env = sandbox.sandbox_env(python_data=True, extra=request.env)
+            env["PWD"] = GUEST_WORKSPACE
+            payload = {"code": request.code, "env": env, "stdin": request.stdin,
+                       "outputs_budget": max(self.limits.output_bytes, 1 << 20)}
+
+            def begin() -> None:
+                self.job.started_at = time.monotonic()
+
+            reply = kernel.call(payload, self.timeout_s, self.stdout, self.stderr, self._wake_r,
+                                lambda: self._stop.reason, begin)
+            if reply.died:
+                slot.kernel, slot.lost = None, True
+        except (OSError, KernelError) as exc:
+            error = GuestError(type="SandboxError", message=f"could not start the native Python kernel: {exc}")
+            slot.kernel = None
+        finally:
+            watcher.unwatch(quota_key)
+            with self._stop_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+            try:
+                self._normalize(before_run=False)
+            except OSError as exc:
+                log.error("could not clear special permission bits after a native kernel call: %s", exc)
+                if error is None:
+                    error = GuestError(type="SandboxError", message=(
+                        f"the run's files could not be checked for setuid/setgid bits: {exc}"))
+        duration_ms = (time.perf_counter() - started) * 1000
+        limit = reply.limit
+        if limit is None and over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts):
+            limit = "disk"
+        if error is None:
+            if limit is not None:
+                message = LIMIT_MESSAGES[limit]
+                if limit == "timeout":
+                    message += (" (the kernel was interrupted; its state is kept)" if not reply.died else
+                                " (the kernel did not stop when interrupted: it was restarted)")
+                error = GuestError(type="LimitExceeded", message=message)
+            elif reply.crash is not None:
+                error = GuestError(type="KernelDied", message=f"{reply.crash}; the next call starts a new kernel")
+            else:
+                error = reply.error
+        return ExecResult(
+            stdout=self.stdout.text(),
+            stderr=self.stderr.text(),
+            exit_code=reply.exit_code if limit is None else 137,
+            value=reply.value if limit is None else None,
+            outputs=reply.outputs,
+            error=error,
+            limit=limit,
+            truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
+            duration_ms=round(duration_ms, 3),
+            memory_peak_bytes=kernel.memory_peak() if kernel is not None else None,
+            files=diff(before, self._snapshot_after(before)),
+            kernel_restarted=restarted,
+            language=request.language,
+            isolation="bubblewrap",
+            enforcement=self.enforcement,
+            id=request.id,
+        )
+
+    def _key(self) -> tuple:
+        """The limits a kernel holds for its life (its cgroup, its rlimits): others need another kernel."""
+        return (self.limits.memory_bytes, self.limits.disk_bytes, self.job.mounts)
+
+    def _start_kernel(self, key: tuple) -> NativeKernel:
+        data = self.program.python_data
+        assert data is not None
+        run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,
+                               cpus=self.policy.cpus, file_bytes=self.limits.disk_bytes or None)
+        cgroup: RunCgroup | None = None
+        if self.support.enforcement != "rlimit":
+            try:
+                cgroup = RunCgroup(self.support, run_limits)
+            except OSError as exc:
+                log.warning("could not create the kernel's cgroup (%s); using rlimits", exc)
+        self.cgroup = cgroup
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        status_r, status_w = os.pipe()
+        code_fd = os.memfd_create("wasm-runner-kernel", 0)
+        _write_all(code_fd, _driver_source())
+        os.lseek(code_fd, 0, os.SEEK_SET)
+        passed = [code_fd, status_w, request_r, reply_w]
+        extra: list[int] = []
+        try:
+            self.program = _Program([f"{sandbox.GUEST_PYTHON_DATA}/bin/python",
+                                     f"{sandbox.GUEST_CODE_DIR}/{DRIVER_NAME}", str(request_r), str(reply_w), *PRELOAD],
+                                    b"", DRIVER_NAME, python_data=data)
+            argv, env, cwd = self._command(run_limits, code_fd, status_w, extra)
+            proc = spawner.spawn(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                pass_fds=passed + extra, close_fds=True))
+        except BaseException:
+            for fd in (request_w, reply_r, status_r):
+                os.close(fd)
+            if cgroup is not None:
+                cgroup.release()
+            raise
+        finally:
+            self.cgroup = None  # the kernel owns it now: no single run releases it
+            for fd in passed + extra:
+                os.close(fd)
+        kernel = NativeKernel(proc, request_w, reply_r, status_r, cgroup, key, self.policy.kill_grace_s)
+        kernel.wait_ready()
+        return kernel
+
+
+_driver_bytes: bytes | None = None
+
+
+def _driver_source() -> bytes:
+    global _driver_bytes
+    if _driver_bytes is None:
+        from importlib.resources import files
+
+        _driver_bytes = files("wasm_runner._runtimes").joinpath("native", DRIVER_NAME).read_bytes()
+    return _driver_bytes
 
 
 # -- helpers --------------------------------------------------------------------------------------
