@@ -122,6 +122,8 @@ class NativeKernel:
         self.driver_pid: int | None = None
         self.preloaded: list[str] = []
         self.closed = False
+        self.on_close: Callable[[], None] | None = None
+        """What else goes with the kernel (a slot it was made on)."""
         self._lock = threading.Lock()
         for fd in (reply_r, status_r):
             os.set_blocking(fd, False)
@@ -338,6 +340,8 @@ class NativeKernel:
                 stream.close()
         if self.cgroup is not None:
             self.cgroup.release()
+        if self.on_close is not None:
+            self.on_close()
 
 
 @dataclass

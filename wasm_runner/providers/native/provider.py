@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from wasm_runner.providers.native.kernel import (
     slot_of,
     spawner,
 )
+from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
 from wasm_runner.providers.native.ownership import normalize
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -108,6 +110,7 @@ class NativeProvider(Provider):
         python_data: str | os.PathLike | None = None,
         cgroups: CgroupMode = "auto",
         cgroup_parent: str | None = None,
+        ready_kernels: int = 1,
     ) -> None:
         self.policy = policy or sandbox.SandboxPolicy()
         self.allow_unsandboxed = allow_unsandboxed
@@ -124,6 +127,9 @@ class NativeProvider(Provider):
         self.identity: SandboxIdentity | None = None
         """The host user sandboxes run as (None while the sandbox is unusable)."""
         self.seccomp_program: Path | None = None
+        self.ready_kernels = ready_kernels
+        """Python kernels kept started ahead (data stack imported) for sessions' first calls."""
+        self._kernel_pool: KernelPool | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -177,6 +183,46 @@ class NativeProvider(Provider):
         except (ToolchainError, OSError) as exc:
             self.prepare_error = str(exc)
             log.warning("python-data is not available: %s", exc)
+            return
+        pool = self.kernel_pool()
+        if pool is not None:
+            pool.fill(kernel_key(Limits(), ()))
+
+    def kernel_pool(self) -> KernelPool | None:
+        """The kernels made ahead, where they can be (a root service with a usable sandbox)."""
+        if self.ready_kernels <= 0:
+            return None
+        _, problem, _ = self.environment()
+        identity = self.identity
+        if problem is not None or identity is None or not identity.dropped:
+            return None
+        with self._lock:
+            if self._kernel_pool is None:
+                self._kernel_pool = KernelPool(self.ready_kernels, identity, self._make_ahead)
+            return self._kernel_pool
+
+    def _make_ahead(self, workspace: Workspace, key: tuple, holder: MountHolder,
+                    on_close: Callable[[], None]) -> NativeKernel:
+        bwrap_path, problem, support = self.environment()
+        if bwrap_path is None or problem is not None:
+            raise KernelError(problem or "bubblewrap is unavailable")
+        memory_bytes, disk_bytes, _ = key
+        request = ExecRequest(language="python", provider="native",
+                              limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
+        try:
+            program = self._program(request, True)
+        except _Refusal as refusal:
+            raise KernelError(refusal.message) from None
+        call = _KernelCall(self.policy, request, workspace, Job(request, workspace), support, program, bwrap_path,
+                           self.identity, self.seccomp_program)
+        try:
+            return call.start_kernel(key, holder, on_close)
+        finally:
+            call.close_wake()
+
+    def close(self) -> None:
+        if self._kernel_pool is not None:
+            self._kernel_pool.close()
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -199,7 +245,7 @@ class NativeProvider(Provider):
         if isolated and job.kernels is not None and _kernel_call(request):
             call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
                                self.identity, self.seccomp_program)
-            return call.execute(slot_of(job.kernels))
+            return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None)
@@ -255,6 +301,11 @@ class NativeProvider(Provider):
         found = find_python_data(path)
         self._python_data_cache = (key, found) if key is not None and found is not None else None
         return found
+
+
+def kernel_key(limits: Limits, mounts: tuple) -> tuple:
+    """What a kernel holds for its whole life (cgroup, rlimits, mounts): a call under others needs another kernel."""
+    return (limits.memory_bytes, limits.disk_bytes, mounts)
 
 
 def _kernel_call(request: ExecRequest) -> bool:
@@ -315,6 +366,8 @@ class _Run:
         self._scratch: Path | None = None
         self.processes_exceeded = False
         self._next_full_count = 0.0
+        self.holder: MountHolder | None = None
+        """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -461,7 +514,10 @@ class _Run:
             os.lseek(args_fd, 0, os.SEEK_SET)
             argv = [self.bwrap, "--args", str(args_fd), "--", *inner]
             prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity,
-                              mounts=plan.mounts if plan is not None else None)
+                              mounts=plan.mounts if plan is not None else None,
+                              propagation="private" if self.holder is None else "slave")
+            if self.holder is not None:
+                prefix = self.holder.enter() + prefix
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
             return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
@@ -761,7 +817,7 @@ class _KernelCall(_Run):
     """One call in a session's native kernel: the same confinement and accounting as a run,
     with the sandbox kept between calls (see kernel.py)."""
 
-    def execute(self, slot: NativeKernelSlot | None = None) -> ExecResult:
+    def execute(self, slot: NativeKernelSlot | None = None, pool: KernelPool | None = None) -> ExecResult:
         assert slot is not None
         request = self.request
         try:
@@ -779,13 +835,15 @@ class _KernelCall(_Run):
         restarted = False
         kernel: NativeKernel | None = None
         try:
-            key = self._key()
+            key = kernel_key(self.limits, self.job.mounts)
             if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
                 slot.kernel.close()
                 slot.kernel, slot.lost = None, True
             if slot.kernel is None:
                 restarted, slot.lost = slot.lost, False
-                slot.kernel = self._start_kernel(key)
+                slot.kernel = pool.take(key, self.workspace) if pool is not None and not self.job.mounts else None
+                if slot.kernel is None:
+                    slot.kernel = self.start_kernel(key)
             kernel = slot.kernel
             self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
             env = sandbox.sandbox_env(python_data=True, extra=request.env)
@@ -850,11 +908,15 @@ class _KernelCall(_Run):
             id=request.id,
         )
 
-    def _key(self) -> tuple:
-        """The limits a kernel holds for its life (its cgroup, its rlimits): others need another kernel."""
-        return (self.limits.memory_bytes, self.limits.disk_bytes, self.job.mounts)
+    def close_wake(self) -> None:
+        with self._stop_lock:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
 
-    def _start_kernel(self, key: tuple) -> NativeKernel:
+    def start_kernel(self, key: tuple, holder: MountHolder | None = None,
+                     on_close: Callable[[], None] | None = None) -> NativeKernel:
+        """A new kernel in a sandbox of this call's workspace (a slot's, in `holder`'s namespace)."""
         data = self.program.python_data
         assert data is not None
         run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,
@@ -878,6 +940,7 @@ class _KernelCall(_Run):
             self.program = _Program([f"{sandbox.GUEST_PYTHON_DATA}/bin/python",
                                      f"{sandbox.GUEST_CODE_DIR}/{DRIVER_NAME}", str(request_r), str(reply_w), *PRELOAD],
                                     b"", DRIVER_NAME, python_data=data)
+            self.holder = holder
             argv, env, cwd = self._command(run_limits, code_fd, status_w, extra)
             proc = spawner.spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
@@ -893,6 +956,7 @@ class _KernelCall(_Run):
             for fd in passed + extra:
                 os.close(fd)
         kernel = NativeKernel(proc, request_w, reply_r, status_r, cgroup, key, self.policy.kill_grace_s)
+        kernel.on_close = on_close
         kernel.wait_ready()
         return kernel
 
