@@ -12,6 +12,7 @@ before a session asks.
 """
 
 import ast
+import importlib
 import base64
 import builtins
 import io
@@ -27,6 +28,7 @@ VALUE_REPR_LIMIT = 100_000
 OUTPUT_BUDGET = [4 << 20]
 """Bytes of rich outputs one call may return (the request may lower it); past it they are dropped."""
 
+sys.path[0] = ""  # modules of the workspace (the working directory) import, as with `python file.py` there
 sys.stdout.reconfigure(line_buffering=True, errors="backslashreplace")
 sys.stderr.reconfigure(line_buffering=True, errors="backslashreplace")
 
@@ -171,6 +173,7 @@ def _run(request):
         os.environ.update(env)
         _applied_env[0] = env
     os.chdir("/workspace")  # again each call: the directory may have been bound since the last one
+    importlib.invalidate_caches()  # modules written since the last call
     sys.stdin = io.StringIO(request.get("stdin", ""))
     _outputs.clear()
     _spent[0] = 0

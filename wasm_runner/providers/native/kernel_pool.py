@@ -151,6 +151,10 @@ class KernelPool:
         for _ in range(max(missing, 0)):
             threading.Thread(target=self._make_one, args=(key,), name="wasm-runner-kernel-ahead", daemon=True).start()
 
+    def ready_count(self) -> int:
+        with self._lock:
+            return len(self._ready)
+
     def take(self, key: tuple, workspace: Workspace) -> NativeKernel | None:
         """A ready kernel for `key`, bound to `workspace` (None: none ready, start one now)."""
         with self._lock:

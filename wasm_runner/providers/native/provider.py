@@ -878,6 +878,9 @@ class _KernelCall(_Run):
         limit = reply.limit
         if limit is None and over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts):
             limit = "disk"
+        if (limit is None and kernel is not None and kernel.cgroup is None and reply.error is not None
+                and reply.error.type == "MemoryError"):
+            limit = "memory"  # rlimit mode: the allocation failed inside the program
         if error is None:
             if limit is not None:
                 message = LIMIT_MESSAGES[limit]
