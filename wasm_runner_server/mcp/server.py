@@ -639,8 +639,8 @@ TOOLS: tuple[Tool, ...] = (
          "Run Python or JavaScript in the session's sandbox (WebAssembly, no network). Variables persist "
          "between calls (a kernel; the last expression's value is returned); files persist in the workspace, "
          "which is the current directory. Returns stdout, stderr, errors with their line, limits hit, and "
-         "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new instance instead of "
-         "the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
+         "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new "
+         "instance instead of the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
          "a workspace file instead of `code`.",
          ExecuteCodeArgs, ExecOutput, McpTools.execute_code),
     Tool("run_process", "Run a program",
