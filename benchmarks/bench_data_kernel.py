@@ -33,7 +33,7 @@ from wasm_runner.providers.native.toolchain import find_python_data
 
 FIRST_CALL = ("import pandas as pd, numpy as np, matplotlib.pyplot as plt\n"
               "df = pd.DataFrame({'x': np.arange(100), 'y': np.arange(100) * 2.0})\n"
-              "float(df.y.mean())")
+              "print(float(df.y.mean()))")
 IMPORTS = "import pandas as pd, numpy as np, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt"
 TARGET_FIRST_CALL_MS = 150.0
 TARGET_LATER_OVERHEAD_MS = 5.0
@@ -81,7 +81,7 @@ def measure(args: argparse.Namespace, root: Path, interpreter: str) -> int:
             started = time.perf_counter()
             result = session.run_sync(FIRST_CALL, language="python", provider="native", limits=LIMITS, **fields)
             elapsed = (time.perf_counter() - started) * 1000
-            assert result.error is None and result.value == "99.0", (result.error, result.stderr[-500:])
+            assert result.error is None and result.stdout == "99.0\n", (result.error, result.stderr[-500:])
             session.hibernate()
             return elapsed
 
