@@ -155,9 +155,10 @@ def test_two_sessions_kernels_see_only_their_own_files_and_variables(runner):
     (second.path / "b.txt").write_text("second")
     run(first, "mine = 'first'\nopen('/tmp/t1', 'w').write('1')")
     time.sleep(0.1)
-    seen = run(second, "import os\n(sorted(os.listdir('.')), sorted(os.listdir('/tmp')), 'mine' in globals())")
-    assert seen.value == "(['b.txt'], [], False)", seen.stderr
-    assert run(first, "import os\n(sorted(os.listdir('.')), mine)").value == "(['a.txt'], 'first')"
+    seen = run(second, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), 'mine' in globals())")
+    assert seen.value == "(['b.txt'], False, False)", seen.stderr
+    own = run(first, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), mine)")
+    assert own.value == "(['a.txt'], True, 'first')"
 
 
 def test_hibernation_drops_the_kernel_and_the_next_call_rebuilds_it_with_files_intact(runner):
