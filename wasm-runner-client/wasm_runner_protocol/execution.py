@@ -136,7 +136,7 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     memory_peak_bytes: int | None = None
     files: FileChanges = msgspec.field(default_factory=FileChanges)
     outputs: list[RichOutput] = []
-    """Rich outputs (figures, displayed objects, the last expression), in order; kernels only."""
+    """Rich outputs of Python runs (figures, displayed objects, the last expression), in order."""
     kernel_restarted: bool = False
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
     verdict: Verdict | None = None
