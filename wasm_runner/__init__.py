@@ -15,7 +15,7 @@ from wasm_runner.guest import Mount
 from wasm_runner.runner import Runner
 from wasm_runner.session import Session
 from wasm_runner_protocol import __version__ as __version__
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits
+from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits, RichOutput
 
 __all__ = [
     "ExecRequest",
@@ -29,6 +29,7 @@ __all__ = [
     "Mount",
     "NoProviderError",
     "OutputListener",
+    "RichOutput",
     "Runner",
     "RunnerClosedError",
     "RuntimeUnavailableError",

@@ -37,8 +37,8 @@ def structs_of(module: ModuleType) -> list[str]:
 def test_wasm_runner():
     assert exported(wasm_runner) == [
         "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
-        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "Runner", "RunnerClosedError",
-        "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
+        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "RichOutput", "Runner",
+        "RunnerClosedError", "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
     ]
 
 
@@ -55,15 +55,15 @@ def test_wasm_runner_client():
         "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
         "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
         "OutputChunk", "OutputFile", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
-        "RateLimitedError", "Retry", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList", "TextEdit",
-        "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
+        "RateLimitedError", "Retry", "RichOutput", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList",
+        "TextEdit", "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
     ]
 
 
 def test_wasm_runner_protocol():
     """The wire schema: its modules and every Struct they define."""
     assert exported(wasm_runner_protocol) == ["execution", "wire"]
-    assert structs_of(execution) == ["ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits"]
+    assert structs_of(execution) == ["ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits", "RichOutput"]
     assert structs_of(wire) == [
         "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
         "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",

@@ -57,14 +57,14 @@ from wasm_runner_client.wire import (
     WriteResult,
 )
 from wasm_runner_protocol import __version__ as __version__
-from wasm_runner_protocol.execution import ExecResult, Limits
+from wasm_runner_protocol.execution import ExecResult, Limits, RichOutput
 
 __all__ = [
     "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
     "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
     "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
     "OutputChunk", "OutputFile", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
-    "RateLimitedError",
+    "RateLimitedError", "RichOutput",
     "Retry", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList", "TextEdit", "TransportError",
     "UploadResult", "WasmRunnerError", "WriteResult",
 ]

@@ -110,6 +110,20 @@ class FileChanges(msgspec.Struct, omit_defaults=True):
     deleted: list[str] = []
 
 
+OutputType = Literal["text/plain", "text/html", "image/png"]
+
+
+class RichOutput(msgspec.Struct, omit_defaults=True, frozen=True):
+    """One rich output of a call, in the order the program made it: a matplotlib figure shown
+    or left open, a `display()`ed object, the last expression."""
+
+    type: OutputType
+    data: str
+    """The text, or base64 for image/png."""
+    plain: str | None = None
+    """A plain-text rendering of the same object (e.g. a DataFrame's repr beside its HTML table)."""
+
+
 class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     """The one result shape of the product. A limit hit is a result, never an exception."""
 
@@ -127,6 +141,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     fuel_used: int | None = None
     memory_peak_bytes: int | None = None
     files: FileChanges = msgspec.field(default_factory=FileChanges)
+    outputs: list[RichOutput] = []
+    """Rich outputs of Python runs (figures, displayed objects, the last expression), in order."""
     kernel_restarted: bool = False
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
     verdict: Verdict | None = None

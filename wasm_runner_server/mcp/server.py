@@ -424,6 +424,18 @@ class McpTools:
         paths = sorted({p for p in (*result.files.created, *result.files.modified) if _image_type(p)})
         images: list[tuple[str, types.ImageContent]] = []
         notes: list[str] = []
+        # Figures the code showed (rich outputs) come first, in order; the structured result keeps
+        # their place and plain text, not their bytes a second time.
+        for index, rich in enumerate(result.outputs):
+            if rich.type != "image/png":
+                continue
+            if len(images) >= MAX_IMAGES:
+                notes.append(f"output {index}: image not returned (at most {MAX_IMAGES} images per result)")
+                continue
+            images.append((f"output:{index}", types.ImageContent(type="image", data=rich.data, mime_type=rich.type)))
+        if images:
+            result = msgspec.structs.replace(result, outputs=[
+                msgspec.structs.replace(o, data="") if o.type == "image/png" else o for o in result.outputs])
         for path in paths:
             if len(images) >= MAX_IMAGES:
                 notes.append(f"{path}: not returned (at most {MAX_IMAGES} images per result; read_file it)")
@@ -630,6 +642,11 @@ def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
         parts.append("stderr:\n" + result.stderr.rstrip("\n"))
     if result.value is not None:
         parts.append(f"value: {result.value}")
+    for index, rich in enumerate(result.outputs):
+        if rich.type == "text/html":  # a model reads the plain rendering of a table better than its markup
+            parts.append(f"output {index} (text/html; plain text):\n" + (rich.plain or rich.data))
+        elif rich.type == "image/png":
+            parts.append(f"output {index}: an image (image content)")
     if result.error is not None:
         error = result.error
         line = f"error: {error.type}: {error.message}"
@@ -663,8 +680,8 @@ TOOLS: tuple[Tool, ...] = (
          "Run Python or JavaScript in the session's sandbox (WebAssembly, no network). Variables persist "
          "between calls (a kernel; the last expression's value is returned); files persist in the workspace, "
          "which is the current directory. Returns stdout, stderr, errors with their line, limits hit, and "
-         "images the code wrote (PNG, JPEG, SVG) as image content. `fresh` runs in a new instance instead of "
-         "the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
+         "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new "
+         "instance instead of the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
          "a workspace file instead of `code`.",
          ExecuteCodeArgs, ExecOutput, McpTools.execute_code),
     Tool("run_process", "Run a program",

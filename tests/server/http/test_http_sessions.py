@@ -9,6 +9,8 @@ import threading
 import pytest
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
+from wasm_runner.providers.native.bwrap import find_bwrap
+from wasm_runner.providers.native.toolchain import find_python_data
 from wasm_runner_server.sessions.service import SERVICE
 
 pytestmark = pytest.mark.asyncio
@@ -195,3 +197,30 @@ async def test_cancel_stops_the_running_execution(client):
     assert status == 200 and result["limit"] == "cancelled"
     after = await run(client, sid, "print('next')")
     assert after["stdout"] == "next\n"
+
+
+needs_python_data = pytest.mark.skipif(
+    find_bwrap() is None or find_python_data() is None,
+    reason="needs bubblewrap and the python-data environment (wasm-runner prepare)")
+
+
+@needs_python_data
+async def test_a_python_data_session_keeps_a_dataframe_and_survives_hibernation(client):
+    sid = await new_session(client, profile="python-data", idle_timeout_s=1.0)
+    limits = {"timeout_s": 60}
+    first = await run(client, sid, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})\n"
+                                   "df.to_csv('df.csv', index=False)", limits=limits)
+    assert first["error"] is None, first["stderr"]
+    await run(client, sid, "df['y'] = df.x * 2", limits=limits)
+    third = await run(client, sid, "df", limits=limits)
+    assert third["kernel_restarted"] is False and "<table" in third["outputs"][0]["data"]
+    assert third["outputs"][0]["type"] == "text/html" and "y" in third["outputs"][0]["plain"]
+
+    async def hibernated() -> bool:
+        _, info = await call(client, "GET", f"/v1/sessions/{sid}")
+        return info["state"] == "hibernated" and info["kernels"] == []
+
+    await eventually(hibernated, timeout=15)
+    resumed = await run(client, sid, "import pandas as pd\n(int(pd.read_csv('df.csv').x.sum()), 'df' in globals())",
+                        limits=limits)
+    assert resumed["kernel_restarted"] is True and resumed["value"] == "(6, False)"

@@ -102,6 +102,8 @@ async def test_openapi_document_is_generated_from_the_wire_structs(client):
     assert schemas["ExecBody"]["additionalProperties"] is False
     assert set(schemas["ErrorDetail"]["properties"]) == {"code", "message", "hint"}
     assert "ExecResult" in schemas and "OneShotResult" in schemas
+    assert schemas["ExecResult"]["properties"]["outputs"]["items"] == {"$ref": "#/components/schemas/RichOutput"}
+    assert set(schemas["RichOutput"]["properties"]["type"]["enum"]) == {"text/plain", "text/html", "image/png"}
     exec_ok = paths["/v1/sessions/{id}/exec"]["post"]["responses"]["200"]["content"]
     assert set(exec_ok) == {"application/json", "text/event-stream"}
     grep_params = {p["name"] for p in paths["/v1/sessions/{id}/grep"]["get"]["parameters"]}

@@ -169,13 +169,15 @@ def _ancestors(directory: str) -> list[str]:
     return found
 
 
-def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity: SandboxIdentity) -> list[str]:
+def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity: SandboxIdentity,
+                      propagation: str = "private") -> list[str]:
     """The host-side prefix of a root service: a private mount namespace whose shell runs the
     `setup` steps (cgroup join, file-size limit), binds each (source, relay point) of `mounts`,
     then execs the rest of the command (bwrap) as the sandbox user, without supplementary groups.
 
     Made anew for each run, so it shows the host's mounts as they are then; the binds are
-    recursive, so a filesystem mounted below a source (a session's own) comes along."""
+    recursive, so a filesystem mounted below a source (a session's own) comes along.
+    `propagation` "slave" lets later binds onto a source reach the running sandbox (kernel slots)."""
     steps = []
     if setup:
         steps.append("{ " + " && ".join(setup) + "; }" + SETUP_GUARD)
@@ -186,6 +188,6 @@ def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity:
     args = [str(len(mounts))]
     for source, point in mounts:
         args += [source, point]
-    return [helper("unshare"), "--mount", "--propagation", "private", "--",
+    return [helper("unshare"), "--mount", "--propagation", propagation, "--",
             "/bin/sh", "-c", "; ".join(steps), "wasm-runner-launch", *args]
 

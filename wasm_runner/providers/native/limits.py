@@ -427,7 +427,7 @@ def shell_quote_path(path: str) -> str:
 
 
 def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: SandboxIdentity | None = None,
-             mounts: list[tuple[str, str]] | None = None) -> list[str]:
+             mounts: list[tuple[str, str]] | None = None, propagation: str = "private") -> list[str]:
     """The host-side prefix that joins the run's cgroup and caps single-file size, then execs bwrap
     (as `identity` through the relay of `mounts` when that identity is a dropped one)."""
     steps = []
@@ -437,7 +437,7 @@ def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: Sand
         for path, value in cgroup.join_writes():
             steps.append(f"echo {value} > {shell_quote_path(path)}")
     if identity is not None and identity.dropped:
-        return dropping_launcher(steps, mounts or [], identity)
+        return dropping_launcher(steps, mounts or [], identity, propagation)
     if not steps:
         return []
     return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + SETUP_GUARD + ' ; exec "$@"', "wasm-runner-launch"]

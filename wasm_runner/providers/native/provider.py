@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,17 @@ from wasm_runner.capture import Capture
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
+from wasm_runner.providers.native.kernel import (
+    DRIVER_NAME,
+    PRELOAD,
+    KernelError,
+    NativeKernel,
+    NativeKernelSlot,
+    Reply,
+    slot_of,
+    spawner,
+)
+from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
 from wasm_runner.providers.native.ownership import normalize
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -43,6 +55,7 @@ from wasm_runner.providers.native.toolchain import (
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -97,6 +110,7 @@ class NativeProvider(Provider):
         python_data: str | os.PathLike | None = None,
         cgroups: CgroupMode = "auto",
         cgroup_parent: str | None = None,
+        ready_kernels: int = 1,
     ) -> None:
         self.policy = policy or sandbox.SandboxPolicy()
         self.allow_unsandboxed = allow_unsandboxed
@@ -113,6 +127,9 @@ class NativeProvider(Provider):
         self.identity: SandboxIdentity | None = None
         """The host user sandboxes run as (None while the sandbox is unusable)."""
         self.seccomp_program: Path | None = None
+        self.ready_kernels = ready_kernels
+        """Python kernels kept started ahead (data stack imported) for sessions' first calls."""
+        self._kernel_pool: KernelPool | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -166,6 +183,46 @@ class NativeProvider(Provider):
         except (ToolchainError, OSError) as exc:
             self.prepare_error = str(exc)
             log.warning("python-data is not available: %s", exc)
+            return
+        pool = self.kernel_pool()
+        if pool is not None:
+            pool.fill(kernel_key(Limits(), ()))
+
+    def kernel_pool(self) -> KernelPool | None:
+        """The kernels made ahead, where they can be (a root service with a usable sandbox)."""
+        if self.ready_kernels <= 0:
+            return None
+        _, problem, _ = self.environment()
+        identity = self.identity
+        if problem is not None or identity is None or not identity.dropped:
+            return None
+        with self._lock:
+            if self._kernel_pool is None:
+                self._kernel_pool = KernelPool(self.ready_kernels, identity, self._make_ahead)
+            return self._kernel_pool
+
+    def _make_ahead(self, workspace: Workspace, key: tuple, holder: MountHolder,
+                    on_close: Callable[[], None]) -> NativeKernel:
+        bwrap_path, problem, support = self.environment()
+        if bwrap_path is None or problem is not None:
+            raise KernelError(problem or "bubblewrap is unavailable")
+        memory_bytes, disk_bytes, _ = key
+        request = ExecRequest(language="python", provider="native",
+                              limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
+        try:
+            program = self._program(request, True)
+        except _Refusal as refusal:
+            raise KernelError(refusal.message) from None
+        call = _KernelCall(self.policy, request, workspace, Job(request, workspace), support, program, bwrap_path,
+                           self.identity, self.seccomp_program)
+        try:
+            return call.start_kernel(key, holder, on_close)
+        finally:
+            call.close_wake()
+
+    def close(self) -> None:
+        if self._kernel_pool is not None:
+            self._kernel_pool.close()
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -185,6 +242,10 @@ class NativeProvider(Provider):
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
+        if isolated and job.kernels is not None and _kernel_call(request):
+            call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
+                               self.identity, self.seccomp_program)
+            return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None)
@@ -242,6 +303,17 @@ class NativeProvider(Provider):
         return found
 
 
+def kernel_key(limits: Limits, mounts: tuple) -> tuple:
+    """What a kernel holds for its whole life (cgroup, rlimits, mounts): a call under others needs another kernel."""
+    return (limits.memory_bytes, limits.disk_bytes, mounts)
+
+
+def _kernel_call(request: ExecRequest) -> bool:
+    """A session's Python code runs in its kernel, unless it asks for a fresh process or a check."""
+    return (request.command is None and request.language == "python" and not request.fresh
+            and request.harness == "script")
+
+
 def process_request(command: str, args: list[str] | tuple[str, ...] = (), **fields: Any) -> ExecRequest:
     """The request behind `process(command, args, ...)` (HTTP POST /v1/sessions/{id}/process, the CLI).
 
@@ -294,6 +366,8 @@ class _Run:
         self._scratch: Path | None = None
         self.processes_exceeded = False
         self._next_full_count = 0.0
+        self.holder: MountHolder | None = None
+        """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -440,7 +514,10 @@ class _Run:
             os.lseek(args_fd, 0, os.SEEK_SET)
             argv = [self.bwrap, "--args", str(args_fd), "--", *inner]
             prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity,
-                              mounts=plan.mounts if plan is not None else None)
+                              mounts=plan.mounts if plan is not None else None,
+                              propagation="private" if self.holder is None else "slave")
+            if self.holder is not None:
+                prefix = self.holder.enter() + prefix
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
             return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
@@ -734,6 +811,169 @@ class _Run:
         if exit_code != 0 and self.request.command is None and self.request.language == "python":
             return _python_traceback(stderr)
         return None
+
+
+class _KernelCall(_Run):
+    """One call in a session's native kernel: the same confinement and accounting as a run,
+    with the sandbox kept between calls (see kernel.py)."""
+
+    def execute(self, slot: NativeKernelSlot | None = None, pool: KernelPool | None = None) -> ExecResult:
+        assert slot is not None
+        request = self.request
+        try:
+            self._normalize(before_run=True)
+        except OSError as exc:
+            return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
+                              error=GuestError(type="SandboxError", message=(
+                                  f"could not give the workspace to the sandbox user: {exc}")))
+        before = self.workspace.snapshot_before_run()
+        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
+        self.job.on_cancel(lambda: self.stop("cancelled"))
+        started = time.perf_counter()
+        reply = Reply(exit_code=126)
+        error: GuestError | None = None
+        restarted = False
+        kernel: NativeKernel | None = None
+        try:
+            key = kernel_key(self.limits, self.job.mounts)
+            if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
+                slot.kernel.close()
+                slot.kernel, slot.lost = None, True
+            if slot.kernel is None:
+                restarted, slot.lost = slot.lost, False
+                slot.kernel = pool.take(key, self.workspace) if pool is not None and not self.job.mounts else None
+                if slot.kernel is None:
+                    slot.kernel = self.start_kernel(key)
+            kernel = slot.kernel
+            self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
+            env = sandbox.sandbox_env(python_data=True, extra=request.env)
+            env["PWD"] = GUEST_WORKSPACE
+            payload = {"code": request.code, "env": env, "stdin": request.stdin,
+                       "outputs_budget": max(self.limits.output_bytes, 1 << 20)}
+
+            def begin() -> None:
+                self.job.started_at = time.monotonic()
+
+            reply = kernel.call(payload, self.timeout_s, self.stdout, self.stderr, self._wake_r,
+                                lambda: self._stop.reason, begin)
+            if reply.died:
+                slot.kernel, slot.lost = None, True
+        except (OSError, KernelError) as exc:
+            error = GuestError(type="SandboxError", message=f"could not start the native Python kernel: {exc}")
+            slot.kernel = None
+        finally:
+            watcher.unwatch(quota_key)
+            with self._stop_lock:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+            try:
+                self._normalize(before_run=False)
+            except OSError as exc:
+                log.error("could not clear special permission bits after a native kernel call: %s", exc)
+                if error is None:
+                    error = GuestError(type="SandboxError", message=(
+                        f"the run's files could not be checked for setuid/setgid bits: {exc}"))
+        duration_ms = (time.perf_counter() - started) * 1000
+        limit = reply.limit
+        if limit is None and over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts):
+            limit = "disk"
+        if (limit is None and kernel is not None and kernel.cgroup is None and reply.error is not None
+                and reply.error.type == "MemoryError"):
+            limit = "memory"  # rlimit mode: the allocation failed inside the program
+        if error is None:
+            if limit is not None:
+                message = LIMIT_MESSAGES[limit]
+                if limit == "timeout":
+                    message += (" (the kernel was interrupted; its state is kept)" if not reply.died else
+                                " (the kernel did not stop when interrupted: it was restarted)")
+                error = GuestError(type="LimitExceeded", message=message)
+            elif reply.crash is not None:
+                error = GuestError(type="KernelDied", message=f"{reply.crash}; the next call starts a new kernel")
+            else:
+                error = reply.error
+        return ExecResult(
+            stdout=self.stdout.text(),
+            stderr=self.stderr.text(),
+            exit_code=reply.exit_code if limit is None else 137,
+            value=reply.value if limit is None else None,
+            outputs=reply.outputs,
+            error=error,
+            limit=limit,
+            truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
+            duration_ms=round(duration_ms, 3),
+            memory_peak_bytes=kernel.memory_peak() if kernel is not None else None,
+            files=diff(before, self._snapshot_after(before)),
+            kernel_restarted=restarted,
+            language=request.language,
+            isolation="bubblewrap",
+            enforcement=self.enforcement,
+            id=request.id,
+        )
+
+    def close_wake(self) -> None:
+        with self._stop_lock:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+
+    def start_kernel(self, key: tuple, holder: MountHolder | None = None,
+                     on_close: Callable[[], None] | None = None) -> NativeKernel:
+        """A new kernel in a sandbox of this call's workspace (a slot's, in `holder`'s namespace)."""
+        data = self.program.python_data
+        assert data is not None
+        run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,
+                               cpus=self.policy.cpus, file_bytes=self.limits.disk_bytes or None)
+        cgroup: RunCgroup | None = None
+        if self.support.enforcement != "rlimit":
+            try:
+                cgroup = RunCgroup(self.support, run_limits)
+            except OSError as exc:
+                log.warning("could not create the kernel's cgroup (%s); using rlimits", exc)
+        self.cgroup = cgroup
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        status_r, status_w = os.pipe()
+        code_fd = os.memfd_create("wasm-runner-kernel", 0)
+        _write_all(code_fd, _driver_source())
+        os.lseek(code_fd, 0, os.SEEK_SET)
+        passed = [code_fd, status_w, request_r, reply_w]
+        extra: list[int] = []
+        try:
+            self.program = _Program([f"{sandbox.GUEST_PYTHON_DATA}/bin/python",
+                                     f"{sandbox.GUEST_CODE_DIR}/{DRIVER_NAME}", str(request_r), str(reply_w), *PRELOAD],
+                                    b"", DRIVER_NAME, python_data=data)
+            self.holder = holder
+            argv, env, cwd = self._command(run_limits, code_fd, status_w, extra)
+            proc = spawner.spawn(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                pass_fds=passed + extra, close_fds=True))
+        except BaseException:
+            for fd in (request_w, reply_r, status_r):
+                os.close(fd)
+            if cgroup is not None:
+                cgroup.release()
+            raise
+        finally:
+            self.cgroup = None  # the kernel owns it now: no single run releases it
+            for fd in passed + extra:
+                os.close(fd)
+        kernel = NativeKernel(proc, request_w, reply_r, status_r, cgroup, key, self.policy.kill_grace_s)
+        kernel.on_close = on_close
+        kernel.wait_ready()
+        return kernel
+
+
+_driver_bytes: bytes | None = None
+
+
+def _driver_source() -> bytes:
+    global _driver_bytes
+    if _driver_bytes is None:
+        from importlib.resources import files
+
+        _driver_bytes = files("wasm_runner._runtimes").joinpath("native", DRIVER_NAME).read_bytes()
+    return _driver_bytes
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -204,6 +204,7 @@ class WasmProvider(Provider):
             stderr=call.stderr.text(),
             exit_code=outcome.exit_code,
             value=outcome.value,
+            outputs=outcome.outputs,
             error=outcome.error,
             limit=outcome.limit,
             truncated=truncated,

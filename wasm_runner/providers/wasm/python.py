@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import wasmtime
 from wasmtime import component
 
@@ -49,7 +51,7 @@ from wasm_runner.providers.wasm.sandbox import (
     new_store,
     trap_outcome,
 )
-from wasm_runner_protocol.execution import GuestError, Limits
+from wasm_runner_protocol.execution import GuestError, Limits, RichOutput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -91,7 +93,9 @@ class PythonRuntime(Runtime):
                 f"the Python runtime needs componentize-py=={builder_version} (found {installed}); "
                 "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`"
             )
-        digest = hashlib.sha256(builder_version.encode() + json.dumps(BASE_ENV, sort_keys=True).encode())
+        tzdata = _tzdata_package(self.manifest["tzdata_version"])
+        digest = hashlib.sha256(builder_version.encode() + json.dumps(BASE_ENV, sort_keys=True).encode()
+                                + b"tzdata==" + self.manifest["tzdata_version"].encode())
         for path in sorted(guest.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(guest)).encode() + b"\0" + path.read_bytes())
@@ -100,13 +104,15 @@ class PythonRuntime(Runtime):
         with open(out.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one build across processes
             if not (out.exists() and sha_file.exists()):
-                self._componentize(guest, out, sha_file)
+                self._componentize(guest, out, sha_file, tzdata)
         return out, sha_file.read_text().strip()
 
-    def _componentize(self, guest: Path, out: Path, sha_file: Path) -> None:
+    def _componentize(self, guest: Path, out: Path, sha_file: Path, tzdata: Path) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) / "guest"
             shutil.copytree(guest, work, ignore=shutil.ignore_patterns("__pycache__"))
+            # The driver keeps the time-zone database in the snapshot (zoneinfo reads it from there).
+            shutil.copytree(tzdata, work / "tzdata", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             built = Path(tmp) / "python.wasm"
             exe = shutil.which("componentize-py") or "componentize-py"
             # A minimal environment: the snapshot keeps what the build's interpreter saw.
@@ -164,6 +170,20 @@ class PythonRuntime(Runtime):
     def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> PythonKernel:
         """An instance; a `reusable` one can be reset to new after a one-shot run."""
         return PythonKernel(self, view, limits, reusable)
+
+
+def _tzdata_package(pinned: str) -> Path:
+    """The installed `tzdata` distribution's package directory, at the version the manifest pins."""
+    try:
+        installed: str | None = version("tzdata")
+    except PackageNotFoundError:
+        installed = None
+    spec = importlib.util.find_spec("tzdata") if installed == pinned else None
+    if spec is None or spec.origin is None:
+        raise RuntimeUnavailableError(
+            f"the Python runtime needs tzdata=={pinned} (found {installed}) for its time-zone database; "
+            "run `wasm-runner prepare` or `pip install --require-hashes -r wasm_runner/_runtimes/requirements.lock`")
+    return Path(spec.origin).parent
 
 
 def _snapshot_objects(linker: component.Linker, compiled: component.Component, mapped_from: Path,
@@ -361,6 +381,12 @@ class PythonKernel(Kernel):
 def _outcome(response: dict) -> Outcome:
     error = response.get("error")
     outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"), phase=response.get("phase"))
+    outputs = response.get("outputs")
+    if outputs:
+        try:
+            outcome.outputs = msgspec.convert(outputs, list[RichOutput])
+        except msgspec.ValidationError:
+            pass  # the guest's own report, malformed: the call's outputs are left out
     if error is not None:
         outcome.error = GuestError(type=error["type"], message=error["message"], traceback=error.get("traceback", ""),
                                    line=error.get("line"), source=error.get("source"))

@@ -21,7 +21,7 @@ from wasm_runner.engine import EngineSettings, Interrupt, StopReason, get_engine
 from wasm_runner.engine.interrupt import stop_reason_in
 from wasm_runner.guest import Mount
 from wasm_runner.lowlevel.output import Sink, route_output
-from wasm_runner_protocol.execution import LIMIT_MESSAGES, GuestError, LimitName, Limits
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, GuestError, LimitName, Limits, RichOutput
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
 BASE_ENV: dict[str, str] = {
@@ -172,6 +172,8 @@ class Outcome:
     """The instance trapped and cannot be entered again (a kernel must be rebuilt)."""
     phase: str | None = None
     """With the check harness: `program` or `tests`, the part that produced this outcome."""
+    outputs: list[RichOutput] = field(default_factory=list)
+    """Rich outputs (displayed objects, the last expression), in order."""
 
 
 def engine_settings(limits: Limits) -> EngineSettings:

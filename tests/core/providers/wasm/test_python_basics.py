@@ -17,7 +17,7 @@ reprlib rlcompleter runpy sched secrets selectors shelve shlex shutil signal smt
 sre_parse stat statistics string stringprep struct symtable sys sysconfig tabnanny tarfile tempfile textwrap
 this timeit token tokenize tomllib trace traceback types typing unicodedata unittest unittest.mock urllib
 urllib.parse urllib.request urllib.robotparser uuid warnings wave weakref webbrowser xml xml.dom.minidom xml.etree.ElementTree
-xml.sax zipapp zipfile zipimport zlib zoneinfo
+xml.sax zipapp zipfile zipimport zlib zoneinfo tzdata
 """.split()
 
 
@@ -127,6 +127,8 @@ with zipfile.ZipFile(buf, "w") as z: z.writestr("a.txt", "zip")
         ("import ctypes", "ModuleNotFoundError"),
         ("import os; os.fork()", "AttributeError"),
         ("import ssl", "ModuleNotFoundError"),
+        ("import bz2", "ModuleNotFoundError"),
+        ("import lzma", "ModuleNotFoundError"),
     ],
 )
 def test_what_wasi_cannot_do_fails_with_a_python_exception(runner, code, error_type):
@@ -135,6 +137,48 @@ def test_what_wasi_cannot_do_fails_with_a_python_exception(runner, code, error_t
     assert result.error is not None
     assert result.error.type == error_type, result.error
     assert runner.run_sync("print('still fine')").stdout == "still fine\n"
+
+
+@pytest.mark.parametrize("module", ["bz2", "lzma"])
+def test_bz2_and_lzma_fail_with_an_import_error_saying_what_to_use_instead(runner, module):
+    error = runner.run_sync(f"import {module}").error
+    assert error.type == "ModuleNotFoundError"
+    assert "WebAssembly Python runtime" in error.message and "zlib" in error.message
+
+
+def test_zoneinfo_reads_the_iana_database_for_summer_and_winter_offsets(runner):
+    code = """
+import datetime, zoneinfo
+paris = zoneinfo.ZoneInfo("Europe/Paris")
+(str(datetime.datetime(2026, 7, 1, 12, tzinfo=paris).utcoffset()),
+ str(datetime.datetime(2026, 1, 15, 12, tzinfo=paris).utcoffset()),
+ datetime.datetime(2026, 7, 1, 12, tzinfo=paris).tzname(),
+ "America/New_York" in zoneinfo.available_timezones())
+"""
+    result = runner.run_sync(code)
+    assert result.value == "('2:00:00', '1:00:00', 'CEST', True)", result.stderr
+    missing = runner.run_sync("import zoneinfo\nzoneinfo.ZoneInfo('Nowhere/Land')").error
+    assert missing.type == "ZoneInfoNotFoundError"
+
+
+def test_the_last_expression_and_displayed_objects_are_typed_outputs(runner):
+    code = """
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><td>1</td></tr></table>"
+    def __repr__(self):
+        return "Table(1)"
+display("shown", Table())
+41 + 1
+"""
+    result = runner.run_sync(code)
+    assert [(o.type, o.data, o.plain) for o in result.outputs] == [
+        ("text/plain", "'shown'", None),
+        ("text/html", "<table><tr><td>1</td></tr></table>", "Table(1)"),
+        ("text/plain", "42", None),
+    ]
+    assert result.value == "42"
+    assert runner.run_sync("x = 1").outputs == []
 
 
 def test_exec_request_object_and_id_are_echoed(runner):

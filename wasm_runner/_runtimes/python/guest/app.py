@@ -19,6 +19,7 @@ import zlib
 
 import importlib.abc
 import importlib.machinery
+import importlib.resources.abc
 
 # --- the standard library, compiled now, importable at run time -------------
 # The stdlib directory the build sees is gone at run time, so every pure-Python
@@ -56,6 +57,13 @@ def _collect_stdlib():
     return table
 
 
+_UNAVAILABLE = {
+    name: (f"No module named {name!r}: the {public} module needs a C library that the WebAssembly Python "
+           f"runtime does not include; use zlib or gzip here, or run natively (profile python-data)")
+    for name, public in (("_bz2", "bz2"), ("_lzma", "lzma"))
+}
+
+
 class _StdlibImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, table):
         self._table = table
@@ -63,6 +71,8 @@ class _StdlibImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         entry = self._table.get(fullname)
         if entry is None:
+            if fullname in _UNAVAILABLE:
+                raise ModuleNotFoundError(_UNAVAILABLE[fullname], name=fullname)
             return None
         is_pkg, origin, _ = entry
         spec = importlib.machinery.ModuleSpec(fullname, self, origin=origin, is_package=is_pkg)
@@ -74,6 +84,11 @@ class _StdlibImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         return None
 
+    def get_resource_reader(self, fullname):
+        if fullname == "tzdata" or fullname.startswith("tzdata."):
+            return _TzReader(fullname[len("tzdata."):].replace(".", "/") if "." in fullname else "")
+        return None
+
     def exec_module(self, module):
         code = marshal.loads(zlib.decompress(self._table[module.__spec__.name][2]))
         exec(code, module.__dict__)
@@ -82,7 +97,87 @@ class _StdlibImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return sorted(self._table)
 
 
-STDLIB = _StdlibImporter(_collect_stdlib())
+# --- the IANA time-zone database (the `tzdata` distribution) -----------------
+# WASI has no /usr/share/zoneinfo, so zoneinfo falls back to the `tzdata` package through
+# importlib.resources. The host copies the pinned package next to this driver for the build;
+# its packages join the table above and its data files are kept here, compressed, and read
+# from memory (zoneinfo opens one file per zone it loads).
+
+_TZ_FILES = {}
+"""Path below tzdata/ ("zoneinfo/Europe/Paris") -> zlib-compressed contents."""
+_TZ_DIRS = {}
+"""Directory below tzdata/ ("" for the package itself) -> the names it holds."""
+
+
+def _collect_tzdata(table):
+    root = next((os.path.join(entry, "tzdata") for entry in sys.path if entry != "/python"
+                 and os.path.isfile(os.path.join(entry, "tzdata", "__init__.py"))), None)
+    if root is None:
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        rel = "" if rel == "." else rel
+        _TZ_DIRS[rel] = sorted(dirnames + filenames)
+        name = "tzdata" + ("." + rel.replace("/", ".") if rel else "")
+        for filename in filenames:
+            path = os.path.join(dirpath, filename)
+            with open(path, "rb") as f:
+                data = f.read()
+            if filename == "__init__.py":
+                origin = "/tzdata/" + (rel + "/" if rel else "") + filename
+                code = compile(data, origin, "exec", dont_inherit=True)
+                table[name] = (True, origin, zlib.compress(marshal.dumps(code), 6))
+            elif not filename.endswith((".py", ".pyc")):
+                _TZ_FILES[(rel + "/" if rel else "") + filename] = zlib.compress(data, 6)
+
+
+class _TzPath(importlib.resources.abc.Traversable):
+    """A file or directory of the kept time-zone database, for importlib.resources."""
+
+    def __init__(self, path):
+        self._path = path
+
+    @property
+    def name(self):
+        return self._path.rsplit("/", 1)[-1]
+
+    def is_dir(self):
+        return self._path in _TZ_DIRS
+
+    def is_file(self):
+        return self._path in _TZ_FILES
+
+    def iterdir(self):
+        if not self.is_dir():
+            raise NotADirectoryError(self._path)
+        prefix = self._path + "/" if self._path else ""
+        return iter([_TzPath(prefix + child) for child in _TZ_DIRS[self._path]])
+
+    def joinpath(self, *descendants):
+        parts = [p for p in "/".join((self._path, *map(str, descendants))).split("/") if p]
+        return _TzPath("/".join(parts))
+
+    __truediv__ = joinpath
+
+    def open(self, mode="r", *args, **kwargs):
+        if not self.is_file():
+            raise FileNotFoundError(f"no such resource in tzdata: {self._path}")
+        data = io.BytesIO(zlib.decompress(_TZ_FILES[self._path]))
+        return data if "b" in mode else io.TextIOWrapper(data, *args, **kwargs)
+
+
+class _TzReader:
+    def __init__(self, path):
+        self._path = path
+
+    def files(self):
+        return _TzPath(self._path)
+
+
+_stdlib_table = _collect_stdlib()
+_collect_tzdata(_stdlib_table)
+STDLIB = _StdlibImporter(_stdlib_table)
 sys.meta_path.insert(0, STDLIB)
 sys.dont_write_bytecode = True
 
@@ -317,6 +412,37 @@ def _descriptors_changed(fd_base):
 
 VALUE_REPR_LIMIT = 64 * 1024
 _namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+_outputs = []
+"""The call's rich outputs, in order: display()ed objects, then the last expression."""
+
+
+def _rich(value, plain=None):
+    """An object as an output: its HTML (with the plain text beside it) where it has one."""
+    if plain is None:
+        plain = repr(value)
+        if len(plain) > VALUE_REPR_LIMIT:
+            plain = plain[:VALUE_REPR_LIMIT] + "...[truncated]"
+    render = getattr(type(value), "_repr_html_", None)
+    if render is not None:
+        try:
+            html = render(value)
+        except Exception:  # noqa: BLE001 - a broken representation falls back to plain text
+            html = None
+        if isinstance(html, str) and html and len(html) <= 4 * VALUE_REPR_LIMIT:
+            _outputs.append({"type": "text/html", "data": html, "plain": plain})
+            return
+    _outputs.append({"type": "text/plain", "data": plain})
+
+
+def display(*objects):
+    """Show objects in the call's outputs, in order (as Jupyter's display())."""
+    for value in objects:
+        _rich(value)
+
+
+import builtins as _builtins  # noqa: E402
+
+_builtins.display = display
 _cells = [0]
 _seeded = [False]
 _applied_env = [None]
@@ -417,6 +543,8 @@ def _run_source(code, filename=None, want_value=True):
     filename = filename or f"<cell {_cells[0]}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     response = {"exit_code": 0}
+    if _outputs:
+        _outputs.clear()
     try:
         value = _exec_cell(code, filename, want_value)
         if value is not None:
@@ -425,6 +553,7 @@ def _run_source(code, filename=None, want_value=True):
             if len(text) > VALUE_REPR_LIMIT:
                 text = text[:VALUE_REPR_LIMIT] + "...[truncated]"
             response["value"] = text
+            _rich(value, text)
     except SystemExit as exc:
         response["exit_code"] = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - everything becomes a result
@@ -432,6 +561,8 @@ def _run_source(code, filename=None, want_value=True):
         sys.stderr.write(error["traceback"])
         response["exit_code"] = 1
         response["error"] = error
+    if _outputs:
+        response["outputs"] = list(_outputs)
     return response
 
 

@@ -1,0 +1,236 @@
+"""Driver of a native Python kernel; runs *inside* the bubblewrap sandbox.
+
+Part of the untrusted program: the host believes nothing it says beyond the cell's own
+results (its value, error and outputs, checked in shape and size by the host); limits,
+deadlines and restarts are decided by the host on what it observes itself.
+
+Protocol: one JSON line per call on the request descriptor (argv[1]), one JSON line per
+answer on the reply descriptor (argv[2]); the program's output goes to its standard
+streams, flushed before the answer is written. The first line written is {"ready": ...}
+once the preloaded modules are imported (argv[3:]), so a kernel made ahead pays them
+before a session asks.
+"""
+
+import ast
+import importlib
+import base64
+import builtins
+import io
+import json
+import linecache
+import os
+import sys
+import traceback
+
+REQUEST_FD, REPLY_FD = int(sys.argv[1]), int(sys.argv[2])
+PRELOAD = sys.argv[3:]
+VALUE_REPR_LIMIT = 100_000
+OUTPUT_BUDGET = [4 << 20]
+"""Bytes of rich outputs one call may return (the request may lower it); past it they are dropped."""
+
+sys.path[0] = ""  # modules of the workspace (the working directory) import, as with `python file.py` there
+sys.stdout.reconfigure(line_buffering=True, errors="backslashreplace")
+sys.stderr.reconfigure(line_buffering=True, errors="backslashreplace")
+
+_namespace = {"__name__": "__main__", "__builtins__": builtins}
+_outputs = []
+_spent = [0]
+_cells = [0]
+_applied_env = [None]
+
+
+def _preload():
+    loaded = []
+    for name in PRELOAD:
+        try:
+            if name == "matplotlib":
+                import matplotlib
+
+                matplotlib.use("Agg")
+                import matplotlib.pyplot  # noqa: F401
+            else:
+                __import__(name)
+            loaded.append(name)
+        except Exception:  # noqa: BLE001 - a module that is not installed is simply not preloaded
+            pass
+    return loaded
+
+
+def _add(kind, data, plain=None):
+    size = len(data) + len(plain or "")
+    if _spent[0] + size > OUTPUT_BUDGET[0]:
+        _outputs.append({"type": "text/plain", "data": f"[output dropped: {size} bytes past the outputs budget]"})
+        return
+    _spent[0] += size
+    item = {"type": kind, "data": data}
+    if plain is not None:
+        item["plain"] = plain
+    _outputs.append(item)
+
+
+def _short_repr(value):
+    text = repr(value)
+    return text if len(text) <= VALUE_REPR_LIMIT else text[:VALUE_REPR_LIMIT] + "...[truncated]"
+
+
+def _figure_png(figure):
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _is_figure(value):
+    figure = sys.modules.get("matplotlib.figure")
+    return figure is not None and isinstance(value, figure.Figure)
+
+
+def _rich(value):
+    """One object as outputs: a figure as PNG, else its richest representation, with plain text."""
+    if _is_figure(value):
+        _add("image/png", _figure_png(value), _short_repr(value))
+        return
+    plain = _short_repr(value)
+    for method, kind in (("_repr_png_", "image/png"), ("_repr_html_", "text/html")):
+        render = getattr(type(value), method, None)
+        if render is None:
+            continue
+        try:
+            data = render(value)
+        except Exception:  # noqa: BLE001 - a broken representation falls back to plain text
+            data = None
+        if data:
+            if kind == "image/png" and isinstance(data, bytes):
+                data = base64.b64encode(data).decode("ascii")
+            if isinstance(data, str):
+                _add(kind, data, plain)
+                return
+    _add("text/plain", plain)
+
+
+def display(*objects):
+    """Show objects in the call's outputs, in order (as Jupyter's display())."""
+    for value in objects:
+        _rich(value)
+
+
+def _flush_figures():
+    """Figures open now become PNG outputs and are closed (a figure is shown once)."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    for number in pyplot.get_fignums():
+        figure = pyplot.figure(number)
+        _add("image/png", _figure_png(figure), f"<Figure {number}>")
+    pyplot.close("all")
+
+
+def _patch_show():
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None and getattr(pyplot.show, "__module__", "") != __name__:
+        def show(*args, **kwargs):
+            _flush_figures()
+        pyplot.show = show
+
+
+builtins.display = display
+
+
+def _compile_cell(code, filename):
+    tree = ast.parse(code, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec", dont_inherit=True)
+    return body, (compile(last, filename, "eval", dont_inherit=True) if last else None)
+
+
+def _error(exc, filename):
+    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    summary.stack = traceback.StackSummary.from_list(
+        [frame for frame in summary.stack if frame.filename != __file__])
+    error = {"type": type(exc).__name__, "message": str(exc), "traceback": "".join(summary.format())}
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        error["line"] = exc.lineno
+    for frame in summary.stack:
+        if frame.filename == filename:
+            error["line"], error["source"] = frame.lineno, (frame.line or "").strip()
+    return error
+
+
+def _exit_code(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run(request):
+    env = request.get("env")
+    if env is not None and env != _applied_env[0]:
+        os.environ.clear()
+        os.environ.update(env)
+        _applied_env[0] = env
+    os.chdir("/workspace")  # again each call: the directory may have been bound since the last one
+    importlib.invalidate_caches()  # modules written since the last call
+    sys.stdin = io.StringIO(request.get("stdin", ""))
+    _outputs.clear()
+    _spent[0] = 0
+    OUTPUT_BUDGET[0] = int(request.get("outputs_budget", OUTPUT_BUDGET[0]))
+    _cells[0] += 1
+    filename = f"<cell {_cells[0]}>"
+    code = request["code"]
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    reply = {"exit_code": 0}
+    try:
+        _patch_show()
+        body, last = _compile_cell(code, filename)
+        exec(body, _namespace)
+        value = eval(last, _namespace) if last is not None else None
+        _patch_show()
+        _flush_figures()
+        if value is not None:
+            _namespace["_"] = value
+            reply["value"] = _short_repr(value)
+            _rich(value)
+    except SystemExit as exc:
+        reply["exit_code"] = _exit_code(exc)
+    except BaseException as exc:  # noqa: BLE001 - everything becomes a result
+        error = _error(exc, filename)
+        sys.stderr.write(error["traceback"])
+        reply["exit_code"] = 1
+        reply["error"] = error
+        try:
+            _flush_figures()
+        except Exception:  # noqa: BLE001
+            pass
+    reply["outputs"] = list(_outputs)
+    return reply
+
+
+def _send(message):
+    data = (json.dumps(message) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(REPLY_FD, view):]
+
+
+def main():
+    requests = os.fdopen(REQUEST_FD, "rb", buffering=0)
+    _send({"ready": _preload()})
+    buffered = io.BufferedReader(requests)
+    while True:
+        try:
+            line = buffered.readline()
+            if not line:
+                return
+            reply = _run(json.loads(line))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _send(reply)
+        except KeyboardInterrupt:  # an interrupt that came after its cell ended: nothing to stop
+            continue
+
+
+main()

@@ -1,0 +1,215 @@
+"""Native kernels made ahead: sandboxes that already imported the data stack, bound to a session once.
+
+Importing numpy, pandas and matplotlib takes about a second and a half; a session's first call
+should not wait for it. So the provider keeps a few kernels started ahead, each in a sandbox of
+its own whose /workspace and /tmp are empty *slot* directories, and gives one to the first
+call of a session: the host then binds the session's directories onto the slots, and the
+binds propagate into the running sandbox (the driver changes into /workspace again at each
+call). A kernel made ahead serves one session only, for its whole life, and is killed with it:
+no kernel ever sees two sessions' files or state.
+
+The binds happen in a mount namespace of the provider's own, held by a small process (the
+*holder*, a slave of the host's mounts, so session directories made later are visible in it):
+the slots are shared mounts there, each sandbox's launcher is a slave of it, and the host's
+mount table is never touched. This needs root (a root service drops to its sandbox user
+anyway); elsewhere kernels start on a session's first call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from wasm_runner.providers.native.identity import SandboxIdentity, helper
+from wasm_runner.providers.native.kernel import KernelError, NativeKernel
+from wasm_runner.workspace.layout import Workspace
+
+log = logging.getLogger("wasm_runner.native")
+
+MOUNT_TIMEOUT_S = 10.0
+
+
+class MountError(Exception):
+    """A bind in the holder's namespace failed."""
+
+
+class MountHolder:
+    """A process holding the provider's own mount namespace; it ends when the provider's pipe closes."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [helper("unshare"), "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", "read -r _"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"}, close_fds=True)
+
+    @property
+    def namespace(self) -> str:
+        return f"/proc/{self.proc.pid}/ns/mnt"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def enter(self) -> list[str]:
+        """A command prefix that runs the rest of the command in the holder's namespace."""
+        return [helper("nsenter"), f"--mount={self.namespace}", "--"]
+
+    def run(self, script: str, *args: str) -> None:
+        """Run a /bin/sh script (its arguments in "$@") in the holder's namespace."""
+        done = subprocess.run([*self.enter(), "/bin/sh", "-c", script, "wasm-runner-mount", *args],
+                              capture_output=True, timeout=MOUNT_TIMEOUT_S, env={"PATH": "/usr/bin:/bin"}, check=False)
+        if done.returncode != 0:
+            raise MountError(done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Slot:
+    """The empty /workspace and /tmp a kernel is made with, shared mounts in the holder's namespace."""
+
+    def __init__(self, holder: MountHolder, parent: Path, identity: SandboxIdentity) -> None:
+        self.holder = holder
+        self.workspace = Workspace(Path(tempfile.mkdtemp(prefix="slot-", dir=parent)))
+        self.workspace.ensure()
+        for path in (self.workspace.root, self.workspace.files, self.workspace.tmp):
+            path.chmod(0o755)
+        for path in (self.workspace.files, self.workspace.tmp):
+            os.chown(path, identity.uid, identity.gid)
+        mount = helper("mount")
+        holder.run(f'for d in "$@"; do {mount} --bind "$d" "$d" && {mount} --make-shared "$d" || exit 1; done',
+                   str(self.workspace.files), str(self.workspace.tmp))
+        self.bound: Workspace | None = None
+
+    def bind(self, workspace: Workspace) -> None:
+        """Show `workspace` in the sandbox made on this slot (once: a slot serves one session)."""
+        assert self.bound is None
+        mount = helper("mount")
+        self.holder.run(f'{mount} --bind -- "$1" "$2" && {mount} --bind -- "$3" "$4"',
+                        str(workspace.files), str(self.workspace.files), str(workspace.tmp), str(self.workspace.tmp))
+        self.bound = workspace
+
+    def remove(self) -> None:
+        """Unbind (in the holder's namespace) and remove the slot; in the service's own namespace
+        the slot never showed a session's files, so removing it there touches none of them."""
+        if self.holder.alive():
+            try:
+                self.holder.run(f'for d in "$@"; do while {helper("umount")} -l "$d" 2>/dev/null; do :; done; done',
+                                str(self.workspace.files), str(self.workspace.tmp))
+            except (MountError, OSError, subprocess.SubprocessError) as exc:
+                log.warning("could not unmount a kernel slot: %s", exc)
+        shutil.rmtree(self.workspace.root, ignore_errors=True)
+
+
+KernelFactory = Callable[[Workspace, tuple, MountHolder, Callable[[], None]], NativeKernel]
+"""Starts a kernel on a slot's workspace for a key, in the holder's namespace, calling the last
+argument once the kernel is closed (the provider's sandbox command)."""
+
+
+class KernelPool:
+    """Keeps `size` kernels made ahead for the key of the last call that wanted one."""
+
+    def __init__(self, size: int, identity: SandboxIdentity, make: KernelFactory) -> None:
+        self.size = size
+        self.identity = identity
+        self._make = make
+        self._lock = threading.Lock()
+        self._ready: list[tuple[NativeKernel, Slot]] = []
+        self._making = 0
+        self._want: tuple | None = None
+        self._holder: MountHolder | None = None
+        self._parent: Path | None = None
+        self.broken: str | None = None
+        """Why kernels cannot be made ahead here (then sessions start theirs on first call)."""
+        self._closed = False
+
+    def fill(self, key: tuple) -> None:
+        """Make kernels for `key` in the background until `size` are ready."""
+        with self._lock:
+            if self._closed or self.broken is not None:
+                return
+            if key != self._want:
+                self._want = key
+                stale, self._ready = self._ready, []
+            else:
+                stale = []
+            missing = self.size - len(self._ready) - self._making
+            self._making += max(missing, 0)
+        for kernel, _ in stale:
+            kernel.close()
+        for _ in range(max(missing, 0)):
+            threading.Thread(target=self._make_one, args=(key,), name="wasm-runner-kernel-ahead", daemon=True).start()
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return len(self._ready)
+
+    def take(self, key: tuple, workspace: Workspace) -> NativeKernel | None:
+        """A ready kernel for `key`, bound to `workspace` (None: none ready, start one now)."""
+        with self._lock:
+            found = next((pair for pair in self._ready if pair[0].key == key and not pair[0].closed), None)
+            if found is not None:
+                self._ready.remove(found)
+        kernel = found[0] if found is not None else None
+        if found is not None and kernel is not None:
+            try:
+                found[1].bind(workspace)
+            except (MountError, OSError, subprocess.SubprocessError) as exc:
+                log.warning("could not bind a session to a kernel made ahead: %s", exc)
+                kernel.close()
+                kernel = None
+        self.fill(key)
+        return kernel
+
+    def _make_one(self, key: tuple) -> None:
+        kernel: NativeKernel | None = None
+        slot: Slot | None = None
+        try:
+            holder, parent = self._namespace()
+            slot = Slot(holder, parent, self.identity)
+            kernel = self._make(slot.workspace, key, holder, slot.remove)
+        except (KernelError, MountError, OSError, subprocess.SubprocessError) as exc:
+            log.warning("could not make a native kernel ahead: %s", exc)
+            with self._lock:
+                self.broken = str(exc)
+            if slot is not None:
+                slot.remove()
+        finally:
+            with self._lock:
+                self._making -= 1
+                keep = kernel is not None and slot is not None and not self._closed and key == self._want
+                if keep and kernel is not None and slot is not None:
+                    self._ready.append((kernel, slot))
+        if kernel is not None and not keep:
+            kernel.close()
+
+    def _namespace(self) -> tuple[MountHolder, Path]:
+        with self._lock:
+            if self._holder is None or not self._holder.alive():
+                self._holder = MountHolder()
+            if self._parent is None:
+                self._parent = Path(tempfile.mkdtemp(prefix="wasm-runner-slots-"))
+                self._parent.chmod(0o755)
+            return self._holder, self._parent
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        for kernel, _ in ready:
+            kernel.close()
+        if self._holder is not None:
+            self._holder.close()
+        if self._parent is not None:
+            shutil.rmtree(self._parent, ignore_errors=True)
