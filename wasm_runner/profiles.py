@@ -116,7 +116,7 @@ class Profile(ConfigModel):
     """A named way to run code: runtime, limits, mounts, environment, network."""
 
     description: str = ""
-    language: Literal["python", "javascript", "bash", "sh"] = "python"
+    language: Literal["python", "javascript", "typescript", "bash", "sh"] = "python"
     """The runtime: the language used when a request names none."""
     provider: Literal["wasm", "native"] | None = None
     """Who runs it; null routes by language (python/javascript -> wasm)."""

@@ -12,7 +12,7 @@ import msgspec
 
 MiB = 1024 * 1024
 
-Language = Literal["python", "javascript", "bash", "sh"]
+Language = Literal["python", "javascript", "typescript", "bash", "sh"]
 ProviderName = Literal["wasm", "native"]
 LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
 Harness = Literal["script", "check"]
@@ -68,7 +68,7 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     command: list[str] | None = None
     """A program and its arguments, run by the native provider instead of `code`."""
     provider: ProviderName | None = None
-    """Who runs it; None routes by language (python/javascript -> wasm, bash/sh/command -> native)."""
+    """Who runs it; None routes by language (python/javascript/typescript -> wasm, bash/sh/command -> native)."""
     stdin: str = ""
     env: dict[str, str] = {}
     limits: Limits = Limits()

@@ -36,7 +36,7 @@ class KernelSlot:
 
 class WasmProvider(Provider):
     name = "wasm"
-    languages = frozenset({"python", "javascript"})
+    languages = frozenset({"python", "javascript", "typescript"})
 
     def __init__(self, mounts: tuple[Mount, ...] = (),
                  prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
@@ -79,6 +79,10 @@ class WasmProvider(Provider):
                     from wasm_runner.providers.wasm.javascript import JavaScriptRuntime
 
                     self._runtimes[language] = JavaScriptRuntime()
+                elif language == "typescript":
+                    from wasm_runner.providers.wasm.typescript import TypeScriptRuntime
+
+                    self._runtimes[language] = TypeScriptRuntime()
                 else:
                     raise NoProviderError(f"the wasm provider does not run {language!r}")
             return self._runtimes[language]
