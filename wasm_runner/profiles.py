@@ -23,7 +23,8 @@ A config file (TOML or JSON; the service's, which has more sections) may set:
     env_allowlist = ["MY_*"]
     mounts = [{ host = "/srv/datasets", guest = "/data" }]
 
-Built-in profiles: python, javascript (WebAssembly), and python-data, node, bash
+Built-in profiles: python, javascript, typescript (WebAssembly), and python-data, node,
+typescript-native, bun, bash
 (the native provider, where it is installed). Configuration is validated by pydantic.
 """
 
@@ -119,7 +120,7 @@ class Profile(ConfigModel):
     language: Literal["python", "javascript", "typescript", "bash", "sh"] = "python"
     """The runtime: the language used when a request names none."""
     provider: Literal["wasm", "native"] | None = None
-    """Who runs it; null routes by language (python/javascript -> wasm)."""
+    """Who runs it; null routes by language (python/javascript/typescript -> wasm)."""
     limits: LimitsConfig = LimitsConfig()
     mounts: list[MountConfig] = []
     env: dict[str, str] = {}
@@ -153,6 +154,14 @@ BUILTIN_PROFILES: dict[str, Profile] = {
                            env_allowlist=NATIVE_ENV),
     "node": Profile(description="native Node.js sandboxed by bubblewrap (needs the native provider)",
                     language="javascript", provider="native", env_allowlist=NATIVE_ENV),
+    "typescript": Profile(description="TypeScript in WebAssembly (WASI): transpiled in the sandbox, run by QuickJS",
+                          language="typescript"),
+    "typescript-native": Profile(description="TypeScript run by native Node.js (type stripping), sandboxed by "
+                                 "bubblewrap (needs the native provider and its JavaScript toolchain)",
+                                 language="typescript", provider="native", env_allowlist=NATIVE_ENV),
+    "bun": Profile(description="TypeScript and JavaScript run by native bun, sandboxed by bubblewrap (needs the "
+                   "native provider and its JavaScript toolchain)", language="typescript", provider="native",
+                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, env_allowlist=NATIVE_ENV),
     "bash": Profile(description="a shell and command-line tools sandboxed by bubblewrap "
                     "(needs the native provider)", language="bash", provider="native", env_allowlist=NATIVE_ENV),
 }
