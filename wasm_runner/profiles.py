@@ -287,13 +287,17 @@ class Profiles:
 
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
-                path_language: str | None = None, harness: Harness = "script", tests: str = "") -> ExecRequest:
+                path_language: str | None = None, harness: Harness = "script", tests: str = "",
+                typecheck: bool = False, typecheck_timeout_s: float = 60.0) -> ExecRequest:
         """The core request for these fields under `profile` (a command always runs natively)."""
         if language is msgspec.UNSET or language is None:
             language = path_language or profile.language
-        return ExecRequest(
-            code=code or "", language=language, command=command,
-            provider="native" if command is not None else profile.provider,
-            stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
-            harness=harness, tests=tests,
-        )
+        try:
+            return ExecRequest(
+                code=code or "", language=language, command=command,
+                provider="native" if command is not None else profile.provider,
+                stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
+                harness=harness, tests=tests, typecheck=typecheck, typecheck_timeout_s=typecheck_timeout_s,
+            )
+        except ValueError as exc:  # a combination the request's own rules refuse (typecheck of Python)
+            raise ProfileError(ErrorCode.VALIDATION_ERROR, str(exc)) from None

@@ -79,6 +79,18 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     tests: str = ""
     id: str | None = None
     """Caller's correlation id, echoed in the result (batch runs)."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with the TypeScript compiler (tsc, natively, in its own
+    sandbox) before it runs; the result's `diagnostics` lists what it found. The program runs
+    either way."""
+    typecheck_timeout_s: float = 60.0
+    """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.typecheck_timeout_s <= 600:
+            raise ValueError("typecheck_timeout_s must be in (0, 600]")
+        if self.typecheck and self.language != "typescript":
+            raise ValueError("typecheck applies to language typescript only")
 
 
 class GuestError(msgspec.Struct, omit_defaults=True):
@@ -94,6 +106,20 @@ class GuestError(msgspec.Struct, omit_defaults=True):
     hint: str | None = None
     """What to do about it, for the common sandbox failures (network denied, a variable not
     passed, a path outside the workspace)."""
+
+
+class Diagnostic(msgspec.Struct, omit_defaults=True):
+    """One finding of the type checker, as tsc reports it."""
+
+    file: str
+    """`<input>` for the program itself."""
+    line: int
+    column: int
+    code: int
+    """TypeScript's code (2322 for TS2322); 0 when the checker itself could not run."""
+    message: str
+    category: Literal["error", "warning", "suggestion", "message", "checker"] = "error"
+    """`checker`: the type check did not run or did not finish (the message says why and what to do)."""
 
 
 class FileChanges(msgspec.Struct, omit_defaults=True):
@@ -130,6 +156,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     enforcement: str | None = None
     """How native resource limits were enforced (e.g. "cgroup-v2", "cgroup-v1", "rlimit")."""
     id: str | None = None
+    diagnostics: list[Diagnostic] | None = None
+    """With `typecheck`: the type checker's findings (empty: the program type-checks)."""
 
     @property
     def ok(self) -> bool:

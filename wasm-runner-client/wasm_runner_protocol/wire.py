@@ -107,6 +107,10 @@ class ExecBody(_Body):
     tests: Annotated[str, Meta(max_length=4 * 1024 * 1024)] = ""
     id: Tag | None = None
     """Correlation id echoed in the result."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
+    """The type check's own time limit."""
 
 
 class ProcessBody(_Body):

@@ -48,7 +48,15 @@ from wasm_runner.providers.native.toolchain import (
 )
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
-from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
+from wasm_runner_protocol.execution import (
+    LIMIT_MESSAGES,
+    Diagnostic,
+    ExecRequest,
+    ExecResult,
+    GuestError,
+    LimitName,
+    Limits,
+)
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -205,6 +213,12 @@ class NativeProvider(Provider):
                    bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None)
         return run.execute()
+
+    def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
+        """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own."""
+        from wasm_runner.providers.native.typecheck import typecheck
+
+        return typecheck(self, code, timeout_s)
 
     def _program(self, request: ExecRequest, isolated: bool) -> _Program:
         for key, value in request.env.items():
