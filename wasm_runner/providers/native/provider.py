@@ -261,7 +261,9 @@ class NativeProvider(Provider):
                 script = 'mkdir -p /tmp/.wasm-runner && cp "$1" "$2" && shift && exec "$0" "$@"'
                 return _Program(["/bin/sh", "-c", script, tool, f"{code_dir}/{name}", copy], code, name,
                                 js_toolchain=toolchain)
-            return _Program([tool, f"{code_dir}/{name}"], code, name, js_toolchain=toolchain)
+            # Node strips types; transforming them too runs enums, namespaces and parameter properties.
+            flags = list(NODE_TYPESCRIPT_FLAGS) if request.language == "typescript" else []
+            return _Program([tool, *flags, f"{code_dir}/{name}"], code, name, js_toolchain=toolchain)
         why = f" (last attempt: {self.js_prepare_error})" if self.js_prepare_error else ""
         if engine == "bun" or request.language == "typescript":
             raise _Refusal("RuntimeUnavailable",
@@ -802,6 +804,7 @@ class _Run:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+NODE_TYPESCRIPT_FLAGS = ("--experimental-transform-types", "--disable-warning=ExperimentalWarning")
 JS_RUNTIME_VARIABLE = "WASM_RUNNER_JS_RUNTIME"
 """Which engine runs native JavaScript/TypeScript: node (default) or bun (set by the bun profile)."""
 
