@@ -292,11 +292,12 @@ class Profiles:
         """The core request for these fields under `profile` (a command always runs natively)."""
         if language is msgspec.UNSET or language is None:
             language = path_language or profile.language
+        resolved_env, resolved_limits = self.env(profile, env), self.limits(profile, limits)
         try:
             return ExecRequest(
                 code=code or "", language=language, command=command,
                 provider="native" if command is not None else profile.provider,
-                stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
+                stdin=stdin, env=resolved_env, limits=resolved_limits, fresh=fresh, id=id,
                 harness=harness, tests=tests, typecheck=typecheck, typecheck_timeout_s=typecheck_timeout_s,
             )
         except ValueError as exc:  # a combination the request's own rules refuse (typecheck of Python)

@@ -47,7 +47,8 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run.add_argument("-c", "--code", help="code to run instead of a file")
     run.add_argument("--lang", "--language", dest="language", choices=get_args(Language))
     run.add_argument("--profile", help="a named profile, as the service has them (python, javascript, typescript, "
-                                       "python-data, node, typescript-native, bun, bash, or a --config file's): its language, provider, limits, "
+                                       "python-data, node, typescript-native, bun, bash, or a --config file's): "
+                                       "its language, provider, limits, "
                                        "environment allowlist and mounts")
     run.add_argument("--config", help="the service's TOML or JSON config file: its profiles, default and maximum "
                                       "limits and default_profile (the profile used without --profile)")

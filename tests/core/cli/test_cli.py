@@ -112,7 +112,8 @@ def test_unknown_profile_is_a_clear_error_listing_the_known_ones():
     done = cli("run", "--profile", "nope", "-c", "print(1)")
     assert done.returncode == 2 and done.stdout == ""
     assert "no profile named 'nope'" in done.stderr
-    assert "available: bash, javascript, node, python, python-data" in done.stderr
+    assert ("available: bash, bun, javascript, node, python, python-data, typescript, typescript-native"
+            in done.stderr)
 
 
 CONFIG = """

@@ -218,7 +218,7 @@ class NativeProvider(Provider):
         """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own."""
         from wasm_runner.providers.native.typecheck import typecheck
 
-        return typecheck(self, code, timeout_s)
+        return typecheck(self.execute, code, timeout_s)
 
     def _program(self, request: ExecRequest, isolated: bool) -> _Program:
         for key, value in request.env.items():

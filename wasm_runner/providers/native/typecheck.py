@@ -13,15 +13,12 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from wasm_runner.providers.base import Job
 from wasm_runner.workspace.layout import Workspace
-from wasm_runner_protocol.execution import Diagnostic, ExecRequest, Limits, MiB
-
-if TYPE_CHECKING:
-    from wasm_runner.providers.native.provider import NativeProvider
+from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, Limits, MiB
 
 __all__ = ["TSC_OPTIONS", "parse_tsc_output", "typecheck"]
 
@@ -57,7 +54,9 @@ def parse_tsc_output(text: str, input_path: str = f"{CHECK_DIR}/input.ts") -> li
         match = _LINE.match(line)
         if match:
             file = match["file"]
-            found.append(Diagnostic(file=INPUT_NAME if file == input_path or file.endswith(f"/{input_tail}") else file, line=int(match["line"]),
+            if file == input_path or file.endswith(f"/{input_tail}"):
+                file = INPUT_NAME
+            found.append(Diagnostic(file=file, line=int(match["line"]),
                                     column=int(match["column"]), code=int(match["code"]), message=match["message"],
                                     category=match["category"]))  # type: ignore[arg-type]
             continue
@@ -76,8 +75,9 @@ def _checker(message: str) -> list[Diagnostic]:
     return [Diagnostic(file="", line=0, column=0, code=0, message=message, category="checker")]
 
 
-def typecheck(provider: NativeProvider, code: str, timeout_s: float) -> list[Diagnostic]:
-    """tsc's diagnostics for `code` (empty when it type-checks), run by `provider` in a sandbox."""
+def typecheck(execute: Callable[[Job], ExecResult], code: str, timeout_s: float) -> list[Diagnostic]:
+    """tsc's diagnostics for `code` (empty when it type-checks), run by `execute` (the native
+    provider's) in a sandbox."""
     script = (f"mkdir -p {CHECK_DIR} && cat > {CHECK_DIR}/input.ts && cat > {CHECK_DIR}/globals.d.ts <<'EOF'\n"
               f"{GLOBALS_D_TS}EOF\n"
               f'exec tsc "$@" {CHECK_DIR}/input.ts {CHECK_DIR}/globals.d.ts')
@@ -85,7 +85,7 @@ def typecheck(provider: NativeProvider, code: str, timeout_s: float) -> list[Dia
                           limits=Limits(timeout_s=timeout_s, memory_bytes=TYPECHECK_MEMORY_BYTES))
     root = Path(tempfile.mkdtemp(prefix="wasm-runner-typecheck-"))
     try:
-        result = provider.execute(Job(request, Workspace(root).ensure()))
+        result = execute(Job(request, Workspace(root).ensure()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if result.limit == "timeout":

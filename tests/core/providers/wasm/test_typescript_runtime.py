@@ -40,7 +40,8 @@ def test_a_program_with_interfaces_enums_generics_classes_and_await_prints_its_o
 
 
 def test_a_runtime_error_reports_the_typescript_line(runner):
-    code = "interface A {\n  x: number;\n}\n\nconst a: A = { x: 1 };\nfunction boom(n: number): never {\n  throw new RangeError(`bad ${n}`);\n}\nboom(a.x);\n"
+    code = ("interface A {\n  x: number;\n}\n\nconst a: A = { x: 1 };\nfunction boom(n: number): never {\n"
+            "  throw new RangeError(`bad ${n}`);\n}\nboom(a.x);\n")
     result = runner.run_sync(code, language="typescript")
     assert result.exit_code == 1
     assert (result.error.type, result.error.message) == ("RangeError", "bad 1")
@@ -55,7 +56,8 @@ def test_a_syntax_error_is_reported_on_its_line_before_anything_runs(runner):
 
 
 def test_es_modules_and_type_only_imports_run(runner):
-    code = "import type { Foo } from './nowhere';\nimport * as std from 'std';\nconst f: Foo | null = null;\nstd.out.puts(`${f}\\n`);\nexport {};\n"
+    code = ("import type { Foo } from './nowhere';\nimport * as std from 'std';\nconst f: Foo | null = null;\n"
+            "std.out.puts(`${f}\\n`);\nexport {};\n")
     result = runner.run_sync(code, language="typescript")
     assert result.error is None, result.stderr
     assert result.stdout == "null\n"
