@@ -798,6 +798,8 @@ class _Run:
             return GuestError(type="CommandNotFound", message=f"{match.group(1)}: {match.group(2)}")
         if exit_code != 0 and self.request.command is None and self.request.language == "python":
             return _python_traceback(stderr)
+        if exit_code != 0 and self.request.command is None and self.request.language in ("javascript", "typescript"):
+            return _js_error(stderr, self.request.code)
         return None
 
 
@@ -831,6 +833,29 @@ def _python_traceback(stderr: str) -> GuestError | None:
     if not sep and not re.fullmatch(r"[\w.]+", last):
         return None
     return GuestError(type=type_.split(".")[-1], message=message, traceback=tb[-8000:])
+
+
+_JS_ERROR_LINE = re.compile(r"^(?:Uncaught )?(?P<type>[A-Z]\w*)(?: \[\w+\])?: (?P<message>.*)$|^error: (?P<bun>.*)$")
+_JS_PLACE = re.compile(r"/main\.[jt]s:(\d+)")
+
+
+def _js_error(stderr: str, code: str) -> GuestError | None:
+    """Node's or bun's report of an uncaught error, with its line in the program, as a GuestError."""
+    for line in stderr.splitlines():
+        match = _JS_ERROR_LINE.match(line)
+        if match:
+            break
+    else:
+        return None
+    type_, message = (match["type"], match["message"]) if match["type"] else ("Error", match["bun"])
+    error = GuestError(type=type_, message=message, traceback=stderr.strip()[-8000:])
+    place = _JS_PLACE.search(stderr)
+    if place is not None:
+        error.line = int(place.group(1))
+        lines = code.splitlines()
+        if 0 < error.line <= len(lines):
+            error.source = lines[error.line - 1].strip()
+    return error
 
 
 def _exit_code(status: int) -> int:

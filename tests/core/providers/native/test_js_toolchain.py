@@ -48,6 +48,16 @@ def test_the_native_profiles_run_a_ts_file(js_runner, profile, engine):
 
 
 @needs_js_toolchain
+@pytest.mark.parametrize("profile", ["typescript-native", "bun"])
+def test_a_native_runtime_error_names_the_typescript_line(js_runner, profile):
+    code = "interface A { n: number }\nconst a: A = { n: 1 };\n\nthrow new TypeError(`bad ${a.n}`);\n"
+    result = js_runner.run_sync(_profile_request(profile, code))
+    assert result.exit_code == 1
+    assert result.error is not None and "bad 1" in result.error.message
+    assert (result.error.line, result.error.source) == (4, "throw new TypeError(`bad ${a.n}`);")
+
+
+@needs_js_toolchain
 def test_tsc_and_biome_check_workspace_files_in_a_session(js_runner):
     session = js_runner.session()
     session.workspace.ensure()
