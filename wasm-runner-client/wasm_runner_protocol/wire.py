@@ -149,6 +149,9 @@ class OneShotBody(_Body):
     """Workspace path -> text, or {"base64": ...} for bytes."""
     outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
     """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv")."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
 
 
 class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):

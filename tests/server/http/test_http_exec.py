@@ -13,6 +13,9 @@ import aiohttp
 import pytest
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
+from wasm_runner.providers.native import find_js_toolchain
+from wasm_runner.providers.native.bwrap import find_bwrap
+
 NEEDS_BWRAP = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (scripts/install-native.sh installs it as root)")
 
@@ -86,6 +89,17 @@ async def test_typescript_runs_in_a_session_and_keeps_its_state(client):
     async with client.put(f"/v1/sessions/{sid}/files/job.ts", data=b"const x: number = 2;\nconsole.log(x);\n"):
         pass
     assert (await run(client, sid, None, path="job.ts"))["stdout"] == "2\n"  # the extension names the language
+
+
+@pytest.mark.skipif(find_js_toolchain() is None or find_bwrap() is None,
+                    reason="typecheck needs bubblewrap (sandbox) and the JavaScript toolchain (wasm-runner prepare)")
+async def test_one_shot_typecheck_returns_the_diagnostics_with_the_result(client):
+    code = "const n: number = 'two';\nconsole.log(n);\n"
+    status, data = await call(client, "POST", "/v1/exec", json={"code": code, "language": "typescript",
+                                                                "typecheck": True})
+    assert status == 200, data
+    assert data["stdout"] == "two\n"
+    assert [(d["file"], d["line"], d["code"]) for d in data["diagnostics"]] == [("<input>", 1, 2322)]
 
 
 async def test_typecheck_of_a_python_program_is_refused(client):
