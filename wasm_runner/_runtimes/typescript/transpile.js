@@ -82,7 +82,7 @@ transpile.explain = (type, message, code) => {
   }
   if (type === 'SyntaxError' && /'@'/.test(message)) {
     return ' (decorators are not supported in WebAssembly: QuickJS has none and the transpiler, sucrase, '
-      + 'keeps them; use the typescript-native profile)';
+      + 'keeps them; use the bun profile)';
   }
   return '';
 };

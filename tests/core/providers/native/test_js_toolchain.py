@@ -58,6 +58,17 @@ def test_a_native_runtime_error_names_the_typescript_line(js_runner, profile):
 
 
 @needs_js_toolchain
+def test_bun_runs_a_class_with_a_decorator(js_runner):
+    code = ("function logged(value: any, context: ClassMethodDecoratorContext) {\n"
+            "  return function (this: any, ...args: any[]) { console.log('call', String(context.name)); "
+            "return value.apply(this, args); };\n}\n"
+            "class A {\n  @logged\n  hi(n: number): number { return n * 2; }\n}\nconsole.log(new A().hi(21));\n")
+    result = js_runner.run_sync(_profile_request("bun", code))
+    assert result.error is None, result.stderr
+    assert result.stdout == "call hi\n42\n"
+
+
+@needs_js_toolchain
 def test_tsc_and_biome_check_workspace_files_in_a_session(js_runner):
     session = js_runner.session()
     session.workspace.ensure()
