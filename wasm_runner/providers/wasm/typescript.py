@@ -8,9 +8,9 @@ program is transpiled inside the sandbox by that code; sucrase removes types in 
 lines (and runtime errors' line numbers) are the TypeScript source's.
 
 Sucrase handles types, interfaces, enums, generics, `import type`, parameter properties,
-abstract classes and ES modules; decorators pass through as written and namespaces with
-values are refused by sucrase (both with an error on their line). Type checking is not a
-transform: see `wasm_runner.providers.native.typecheck`.
+abstract classes and ES modules; it erases namespaces (reading them as types) and passes
+decorators through to QuickJS, which has none: the driver's error then says so and names a
+native profile. Type checking is not a transform: see `wasm_runner.providers.native.typecheck`.
 """
 
 from __future__ import annotations
