@@ -40,8 +40,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from wasm_runner.egress.credentials import check_credential
+from wasm_runner.egress.policy import EgressRules, PolicyError
 from wasm_runner.errors import InvalidRequestError
 from wasm_runner.guest import Mount
+from wasm_runner_protocol.egress import Credential, EgressMode, EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB
 from wasm_runner_protocol.guest import check_guest_path
@@ -113,6 +116,57 @@ class MountConfig(ConfigModel):
         return value
 
 
+class CredentialConfig(ConfigModel):
+    """A secret the host adds to requests for `destinations` (read from the host's `env` or a `file`)."""
+
+    destinations: list[str]
+    header: str = "Authorization"
+    template: str = "Bearer {secret}"
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> CredentialConfig:
+        check_credential(self.as_credential())
+        return self
+
+    def as_credential(self) -> Credential:
+        return Credential(destinations=tuple(self.destinations), header=self.header, template=self.template,
+                          env=self.env, file=None if self.file is None else str(self.file))
+
+
+class NetworkConfig(ConfigModel):
+    """A profile's network policy: `deny`, an `allowlist` of destinations, or `open` (any public
+    destination: private and metadata addresses still need an entry naming them). A string
+    ("deny", "open") is short for the mode alone."""
+
+    mode: EgressMode = "deny"
+    allow: list[str] = []
+    credentials: list[CredentialConfig] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_alone(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> NetworkConfig:
+        if self.mode == "deny" and self.allow:
+            raise ValueError("a deny policy takes no allow entries (use mode = \"allowlist\")")
+        if self.mode == "allowlist" and not self.allow:
+            raise ValueError("an allowlist needs at least one entry in allow")
+        EgressRules(self.policy)  # every entry parses
+        return self
+
+    @property
+    def policy(self) -> EgressPolicy:
+        return EgressPolicy(mode=self.mode, allow=tuple(self.allow))
+
+    @property
+    def rules(self) -> EgressRules:
+        return EgressRules(self.policy)
+
+
 class Profile(ConfigModel):
     """A named way to run code: runtime, limits, mounts, environment, network."""
 
@@ -127,8 +181,8 @@ class Profile(ConfigModel):
     """Variables every run of this profile sees."""
     env_allowlist: list[str] = ["*"]
     """Names (fnmatch patterns) a request may set in `env`; others are refused."""
-    network: Literal["deny"] = "deny"
-    """Guests have no sockets; "deny" is the only setting."""
+    network: NetworkConfig = NetworkConfig()
+    """Where runs may connect, and the credentials the host adds (`deny` by default)."""
 
     def allows_env(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)
@@ -288,17 +342,33 @@ class Profiles:
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "",
-                typecheck: bool = False, typecheck_timeout_s: float = 60.0) -> ExecRequest:
+                network: EgressPolicy | None = None, typecheck: bool = False,
+                typecheck_timeout_s: float = 60.0) -> ExecRequest:
         """The core request for these fields under `profile` (a command always runs natively)."""
         if language is msgspec.UNSET or language is None:
             language = path_language or profile.language
         resolved_env, resolved_limits = self.env(profile, env), self.limits(profile, limits)
+        egress = self.egress(profile, network)
         try:
             return ExecRequest(
                 code=code or "", language=language, command=command,
                 provider="native" if command is not None else profile.provider,
                 stdin=stdin, env=resolved_env, limits=resolved_limits, fresh=fresh, id=id,
-                harness=harness, tests=tests, typecheck=typecheck, typecheck_timeout_s=typecheck_timeout_s,
+                harness=harness, tests=tests, egress=egress,
+                credentials=tuple(c.as_credential() for c in profile.network.credentials),
+                typecheck=typecheck, typecheck_timeout_s=typecheck_timeout_s,
             )
         except ValueError as exc:  # a combination the request's own rules refuse (typecheck of Python)
             raise ProfileError(ErrorCode.VALIDATION_ERROR, str(exc)) from None
+
+    @staticmethod
+    def egress(profile: Profile, requested: EgressPolicy | None) -> EgressPolicy:
+        """The profile's network policy, or the request's if it only narrows it."""
+        if requested is None:
+            return profile.network.policy
+        try:
+            return profile.network.rules.narrowed(requested)
+        except PolicyError as exc:
+            raise ProfileError(ErrorCode.NETWORK_NOT_ALLOWED, str(exc),
+                               "a request may only narrow its profile's network policy; "
+                               "use a profile whose policy allows it") from None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from wasm_runner.profiles import BUILTIN_PROFILES, ProfileError, Profiles, ProfilesConfig, load_profiles
-from wasm_runner_protocol.execution import Limits
+from wasm_runner_protocol.egress import EgressPolicy
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.execution import ExecRequest, Limits
 from wasm_runner_protocol.wire import LimitsPatch
 
 CONFIG = ProfilesConfig.model_validate({
@@ -70,3 +72,49 @@ def test_a_config_file_gives_its_execution_sections_and_leaves_the_rest(tmp_path
     config = load_profiles(path)
     assert config.default_profile == "small" and config.all_profiles()["small"].language == "bash"
     assert load_profiles(None) == ProfilesConfig()
+
+
+def network_profiles(network: object) -> Profiles:
+    return Profiles(ProfilesConfig.model_validate({"profiles": {"net": {"language": "python", "network": network}}}))
+
+
+def resolve_network(profiles: Profiles, network: EgressPolicy | None) -> ExecRequest:
+    _, profile = profiles.get("net")
+    return profiles.request(profile, language=None, code="", command=None, stdin="", env={}, limits=None,
+                            fresh=False, id=None, network=network)
+
+
+def test_profiles_deny_the_network_by_default_and_accept_the_mode_alone():
+    assert Profiles().request(Profiles().get("python")[1], language=None, code="", command=None, stdin="", env={},
+                              limits=None, fresh=False, id=None).egress == EgressPolicy(mode="deny")
+    assert resolve_network(network_profiles("open"), None).egress == EgressPolicy(mode="open")
+
+
+def test_a_request_narrows_its_profiles_network_and_cannot_widen_it():
+    profiles = network_profiles({"mode": "allowlist", "allow": ["*.example.com", "127.0.0.1"]})
+    narrowed = EgressPolicy(mode="allowlist", allow=("api.example.com",))
+    assert resolve_network(profiles, narrowed).egress == narrowed
+    with pytest.raises(ProfileError) as caught:
+        resolve_network(profiles, EgressPolicy(mode="allowlist", allow=("evil.test",)))
+    assert caught.value.code == ErrorCode.NETWORK_NOT_ALLOWED and "evil.test" in caught.value.message
+
+
+@pytest.mark.parametrize(("network", "says"), [
+    ({"mode": "allowlist"}, "at least one entry"),
+    ({"mode": "deny", "allow": ["x.test"]}, "takes no allow entries"),
+    ({"mode": "allowlist", "allow": ["ftp://x.test"]}, "scheme"),
+    ({"mode": "open", "credentials": [{"destinations": ["x.test"]}]}, "exactly one of env or file"),
+    ({"mode": "open", "credentials": [{"destinations": ["x.test"], "env": "T", "template": "Bearer"}]}, "{secret}"),
+])
+def test_malformed_network_settings_are_refused_at_load(network, says):
+    with pytest.raises(ValueError, match=says):
+        network_profiles(network)
+
+
+def test_a_profiles_credentials_reach_the_request_as_references_only(monkeypatch):
+    monkeypatch.setenv("NET_TOKEN", "never-in-the-request")
+    profiles = network_profiles({"mode": "allowlist", "allow": ["api.github.test"],
+                                 "credentials": [{"destinations": ["api.github.test"], "env": "NET_TOKEN"}]})
+    request = resolve_network(profiles, None)
+    assert request.credentials[0].env == "NET_TOKEN"
+    assert "never-in-the-request" not in repr(request)

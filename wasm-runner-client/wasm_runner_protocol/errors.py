@@ -72,6 +72,7 @@ class ErrorCode(StrEnum):
     LIMIT_EXCEEDS_MAXIMUM = "limit_exceeds_maximum"
     INVALID_LIMITS = "invalid_limits"
     ENV_NOT_ALLOWED = "env_not_allowed"
+    NETWORK_NOT_ALLOWED = "network_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
     FILE_ERROR = "file_error"

@@ -10,6 +10,8 @@ from typing import Literal
 
 import msgspec
 
+from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkEvent
+
 MiB = 1024 * 1024
 
 Language = Literal["python", "javascript", "typescript", "bash", "sh"]
@@ -79,6 +81,10 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     tests: str = ""
     id: str | None = None
     """Caller's correlation id, echoed in the result (batch runs)."""
+    egress: EgressPolicy = DENY
+    """Where the run may connect (resolved from the profile; a request may only narrow it)."""
+    credentials: tuple[Credential, ...] = ()
+    """Secrets the host adds on the way out (from the profile, never from a client)."""
     typecheck: bool = False
     """TypeScript: type-check the program with the TypeScript compiler (tsc, natively, in its own
     sandbox) before it runs; the result's `diagnostics` lists what it found. The program runs
@@ -154,6 +160,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     language: str = "python"
     isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
     enforcement: str | None = None
+    network: list[NetworkEvent] = []
+    """Every egress decision of the run, in order."""
     """How native resource limits were enforced (e.g. "cgroup-v2", "cgroup-v1", "rlimit")."""
     id: str | None = None
     diagnostics: list[Diagnostic] | None = None

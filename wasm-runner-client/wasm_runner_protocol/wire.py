@@ -16,6 +16,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
 from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
@@ -318,7 +319,7 @@ class ProfileInfo(msgspec.Struct, kw_only=True):
     limits: Limits
     mounts: list[MountInfo]
     env_allowlist: list[str]
-    network: Literal["deny"]
+    network: EgressPolicy
 
 
 class ProfileList(msgspec.Struct, kw_only=True):

@@ -160,7 +160,7 @@ env_allowlist = []
     assert by_name["python-data"]["provider"] == "native" and by_name["bash"]["language"] == "bash"
     assert by_name["reader"]["limits"]["timeout_s"] == 5
     assert by_name["reader"]["mounts"] == [{"guest": "/data", "read_only": True}]
-    assert all(p["network"] == "deny" for p in data["profiles"])
+    assert all(p["network"] == {"mode": "deny", "allow": []} for p in data["profiles"])
     assert data["max_limits"]["timeout_s"] == 60
     body = {"profile": "reader", "code": "print(open('/data/data.txt').read())"}
     status, result = await call(client, "POST", "/v1/exec", json=body)

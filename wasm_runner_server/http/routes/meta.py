@@ -50,7 +50,7 @@ async def profiles(request: web.Request) -> web.Response:
     listed = [
         ProfileInfo(name=name, description=p.description, language=p.language, provider=p.provider,
                     limits=execution.limits(p, None), mounts=[MountInfo(guest=m.guest) for m in p.mounts],
-                    env_allowlist=list(p.env_allowlist), network=p.network)
+                    env_allowlist=list(p.env_allowlist), network=p.network.policy)
         for name, p in sorted(execution.profiles.items())
     ]
     return json_response(ProfileList(default=execution.default_profile, profiles=listed,

@@ -1,0 +1,123 @@
+"""The host's egress decisions: entries, private ranges, narrowing, resolution and credentials."""
+
+import ipaddress
+
+import pytest
+
+from wasm_runner.egress import CredentialBroker, EgressRules, MissingSecretError, PolicyError, Resolver, parse_destination
+from wasm_runner_protocol.egress import Credential, EgressPolicy
+
+
+def rules(mode: str = "allowlist", *allow: str) -> EgressRules:
+    return EgressRules(EgressPolicy(mode=mode, allow=allow))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("entry", ["", "*", "a.*.b", "ftp://x.org", "x.org:0", "x.org:70000", "x.org:http", "[::1",
+                                   "10.0.0.0/33", "a..b", "x.org/path"])
+def test_malformed_entries_are_refused_with_the_entry_named(entry):
+    with pytest.raises(PolicyError) as caught:
+        parse_destination(entry)
+    assert repr(entry) in str(caught.value) or "not a" in str(caught.value)
+
+
+def test_names_wildcards_ports_and_schemes():
+    r = rules("allowlist", "api.example.com", "*.cdn.example.net", "https://secure.example.org:8443")
+    assert r.refusal("https", "API.Example.COM.", 443) is None
+    assert r.refusal("http", "api.example.com", 8080) is None
+    assert r.refusal("https", "a.b.cdn.example.net", 443) is None
+    assert r.refusal("https", "cdn.example.net", 443) is not None  # the wildcard is below the suffix only
+    assert r.refusal("https", "evilapi.example.com", 443) is not None
+    assert r.refusal("https", "secure.example.org", 8443) is None
+    assert r.refusal("http", "secure.example.org", 8443) is not None
+    assert r.refusal("https", "secure.example.org", 443) is not None
+    assert "allowlist" in (r.refusal("https", "other.test", 443) or "")
+
+
+def test_deny_refuses_everything_and_open_refuses_only_by_address():
+    assert rules("deny").refusal("https", "example.com", 443) == "the network policy is deny"
+    open_ = rules("open")
+    assert open_.refusal("https", "anything.example", 443) is None
+    assert open_.refusal("ftp", "anything.example", 21) is not None
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+                                     "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1"])
+def test_private_loopback_link_local_and_metadata_addresses_need_an_entry_naming_them(address):
+    ip = ipaddress.ip_address(address)
+    assert rules("open").address_refusal(ip, 80) is not None
+    assert rules("allowlist", "api.example.com").address_refusal(ip, 80) is not None
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+    network = f"{mapped}/{mapped.max_prefixlen}"
+    assert rules("allowlist", network).address_refusal(ip, 80) is None
+    assert rules("allowlist", f"[{mapped}]:81" if mapped.version == 6 else f"{mapped}:81").address_refusal(ip, 80) is not None
+
+
+def test_public_addresses_pass_the_address_check():
+    assert rules("open").address_refusal(ipaddress.ip_address("93.184.215.14"), 443) is None
+    assert rules("open").address_refusal(ipaddress.ip_address("2606:4700::1111"), 443) is None
+
+
+def test_resolution_is_checked_after_dns_so_a_name_cannot_reach_a_private_address():
+    resolver = Resolver({"api.allowed.test": ["127.0.0.1"], "mixed.test": ["127.0.0.1", "93.184.215.14"]})
+    plan = resolver.plan(rules("allowlist", "api.allowed.test"), "http", "api.allowed.test", 8080)
+    assert not plan.allowed and "127.0.0.1" in (plan.refusal or "")
+    plan = resolver.plan(rules("allowlist", "api.allowed.test", "127.0.0.1"), "http", "api.allowed.test", 8080)
+    assert plan.allowed and [str(a) for a in plan.addresses] == ["127.0.0.1"]
+    plan = resolver.plan(rules("open"), "https", "mixed.test", 443)
+    assert plan.allowed and [str(a) for a in plan.addresses] == ["93.184.215.14"]  # only the checked address
+    plan = resolver.plan(rules("allowlist", "127.0.0.1"), "http", "evil.test", 80)
+    assert not plan.allowed and "allowlist" in (plan.refusal or "")
+
+
+def test_a_name_that_does_not_resolve_is_refused_with_the_reason():
+    plan = Resolver().plan(rules("open"), "https", "no-such-name.invalid", 443)
+    assert not plan.allowed and "does not resolve" in (plan.refusal or "")
+
+
+def test_bad_resolver_overrides_are_refused():
+    with pytest.raises(ValueError, match="IP addresses"):
+        Resolver({"x.test": ["not-an-ip"]})
+
+
+@pytest.mark.parametrize(("profile", "requested"), [
+    (("allowlist", "api.example.com"), ("deny",)),
+    (("allowlist", "*.example.com"), ("allowlist", "api.example.com:443", "*.cdn.example.com")),
+    (("allowlist", "10.0.0.0/8"), ("allowlist", "10.1.0.0/16", "10.2.3.4")),
+    (("allowlist", "api.example.com"), ("allowlist", "https://api.example.com")),
+    (("open",), ("allowlist", "anything.example")),
+    (("open", "127.0.0.0/8"), ("open", "127.0.0.1")),
+])
+def test_a_request_may_narrow_its_profile(profile, requested):
+    policy = EgressPolicy(mode=requested[0], allow=requested[1:])
+    assert rules(*profile).narrowed(policy) == policy
+
+
+@pytest.mark.parametrize(("profile", "requested", "says"), [
+    (("deny",), ("allowlist", "api.example.com"), "deny"),
+    (("allowlist", "api.example.com"), ("open",), "cannot make it open"),
+    (("allowlist", "api.example.com:443"), ("allowlist", "api.example.com"), "not within"),
+    (("allowlist", "*.example.com"), ("allowlist", "example.com"), "not within"),
+    (("allowlist", "https://api.example.com"), ("allowlist", "api.example.com"), "not within"),
+    (("allowlist", "10.0.0.0/16"), ("allowlist", "10.0.0.0/8"), "not within"),
+    (("open",), ("allowlist", "127.0.0.1"), "not within"),
+])
+def test_a_request_cannot_widen_its_profile(profile, requested, says):
+    with pytest.raises(PolicyError, match=says):
+        rules(*profile).narrowed(EgressPolicy(mode=requested[0], allow=requested[1:]))
+
+
+def test_credentials_are_added_only_for_their_destinations_and_redacted(monkeypatch, tmp_path):
+    monkeypatch.setenv("TEST_TOKEN", "s3cr3t-value")
+    (tmp_path / "key").write_text("file-secret\n")
+    broker = CredentialBroker([
+        Credential(destinations=("api.github.test",), env="TEST_TOKEN"),
+        Credential(destinations=("https://*.store.test",), header="X-Api-Key", template="{secret}", file=str(tmp_path / "key")),
+    ])
+    assert broker.headers_for("https", "api.github.test", 443) == {"Authorization": "Bearer s3cr3t-value"}
+    assert broker.headers_for("https", "eu.store.test", 443) == {"X-Api-Key": "file-secret"}
+    assert broker.headers_for("http", "eu.store.test", 80) == {}
+    assert broker.headers_for("https", "evil.test", 443) == {}
+    assert broker.redact("token s3cr3t-value and file-secret") == "token [redacted] and [redacted]"
+    monkeypatch.delenv("TEST_TOKEN")
+    with pytest.raises(MissingSecretError, match="TEST_TOKEN"):
+        broker.headers_for("https", "api.github.test", 443)
