@@ -2,7 +2,7 @@
 
     python benchmarks/bench_core.py [--seconds 10] [--samples 200]
 
-Fresh-instance latency for Python and JavaScript, kernel-turn latency, the cost of
+Fresh-instance latency for Python, JavaScript and TypeScript, kernel-turn latency, the cost of
 printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
 Python runs per second with two worker threads, resident memory per idle kernel, and the
 start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`.
@@ -195,6 +195,9 @@ def main() -> None:
         report["python_fresh_back_to_back"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0)
         report["javascript_fresh"] = fresh_latency(runner, "javascript", "console.log(1+1)", args.samples, 0.02)
         report["javascript_fresh_back_to_back"] = fresh_latency(runner, "javascript", "console.log(1+1)", args.samples, 0)
+        # TypeScript beside JavaScript: what the in-sandbox transpile adds (bench_typescript.py has the rest).
+        report["typescript_fresh"] = fresh_latency(runner, "typescript", "console.log(1+1)", args.samples, 0.02)
+        report["typescript_fresh_back_to_back"] = fresh_latency(runner, "typescript", "console.log(1+1)", args.samples, 0)
         report["python_kernel_turn"] = kernel_turn(runner, "python", "x = 0", "x += 1", args.samples)
         report["javascript_kernel_turn"] = kernel_turn(runner, "javascript", "var x = 0", "x += 1", args.samples)
         report["python_printing"] = printing(runner, "python")

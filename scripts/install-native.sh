@@ -2,7 +2,9 @@
 # Install the native provider's system tools (bubblewrap and the document/image/OCR tools it
 # runs) on Debian or Ubuntu. Run as root:   sudo sh scripts/install-native.sh
 # Elsewhere (not root, or no apt-get) it changes nothing and says what to install by hand.
-# Then build the python-data environment once:   python -m wasm_runner.providers.native prepare
+# Then build the python-data environment and the pinned JavaScript toolchain (Node 24, bun, tsc,
+# Biome, uv; what the node, typescript-native and bun profiles run) once:
+#   python -m wasm_runner.providers.native prepare      (scripts/install runs `wasm-runner prepare`, which does both)
 set -eu
 
 PACKAGES="bubblewrap python3-seccomp util-linux mount pandoc tesseract-ocr tesseract-ocr-eng imagemagick poppler-utils fonts-dejavu-core python3 python3-venv ca-certificates"

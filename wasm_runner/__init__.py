@@ -1,4 +1,4 @@
-"""wasm-runner: run untrusted Python and JavaScript in WebAssembly with hard limits."""
+"""wasm-runner: run untrusted Python, JavaScript and TypeScript in WebAssembly with hard limits."""
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.errors import (
@@ -15,9 +15,10 @@ from wasm_runner.guest import Mount
 from wasm_runner.runner import Runner
 from wasm_runner.session import Session
 from wasm_runner_protocol import __version__ as __version__
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, FileChanges, GuestError, Limits, RichOutput
+from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, FileChanges, GuestError, Limits, RichOutput
 
 __all__ = [
+    "Diagnostic",
     "ExecRequest",
     "ExecResult",
     "FileChanges",

@@ -23,7 +23,8 @@ A config file (TOML or JSON; the service's, which has more sections) may set:
     env_allowlist = ["MY_*"]
     mounts = [{ host = "/srv/datasets", guest = "/data" }]
 
-Built-in profiles: python, javascript (WebAssembly), and python-data, node, bash
+Built-in profiles: python, javascript, typescript (WebAssembly), and python-data, node,
+typescript-native, bun, bash
 (the native provider, where it is installed). Configuration is validated by pydantic.
 """
 
@@ -170,10 +171,10 @@ class Profile(ConfigModel):
     """A named way to run code: runtime, limits, mounts, environment, network."""
 
     description: str = ""
-    language: Literal["python", "javascript", "bash", "sh"] = "python"
+    language: Literal["python", "javascript", "typescript", "bash", "sh"] = "python"
     """The runtime: the language used when a request names none."""
     provider: Literal["wasm", "native"] | None = None
-    """Who runs it; null routes by language (python/javascript -> wasm)."""
+    """Who runs it; null routes by language (python/javascript/typescript -> wasm)."""
     limits: LimitsConfig = LimitsConfig()
     mounts: list[MountConfig] = []
     env: dict[str, str] = {}
@@ -207,6 +208,14 @@ BUILTIN_PROFILES: dict[str, Profile] = {
                            env_allowlist=NATIVE_ENV),
     "node": Profile(description="native Node.js sandboxed by bubblewrap (needs the native provider)",
                     language="javascript", provider="native", env_allowlist=NATIVE_ENV),
+    "typescript": Profile(description="TypeScript in WebAssembly (WASI): transpiled in the sandbox, run by QuickJS",
+                          language="typescript"),
+    "typescript-native": Profile(description="TypeScript run by native Node.js (type stripping), sandboxed by "
+                                 "bubblewrap (needs the native provider and its JavaScript toolchain)",
+                                 language="typescript", provider="native", env_allowlist=NATIVE_ENV),
+    "bun": Profile(description="TypeScript and JavaScript run by native bun, sandboxed by bubblewrap (needs the "
+                   "native provider and its JavaScript toolchain)", language="typescript", provider="native",
+                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, env_allowlist=NATIVE_ENV),
     "bash": Profile(description="a shell and command-line tools sandboxed by bubblewrap "
                     "(needs the native provider)", language="bash", provider="native", env_allowlist=NATIVE_ENV),
 }
@@ -333,17 +342,24 @@ class Profiles:
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "",
-                network: EgressPolicy | None = None) -> ExecRequest:
+                network: EgressPolicy | None = None, typecheck: bool = False,
+                typecheck_timeout_s: float = 60.0) -> ExecRequest:
         """The core request for these fields under `profile` (a command always runs natively)."""
         if language is msgspec.UNSET or language is None:
             language = path_language or profile.language
-        return ExecRequest(
-            code=code or "", language=language, command=command,
-            provider="native" if command is not None else profile.provider,
-            stdin=stdin, env=self.env(profile, env), limits=self.limits(profile, limits), fresh=fresh, id=id,
-            harness=harness, tests=tests, egress=self.egress(profile, network),
-            credentials=tuple(c.as_credential() for c in profile.network.credentials),
-        )
+        resolved_env, resolved_limits = self.env(profile, env), self.limits(profile, limits)
+        egress = self.egress(profile, network)
+        try:
+            return ExecRequest(
+                code=code or "", language=language, command=command,
+                provider="native" if command is not None else profile.provider,
+                stdin=stdin, env=resolved_env, limits=resolved_limits, fresh=fresh, id=id,
+                harness=harness, tests=tests, egress=egress,
+                credentials=tuple(c.as_credential() for c in profile.network.credentials),
+                typecheck=typecheck, typecheck_timeout_s=typecheck_timeout_s,
+            )
+        except ValueError as exc:  # a combination the request's own rules refuse (typecheck of Python)
+            raise ProfileError(ErrorCode.VALIDATION_ERROR, str(exc)) from None
 
     @staticmethod
     def egress(profile: Profile, requested: EgressPolicy | None) -> EgressPolicy:

@@ -44,7 +44,10 @@ def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
         from wasm_runner.providers.native import NativeProvider
     except ImportError:
         return providers
-    providers.append(NativeProvider())
+    native = NativeProvider()
+    providers.append(native)
+    for provider in providers:
+        provider.typechecker = native.typecheck
     return providers
 
 

@@ -36,7 +36,7 @@ def structs_of(module: ModuleType) -> list[str]:
 
 def test_wasm_runner():
     assert exported(wasm_runner) == [
-        "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
+        "Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
         "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "RichOutput", "Runner",
         "RunnerClosedError", "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
     ]
@@ -63,7 +63,8 @@ def test_wasm_runner_client():
 def test_wasm_runner_protocol():
     """The wire schema: its modules and every Struct they define."""
     assert exported(wasm_runner_protocol) == ["execution", "wire"]
-    assert structs_of(execution) == ["ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits", "RichOutput"]
+    assert structs_of(execution) == ["Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits",
+                                     "RichOutput"]
     assert structs_of(wire) == [
         "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
         "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",

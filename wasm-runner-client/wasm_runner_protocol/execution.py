@@ -14,7 +14,7 @@ from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkE
 
 MiB = 1024 * 1024
 
-Language = Literal["python", "javascript", "bash", "sh"]
+Language = Literal["python", "javascript", "typescript", "bash", "sh"]
 ProviderName = Literal["wasm", "native"]
 LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
 Harness = Literal["script", "check"]
@@ -70,7 +70,7 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     command: list[str] | None = None
     """A program and its arguments, run by the native provider instead of `code`."""
     provider: ProviderName | None = None
-    """Who runs it; None routes by language (python/javascript -> wasm, bash/sh/command -> native)."""
+    """Who runs it; None routes by language (python/javascript/typescript -> wasm, bash/sh/command -> native)."""
     stdin: str = ""
     env: dict[str, str] = {}
     limits: Limits = Limits()
@@ -85,6 +85,18 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     """Where the run may connect (resolved from the profile; a request may only narrow it)."""
     credentials: tuple[Credential, ...] = ()
     """Secrets the host adds on the way out (from the profile, never from a client)."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with the TypeScript compiler (tsc, natively, in its own
+    sandbox) before it runs; the result's `diagnostics` lists what it found. The program runs
+    either way."""
+    typecheck_timeout_s: float = 60.0
+    """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.typecheck_timeout_s <= 600:
+            raise ValueError("typecheck_timeout_s must be in (0, 600]")
+        if self.typecheck and self.language != "typescript":
+            raise ValueError("typecheck applies to language typescript only")
 
 
 class GuestError(msgspec.Struct, omit_defaults=True):
@@ -100,6 +112,20 @@ class GuestError(msgspec.Struct, omit_defaults=True):
     hint: str | None = None
     """What to do about it, for the common sandbox failures (network denied, a variable not
     passed, a path outside the workspace)."""
+
+
+class Diagnostic(msgspec.Struct, omit_defaults=True):
+    """One finding of the type checker, as tsc reports it."""
+
+    file: str
+    """`<input>` for the program itself."""
+    line: int
+    column: int
+    code: int
+    """TypeScript's code (2322 for TS2322); 0 when the checker itself could not run."""
+    message: str
+    category: Literal["error", "warning", "suggestion", "message", "checker"] = "error"
+    """`checker`: the type check did not run or did not finish (the message says why and what to do)."""
 
 
 class FileChanges(msgspec.Struct, omit_defaults=True):
@@ -150,10 +176,12 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     language: str = "python"
     isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
     enforcement: str | None = None
+    """How native resource limits were enforced (e.g. "cgroup-v2", "cgroup-v1", "rlimit")."""
     network: list[NetworkEvent] = []
     """Every egress decision of the run, in order."""
-    """How native resource limits were enforced (e.g. "cgroup-v2", "cgroup-v1", "rlimit")."""
     id: str | None = None
+    diagnostics: list[Diagnostic] | None = None
+    """With `typecheck`: the type checker's findings (empty: the program type-checks)."""
 
     @property
     def ok(self) -> bool:

@@ -60,7 +60,8 @@ def check_guest_path(path: str) -> str:
 
 
 EXTENSION_LANGUAGES: dict[str, str] = {
-    ".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".sh": "bash", ".bash": "bash",
+    ".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
+    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".sh": "bash", ".bash": "bash",
 }
 """File extension (lower case) to the language that runs it."""
 

@@ -108,6 +108,10 @@ class ExecBody(_Body):
     tests: Annotated[str, Meta(max_length=4 * 1024 * 1024)] = ""
     id: Tag | None = None
     """Correlation id echoed in the result."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
+    """The type check's own time limit."""
 
 
 class ProcessBody(_Body):
@@ -146,6 +150,9 @@ class OneShotBody(_Body):
     """Workspace path -> text, or {"base64": ...} for bytes."""
     outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
     """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv")."""
+    typecheck: bool = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
 
 
 class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -43,11 +43,12 @@ class LazyHandler:
 
 def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run code in a sandbox and print its output (exit status: the guest's)")
-    run.add_argument("script", nargs="?", help="a .py, .js or .sh file to run")
+    run.add_argument("script", nargs="?", help="a .py, .js, .ts/.mts or .sh file to run")
     run.add_argument("-c", "--code", help="code to run instead of a file")
     run.add_argument("--lang", "--language", dest="language", choices=get_args(Language))
-    run.add_argument("--profile", help="a named profile, as the service has them (python, javascript, python-data, "
-                                       "node, bash, or a --config file's): its language, provider, limits, "
+    run.add_argument("--profile", help="a named profile, as the service has them (python, javascript, typescript, "
+                                       "python-data, node, typescript-native, bun, bash, or a --config file's): "
+                                       "its language, provider, limits, "
                                        "environment allowlist and mounts")
     run.add_argument("--config", help="the service's TOML or JSON config file: its profiles, default and maximum "
                                       "limits and default_profile (the profile used without --profile)")
@@ -56,6 +57,9 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run.add_argument("--stdin", dest="stdin_file", help="file whose content is the guest's stdin")
     run.add_argument("--provider", choices=["wasm", "native"], help="who runs it (default: the profile's, else by language)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of the guest's output")
+    run.add_argument("--typecheck", action="store_true",
+                     help="TypeScript: type-check with tsc first and print its diagnostics (exit status 1 on an error)")
+    run.add_argument("--typecheck-timeout", type=float, default=60.0, help="the type check's seconds (60)")
     limits = run.add_argument_group("limits (default: the profile's; without a profile, in parentheses)")
     defaults = Limits()
     limits.add_argument("--timeout", type=float, help=f"wall-clock seconds ({defaults.timeout_s})")

@@ -51,6 +51,9 @@ def run_command(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(result)) + b"\n")
     else:
         _report(result)
+    type_errors = any(d.category in ("error", "checker") for d in result.diagnostics or ())
+    if result.exit_code == 0 and type_errors:
+        return 1
     return result.exit_code if 0 <= result.exit_code < 256 else 1
 
 
@@ -97,10 +100,11 @@ def _limit_flags(args: argparse.Namespace) -> dict[str, object]:
 def _flags_request(args: argparse.Namespace, code: str, path_language: str | None, env: dict[str, str]) -> ExecRequest:
     try:
         limits = Limits(**_limit_flags(args))
+        return ExecRequest(code=code, language=args.language or path_language or "python", env=env,
+                           stdin=_stdin(args), limits=limits, provider=args.provider, typecheck=args.typecheck,
+                           typecheck_timeout_s=args.typecheck_timeout)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return ExecRequest(code=code, language=args.language or path_language or "python", env=env, stdin=_stdin(args),
-                       limits=limits, provider=args.provider)
 
 
 def _profile_request(args: argparse.Namespace, code: str, path_language: str | None,
@@ -120,7 +124,8 @@ def _profile_request(args: argparse.Namespace, code: str, path_language: str | N
         _, profile = profiles.get(args.profile)
         request = profiles.request(profile, language=args.language, code=code, command=None, stdin=_stdin(args),
                                    env=env, limits=LimitsPatch(**_limit_flags(args)), fresh=False, id=None,
-                                   path_language=path_language)
+                                   path_language=path_language, typecheck=args.typecheck,
+                                   typecheck_timeout_s=args.typecheck_timeout)
     except ProfileError as exc:
         raise UsageError(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else "")) from None
     if args.provider is not None:
@@ -135,6 +140,10 @@ def _echo(stream: str, data: bytes) -> None:
 
 
 def _report(result: ExecResult) -> None:
+    for d in result.diagnostics or ():  # as tsc prints them
+        place = f"{d.file}({d.line},{d.column}): " if d.file else ""
+        print(f"{place}{d.category} TS{d.code}: {d.message}" if d.code else f"[wasm-runner] typecheck: {d.message}",
+              file=sys.stderr)
     if result.truncated:
         print(f"[wasm-runner] output truncated: {', '.join(result.truncated)}", file=sys.stderr)
     if result.limit is not None:

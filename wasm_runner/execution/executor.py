@@ -75,7 +75,7 @@ class Executor:
                     return  # cancelled while queued
                 try:
                     with holding:
-                        result = provider.execute(job)
+                        result = provider.run(job)
                 except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                     delivered.set_exception(exc)
                     return

@@ -62,7 +62,7 @@ class ItemLane:
         if self.stop_requested:
             job.cancel()
         try:
-            return provider.execute(job)
+            return provider.run(job)
         except Exception as exc:  # noqa: BLE001 - one item's failure is its result
             log.exception("a batch item failed on the host")
             return host_error_result(request, exc)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from wasm_runner.capture import OutputListener
 from wasm_runner.guest import Mount
 from wasm_runner.workspace.layout import Workspace
-from wasm_runner_protocol.execution import ExecRequest, ExecResult
+from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult
 
 
 @dataclass
@@ -58,6 +58,24 @@ class Provider(ABC):
     name: ClassVar[str]
     """How a request names it (`ExecRequest.provider`)."""
     languages: ClassVar[frozenset[str]]
+    typechecker: Callable[[str, float], list[Diagnostic]] | None = None
+    """Type-checks a TypeScript program (code, time limit) for `typecheck` requests; set by
+    `default_providers` (the native provider's tsc)."""
+
+    def run(self, job: Job) -> ExecResult:
+        """`execute`, preceded by the program's type check when the request asks for one."""
+        request = job.request
+        if not request.typecheck:
+            return self.execute(job)
+        if self.typechecker is None:
+            diagnostics = [Diagnostic(file="", line=0, column=0, code=0, category="checker",
+                                      message="type checking needs the native provider's tsc "
+                                              "(bubblewrap and `wasm-runner prepare`), which this Runner lacks")]
+        else:
+            diagnostics = self.typechecker(request.code, request.typecheck_timeout_s)
+        result = self.execute(job)
+        result.diagnostics = diagnostics
+        return result
 
     @abstractmethod
     def execute(self, job: Job) -> ExecResult:

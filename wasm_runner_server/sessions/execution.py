@@ -88,11 +88,13 @@ class Execution:
 
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
-                path_language: str | None = None, harness: Harness = "script", tests: str = "") -> ExecRequest:
+                path_language: str | None = None, harness: Harness = "script", tests: str = "",
+                typecheck: bool = False, typecheck_timeout_s: float = 60.0) -> ExecRequest:
         with profile_refusal():
             return self.resolver.request(profile, language=language, code=code, command=command, stdin=stdin,
                                          env=env, limits=limits, fresh=fresh, id=id, path_language=path_language,
-                                         harness=harness, tests=tests)
+                                         harness=harness, tests=tests, typecheck=typecheck,
+                                         typecheck_timeout_s=typecheck_timeout_s)
 
     @staticmethod
     def check_provider(runner: Runner, request: ExecRequest) -> None:

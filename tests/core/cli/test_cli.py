@@ -112,7 +112,8 @@ def test_unknown_profile_is_a_clear_error_listing_the_known_ones():
     done = cli("run", "--profile", "nope", "-c", "print(1)")
     assert done.returncode == 2 and done.stdout == ""
     assert "no profile named 'nope'" in done.stderr
-    assert "available: bash, javascript, node, python, python-data" in done.stderr
+    assert ("available: bash, bun, javascript, node, python, python-data, typescript, typescript-native"
+            in done.stderr)
 
 
 CONFIG = """
@@ -162,3 +163,27 @@ def test_an_invalid_config_file_is_a_clear_error(tmp_path):
     config.write_text('[profiles.x]\nlanguage = "cobol"\n')
     done = cli("run", "--config", str(config), "-c", "print(1)")
     assert done.returncode == 2 and "invalid configuration" in done.stderr and "language" in done.stderr
+
+
+def test_a_ts_file_runs_as_typescript_and_its_error_names_the_typescript_line(tmp_path):
+    script = tmp_path / "job.ts"
+    script.write_text("interface Job { n: number }\nconst job: Job = { n: 6 };\nconsole.log(job.n * 7);\n"
+                      "\nthrow new Error('after');\n")
+    done = cli("run", "--json", str(script))
+    result = json.loads(done.stdout)
+    assert result["stdout"] == "42\n" and result["language"] == "typescript"
+    assert result["error"]["line"] == 5
+    mts = tmp_path / "job.mts"
+    mts.write_text("const n: number = await Promise.resolve(2);\nconsole.log(n);\nexport {};\n")
+    done = cli("run", str(mts))
+    assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr
+
+
+def test_lang_typescript_runs_code():
+    done = cli("run", "--lang", "typescript", "-c", "const s: string = 'ts';\nconsole.log(s.toUpperCase());")
+    assert (done.returncode, done.stdout) == (0, "TS\n"), done.stderr
+
+
+def test_typecheck_of_python_is_a_usage_error():
+    done = cli("run", "--typecheck", "-c", "print(1)")
+    assert done.returncode == 2 and "typecheck applies to language typescript only" in done.stderr

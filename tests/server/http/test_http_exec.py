@@ -13,6 +13,9 @@ import aiohttp
 import pytest
 from server_helpers import assert_error_shape, call, eventually, new_session, run
 
+from wasm_runner.providers.native import find_js_toolchain
+from wasm_runner.providers.native.bwrap import find_bwrap
+
 NEEDS_BWRAP = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (scripts/install-native.sh installs it as root)")
 
@@ -76,6 +79,42 @@ async def test_exec_by_path_in_a_session(client):
     status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec", json={"path": "nope.py"})
     assert status == 404
     assert_error_shape(data, "file_not_found")
+
+
+async def test_typescript_runs_in_a_session_and_keeps_its_state(client):
+    sid = await new_session(client)
+    first = await run(client, sid, "interface P { n: number }\nconst p: P = { n: 41 };", language="typescript")
+    assert first["error"] is None and first["language"] == "typescript"
+    assert (await run(client, sid, "p.n + 1", language="typescript"))["value"] == "42"
+    async with client.put(f"/v1/sessions/{sid}/files/job.ts", data=b"const x: number = 2;\nconsole.log(x);\n"):
+        pass
+    assert (await run(client, sid, None, path="job.ts"))["stdout"] == "2\n"  # the extension names the language
+
+
+@pytest.mark.skipif(find_js_toolchain() is None or find_bwrap() is None,
+                    reason="typecheck needs bubblewrap (sandbox) and the JavaScript toolchain (wasm-runner prepare)")
+async def test_one_shot_typecheck_returns_the_diagnostics_with_the_result(client):
+    code = "const n: number = 'two';\nconsole.log(n);\n"
+    status, data = await call(client, "POST", "/v1/exec", json={"code": code, "language": "typescript",
+                                                                "typecheck": True})
+    assert status == 200, data
+    assert data["stdout"] == "two\n"
+    assert [(d["file"], d["line"], d["code"]) for d in data["diagnostics"]] == [("<input>", 1, 2322)]
+
+
+async def test_typecheck_of_a_python_program_is_refused(client):
+    sid = await new_session(client)
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec", json={"code": "1", "typecheck": True})
+    assert status == 422
+    assert_error_shape(data, "validation_error")
+
+
+async def test_the_openapi_language_enum_has_typescript(client):
+    status, spec = await call(client, "GET", "/openapi.json")
+    assert status == 200
+    language = spec["components"]["schemas"]["ExecBody"]["properties"]["language"]
+    assert sorted(language["enum"]) == ["bash", "javascript", "python", "sh", "typescript"]
+    assert {"typecheck", "typecheck_timeout_s"} <= set(spec["components"]["schemas"]["ExecBody"]["properties"])
 
 
 async def _events(response: aiohttp.ClientResponse):

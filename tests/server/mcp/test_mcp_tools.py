@@ -211,6 +211,16 @@ async def test_a_guest_error_is_a_result_naming_the_line(connect: Connect) -> No
 
 
 
+async def test_typescript_runs_through_sandbox_execute_code(connect: Connect) -> None:
+    async with connect() as session:
+        schema = (await session.list_tools()).tools
+        execute = next(tool for tool in schema if tool.name == "sandbox_execute_code")
+        assert "typescript" in json.dumps(execute.input_schema)
+        result = ok(await session.call_tool("sandbox_execute_code", {
+            "code": "enum E { A = 40 }\nconst n: number = E.A + 2;\nconsole.log(n);\n", "language": "typescript"}))
+    assert result.structured_content["stdout"] == "42\n"
+
+
 async def test_the_check_harness_gives_a_verdict(connect: Connect) -> None:
     async with connect() as session:
         checked = await session.call_tool("sandbox_execute_code", {

@@ -30,6 +30,11 @@
   scriptArgs.length = 0;
   scriptArgs.push('<input>');
 
+  // The TypeScript snapshot evaluates its transpiler (../typescript/transpile.js) before this
+  // file; the driver keeps it, out of the program's reach.
+  const transpile = typeof globalThis.__wasm_runner_transpile === 'function' ? globalThis.__wasm_runner_transpile : null;
+  delete globalThis.__wasm_runner_transpile;
+
   // ---------------------------------------------------------------- inspect
 
   const IDENT = /^[A-Za-z_$][\w$]*$/;
@@ -435,6 +440,15 @@
   function report(e, code, inPromise = false) {
     const error = describe(e);
     if (inPromise) error.traceback = `Uncaught (in promise) ${error.traceback.replace(/^Uncaught /, '')}`;
+    if (e instanceof SyntaxError && typeof e.tsLine === 'number') {
+      // The transpiler refused the program: its place, as a parser's error shows it.
+      error.traceback = `${error.traceback}\n    at ${currentFilename}:${e.tsLine}:${e.tsColumn}`;
+    }
+    if (transpile !== null) {
+      const more = transpile.explain(error.type, error.message, code);
+      error.message += more;
+      if (more) error.traceback = error.traceback.replace(/^([^\n]*)/, (first) => first + more);
+    }
     locate(error, code);
     try { emit(std.err, error.traceback); } catch (err) { /* stderr is gone */ }
     return error;
@@ -463,7 +477,7 @@
       uncaught: (e) => finish({ error: e }),
     };
     try {
-      Promise.resolve(evaluate(req.code)).then((r) => {
+      Promise.resolve(evaluate(transpile === null ? req.code : transpile(req.code))).then((r) => {
         settled = true;
         value = r && r.value;
       }, (e) => finish({ error: e }));

@@ -1,4 +1,5 @@
-"""`python -m wasm_runner.providers.native doctor [--json]` or `... prepare [--force]`."""
+"""`python -m wasm_runner.providers.native doctor [--json]` or `... prepare [--force]` (python-data and the
+JavaScript toolchain)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,19 @@ def main(argv: list[str] | None = None) -> int:
         from wasm_runner.providers.native.doctor import main as doctor_main
 
         return doctor_main(args[1:])
+    from wasm_runner.providers.native.js_toolchain import ensure_js_toolchain
+    from wasm_runner.providers.native.toolchain import ToolchainError
     from wasm_runner.providers.native.toolchain import main as toolchain_main
 
-    return toolchain_main(args[1:])
+    status = toolchain_main(args[1:])
+    try:  # node, bun, tsc, biome and uv for the node, typescript-native and bun profiles
+        js = ensure_js_toolchain(force="--force" in args, quiet=False)
+    except ToolchainError as exc:
+        print(f"js-toolchain: {exc}", file=sys.stderr)
+        return 1
+    print("js-toolchain ready: " + ", ".join(f"{tool} {version}" for tool, version in js.versions.items())
+          + f" at {js.path}")
+    return status
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wasm_runner.providers.native.identity import account_name, sandbox_identity
+from wasm_runner.providers.native.js_toolchain import PINS, find_js_toolchain, js_toolchain_dir
 from wasm_runner.providers.native.toolchain import REQUIREMENTS, find_python_data, python_data_dir
 from wasm_runner.workspace.disk_enforcement import disk_enforcement
 
@@ -121,9 +122,20 @@ def doctor(provider: Any = None) -> dict[str, Any]:
     }
     if found is None:
         missing.append("the python-data environment (wasm-runner prepare)")
+    js = find_js_toolchain()
+    report["js_toolchain"] = {
+        "ready": js is not None,
+        "path": str(js.path if js else js_toolchain_dir()),
+        "tools": js.versions if js else {},
+        "pins": str(PINS),
+    }
+    if js is None:
+        missing.append("the JavaScript toolchain: node, bun, tsc, biome, uv (wasm-runner prepare)")
     report["profiles"] = {
         "python-data": found is not None and problem is None,
-        "node": tools["node"]["present"] and problem is None,
+        "node": (tools["node"]["present"] or js is not None) and problem is None,
+        "typescript-native": js is not None and problem is None,
+        "bun": js is not None and problem is None,
         "bash": problem is None or provider.allow_unsandboxed,
     }
     report["ok"] = problem is None or provider.allow_unsandboxed
@@ -178,6 +190,14 @@ def format_report(report: dict[str, Any]) -> str:
     data = report["python_data"]
     lines += ["", "python-data:",
               f"  {mark[data['ready']]} {('Python ' + data['python']) if data['ready'] else 'not built'} at {data['path']}"]
+    js = report.get("js_toolchain")
+    if js is not None:
+        lines += ["", "JavaScript toolchain (mounted read-only at /opt/js-toolchain):"]
+        if js["ready"]:
+            lines += [f"  ok   {tool} {version}" for tool, version in js["tools"].items()]
+            lines.append(f"       at {js['path']}")
+        else:
+            lines.append(f"  MISS not built (wasm-runner prepare) at {js['path']}")
     lines += ["", "profiles: " + ", ".join(f"{k} {'ready' if v else 'unavailable'}" for k, v in report["profiles"].items())]
     if report["missing"]:
         lines += ["", "missing:"] + [f"  - {item}" for item in report["missing"]]

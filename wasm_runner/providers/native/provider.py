@@ -30,6 +30,12 @@ from wasm_runner.capture import Capture
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
+from wasm_runner.providers.native.js_toolchain import (
+    GUEST_JS_TOOLCHAIN,
+    JsToolchain,
+    ensure_js_toolchain,
+    find_js_toolchain,
+)
 from wasm_runner.providers.native.kernel import (
     DRIVER_NAME,
     PRELOAD,
@@ -54,7 +60,15 @@ from wasm_runner.providers.native.toolchain import (
 )
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
-from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
+from wasm_runner_protocol.execution import (
+    LIMIT_MESSAGES,
+    Diagnostic,
+    ExecRequest,
+    ExecResult,
+    GuestError,
+    LimitName,
+    Limits,
+)
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner.native")
@@ -80,6 +94,8 @@ class _Program:
     code: bytes | None = None
     code_name: str | None = None
     python_data: PythonData | None = None
+    js_toolchain: JsToolchain | None = None
+    """Mounted read-only at /opt/js-toolchain, its bin/ first on PATH."""
 
 
 class _Refusal(Exception):
@@ -91,7 +107,8 @@ class _Refusal(Exception):
 
 
 class NativeProvider(Provider):
-    """Runs `command` argvs and bash/sh, python (python-data) and javascript (Node.js) code natively.
+    """Runs `command` argvs and bash/sh, python (python-data), javascript and typescript (Node.js
+    or bun) code natively.
 
     `policy` narrows or (explicitly) widens what the sandbox sees; `allow_unsandboxed` lets
     runs go ahead without bubblewrap where it is unusable (isolation "none": the program runs
@@ -99,7 +116,7 @@ class NativeProvider(Provider):
     """
 
     name = "native"
-    languages = frozenset({"bash", "sh", "python", "javascript"})
+    languages = frozenset({"bash", "sh", "python", "javascript", "typescript"})
 
     def __init__(
         self,
@@ -123,6 +140,7 @@ class NativeProvider(Provider):
         self._setup: tuple[str | None, str | None, CgroupSupport] | None = None
         self._checked_at = 0.0
         self.prepare_error: str | None = None
+        self.js_prepare_error: str | None = None
         self._python_data_cache: tuple[tuple, PythonData] | None = None
         self.identity: SandboxIdentity | None = None
         """The host user sandboxes run as (None while the sandbox is unusable)."""
@@ -183,10 +201,16 @@ class NativeProvider(Provider):
         except (ToolchainError, OSError) as exc:
             self.prepare_error = str(exc)
             log.warning("python-data is not available: %s", exc)
-            return
-        pool = self.kernel_pool()
-        if pool is not None:
-            pool.fill(kernel_key(Limits(), ()))
+        try:
+            ensure_js_toolchain()
+            self.js_prepare_error = None
+        except (ToolchainError, OSError) as exc:
+            self.js_prepare_error = str(exc)
+            log.warning("the JavaScript toolchain (node, bun, tsc, biome, uv) is not available: %s", exc)
+        if self.prepare_error is None:
+            pool = self.kernel_pool()
+            if pool is not None:
+                pool.fill(kernel_key(Limits(), ()))
 
     def kernel_pool(self) -> KernelPool | None:
         """The kernels made ahead, where they can be (a root service with a usable sandbox)."""
@@ -251,6 +275,12 @@ class NativeProvider(Provider):
                    self.seccomp_program if isolated else None)
         return run.execute()
 
+    def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
+        """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own."""
+        from wasm_runner.providers.native.typecheck import typecheck
+
+        return typecheck(self.execute, code, timeout_s)
+
     def _program(self, request: ExecRequest, isolated: bool) -> _Program:
         for key, value in request.env.items():
             if not key or "=" in key or "\0" in key or "\0" in value:
@@ -260,15 +290,46 @@ class NativeProvider(Provider):
         if request.command is not None:
             if not request.command or any(not isinstance(a, str) or "\0" in a for a in request.command):
                 raise _Refusal("InvalidRequest", "command must be a non-empty list of strings without NUL bytes", 2)
-            return _Program(list(request.command), python_data=self._python_data(optional=True))
+            return _Program(list(request.command), python_data=self._python_data(optional=True),
+                            js_toolchain=find_js_toolchain())
         if request.language in ("bash", "sh"):
             name = "script.sh"
             return _Program([request.language, f"{code_dir}/{name}"], code, name,
-                            python_data=self._python_data(optional=True))
+                            python_data=self._python_data(optional=True), js_toolchain=find_js_toolchain())
         if request.language == "python":
             env = self._python_data(optional=False)
             python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python" if isolated else str(env.interpreter)
             return _Program([python, f"{code_dir}/main.py"], code, "main.py", python_data=env)
+        if request.language in ("javascript", "typescript"):
+            return self._js_program(request, code, isolated)
+        raise _Refusal("InvalidRequest", f"the native provider does not run {request.language!r}", 2)
+
+    def _js_program(self, request: ExecRequest, code: bytes, isolated: bool) -> _Program:
+        """Node.js (type stripping for TypeScript) or bun (`WASM_RUNNER_JS_RUNTIME=bun`, the bun
+        profile), from the pinned toolchain; JavaScript falls back to the machine's node."""
+        code_dir = sandbox.GUEST_CODE_DIR
+        engine = request.env.get(JS_RUNTIME_VARIABLE, "node")
+        if engine not in ("node", "bun"):
+            raise _Refusal("InvalidRequest", f"{JS_RUNTIME_VARIABLE} must be node or bun (got {engine!r})", 2)
+        name = "main.ts" if request.language == "typescript" else "main.js"
+        toolchain = find_js_toolchain()
+        if toolchain is not None:
+            tool = toolchain.guest_path(engine) if isolated else str(toolchain.host_path(engine))
+            if engine == "bun":
+                # bun resolves its entry file's real path, which for the bound code file is a
+                # deleted memfd: it runs a copy in the run's private /tmp instead.
+                copy = f"/tmp/.wasm-runner/{name}"
+                script = 'mkdir -p /tmp/.wasm-runner && cp "$1" "$2" && shift && exec "$0" "$@"'
+                return _Program(["/bin/sh", "-c", script, tool, f"{code_dir}/{name}", copy], code, name,
+                                js_toolchain=toolchain)
+            # Node strips types; transforming them too runs enums, namespaces and parameter properties.
+            flags = list(NODE_TYPESCRIPT_FLAGS) if request.language == "typescript" else []
+            return _Program([tool, *flags, f"{code_dir}/{name}"], code, name, js_toolchain=toolchain)
+        why = f" (last attempt: {self.js_prepare_error})" if self.js_prepare_error else ""
+        if engine == "bun" or request.language == "typescript":
+            raise _Refusal("RuntimeUnavailable",
+                           f"the JavaScript toolchain ({engine}) is not built; run `wasm-runner prepare` or "
+                           f"`python -m wasm_runner.providers.native prepare` once{why}")
         if request.language == "javascript":
             node = shutil.which("node", path=sandbox.BASE_PATH if self.policy.show_usr_local or not isolated
                                 else sandbox.BASE_PATH.replace("/usr/local/bin:", ""))
@@ -495,6 +556,10 @@ class _Run:
             data = program.python_data
             if data is not None and not _visible(data.base_prefix, self.policy):
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
+            if program.js_toolchain is not None:
+                binds.append(sandbox.Bind(program.js_toolchain.path, GUEST_JS_TOOLCHAIN))
+                if "PATH" not in self.request.env:
+                    env["PATH"] = f"{GUEST_JS_TOOLCHAIN}/bin:{env['PATH']}"
             policy = self.policy if binds == list(self.policy.binds) else _with_binds(self.policy, binds)
             seccomp_fd = None
             if self.seccomp_program is not None:
@@ -810,6 +875,8 @@ class _Run:
             return GuestError(type="CommandNotFound", message=f"{match.group(1)}: {match.group(2)}")
         if exit_code != 0 and self.request.command is None and self.request.language == "python":
             return _python_traceback(stderr)
+        if exit_code != 0 and self.request.command is None and self.request.language in ("javascript", "typescript"):
+            return _js_error(stderr, self.request.code)
         return None
 
 
@@ -979,6 +1046,11 @@ def _driver_source() -> bytes:
 # -- helpers --------------------------------------------------------------------------------------
 
 
+NODE_TYPESCRIPT_FLAGS = ("--experimental-transform-types", "--disable-warning=ExperimentalWarning")
+JS_RUNTIME_VARIABLE = "WASM_RUNNER_JS_RUNTIME"
+"""Which engine runs native JavaScript/TypeScript: node (default) or bun (set by the bun profile)."""
+
+
 def _visible(prefix: str, policy: sandbox.SandboxPolicy) -> bool:
     if not prefix:
         return True
@@ -1001,6 +1073,29 @@ def _python_traceback(stderr: str) -> GuestError | None:
     if not sep and not re.fullmatch(r"[\w.]+", last):
         return None
     return GuestError(type=type_.split(".")[-1], message=message, traceback=tb[-8000:])
+
+
+_JS_ERROR_LINE = re.compile(r"^(?:Uncaught )?(?P<type>[A-Z]\w*)(?: \[\w+\])?: (?P<message>.*)$|^error: (?P<bun>.*)$")
+_JS_PLACE = re.compile(r"/main\.[jt]s:(\d+)")
+
+
+def _js_error(stderr: str, code: str) -> GuestError | None:
+    """Node's or bun's report of an uncaught error, with its line in the program, as a GuestError."""
+    for line in stderr.splitlines():
+        match = _JS_ERROR_LINE.match(line)
+        if match:
+            break
+    else:
+        return None
+    type_, message = (match["type"], match["message"]) if match["type"] else ("Error", match["bun"])
+    error = GuestError(type=type_, message=message, traceback=stderr.strip()[-8000:])
+    place = _JS_PLACE.search(stderr)
+    if place is not None:
+        error.line = int(place.group(1))
+        lines = code.splitlines()
+        if 0 < error.line <= len(lines):
+            error.source = lines[error.line - 1].strip()
+    return error
 
 
 def _exit_code(status: int) -> int:

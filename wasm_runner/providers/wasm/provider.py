@@ -36,12 +36,14 @@ class KernelSlot:
 
 class WasmProvider(Provider):
     name = "wasm"
-    languages = frozenset({"python", "javascript"})
+    languages = frozenset({"python", "javascript", "typescript"})
 
     def __init__(self, mounts: tuple[Mount, ...] = (),
                  prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
         self.mounts = mounts
         self.prewarm_languages = prewarm_languages
+        self._also_prewarmed: tuple[str, ...] = ()
+        """Other languages one-shot runs have used (TypeScript): made ahead too from then on."""
         self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
         _open_providers.add(self)
@@ -53,7 +55,7 @@ class WasmProvider(Provider):
 
     def prewarm(self, workspace: Workspace) -> None:
         """Instantiate sandboxes for a scratch workspace ahead of its next one-shot run."""
-        for language in self.prewarm_languages:
+        for language in self.prewarm_languages + self._also_prewarmed:
             self._warm.request(language, self._view(workspace))
 
     def discard(self, workspace: Workspace) -> None:
@@ -79,6 +81,10 @@ class WasmProvider(Provider):
                     from wasm_runner.providers.wasm.javascript import JavaScriptRuntime
 
                     self._runtimes[language] = JavaScriptRuntime()
+                elif language == "typescript":
+                    from wasm_runner.providers.wasm.typescript import TypeScriptRuntime
+
+                    self._runtimes[language] = TypeScriptRuntime()
                 else:
                     raise NoProviderError(f"the wasm provider does not run {language!r}")
             return self._runtimes[language]
@@ -132,6 +138,8 @@ class WasmProvider(Provider):
         restarted = False
         kernel = None
         one_shot = job.kernels is None
+        if one_shot and request.language not in self.prewarm_languages + self._also_prewarmed:
+            self._also_prewarmed += (request.language,)  # languages are few: a tuple swapped whole
         started = time.perf_counter()
         try:
             runtime = self.runtime(request.language)

@@ -56,7 +56,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     exec_request = service.execution.request(
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
-        harness=body.harness, tests=body.tests)
+        harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s)
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="session", listener=listener, on_start=started))
 
@@ -95,7 +95,8 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
                            'e.g. {"code": "print(1 + 1)"}')
         exec_request = service.execution.request(
             profile, language=body.language, code=body.code, command=body.command, stdin=body.stdin,
-            env=body.env, limits=body.limits, fresh=True, id=body.id)
+            env=body.env, limits=body.limits, fresh=True, id=body.id, typecheck=body.typecheck,
+            typecheck_timeout_s=body.typecheck_timeout_s)
         service.execution.check_provider(runner, exec_request)
 
         async def run_plain(listener, started) -> OneShotResult:
@@ -114,7 +115,8 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         code, path_language = _code_or_path(body, session.workspace.files, service)
         exec_request = service.execution.request(
             profile, language=body.language, code=code, command=body.command, stdin=body.stdin, env=body.env,
-            limits=body.limits, fresh=True, id=body.id, path_language=path_language)
+            limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
+            typecheck_timeout_s=body.typecheck_timeout_s)
         service.execution.check_provider(runner, exec_request)
 
         async def run(listener, started) -> OneShotResult:
