@@ -50,6 +50,7 @@ from wasm_runner.providers.wasm.sandbox import (
     trap_outcome,
 )
 from wasm_runner_protocol.execution import GuestError, Limits
+from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 if TYPE_CHECKING:
     import numpy as np
@@ -262,6 +263,8 @@ class PythonKernel(Kernel):
         assert func is not None, "the Python component exports no `run`"
         self._run = StringCall(func, self.store)
         self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
+        self._packages = next((m.host for m in view.mounts if m.guest == PACKAGES_GUEST_PATH), None)
+        """The session's package directory, whose version (mtime) each call passes to the guest."""
         self.usable = True
         self.reuses = 0
         self._retire_after = random.randint(MAX_REUSES // 2, MAX_REUSES * 3 // 2)
@@ -326,6 +329,11 @@ class PythonKernel(Kernel):
         request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
         if self._memory is not None:  # reusable: the guest reports the descriptors a run changed
             request["fd_base"] = self._fd_base
+        if self._packages is not None:
+            try:
+                request["packages"] = [PACKAGES_GUEST_PATH, os.stat(self._packages).st_mtime_ns]
+            except OSError:
+                pass
         if call.filename:
             request["filename"] = call.filename
         if call.tests is not None:

@@ -17,6 +17,7 @@ import time
 import traceback
 import zlib
 
+import importlib
 import importlib.abc
 import importlib.machinery
 
@@ -372,7 +373,22 @@ def _exit_code(exc):
     return 1
 
 
+_packages_seen = [None]
+
+
+def _use_packages(packages):
+    """The session's package directory (the host's, read-only) on the import path; `packages` is
+    [path, version]: a new version (an install since the last call) makes imports look again."""
+    if packages[0] not in sys.path:
+        sys.path.append(packages[0])
+    importlib.invalidate_caches()
+    _packages_seen[0] = packages
+
+
 def _run_cell(request):
+    packages = request.get("packages")
+    if packages is not None and packages != _packages_seen[0]:
+        _use_packages(packages)
     env = request.get("env")
     if env is not None and env != _applied_env[0]:  # a plain dict comparison: os.environ's is slow
         os.environ.clear()
