@@ -156,6 +156,12 @@ class PackageInstaller:
                     os.unlink(part)
             source = "download"
         tree, unpacked = cache.tree(pin.sha256, wheel)
+        if source == "download":  # the index may publish no size: the quota is checked on what arrived
+            cache.evict(keep=frozenset({pin.sha256}))
+            if cache.usage() > cache.quota_bytes:
+                cache.drop(pin.sha256)
+                raise WheelRefused("quota", f"{pin.filename} does not fit the workspace's package cache quota "
+                                   f"({cache.quota_bytes} bytes)", "raise packages.cache_quota_bytes", pin.name)
         size = wheel.stat().st_size
         packages.place(pin, tree, unpacked.files, size)
         return InstalledPackage(name=pin.name, version=pin.version, sha256=pin.sha256, size=size,

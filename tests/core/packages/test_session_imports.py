@@ -1,0 +1,57 @@
+"""What a session installs, every later call imports: its kernel, fresh runs, after hibernation and restarts."""
+
+import pytest
+
+from wasm_runner import Runner
+from wasm_runner.packages import PackageSettings
+
+pytestmark = pytest.mark.runtimes
+
+HELLO = "import tinyapp\ntinyapp.hello()"
+
+
+@pytest.fixture
+def make_runner(tmp_path, fresh_index):
+    runners = []
+
+    def make():
+        runner = Runner(tmp_path / "data", packages=PackageSettings(python_index=fresh_index.simple))
+        runners.append(runner)
+        return runner
+
+    yield make
+    for runner in runners:
+        runner.close()
+
+
+def test_the_kernel_sees_an_install_made_while_it_is_live_and_keeps_its_state(make_runner):
+    session = make_runner().session()
+    assert session.run_sync("kept = 41").exit_code == 0
+    assert session.run_sync(HELLO).error.type == "ModuleNotFoundError"
+    assert session.install(["tinyapp==1.0"]).ok
+    result = session.run_sync(HELLO + "\n")
+    assert result.value == "'hello from tinyapp, tinydep 2.1'" and not result.kernel_restarted
+    assert session.run_sync("kept + 1").value == "42"
+
+
+def test_fresh_runs_hibernation_and_a_new_runner_see_the_packages(make_runner):
+    runner = make_runner()
+    session = runner.session("stays")
+    assert session.install(["tinyapp==1.0"]).ok
+    assert session.run_sync(HELLO, fresh=True).value == "'hello from tinyapp, tinydep 2.1'"
+    assert session.run_sync("state = 1").exit_code == 0  # a kernel, which hibernation drops
+    session.hibernate()
+    after = session.run_sync(HELLO)
+    assert after.kernel_restarted and after.value == "'hello from tinyapp, tinydep 2.1'"
+    runner.close()
+    restarted = make_runner().session("stays")  # the same data directory: a restart
+    assert restarted.run_sync(HELLO).value == "'hello from tinyapp, tinydep 2.1'"
+    assert [p.name for p in restarted.lock().python] == ["tinyapp", "tinydep"]
+
+
+def test_the_guest_cannot_write_its_package_directory(make_runner):
+    session = make_runner().session()
+    assert session.install(["tinydep==2.0"]).ok
+    result = session.run_sync("open('/packages/tinydep/__init__.py', 'w').write('VERSION = \"evil\"')")
+    assert result.error is not None and result.error.type in ("PermissionError", "OSError")
+    assert session.run_sync("import tinydep\ntinydep.VERSION", fresh=True).value == "'2.0'"
