@@ -18,7 +18,7 @@ from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, 
 from wasm_runner_server.mcp import server as mcp_server
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
-                  "run_process", "session_new", "session_list", "session_reset"}
+                  "run_process", "session_new", "session_list", "session_reset", "install_packages"}
 
 # Plain Python (no matplotlib in WASI): a bar chart drawn into RGB pixels, written as a PNG with zlib + struct.
 PNG_CHART = r'''
@@ -273,3 +273,21 @@ def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
     args = parser.parse_args(["mcp", "--data-dir", str(tmp_path), "--profile", "python", "--no-warm"])
     assert args.handler.resolve() is run_mcp and args.data_dir == tmp_path and args.warm is False
     assert json.loads(json.dumps(mcp_server.INSTRUCTIONS))  # plain text, no surprises
+
+
+async def test_install_packages_then_import_them_in_the_session(tmp_path) -> None:
+    from package_index import demo_wheels, serve_index
+    from mcp_connect import start_http_service
+
+    with serve_index(demo_wheels(tmp_path / "wheels")) as index:
+        service = await start_http_service(tmp_path / "data", packages={"python_index": index.simple})
+        try:
+            async with connect_http(service) as session:
+                installed = ok(await session.call_tool("install_packages", {"python": ["tinyapp==1.0"]}))
+                assert "tinyapp==1.0 (download)" in text_of(installed) and installed.structured_content["ok"]
+                used = ok(await session.call_tool("sandbox_execute_code", {"code": "import tinyapp\ntinyapp.hello()"}))
+                assert used.structured_content["value"] == "'hello from tinyapp, tinydep 2.1'"
+                refused = ok(await session.call_tool("install_packages", {"python": ["fastext"]}))
+                assert "native_code" in text_of(refused) and "hint:" in text_of(refused)
+        finally:
+            await service.server.close()
