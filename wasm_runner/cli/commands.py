@@ -56,6 +56,10 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run.add_argument("--stdin", dest="stdin_file", help="file whose content is the guest's stdin")
     run.add_argument("--provider", choices=["wasm", "native"], help="who runs it (default: the profile's, else by language)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of the guest's output")
+    run.add_argument("--install", action="append", default=[], metavar="REQUIREMENT",
+                     help="install a pure-Python package for the run first (e.g. tinyapp==1.0; repeatable), "
+                          "resolved and downloaded by the host, cached in ~/.cache/wasm-runner/packages")
+    run.add_argument("--index", help="the Python package index for --install (default: PyPI's simple index)")
     limits = run.add_argument_group("limits (default: the profile's; without a profile, in parentheses)")
     defaults = Limits()
     limits.add_argument("--timeout", type=float, help=f"wall-clock seconds ({defaults.timeout_s})")

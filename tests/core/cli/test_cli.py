@@ -162,3 +162,14 @@ def test_an_invalid_config_file_is_a_clear_error(tmp_path):
     config.write_text('[profiles.x]\nlanguage = "cobol"\n')
     done = cli("run", "--config", str(config), "-c", "print(1)")
     assert done.returncode == 2 and "invalid configuration" in done.stderr and "language" in done.stderr
+
+
+def test_run_install_flag_installs_before_the_run_and_refuses_native_wheels(tmp_path):
+    from package_index import demo_wheels, serve_index
+
+    with serve_index(demo_wheels(tmp_path / "wheels")) as index:
+        done = cli("run", "--install", "tinyapp==1.0", "--index", index.simple, "-c", "import tinyapp\nprint(tinyapp.hello())")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "hello from tinyapp, tinydep 2.1\n" and "installed tinyapp==1.0" in done.stderr
+        refused = cli("run", "--install", "fastext", "--index", index.simple, "-c", "import fastext")
+    assert refused.returncode == 2 and "native_code" in refused.stderr and "python-data" in refused.stderr
