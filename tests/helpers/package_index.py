@@ -117,9 +117,8 @@ def demo_wheels(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     build_wheel(directory, "tinydep", "2.0", {"tinydep/__init__.py": "VERSION = '2.0'\n"})
     build_wheel(directory, "tinydep", "2.1", {"tinydep/__init__.py": "VERSION = '2.1'\n"})
-    build_wheel(directory, "tinyapp", "1.0",
-                {"tinyapp/__init__.py": "import tinydep\n\ndef hello():\n    return 'hello from tinyapp, tinydep ' + tinydep.VERSION\n"},
-                requires=("tinydep>=2.0",))
+    hello = "import tinydep\n\ndef hello():\n    return 'hello from tinyapp, tinydep ' + tinydep.VERSION\n"
+    build_wheel(directory, "tinyapp", "1.0", {"tinyapp/__init__.py": hello}, requires=("tinydep>=2.0",))
     build_wheel(directory, "fastext", "0.1", {"fastext/__init__.py": "from ._speed import *\n",
                                              "fastext/_speed.cpython-314-x86_64-linux-gnu.so": "\x7fELF"},
                 tag="cp314-cp314-manylinux_2_17_x86_64")

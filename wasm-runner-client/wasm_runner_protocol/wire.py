@@ -19,9 +19,9 @@ from msgspec import UNSET, Meta, UnsetType
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
 from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
-from wasm_runner_protocol.packages import PackageRequest
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
+from wasm_runner_protocol.packages import PackageRequest
 
 T = TypeVar("T")
 

@@ -276,8 +276,8 @@ def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
 
 
 async def test_install_packages_then_import_them_in_the_session(tmp_path) -> None:
-    from package_index import demo_wheels, serve_index
     from mcp_connect import start_http_service
+    from package_index import demo_wheels, serve_index
 
     with serve_index(demo_wheels(tmp_path / "wheels")) as index:
         service = await start_http_service(tmp_path / "data", packages={"python_index": index.simple})
