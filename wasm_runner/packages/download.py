@@ -9,6 +9,7 @@ the download; the file's sha256 must match the one the index published.
 from __future__ import annotations
 
 import hashlib
+import ssl
 import time
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -24,7 +25,7 @@ MAX_REDIRECTS = 5
 
 class Downloader:
     def __init__(self, rules: EgressRules, resolver: Resolver, *, deadline: float, budget_bytes: int,
-                 verify: str | bool = True) -> None:
+                 verify: ssl.SSLContext | bool = True) -> None:
         self.rules, self.resolver = rules, resolver
         self.deadline, self.budget = deadline, budget_bytes
         self.requests = 0

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import ssl
 import time
 from pathlib import Path
 
@@ -69,7 +70,7 @@ class PackageInstaller:
             rules = EgressRules(policy if policy is not None else settings.default_policy(request.index))
             downloader = Downloader(rules, self.resolver, deadline=started + settings.max_install_s,
                                     budget_bytes=settings.max_install_bytes,
-                                    verify=str(settings.ca_bundle) if settings.ca_bundle else True)
+                                    verify=trust(settings.ca_bundle))
             cache = self.cache(workspace)
             with cache.locked():
                 if request.lock is not None:
@@ -166,6 +167,15 @@ class PackageInstaller:
         packages.place(pin, tree, unpacked.files, size)
         return InstalledPackage(name=pin.name, version=pin.version, sha256=pin.sha256, size=size,
                                 source=source, filename=pin.filename)  # type: ignore[arg-type]
+
+
+def trust(ca_bundle: Path | None) -> ssl.SSLContext:
+    """The system's trusted CAs (as OpenSSL finds them: SSL_CERT_FILE / SSL_CERT_DIR included), plus the
+    operator's extra bundle."""
+    context = ssl.create_default_context()
+    if ca_bundle is not None:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    return context
 
 
 def _check_satisfied(requirement: Requirement, pins: list[Pin]) -> None:

@@ -75,14 +75,15 @@ def resolve(requirements: list[str], indexes: tuple[str, ...], *, timeout_s: flo
                *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
                "--only-binary", ":all:", "--python-version", GUEST_PYTHON_VERSION,
                "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
-               "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable]
+               "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable, "--system-certs"]
     with tempfile.TemporaryDirectory(prefix="wasm-runner-uv-") as home:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "UV_PYTHON_DOWNLOADS": "never",
                "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s)))}
         if ca_bundle:
             env["SSL_CERT_FILE"] = ca_bundle
-        for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy"):
-            if name in os.environ:  # the operator's own route to the index
+        for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+                     "SSL_CERT_FILE", "SSL_CERT_DIR"):
+            if name in os.environ and not (name == "SSL_CERT_FILE" and ca_bundle):  # the operator's route and trust
                 env[name] = os.environ[name]
         try:
             proc = subprocess.run(command, input="\n".join(requirements) + "\n", capture_output=True, text=True,
