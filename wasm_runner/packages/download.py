@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -25,14 +26,23 @@ MAX_REDIRECTS = 5
 
 class Downloader:
     def __init__(self, rules: EgressRules, resolver: Resolver, *, deadline: float, budget_bytes: int,
-                 verify: ssl.SSLContext | bool = True) -> None:
+                 verify: Callable[[], ssl.SSLContext | bool] = lambda: True) -> None:
         self.rules, self.resolver = rules, resolver
         self.deadline, self.budget = deadline, budget_bytes
         self.requests = 0
-        self._client = httpx.Client(verify=verify, follow_redirects=False, trust_env=False)
+        self._verify = verify
+        self._client: httpx.Client | None = None
+        """Made on the first download (a TLS context costs tens of ms; an install from the cache needs none)."""
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(verify=self._verify(), follow_redirects=False, trust_env=False)
+        return self._client
 
     def check(self, url: str, package: str | None = None) -> None:
         """Refuse a URL the policy does not allow (before any request to it)."""
@@ -66,7 +76,7 @@ class Downloader:
             extensions = {"sni_hostname": host} if url.startswith("https:") else {}
             self.requests += 1
             try:
-                with self._client.stream("GET", target, headers=headers, extensions=extensions,
+                with self.client.stream("GET", target, headers=headers, extensions=extensions,
                                          timeout=httpx.Timeout(min(left, 30.0))) as response:
                     if response.is_redirect and "location" in response.headers:
                         url = urljoin(url, response.headers["location"])

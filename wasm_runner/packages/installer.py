@@ -42,6 +42,13 @@ class PackageInstaller:
         self.cache_root = settings.cache_dir or data_dir / "package-cache"
         self.resolver = Resolver(settings.resolver_overrides)
         self._caches: dict[str, PackageCache] = {}
+        self._trust: ssl.SSLContext | None = None
+
+    def trust(self) -> ssl.SSLContext:
+        """The TLS trust of downloads, made once."""
+        if self._trust is None:
+            self._trust = trust(self.settings.ca_bundle)
+        return self._trust
 
     def cache(self, workspace: str = DEFAULT_CACHE) -> PackageCache:
         if not _CACHE_NAME.match(workspace) or workspace in (".", ".."):
@@ -70,7 +77,7 @@ class PackageInstaller:
             rules = EgressRules(policy if policy is not None else settings.default_policy(request.index))
             downloader = Downloader(rules, self.resolver, deadline=started + settings.max_install_s,
                                     budget_bytes=settings.max_install_bytes,
-                                    verify=trust(settings.ca_bundle))
+                                    verify=self.trust)
             cache = self.cache(workspace)
             with cache.locked():
                 if request.lock is not None:
