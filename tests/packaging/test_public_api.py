@@ -37,7 +37,8 @@ def structs_of(module: ModuleType) -> list[str]:
 def test_wasm_runner():
     assert exported(wasm_runner) == [
         "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
-        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "Runner", "RunnerClosedError",
+        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "PackageSettings", "Runner",
+        "RunnerClosedError",
         "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
     ]
 
@@ -53,8 +54,9 @@ def test_wasm_runner_client():
     assert exported(wasm_runner_client) == [
         "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
         "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
-        "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
-        "OutputChunk", "OutputFile", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
+        "GlobResult", "GrepMatch", "GrepResult", "InstallResult", "InstalledPackage", "Limits", "LimitsPatch",
+        "NotFoundError", "OneShotResult", "OutputChunk", "OutputFile", "PackageError", "PackageLock", "PackageRequest",
+        "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
         "RateLimitedError", "Retry", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList", "TextEdit",
         "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
     ]
