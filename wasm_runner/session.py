@@ -66,6 +66,9 @@ class Session:
         """The session's installed packages: the guest sees them read-only at /packages, on sys.path."""
         self.mounts = mounts + (self.packages.mount(),)
         self._packages_ready = False
+        self.install_options: dict[str, Any] = {}
+        """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
+        profile's network policy, whether another index is allowed and the workspace's cache."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
@@ -89,7 +92,7 @@ class Session:
         async with self._queue:
             self.last_used = time.monotonic()
             state = self.state
-            job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+            job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
             try:
                 return await self.runner.executor.run_async(job, self.runner.provider_for(request), state.lock,
                                                             on_abandon=self.lose_kernels)
@@ -101,7 +104,7 @@ class Session:
         self._ensure_packages()
         self.last_used = time.monotonic()
         state = self.state
-        job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+        job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
         try:
             return self.runner.executor.run_blocking(job, self.runner.provider_for(request), state.lock,
                                                      on_abandon=self.lose_kernels)
@@ -125,6 +128,17 @@ class Session:
         self._ensure_packages()
         return self.runner.packages.install(self.packages, request, policy=network,
                                             allow_custom_index=allow_custom_index, workspace=workspace)
+
+    def _guest_install(self, request_json: str) -> str:
+        """Answer the guest's `sandbox.install(...)` (on the worker thread running its call)."""
+        import msgspec
+
+        try:
+            request = msgspec.json.decode(request_json, type=PackageRequest)
+        except msgspec.ValidationError as exc:
+            return msgspec.json.encode({"ok": False, "error": {"kind": "not_found", "message": str(exc)}}).decode()
+        result = self.install(request.python, index=request.index, **self.install_options)
+        return msgspec.json.encode(result).decode()
 
     def lock(self) -> PackageLock:
         """The session's installed packages, to replay elsewhere (`install(lock=...)`)."""

@@ -6,14 +6,19 @@ An install is resolved and unpacked by the host; the guest sees the result read-
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 PACKAGES_GUEST_PATH = "/packages"
 """Where a WebAssembly guest sees its session's Python packages (read-only, on sys.path)."""
 
 Source = Literal["cache", "download"]
+Requirement = Annotated[str, Meta(min_length=1, max_length=512)]
+Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+Url = Annotated[str, Meta(min_length=1, max_length=4096)]
+MAX_REQUIREMENTS = 64
 
 PackageErrorKind = Literal["not_found", "no_compatible_wheel", "native_code", "sdist_only", "denied_by_policy",
                            "index_not_allowed", "quota", "too_large", "timeout", "too_many_packages",
@@ -24,29 +29,29 @@ PackageErrorKind = Literal["not_found", "no_compatible_wheel", "native_code", "s
 class LockedPackage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One distribution as installed: enough to fetch exactly it again."""
 
-    name: str
-    version: str
-    filename: str
-    sha256: str
-    size: int
-    url: str
+    name: Annotated[str, Meta(min_length=1, max_length=256)]
+    version: Annotated[str, Meta(min_length=1, max_length=256)]
+    filename: Annotated[str, Meta(min_length=1, max_length=512)]
+    sha256: Sha256
+    size: Annotated[int, Meta(ge=0)]
+    url: Url
 
 
 class PackageLock(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A session's installed Python distributions, in install order; replayable in a new session."""
 
-    python: tuple[LockedPackage, ...] = ()
-    index: str | None = None
+    python: Annotated[tuple[LockedPackage, ...], Meta(max_length=10_000)] = ()
+    index: Url | None = None
     """The index the packages were resolved on (informational: replay fetches by url and hash)."""
 
 
 class PackageRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """POST /v1/sessions/{id}/packages: requirement strings (`requests==2.32.3`, `pyyaml>=6`), or a lock."""
 
-    python: tuple[str, ...] = ()
-    npm: tuple[str, ...] = ()
+    python: Annotated[tuple[Requirement, ...], Meta(max_length=MAX_REQUIREMENTS)] = ()
+    npm: Annotated[tuple[Requirement, ...], Meta(max_length=MAX_REQUIREMENTS)] = ()
     lock: PackageLock | None = None
-    index: str | None = None
+    index: Url | None = None
     """Another Python index (a PEP 503 simple URL): only where the session's profile allows it."""
 
 

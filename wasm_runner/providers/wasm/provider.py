@@ -17,6 +17,7 @@ from wasm_runner.guest import Mount
 from wasm_runner.hints import with_hint
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
+from wasm_runner.providers.wasm import guest_installs
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
@@ -133,6 +134,7 @@ class WasmProvider(Provider):
         kernel = None
         one_shot = job.kernels is None
         started = time.perf_counter()
+        answering = guest_installs.serve(job.install)  # the guest's install requests, on this thread
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only

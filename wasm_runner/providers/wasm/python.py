@@ -34,6 +34,7 @@ from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.lowlevel.host_descriptors import HostDescriptors
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm import guest_installs
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
@@ -134,6 +135,8 @@ class PythonRuntime(Runtime):
         wasm, sha = self.build()
         linker = component.Linker(get_engine(settings))
         linker.add_wasip2()
+        with linker.root() as root:
+            root.add_func(guest_installs.IMPORT_NAME, guest_installs.answer)
         plain = Path(os.path.realpath(compiled_path(sha, "component", settings)))
         immortal: Path | None = immortal_path(plain)
         if not immortal.exists():

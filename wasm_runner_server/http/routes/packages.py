@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from aiohttp import web
 
+from wasm_runner import Session
 from wasm_runner.egress.policy import PolicyError
 from wasm_runner.packages.installer import PackageInstaller
 from wasm_runner.profiles import Profile
@@ -36,22 +38,30 @@ def install_policy(installer: PackageInstaller, profile: Profile) -> EgressPolic
     return EgressPolicy(mode="allowlist", allow=tuple(dict.fromkeys((*configured, *network.allow))))
 
 
-async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
-    """Run one install for the session (calls to the session wait for it), recorded in the audit log."""
+def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
+    """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
+    profile's network policy with the configured indexes, its index permission, the caller's cache."""
     profile = service.sessions.profile_of(live)
-    runner, session = service.sessions.core(live)
-    installer = runner.packages
     principal = request.get(PRINCIPAL) or LOCAL
-    workspace = SHARED_CACHE if service.config.packages.shared_cache else principal.workspace
     try:
-        policy = install_policy(installer, profile)
+        policy = install_policy(session.runner.packages, profile)
     except PolicyError as exc:
         raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
+    options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
+               "workspace": SHARED_CACHE if service.config.packages.shared_cache else principal.workspace}
+    session.install_options = options
+    return options
+
+
+async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
+    """Run one install for the session (calls to the session wait for it), recorded in the audit log."""
+    runner, session = service.sessions.core(live)
+    options = install_options(service, request, live, session)
     async with live.lock:
         session.packages.ensure()
-        result = await asyncio.to_thread(installer.install, session.packages, body, policy=policy,
-                                         allow_custom_index=profile.packages.allow_custom_index,
-                                         workspace=workspace)
+        result = await asyncio.to_thread(runner.packages.install, session.packages, body, policy=options["network"],
+                                         allow_custom_index=options["allow_custom_index"],
+                                         workspace=options["workspace"])
     service.sessions.touch(live)
     request.app[POLICY].on_packages(request, live.row.id, body, result)
     log.info("packages installed" if result.ok else "packages refused",
