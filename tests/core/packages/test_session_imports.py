@@ -55,3 +55,18 @@ def test_the_guest_cannot_write_its_package_directory(make_runner):
     result = session.run_sync("open('/packages/tinydep/__init__.py', 'w').write('VERSION = \"evil\"')")
     assert result.error is not None and result.error.type in ("PermissionError", "OSError")
     assert session.run_sync("import tinydep\ntinydep.VERSION", fresh=True).value == "'2.0'"
+
+
+def test_the_guest_asks_the_host_to_install_with_sandbox_install(make_runner):
+    runner = make_runner()
+    session = runner.session()
+    asked = session.run_sync("import sandbox\nresult = sandbox.install('tinyapp==1.0')\n"
+                             "import tinyapp\n(tinyapp.hello(), sorted(p['name'] for p in result['installed']))")
+    assert asked.value == "('hello from tinyapp, tinydep 2.1', ['tinyapp', 'tinydep'])", asked.stderr
+    assert [p.name for p in session.lock().python] == ["tinyapp", "tinydep"]  # the host's record, not the guest's
+    refused = session.run_sync("import sandbox\nsandbox.install('fastext')")
+    assert refused.error.type == "RuntimeError" and "native code" in refused.error.message
+    assert "python-data" in refused.error.message
+    assert session.run_sync("1 + 1").value == "2"  # the kernel is still usable
+    one_shot = runner.run_sync("import sandbox\nsandbox.install('tinydep')")
+    assert one_shot.error.type == "RuntimeError" and "sessions only" in one_shot.error.message

@@ -111,3 +111,14 @@ async def test_a_custom_index_the_network_policy_does_not_allow_is_refused(serve
     _, allowed = await call(client, "POST", f"/v1/sessions/{sid}/packages",
                             json={"python": ["tinydep"], "index": index.simple})
     assert allowed["ok"], allowed
+
+
+async def test_the_guest_installs_through_the_host_under_the_profiles_policy(serve, index, packages):
+    client = await serve(packages=packages)
+    sid = await new_session(client)
+    result = await run(client, sid, "import sandbox\nsandbox.install('tinyapp==1.0')\nimport tinyapp\ntinyapp.hello()")
+    assert result["value"] == EXPECTED, result["stderr"]
+    _, lock = await call(client, "GET", f"/v1/sessions/{sid}/packages")
+    assert [p["name"] for p in lock["python"]] == ["tinyapp", "tinydep"]
+    denied = await run(client, sid, f"import sandbox\nsandbox.install('tinydep', index={'https://evil.test/simple/'!r})")
+    assert denied["error"]["type"] == "RuntimeError" and "configured index only" in denied["error"]["message"]

@@ -16,8 +16,8 @@ from wasm_runner.errors import NoProviderError
 from wasm_runner.guest import Mount
 from wasm_runner.hints import with_hint
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm import guest_installs
+from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
@@ -167,6 +167,7 @@ class WasmProvider(Provider):
             outcome = _startup_failure(exc, call)
             outcome.instance_lost = True
         finally:
+            guest_installs.serve(answering)  # another job on this thread must not reach this session
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
