@@ -70,3 +70,23 @@ def test_the_guest_asks_the_host_to_install_with_sandbox_install(make_runner):
     assert session.run_sync("1 + 1").value == "2"  # the kernel is still usable
     one_shot = runner.run_sync("import sandbox\nsandbox.install('tinydep')")
     assert one_shot.error.type == "RuntimeError" and "sessions only" in one_shot.error.message
+
+
+
+def test_the_session_install_handler_ends_with_its_execution(make_runner):
+    """The handler is per thread: once an execution ends, the next job on the thread gets none."""
+    import json
+
+    from wasm_runner.providers.base import Job
+    from wasm_runner.providers.wasm import guest_installs
+
+    runner = make_runner()
+    session = runner.session()
+    asked: list[str] = []
+    job = Job(runner.request("import sandbox\nsandbox.install('tinydep')"), session.workspace.ensure(), {},
+              mounts=session.mounts, install=lambda request: asked.append(request) or json.dumps({"ok": True}))
+    session.packages.ensure()
+    result = runner.providers[0].execute(job)  # on this thread
+    assert result.exit_code == 0 and json.loads(asked[0])["python"] == ["tinydep"]
+    after = json.loads(guest_installs.answer(None, "{}"))
+    assert after["ok"] is False and "sessions only" in after["error"]["message"]
