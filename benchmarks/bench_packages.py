@@ -6,7 +6,8 @@ A small pure-Python package with one dependency (`tinyapp` -> `tinydep`, wheels 
 served by a loopback PEP 503 index) installed into a new session: first from the index (a new
 workspace cache each round: resolution with uv, two downloads, unpacking), then from the cache
 (a second session of the same workspace: no index request); then the first import of it in the
-session's kernel, and an import in a fresh run. Medians of the rounds.
+session's kernel, and an import in a fresh run beside a fresh run that imports nothing (a
+session's fresh run makes a new instance). Medians of the rounds.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    samples: dict[str, list[float]] = {"index_ms": [], "cache_ms": [], "kernel_import_ms": [], "fresh_import_ms": []}
+    samples: dict[str, list[float]] = {"index_ms": [], "cache_ms": [], "kernel_import_ms": [], "fresh_import_ms": [],
+                                     "fresh_without_import_ms": []}
     requests_from_cache: list[int] = []
     with tempfile.TemporaryDirectory() as tmp, serve_index(demo_wheels(Path(tmp) / "wheels")) as index:
         with Runner(Path(tmp) / "data", packages=PackageSettings(python_index=index.simple)) as runner:
@@ -61,6 +63,9 @@ def main() -> None:
                 started = time.perf_counter()
                 second.run_sync(IMPORT, fresh=True)
                 samples["fresh_import_ms"].append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()  # the peer: a fresh run of the session that imports nothing
+                second.run_sync("0", fresh=True)
+                samples["fresh_without_import_ms"].append((time.perf_counter() - started) * 1000)
                 first.destroy()
                 second.destroy()
     print(json.dumps({
