@@ -122,3 +122,4 @@ async def test_the_guest_installs_through_the_host_under_the_profiles_policy(ser
     assert [p["name"] for p in lock["python"]] == ["tinyapp", "tinydep"]
     denied = await run(client, sid, f"import sandbox\nsandbox.install('tinydep', index={'https://evil.test/simple/'!r})")
     assert denied["error"]["type"] == "RuntimeError" and "configured index only" in denied["error"]["message"]
+
