@@ -12,6 +12,7 @@ from wasm_runner.errors import (
     WasmRunnerError,
 )
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
 from wasm_runner.session import Session
 from wasm_runner_protocol import __version__ as __version__
@@ -30,6 +31,7 @@ __all__ = [
     "Mount",
     "NoProviderError",
     "OutputListener",
+    "PackageSettings",
     "RichOutput",
     "Runner",
     "RunnerClosedError",

@@ -167,6 +167,13 @@ class NetworkConfig(ConfigModel):
         return EgressRules(self.policy)
 
 
+class PackagesConfig(ConfigModel):
+    """What a profile's sessions may install from (the indexes themselves are the operator's)."""
+
+    allow_custom_index: bool = False
+    """A request may name another Python index (still checked against the network policy)."""
+
+
 class Profile(ConfigModel):
     """A named way to run code: runtime, limits, mounts, environment, network."""
 
@@ -183,6 +190,8 @@ class Profile(ConfigModel):
     """Names (fnmatch patterns) a request may set in `env`; others are refused."""
     network: NetworkConfig = NetworkConfig()
     """Where runs may connect, and the credentials the host adds (`deny` by default)."""
+    packages: PackagesConfig = PackagesConfig()
+    """Installs into sessions: their downloads may reach the configured indexes and what `network` allows."""
 
     def allows_env(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)

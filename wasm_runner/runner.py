@@ -22,6 +22,7 @@ from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoPro
 from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import WasmProvider
 from wasm_runner.session import Session
@@ -32,6 +33,7 @@ from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
+    from wasm_runner.packages.installer import PackageInstaller
 
 __all__ = ["Runner", "default_providers"]
 
@@ -64,11 +66,13 @@ class Runner:
         providers: list[Provider] | None = None,
         one_shot_workers: int = 0,
         ready_scratch: int = READY_SCRATCH,
+        packages: PackageSettings | None = None,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
         host-side work otherwise waits for them under load. `ready_scratch` scratch workspaces
-        are kept idle, with sandboxes made ahead, for the next one-shot runs."""
+        are kept idle, with sandboxes made ahead, for the next one-shot runs. `packages` says
+        where sessions' installs come from and what bounds them (`PackageSettings`)."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -97,6 +101,17 @@ class Runner:
             self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
+        self.package_settings = packages or PackageSettings()
+        self._packages: PackageInstaller | None = None
+
+    @property
+    def packages(self) -> PackageInstaller:
+        """The installer of this Runner's sessions (made on first use: it imports the resolver's parts)."""
+        if self._packages is None:
+            from wasm_runner.packages.installer import PackageInstaller
+
+            self._packages = PackageInstaller(self.package_settings, self.data_dir)
+        return self._packages
 
     @property
     def worker_pool(self) -> WorkerPool | None:

@@ -7,15 +7,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.execution.executor import Executor
 from wasm_runner.guest import Mount
+from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import KernelSlot
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
+from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
+
+if TYPE_CHECKING:
+    from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner_protocol.egress import EgressPolicy
 
 __all__ = ["KernelState", "Session", "SessionHost"]
 
@@ -30,6 +36,9 @@ class SessionHost(Protocol):
     def provider_for(self, request: ExecRequest) -> Provider: ...
 
     def forget(self, session_id: str) -> None: ...
+
+    @property
+    def packages(self) -> PackageInstaller: ...
 
 
 @dataclass
@@ -53,7 +62,13 @@ class Session:
         self.runner = runner
         self.id = session_id
         self.workspace = workspace
-        self.mounts = mounts
+        self.packages = SessionPackages(workspace.root)
+        """The session's installed packages: the guest sees them read-only at /packages, on sys.path."""
+        self.mounts = mounts + (self.packages.mount(),)
+        self._packages_ready = False
+        self.install_options: dict[str, Any] = {}
+        """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
+        profile's network policy, whether another index is allowed and the workspace's cache."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
@@ -71,12 +86,13 @@ class Session:
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
         request = self.runner.request(code, **fields)
+        self._ensure_packages()
         if self._queue is None:
             self._queue = asyncio.Lock()
         async with self._queue:
             self.last_used = time.monotonic()
             state = self.state
-            job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+            job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
             try:
                 return await self.runner.executor.run_async(job, self.runner.provider_for(request), state.lock,
                                                             on_abandon=self.lose_kernels)
@@ -85,14 +101,48 @@ class Session:
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.runner.request(code, **fields)
+        self._ensure_packages()
         self.last_used = time.monotonic()
         state = self.state
-        job = Job(request, self.workspace, state.kernels, listener, self.mounts)
+        job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
         try:
             return self.runner.executor.run_blocking(job, self.runner.provider_for(request), state.lock,
                                                      on_abandon=self.lose_kernels)
         finally:
             self.last_used = time.monotonic()
+
+    def _ensure_packages(self) -> None:
+        if not self._packages_ready:  # a preopen needs the directory
+            self.packages.ensure()
+            self._packages_ready = True
+
+    def install(self, python: tuple[str, ...] | list[str] = (), *, npm: tuple[str, ...] | list[str] = (),
+                lock: PackageLock | None = None, index: str | None = None, network: EgressPolicy | None = None,
+                allow_custom_index: bool = False, workspace: str = "default") -> InstallResult:
+        """Install packages into this session (kept across calls, hibernation and restarts).
+
+        `python` takes requirement strings (`"requests==2.32.3"`); `lock` replays another session's
+        `lock()`. Downloads follow `network` (default: the Runner's configured indexes). Blocking: from
+        async code use `await asyncio.to_thread(session.install, ...)`. A failure is a result."""
+        request = PackageRequest(python=tuple(python), npm=tuple(npm), lock=lock, index=index)
+        self._ensure_packages()
+        return self.runner.packages.install(self.packages, request, policy=network,
+                                            allow_custom_index=allow_custom_index, workspace=workspace)
+
+    def _guest_install(self, request_json: str) -> str:
+        """Answer the guest's `sandbox.install(...)` (on the worker thread running its call)."""
+        import msgspec
+
+        try:
+            request = msgspec.json.decode(request_json, type=PackageRequest)
+        except msgspec.ValidationError as exc:
+            return msgspec.json.encode({"ok": False, "error": {"kind": "not_found", "message": str(exc)}}).decode()
+        result = self.install(request.python, index=request.index, **self.install_options)
+        return msgspec.json.encode(result).decode()
+
+    def lock(self) -> PackageLock:
+        """The session's installed packages, to replay elsewhere (`install(lock=...)`)."""
+        return self.packages.lock()
 
     def lose_kernels(self) -> None:
         """A worker was given up with this session's kernels: the next call starts new ones and

@@ -34,6 +34,7 @@ from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import history as routes_history
 from wasm_runner_server.http.routes import meta as routes_meta
+from wasm_runner_server.http.routes import packages as routes_packages
 from wasm_runner_server.http.routes import sessions as routes_sessions
 from wasm_runner_server.security.policy import SecurityPolicy
 from wasm_runner_server.sessions.service import CONFIG, SERVICE, Service
@@ -107,7 +108,8 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app[CONFIG] = config
     app[POLICY] = policy
     for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
-                  routes_history.routes, routes_batch.routes, console.routes):
+                  routes_history.routes, routes_batch.routes, console.routes,
+                  routes_packages.routes):
         app.add_routes(table)
     app.on_response_prepare.append(console.add_security_headers)
     app.add_routes(policy.routes())

@@ -13,6 +13,8 @@ A config file (TOML or JSON) may set any of:
     ttl_s = 86400
 
     [artifacts], [history]        # see wasm_runner_server/artifacts/settings.py
+    [packages]                    # where session installs come from (see PackagesSection)
+    python_index = "https://pypi.org/simple/"
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -28,6 +30,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from wasm_runner.packages.settings import PYPI_FILES, PYPI_SIMPLE, PackageSettings
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
 from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
@@ -83,6 +86,36 @@ class ServerSettings(ConfigModel):
     """One structured line per request (at INFO)."""
 
 
+class PackagesSection(ConfigModel):
+    """Session package installs: the operator's indexes, the per-workspace cache and the limits."""
+
+    python_index: str = PYPI_SIMPLE
+    extra_indexes: list[str] = []
+    file_hosts: list[str] = [PYPI_FILES]
+    """Hosts the indexes serve their files from (reachable by installs like the indexes)."""
+    npm_registry: str = "https://registry.npmjs.org/"
+    """For native npm installs (not offered by this build yet)."""
+    cache_quota_bytes: Annotated[int, Field(ge=0)] = 2 * 1024 * MiB
+    """Per workspace; least recently used artifacts are evicted past it."""
+    shared_cache: bool = False
+    """One cache for every workspace (public indexes only: nothing private to share)."""
+    max_install_bytes: Annotated[int, Field(ge=1)] = 256 * MiB
+    max_install_s: Annotated[float, Field(gt=0)] = 120.0
+    max_packages: Annotated[int, Field(ge=1)] = 200
+    """Distributions one session may hold."""
+    ca_bundle: Path | None = None
+    """An extra CA bundle the host trusts for index downloads."""
+    resolver_overrides: dict[str, list[str]] = {}
+    """Names answered without DNS (name -> addresses), for pinned or private indexes."""
+
+    def settings(self) -> PackageSettings:
+        return PackageSettings(python_index=self.python_index, extra_indexes=tuple(self.extra_indexes),
+                               file_hosts=tuple(self.file_hosts), cache_quota_bytes=self.cache_quota_bytes,
+                               max_install_bytes=self.max_install_bytes, max_install_s=self.max_install_s,
+                               max_packages=self.max_packages, ca_bundle=self.ca_bundle,
+                               resolver_overrides={k: tuple(v) for k, v in self.resolver_overrides.items()})
+
+
 class ServiceConfig(ProfilesConfig):
     """Everything the service is configured with: its own sections plus the execution ones
     (limits, default_profile, profiles) that `ProfilesConfig` validates."""
@@ -95,6 +128,7 @@ class ServiceConfig(ProfilesConfig):
     """Published files: retention, size, download links (artifacts/settings.py)."""
     history: HistorySettings = HistorySettings()
     """Earlier versions of files written through the API, per session."""
+    packages: PackagesSection = PackagesSection()
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

@@ -36,9 +36,10 @@ def structs_of(module: ModuleType) -> list[str]:
 
 def test_wasm_runner():
     assert exported(wasm_runner) == [
-        "Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
-        "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "RichOutput", "Runner",
-        "RunnerClosedError", "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
+        "Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError",
+        "InvalidRequestError", "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener",
+        "PackageSettings", "RichOutput", "Runner", "RunnerClosedError", "RuntimeUnavailableError",
+        "SandboxPolicyError", "Session", "WasmRunnerError",
     ]
 
 
@@ -53,10 +54,11 @@ def test_wasm_runner_client():
     assert exported(wasm_runner_client) == [
         "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
         "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
-        "GlobResult", "GrepMatch", "GrepResult", "Limits", "LimitsPatch", "NotFoundError", "OneShotResult",
-        "OutputChunk", "OutputFile", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
-        "RateLimitedError", "Retry", "RichOutput", "ServerError", "ServiceUnavailableError", "SessionInfo", "SessionList",
-        "TextEdit", "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
+        "GlobResult", "GrepMatch", "GrepResult", "InstallResult", "InstalledPackage", "Limits", "LimitsPatch",
+        "NotFoundError", "OneShotResult", "OutputChunk", "OutputFile", "PackageError", "PackageLock",
+        "PackageRequest", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
+        "RateLimitedError", "Retry", "RichOutput", "ServerError", "ServiceUnavailableError", "SessionInfo",
+        "SessionList", "TextEdit", "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
     ]
 
 

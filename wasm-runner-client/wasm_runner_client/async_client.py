@@ -40,6 +40,7 @@ from wasm_runner_client.wire import (
     WriteResult,
 )
 from wasm_runner_protocol.execution import ExecResult
+from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
@@ -133,9 +134,10 @@ class AsyncClient:
 
     async def create_session(self, id: str | None = None, *, profile: str | None = None,
                              idle_timeout_s: float | None = None, ttl_s: float | None = None,
-                             metadata: Mapping[str, str] | None = None, ephemeral: bool = False) -> SessionInfo:
+                             metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
+                             packages: PackageRequest | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral)
+                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     async def get_session(self, session_id: str) -> SessionInfo:
@@ -159,6 +161,18 @@ class AsyncClient:
 
     async def cancel(self, session_id: str) -> CancelResult:
         return await self._call(Call("POST", session_path(session_id, "cancel")), CancelResult)
+
+    # -- packages --------------------------------------------------------------------------------
+
+    async def install(self, session_id: str, python: Iterable[str] = (), *, npm: Iterable[str] = (),
+                lock: PackageLock | None = None, index: str | None = None) -> InstallResult:
+        """Install packages into the session (a refusal is a result with `ok` false and an `error`)."""
+        body = PackageRequest(python=tuple(python), npm=tuple(npm), lock=lock, index=index)
+        return await self._call(Call("POST", session_path(session_id, "packages"), body=body), InstallResult)
+
+    async def packages(self, session_id: str) -> PackageLock:
+        """The session's lock: give it to `create_session(packages=PackageRequest(lock=...))` to replay it."""
+        return await self._call(Call("GET", session_path(session_id, "packages")), PackageLock)
 
     # -- execution -------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from wasm_runner_client.wire import (
     WriteResult,
 )
 from wasm_runner_protocol.execution import ExecResult
+from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -140,9 +141,10 @@ class Client:
 
     def create_session(self, id: str | None = None, *, profile: str | None = None,
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
-                       metadata: Mapping[str, str] | None = None, ephemeral: bool = False) -> SessionInfo:
+                       metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
+                       packages: PackageRequest | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral)
+                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     def get_session(self, session_id: str) -> SessionInfo:
@@ -167,6 +169,18 @@ class Client:
     def cancel(self, session_id: str) -> CancelResult:
         """Stop the session's running execution (its caller gets a `cancelled` result)."""
         return self._call(Call("POST", session_path(session_id, "cancel")), CancelResult)
+
+    # -- packages --------------------------------------------------------------------------------
+
+    def install(self, session_id: str, python: Iterable[str] = (), *, npm: Iterable[str] = (),
+                lock: PackageLock | None = None, index: str | None = None) -> InstallResult:
+        """Install packages into the session (a refusal is a result with `ok` false and an `error`)."""
+        body = PackageRequest(python=tuple(python), npm=tuple(npm), lock=lock, index=index)
+        return self._call(Call("POST", session_path(session_id, "packages"), body=body), InstallResult)
+
+    def packages(self, session_id: str) -> PackageLock:
+        """The session's lock: give it to `create_session(packages=PackageRequest(lock=...))` to replay it."""
+        return self._call(Call("GET", session_path(session_id, "packages")), PackageLock)
 
     # -- execution -------------------------------------------------------------------------------
 

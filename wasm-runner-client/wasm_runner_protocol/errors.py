@@ -68,6 +68,7 @@ class ErrorCode(StrEnum):
     INVALID_SESSION_ID = "invalid_session_id"
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"
+    PACKAGES_FAILED = "packages_failed"
     # -- limits and providers ----------------------------------------------------------------
     LIMIT_EXCEEDS_MAXIMUM = "limit_exceeds_maximum"
     INVALID_LIMITS = "invalid_limits"

@@ -21,6 +21,7 @@ from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
 from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
+from wasm_runner_protocol.packages import PackageRequest
 
 T = TypeVar("T")
 
@@ -199,6 +200,9 @@ class SessionCreate(_Body):
     ephemeral: bool = False
     """Leave no persistent trace: files removed when the session ends (or the server stops), and the
     audit log keeps only that runs happened, with sizes and outcome, never code or output."""
+    packages: PackageRequest | None = None
+    """Installed before the session is answered (e.g. `{"lock": ...}` exported from another session);
+    a failed install answers 422 packages_failed and leaves no session."""
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):

@@ -60,6 +60,10 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run.add_argument("--typecheck", action="store_true",
                      help="TypeScript: type-check with tsc first and print its diagnostics (exit status 1 on an error)")
     run.add_argument("--typecheck-timeout", type=float, default=60.0, help="the type check's seconds (60)")
+    run.add_argument("--install", action="append", default=[], metavar="REQUIREMENT",
+                     help="install a pure-Python package for the run first (e.g. tinyapp==1.0; repeatable), "
+                          "resolved and downloaded by the host, cached in ~/.cache/wasm-runner/packages")
+    run.add_argument("--index", help="the Python package index for --install (default: PyPI's simple index)")
     limits = run.add_argument_group("limits (default: the profile's; without a profile, in parentheses)")
     defaults = Limits()
     limits.add_argument("--timeout", type=float, help=f"wall-clock seconds ({defaults.timeout_s})")

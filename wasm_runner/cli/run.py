@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, Limits, MiB
 from wasm_runner_protocol.guest import language_for_path
 
 if TYPE_CHECKING:
     from wasm_runner.guest import Mount
+    from wasm_runner.session import Session
 
 
 class UsageError(Exception):
@@ -40,10 +42,13 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     listener = None if args.json else _echo
     # Runs once and closes: no sandboxes made ahead for runs that will not come.
-    with Runner(mounts=mounts, ready_scratch=0) as runner:
-        if args.workspace:
-            os.makedirs(args.workspace, exist_ok=True)
+    with Runner(mounts=mounts, ready_scratch=0, packages=_package_settings(args)) as runner:
+        if args.workspace or args.install:
+            if args.workspace:
+                os.makedirs(args.workspace, exist_ok=True)
             session = runner.session(workspace_dir=args.workspace)
+            if args.install and not _install(session, args.install):
+                return 2
             result = session.run_sync(msgspec.structs.replace(request, fresh=True), listener=listener)
         else:
             result = runner.run_sync(request, listener=listener)
@@ -55,6 +60,28 @@ def run_command(args: argparse.Namespace) -> int:
     if result.exit_code == 0 and type_errors:
         return 1
     return result.exit_code if 0 <= result.exit_code < 256 else 1
+
+
+def _package_settings(args: argparse.Namespace) -> PackageSettings | None:
+    """With --install: the index given (else PyPI's) and a cache that outlives the run."""
+    if not args.install:
+        return None
+    from wasm_runner.engine.module_cache import cache_dir
+    from wasm_runner.packages.settings import PYPI_SIMPLE
+
+    return PackageSettings(python_index=args.index or PYPI_SIMPLE, cache_dir=cache_dir() / "packages")
+
+
+def _install(session: Session, requirements: list[str]) -> bool:
+    result = session.install(requirements)
+    if result.ok:
+        installed = ", ".join(f"{p.name}=={p.version} ({p.source})" for p in result.installed)
+        print(f"[wasm-runner] installed {installed or 'nothing new'} in {result.duration_ms:.0f} ms", file=sys.stderr)
+        return True
+    error = result.error
+    message = f"{error.kind}: {error.message}" + (f" ({error.hint})" if error.hint else "") if error else "refused"
+    print(f"wasm-runner run: --install failed: {message}", file=sys.stderr)
+    return False
 
 
 def _code(args: argparse.Namespace) -> tuple[str, str | None]:

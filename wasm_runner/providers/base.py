@@ -35,6 +35,8 @@ class Job:
     started_at: float | None = None
     """time.monotonic() when the guest began (after queueing and runtime preparation):
     the watchdog's clock starts here."""
+    install: Callable[[str], str] | None = None
+    """Answers the guest's own install requests (`sandbox.install`: JSON in, JSON out); sessions only."""
     after: Callable[[], None] | None = None
     """Set by the provider: optional work for the worker once the result is delivered (the
     Runner does it while other jobs wait; the provider must not depend on it running)."""

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.disk_quota import WorkspaceMeasure
@@ -110,6 +111,10 @@ class AccessPolicy(ABC):
     def on_execution(self, target: Runner | Session, request: ExecRequest, result: ExecResult | None,
                      mode: str) -> None:
         """An admitted execution ended (result None: it was aborted)."""
+        return None
+
+    def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
+        """An install into a session ended (its result holds the session's lock)."""
         return None
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

@@ -63,6 +63,7 @@ from wasm_runner_client.errors import ApiError as ClientApiError
 from wasm_runner_client.errors import ConflictError, NotFoundError, TransportError
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
+from wasm_runner_protocol.packages import InstallResult
 from wasm_runner_protocol.wire import (
     ArtifactCreate,
     ArtifactInfo,
@@ -197,6 +198,14 @@ class SessionNewArgs(SessionCreate, kw_only=True):
 
 class SessionListArgs(SessionListQuery, kw_only=True):
     """List sessions."""
+
+
+class InstallPackagesArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Install Python packages into the session: later code in it imports them (kernel and fresh runs)."""
+
+    python: Annotated[list[Annotated[str, Meta(max_length=512)]],
+                      Meta(max_length=64, description="Requirements, e.g. ['requests==2.32.3', 'pyyaml>=6']")] = []
+    session: SessionArg | None = None
 
 
 class SessionResetArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -566,6 +575,22 @@ class McpTools:
 
         return await self.in_session(caller, args.session, grep)
 
+    async def install_packages(self, caller: Caller, args: InstallPackagesArgs) -> Output:
+        async def install(session_id: str) -> Output:
+            result = await self.client(caller).install(session_id, args.python)
+            if result.ok:
+                lines = [f"{p.name}=={p.version} ({p.source})" for p in result.installed]
+                text = ("installed: " + ", ".join(lines)) if lines else "already installed"
+                text += f"; {result.duration_ms:.0f} ms; import them in code of this session"
+            else:
+                error = result.error
+                text = f"not installed ({error.kind}): {error.message}" if error else "not installed"
+                if error is not None and error.hint:
+                    text += f"\nhint: {error.hint}"
+            return [_text(text)], result
+
+        return await self.in_session(caller, args.session, install)
+
     # -- sessions -----------------------------------------------------------------------------------------
 
     async def session_new(self, caller: Caller, args: SessionNewArgs) -> Output:
@@ -718,6 +743,12 @@ TOOLS: tuple[Tool, ...] = (
          "Search workspace files for a regular expression (Python syntax; fixed_string for literal text), "
          "answering path:line: text for each match. `glob` limits the files searched.",
          GrepArgs, GrepResult, McpTools.grep, read_only=True),
+    Tool("install_packages", "Install packages",
+         "Install pure-Python packages (wheels from the server's package index) into the session, so that "
+         "code run in it later can import them, in the kernel and in fresh runs, also after a restart. The "
+         "host resolves and downloads them (the sandbox itself has no network); packages with native code "
+         "are refused with a hint to use the native provider (run_process).",
+         InstallPackagesArgs, InstallResult, McpTools.install_packages),
     Tool("session_new", "New session",
          "Start a new session (an empty workspace, no kernels) and, unless switch is false, make it this "
          "connection's session.",

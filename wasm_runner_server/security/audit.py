@@ -50,7 +50,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file | artifact
+    kind TEXT NOT NULL,               -- exec | file | artifact | packages
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
@@ -285,6 +285,20 @@ class AuditLog:
                              "path": None if ephemeral else path, "status": status,
                              "files_changed": json.dumps({"artifact": artifact_id}),
                              "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
+
+    def record_packages(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, requested: str,
+                        installed: str, lock: str, ok: bool, error: str | None, duration_ms: float) -> int:
+        """Record the row of a package install (on disk once this returns): the request as `code`, what was
+        installed as `stdout`, the session's lock after it as `files_changed`, a refusal as `stderr`."""
+        now = time.time()
+        row = {"ts": now, "kind": "packages", "workspace": workspace, "key_id": key_id, "session": session,
+               "ephemeral": int(ephemeral), "mode": "install", "outcome": "ok" if ok else "error",
+               "code_bytes": len(requested), "duration_ms": duration_ms,
+               "started_at": now - duration_ms / 1000, "finished_at": now}
+        if not ephemeral:
+            row.update(code=cap(requested, self.code_bytes), code_sha256=hashlib.sha256(requested.encode()).hexdigest(),
+                       stdout=cap(installed, self.output_bytes), stderr=error, files_changed=lock)
+        return self._insert(row)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -22,10 +22,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 
+import msgspec
 from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, session_not_found
@@ -196,6 +198,20 @@ class SecurityPolicy(AccessPolicy):
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise
+
+    def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
+        """Records the install's audit row: what was asked, what was installed and the session's lock after it."""
+        if self._security is None:
+            return
+        security = self._security
+        principal = request.get(PRINCIPAL) or LOCAL
+        owner = security.tenants.owner(session_id)
+        security.audit.record_packages(
+            workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+            ephemeral=bool(owner and owner.ephemeral), requested=msgspec.json.encode(body).decode(),
+            installed=msgspec.json.encode(result.installed).decode(),
+            lock=msgspec.json.encode(result.lock).decode(), ok=result.ok,
+            error=result.error.message if result.error else None, duration_ms=result.duration_ms)
 
     # -- routes, start and stop -------------------------------------------------------------------
 

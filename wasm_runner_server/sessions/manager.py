@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
@@ -46,10 +47,11 @@ SESSION_ID = re.compile(SESSION_ID_PATTERN)
 class RunnerPool:
     """One core Runner per set of read-only mounts (a Runner's mounts are fixed), sharing the data directory."""
 
-    def __init__(self, data_dir: Path, concurrency: int, limits: Limits) -> None:
+    def __init__(self, data_dir: Path, concurrency: int, limits: Limits, packages: PackageSettings | None = None) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
         self.limits = limits
+        self.packages = packages
         self._runners: dict[tuple[tuple[str, str], ...], Runner] = {}
 
     def get(self, profile: Profile) -> Runner:
@@ -57,7 +59,7 @@ class RunnerPool:
         runner = self._runners.get(key)
         if runner is None:
             runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
-                            one_shot_workers=self.concurrency)
+                            one_shot_workers=self.concurrency, packages=self.packages)
             self._runners[key] = runner
         return runner
 

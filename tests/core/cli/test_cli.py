@@ -187,3 +187,14 @@ def test_lang_typescript_runs_code():
 def test_typecheck_of_python_is_a_usage_error():
     done = cli("run", "--typecheck", "-c", "print(1)")
     assert done.returncode == 2 and "typecheck applies to language typescript only" in done.stderr
+
+
+def test_run_install_flag_installs_before_the_run_and_refuses_native_wheels(tmp_path):
+    from package_index import demo_wheels, serve_index
+
+    with serve_index(demo_wheels(tmp_path / "wheels")) as index:
+        done = cli("run", "--install", "tinyapp==1.0", "--index", index.simple, "-c", "import tinyapp\nprint(tinyapp.hello())")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "hello from tinyapp, tinydep 2.1\n" and "installed tinyapp==1.0" in done.stderr
+        refused = cli("run", "--install", "fastext", "--index", index.simple, "-c", "import fastext")
+    assert refused.returncode == 2 and "native_code" in refused.stderr and "python-data" in refused.stderr

@@ -19,7 +19,8 @@ from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, 
 from wasm_runner_server.mcp import server as mcp_server
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
-                  "run_process", "session_new", "session_list", "session_reset", "publish_artifact"}
+                  "run_process", "session_new", "session_list", "session_reset", "publish_artifact",
+                  "install_packages"}
 
 # Plain Python (no matplotlib in WASI): a bar chart drawn into RGB pixels, written as a PNG with zlib + struct.
 PNG_CHART = r'''
@@ -308,3 +309,21 @@ async def test_a_large_file_comes_back_as_a_link_not_inline(http_service: HttpSe
         url = text.split("download it from ", 1)[1].split(" ", 1)[0]
     async with httpx.AsyncClient() as http:
         assert (await http.get(url)).text == big
+
+
+async def test_install_packages_then_import_them_in_the_session(tmp_path) -> None:
+    from mcp_connect import start_http_service
+    from package_index import demo_wheels, serve_index
+
+    with serve_index(demo_wheels(tmp_path / "wheels")) as index:
+        service = await start_http_service(tmp_path / "data", packages={"python_index": index.simple})
+        try:
+            async with connect_http(service) as session:
+                installed = ok(await session.call_tool("install_packages", {"python": ["tinyapp==1.0"]}))
+                assert "tinyapp==1.0 (download)" in text_of(installed) and installed.structured_content["ok"]
+                used = ok(await session.call_tool("sandbox_execute_code", {"code": "import tinyapp\ntinyapp.hello()"}))
+                assert used.structured_content["value"] == "'hello from tinyapp, tinydep 2.1'"
+                refused = ok(await session.call_tool("install_packages", {"python": ["fastext"]}))
+                assert "native_code" in text_of(refused) and "hint:" in text_of(refused)
+        finally:
+            await service.server.close()

@@ -16,6 +16,7 @@ from wasm_runner.errors import NoProviderError
 from wasm_runner.guest import Mount
 from wasm_runner.hints import with_hint
 from wasm_runner.providers.base import Job, Provider
+from wasm_runner.providers.wasm import guest_installs
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
@@ -141,6 +142,7 @@ class WasmProvider(Provider):
         if one_shot and request.language not in self.prewarm_languages + self._also_prewarmed:
             self._also_prewarmed += (request.language,)  # languages are few: a tuple swapped whole
         started = time.perf_counter()
+        answering = guest_installs.serve(job.install)  # the guest's install requests, on this thread
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
@@ -173,6 +175,7 @@ class WasmProvider(Provider):
             outcome = _startup_failure(exc, call)
             outcome.instance_lost = True
         finally:
+            guest_installs.serve(answering)  # another job on this thread must not reach this session
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000

@@ -36,6 +36,7 @@ from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.lowlevel.host_descriptors import HostDescriptors
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm import guest_installs
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
@@ -52,6 +53,7 @@ from wasm_runner.providers.wasm.sandbox import (
     trap_outcome,
 )
 from wasm_runner_protocol.execution import GuestError, Limits, RichOutput
+from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,6 +141,8 @@ class PythonRuntime(Runtime):
         wasm, sha = self.build()
         linker = component.Linker(get_engine(settings))
         linker.add_wasip2()
+        with linker.root() as root:
+            root.add_func(guest_installs.IMPORT_NAME, guest_installs.answer)
         plain = Path(os.path.realpath(compiled_path(sha, "component", settings)))
         immortal: Path | None = immortal_path(plain)
         if not immortal.exists():
@@ -282,6 +286,8 @@ class PythonKernel(Kernel):
         assert func is not None, "the Python component exports no `run`"
         self._run = StringCall(func, self.store)
         self._fd_base = 5 + len(view.mounts)  # stdio, workspace, tmp, mounts: the guest's first free descriptor
+        self._packages = next((m.host for m in view.mounts if m.guest == PACKAGES_GUEST_PATH), None)
+        """The session's package directory, whose version (mtime) each call passes to the guest."""
         self.usable = True
         self.reuses = 0
         self._retire_after = random.randint(MAX_REUSES // 2, MAX_REUSES * 3 // 2)
@@ -346,6 +352,11 @@ class PythonKernel(Kernel):
         request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
         if self._memory is not None:  # reusable: the guest reports the descriptors a run changed
             request["fd_base"] = self._fd_base
+        if self._packages is not None:
+            try:
+                request["packages"] = [PACKAGES_GUEST_PATH, os.stat(self._packages).st_mtime_ns]
+            except OSError:
+                pass
         if call.filename:
             request["filename"] = call.filename
         if call.tests is not None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
+from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.http.routes.packages import install_into
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
@@ -15,7 +18,7 @@ routes = web.RouteTableDef()
 
 @routes.post("/v1/sessions")
 @operation(summary="Create a session (cheap: no interpreter, no directory until first use)", tag="sessions",
-           body=SessionCreate, body_required=False, response=SessionInfo, status=201, errors=(409, 413, 415))
+           body=SessionCreate, body_required=False, response=SessionInfo, status=201, errors=(409, 413, 415, 422))
 async def create_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request, SessionCreate, empty_ok=True)
@@ -24,6 +27,14 @@ async def create_session(request: web.Request) -> web.Response:
     body = policy.scope_session_id(request, body)  # chosen ids never collide across workspaces
     live = service.sessions.create(body)
     policy.claim_session(request, live.row.id, body.ephemeral)  # the caller's workspace owns it
+    if body.packages is not None:  # e.g. another session's lock: the same environment before the first call
+        result = await install_into(service, request, live, body.packages)
+        if not result.ok:
+            await service.sessions.delete(live)
+            error = result.error
+            raise ApiError(422, ErrorCode.PACKAGES_FAILED,
+                           f"the session's packages could not be installed: {error.message if error else 'refused'}",
+                           error.hint if error else None)
     return json_response(service.sessions.info(live), status=201,
                          headers={"Location": f"/v1/sessions/{live.row.id}"})
 

@@ -17,6 +17,7 @@ import time
 import traceback
 import zlib
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.resources.abc
@@ -498,7 +499,56 @@ def _exit_code(exc):
     return 1
 
 
+_packages_seen = [None]
+
+
+def _use_packages(packages):
+    """The session's package directory (the host's, read-only) on the import path; `packages` is
+    [path, version]: a new version (an install since the last call) makes imports look again."""
+    if packages[0] not in sys.path:
+        sys.path.append(packages[0])
+    importlib.invalidate_caches()
+    _packages_seen[0] = packages
+
+
+def _sandbox_module():
+    """`import sandbox; sandbox.install("pkg==1.0")`: the host resolves, downloads and links the
+    packages into the session's read-only /packages (the guest has no network of its own)."""
+    import types
+
+    import wit_world
+
+    module = types.ModuleType("sandbox", _sandbox_module.__doc__)
+
+    def install(*requirements, index=None):
+        """Install pure-Python packages into this session; returns the host's result (a dict).
+        A refusal (not found, native code, policy, quota) raises RuntimeError with the reason."""
+        request = {"python": [str(r) for r in requirements]}
+        if index is not None:
+            request["index"] = str(index)
+        result = _loads(wit_world.install_packages(_dumps(request)))
+        if PACKAGES_PATH not in sys.path:
+            sys.path.append(PACKAGES_PATH)
+        importlib.invalidate_caches()
+        if not result.get("ok"):
+            error = result.get("error") or {}
+            message = error.get("message", "the host refused the install")
+            if error.get("hint"):
+                message += f" (hint: {error['hint']})"
+            raise RuntimeError(message)
+        return result
+
+    module.install = install
+    sys.modules["sandbox"] = module
+
+
+PACKAGES_PATH = "/packages"
+
+
 def _run_cell(request):
+    packages = request.get("packages")
+    if packages is not None and packages != _packages_seen[0]:
+        _use_packages(packages)
     env = request.get("env")
     if env is not None and env != _applied_env[0]:  # a plain dict comparison: os.environ's is slow
         os.environ.clear()
@@ -626,6 +676,7 @@ class WitWorld:
         return _dumps(response)
 
 
+_sandbox_module()
 _warm_up()
 
 # The environment a run with no variables of its own gets (the host's base environment,

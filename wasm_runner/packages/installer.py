@@ -1,0 +1,193 @@
+"""Installs into a session: resolve (uv, on the host), fetch (cache first, then the allowed index),
+check (pure-Python wheels only, hash), unpack (once per workspace) and link into the session.
+
+A failure is an `InstallResult` with an error naming the package and what to do, never an
+exception; a failed install leaves the session's packages as they were before the failing
+distribution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import ssl
+import time
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from wasm_runner.egress.policy import EgressRules, PolicyError
+from wasm_runner.egress.resolver import Resolver
+from wasm_runner.packages.cache import PackageCache
+from wasm_runner.packages.download import Downloader
+from wasm_runner.packages.resolution import Pin, is_exact, parse_requirements, resolve
+from wasm_runner.packages.session_dir import SessionPackages, normalise_name
+from wasm_runner.packages.settings import GUEST_PYTHON_VERSION, PackageSettings
+from wasm_runner.packages.wheels import WheelRefused, check_filename
+from wasm_runner_protocol.egress import EgressPolicy
+from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageRequest
+
+DEFAULT_CACHE = "default"
+_CACHE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class PackageInstaller:
+    """The host's installer for every session of a Runner; one cache per workspace name."""
+
+    def __init__(self, settings: PackageSettings, data_dir: Path) -> None:
+        self.settings = settings
+        self.cache_root = settings.cache_dir or data_dir / "package-cache"
+        self.resolver = Resolver(settings.resolver_overrides)
+        self._caches: dict[str, PackageCache] = {}
+        self._trust: ssl.SSLContext | None = None
+
+    def trust(self) -> ssl.SSLContext:
+        """The TLS trust of downloads, made once."""
+        if self._trust is None:
+            self._trust = trust(self.settings.ca_bundle)
+        return self._trust
+
+    def cache(self, workspace: str = DEFAULT_CACHE) -> PackageCache:
+        if not _CACHE_NAME.match(workspace) or workspace in (".", ".."):
+            raise ValueError(f"not a workspace name: {workspace!r}")
+        cache = self._caches.get(workspace)
+        if cache is None:
+            cache = PackageCache(self.cache_root / workspace, self.settings.cache_quota_bytes,
+                                 self.settings.max_unpacked_bytes)
+            self._caches[workspace] = cache
+        return cache
+
+    def install(self, packages: SessionPackages, request: PackageRequest, *, policy: EgressPolicy | None = None,
+                allow_custom_index: bool = False, workspace: str = DEFAULT_CACHE) -> InstallResult:
+        started = time.monotonic()
+        installed: list[InstalledPackage] = []
+        downloader: Downloader | None = None
+        index = request.index or self.settings.python_index
+        try:
+            if request.npm:
+                raise WheelRefused("unsupported_ecosystem", "npm packages install in native sessions only, which this "
+                                   "build does not offer yet", "run `npm install` in a native session (profile `node`)")
+            if request.index and not allow_custom_index:
+                raise WheelRefused("index_not_allowed", f"this profile takes packages from its configured index only, "
+                                   f"not {request.index}", "leave out `index`, or use a profile that allows other indexes")
+            settings = self.settings
+            rules = EgressRules(policy if policy is not None else settings.default_policy(request.index))
+            downloader = Downloader(rules, self.resolver, deadline=started + settings.max_install_s,
+                                    budget_bytes=settings.max_install_bytes,
+                                    verify=self.trust)
+            cache = self.cache(workspace)
+            with cache.locked():
+                if request.lock is not None:
+                    pins = [Pin(p.name, p.version, p.filename, p.url, p.sha256, p.size) for p in request.lock.python]
+                else:
+                    pins = self._resolve(packages, request, downloader, cache, started)
+                new = [pin for pin in pins if not packages.has(pin)]
+                for pin in new:
+                    check_filename(pin.filename, pin.name)
+                names = {normalise_name(p["name"]) for p in packages.installed()} | {normalise_name(p.name) for p in new}
+                if len(names) > settings.max_packages:
+                    raise WheelRefused("too_many_packages", f"the session would hold {len(names)} distributions, "
+                                       f"more than its {settings.max_packages}", "start a new session, or raise "
+                                       "packages.max_packages")
+                for pin in new:
+                    installed.append(self._place(pin, packages, cache, downloader))
+                cache.evict(keep=frozenset(p.sha256 for p in pins))
+        except WheelRefused as refused:
+            return self._result(False, installed, started, downloader, packages, index,
+                                PackageError(kind=refused.kind, message=refused.message,  # type: ignore[arg-type]
+                                             hint=refused.hint, package=refused.package))
+        except PolicyError as exc:
+            return self._result(False, installed, started, downloader, packages, index,
+                                PackageError(kind="denied_by_policy", message=str(exc)))
+        finally:
+            if downloader is not None:
+                downloader.close()
+        return self._result(True, installed, started, downloader, packages, index, None)
+
+    def _result(self, ok: bool, installed: list[InstalledPackage], started: float, downloader: Downloader | None,
+                packages: SessionPackages, index: str, error: PackageError | None) -> InstallResult:
+        return InstallResult(ok=ok, installed=installed, error=error,
+                             duration_ms=round((time.monotonic() - started) * 1000, 3),
+                             index_requests=downloader.requests if downloader else 0,
+                             lock=packages.lock(index))
+
+    def _resolve(self, packages: SessionPackages, request: PackageRequest, downloader: Downloader,
+                 cache: PackageCache, started: float) -> list[Pin]:
+        """The pins for the request with what the session already holds; from the cache when the request
+        is exact and was resolved before on the same indexes."""
+        requirements = parse_requirements(request.python)
+        if not requirements:
+            return []
+        held = [f"{p['name']}=={p['version']}" for p in packages.installed()
+                if normalise_name(p["name"]) not in {normalise_name(r.name) for r in requirements}]
+        indexes = self.settings.indexes(request.index)
+        texts = sorted({str(r) for r in requirements}) + sorted(held)
+        key = hashlib.sha256(json.dumps([indexes, texts, GUEST_PYTHON_VERSION]).encode()).hexdigest()
+        exact = all(is_exact(r) for r in requirements)
+        if exact:
+            remembered = cache.resolution(key)
+            if remembered is not None:
+                return [Pin.from_dict(p) for p in remembered]
+        for url in indexes:
+            downloader.check(url)
+        left = self.settings.max_install_s - (time.monotonic() - started)
+        downloader.requests += 1  # a resolution asks the index (several requests, counted as one)
+        pins = resolve(texts, indexes, timeout_s=max(left, 1.0), uv=self.settings.uv,
+                       ca_bundle=str(self.settings.ca_bundle) if self.settings.ca_bundle else None)
+        for requirement in requirements:
+            _check_satisfied(requirement, pins)
+        if exact:
+            cache.remember(key, [p.as_dict() for p in pins])
+        return pins
+
+    def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache,
+               downloader: Downloader) -> InstalledPackage:
+        wheel = cache.artifact(pin.sha256)
+        source = "cache"
+        if wheel is None:
+            downloader.check(pin.url, pin.name)
+            if pin.size is not None:
+                cache.evict(room_for=pin.size)
+                if cache.usage() + pin.size > cache.quota_bytes:
+                    raise WheelRefused("quota", f"{pin.filename} ({pin.size} bytes) does not fit the workspace's "
+                                       f"package cache quota ({cache.quota_bytes} bytes)",
+                                       "raise packages.cache_quota_bytes", pin.name)
+            part = cache.scratch_file()
+            try:
+                downloader.fetch(pin.url, pin.sha256, part, pin.name)
+                wheel = cache.store(pin.sha256, part)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+            source = "download"
+        tree, unpacked = cache.tree(pin.sha256, wheel)
+        if source == "download":  # the index may publish no size: the quota is checked on what arrived
+            cache.evict(keep=frozenset({pin.sha256}))
+            if cache.usage() > cache.quota_bytes:
+                cache.drop(pin.sha256)
+                raise WheelRefused("quota", f"{pin.filename} does not fit the workspace's package cache quota "
+                                   f"({cache.quota_bytes} bytes)", "raise packages.cache_quota_bytes", pin.name)
+        size = wheel.stat().st_size
+        packages.place(pin, tree, unpacked.files, size)
+        return InstalledPackage(name=pin.name, version=pin.version, sha256=pin.sha256, size=size,
+                                source=source, filename=pin.filename)  # type: ignore[arg-type]
+
+
+def trust(ca_bundle: Path | None) -> ssl.SSLContext:
+    """The system's trusted CAs (as OpenSSL finds them: SSL_CERT_FILE / SSL_CERT_DIR included), plus the
+    operator's extra bundle."""
+    context = ssl.create_default_context()
+    if ca_bundle is not None:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    return context
+
+
+def _check_satisfied(requirement: Requirement, pins: list[Pin]) -> None:
+    name = normalise_name(requirement.name)
+    for pin in pins:
+        if normalise_name(pin.name) == name:
+            return
+    raise WheelRefused("not_found", f"the resolver gave no {requirement.name}", package=requirement.name)

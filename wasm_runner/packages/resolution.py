@@ -1,0 +1,147 @@
+"""Resolution on the host with uv (`uv pip compile`), for the guest's CPython, wheels only.
+
+uv never builds here (`--only-binary :all:`: a package that has only a source distribution is
+"not found" as a wheel and reported so), and runs with an environment of its own: no user
+configuration, no cache of its own (the workspace cache is ours), no host secrets. Its answer is
+a PEP 751 lock (pylock.toml): names, versions, wheel URLs and sha256s, which the host then
+downloads, checks and unpacks itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from wasm_runner.packages.settings import GUEST_PYTHON_VERSION
+from wasm_runner.packages.wheels import SDIST_HINT, WheelRefused
+
+RESOLVER_PLATFORM = "x86_64-unknown-linux-gnu"
+"""A platform whose wheels include native ones, so that a package that needs native code is found
+and refused by name (with the hint) rather than reported missing."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "filename": self.filename, "url": self.url,
+                "sha256": self.sha256, "size": self.size}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Pin:
+        return cls(data["name"], data["version"], data["filename"], data["url"], data["sha256"], data.get("size"))
+
+
+def parse_requirements(texts: tuple[str, ...] | list[str]) -> list[Requirement]:
+    """PEP 508 requirements by name only: a URL or path requirement would bypass the index."""
+    parsed = []
+    for text in texts:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise WheelRefused("not_found", f"not a requirement: {text!r} ({exc})",
+                               'e.g. "requests==2.32.3" or "pyyaml>=6"') from None
+        if requirement.url:
+            raise WheelRefused("index_not_allowed", f"{text!r} names a URL: packages come from the configured index")
+        parsed.append(requirement)
+    return parsed
+
+
+def is_exact(requirement: Requirement) -> bool:
+    """`name==version` (no wildcard, no marker): what it resolves to cannot change on the index... except
+    for its dependencies' newer releases, which an exact request accepts as they were when first resolved."""
+    specs = list(requirement.specifier)
+    return (len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version
+            and requirement.marker is None)
+
+
+def resolve(requirements: list[str], indexes: tuple[str, ...], *, timeout_s: float,
+            uv: tuple[str, ...] | None = None, ca_bundle: str | None = None) -> list[Pin]:
+    """Pins for `requirements` from `indexes` (the first is the main index), or WheelRefused."""
+    command = [*(uv or (sys.executable, "-m", "uv")), "pip", "compile", "-", "--index-url", indexes[0],
+               *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
+               "--only-binary", ":all:", "--python-version", GUEST_PYTHON_VERSION,
+               "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
+               "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable, "--system-certs"]
+    with tempfile.TemporaryDirectory(prefix="wasm-runner-uv-") as home:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "UV_PYTHON_DOWNLOADS": "never",
+               "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s)))}
+        if ca_bundle:
+            env["SSL_CERT_FILE"] = ca_bundle
+        for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
+                     "SSL_CERT_FILE", "SSL_CERT_DIR"):
+            if name in os.environ and not (name == "SSL_CERT_FILE" and ca_bundle):  # the operator's route and trust
+                env[name] = os.environ[name]
+        try:
+            proc = subprocess.run(command, input="\n".join(requirements) + "\n", capture_output=True, text=True,
+                                  env=env, timeout=timeout_s, cwd=home)
+        except subprocess.TimeoutExpired:
+            raise WheelRefused("timeout", f"resolving took longer than {timeout_s:g} s") from None
+        except FileNotFoundError:
+            raise WheelRefused("resolver_failed", "the resolver (uv) is not installed",
+                               "pip install uv (see pyproject.toml)") from None
+    if proc.returncode != 0:
+        raise _failure(proc.stderr, requirements)
+    return _pins(proc.stdout)
+
+
+def _pins(pylock: str) -> list[Pin]:
+    data = tomllib.loads(pylock)
+    pins = []
+    for package in data.get("packages", []):
+        name, version = package["name"], package.get("version", "?")
+        wheels = package.get("wheels") or []
+        if not wheels:  # only an sdist (uv would have needed a build)
+            sdist = package.get("sdist") or {}
+            raise WheelRefused("sdist_only", f"{name} {version}: no wheel, only a source distribution "
+                               f"({sdist.get('name') or sdist.get('url') or 'sdist'})", SDIST_HINT, name)
+        pure = [w for w in wheels if _is_pure_url(w["url"])]
+        wheel = (pure or wheels)[0]
+        filename = wheel.get("name") or wheel["url"].rsplit("/", 1)[-1].split("#")[0]
+        sha = (wheel.get("hashes") or {}).get("sha256")
+        if not sha:
+            raise WheelRefused("hash_mismatch", f"the index gave no sha256 for {filename}",
+                               "use an index that publishes hashes (PEP 503 #sha256= fragments)")
+        pins.append(Pin(name, version, filename, wheel["url"], sha, wheel.get("size")))
+    return pins
+
+
+def _is_pure_url(url: str) -> bool:
+    return url.split("#")[0].endswith("-none-any.whl")
+
+
+_NOT_FOUND = re.compile(r"Because (\S+) was not found in the package registry")
+
+
+def _failure(stderr: str, requirements: list[str]) -> WheelRefused:
+    text = "\n".join(line for line in stderr.strip().splitlines() if not line.startswith("warning:"))
+    short = text[-1500:]
+    found = _NOT_FOUND.search(text)
+    if found:
+        return WheelRefused("not_found", f"{found.group(1)} was not found on the index", package=found.group(1))
+    if "no wheels" in text or "has no usable wheels" in text or "only source distributions" in text.lower() \
+            or "--only-binary" in text or "Building source distributions is disabled" in text:
+        return WheelRefused("no_compatible_wheel", f"no wheel for CPython {GUEST_PYTHON_VERSION} "
+                            f"(a source distribution is never built on the host): {short}",
+                            "use a version that ships a py3-none-any wheel, or install it in a native session "
+                            "(profile `python-data`)")
+    if "timed out" in text or "operation timed out" in text.lower():
+        return WheelRefused("timeout", f"the index did not answer in time: {short}")
+    if "Failed to fetch" in text or "error sending request" in text or "Connection refused" in text:
+        return WheelRefused("download_failed", f"the index could not be reached: {short}")
+    if "No solution found" in text:
+        return WheelRefused("not_found", f"no versions satisfy {', '.join(requirements)}: {short}")
+    return WheelRefused("resolver_failed", f"resolving {', '.join(requirements)} failed: {short}")

@@ -1,0 +1,98 @@
+"""Packages of a session: install (resolved and unpacked by the host), and the lock to replay elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from wasm_runner import Session
+from wasm_runner.egress.policy import PolicyError
+from wasm_runner.packages.installer import PackageInstaller
+from wasm_runner.profiles import Profile
+from wasm_runner_protocol.egress import EgressPolicy
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.bodies import json_response, read_json
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import LOCAL, POLICY, PRINCIPAL
+from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.service import SERVICE, Service
+
+log = logging.getLogger("wasm_runner.server")
+routes = web.RouteTableDef()
+
+SHARED_CACHE = "shared"
+
+
+def install_policy(installer: PackageInstaller, profile: Profile) -> EgressPolicy:
+    """Installs reach the operator's configured indexes and file hosts, plus what the profile's network
+    policy allows (an `open` profile: any public host); a request's own index only through the latter."""
+    configured = installer.settings.default_policy(None).allow
+    network = profile.network
+    if network.mode == "open":
+        return EgressPolicy(mode="open", allow=tuple(network.allow))
+    return EgressPolicy(mode="allowlist", allow=tuple(dict.fromkeys((*configured, *network.allow))))
+
+
+def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
+    """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
+    profile's network policy with the configured indexes, its index permission, the caller's cache."""
+    profile = service.sessions.profile_of(live)
+    principal = request.get(PRINCIPAL) or LOCAL
+    try:
+        policy = install_policy(session.runner.packages, profile)
+    except PolicyError as exc:
+        raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
+    options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
+               "workspace": SHARED_CACHE if service.config.packages.shared_cache else principal.workspace}
+    session.install_options = options
+    return options
+
+
+async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
+    """Run one install for the session (calls to the session wait for it), recorded in the audit log."""
+    runner, session = service.sessions.core(live)
+    options = install_options(service, request, live, session)
+    async with live.lock:
+        session.packages.ensure()
+        result = await asyncio.to_thread(runner.packages.install, session.packages, body, policy=options["network"],
+                                         allow_custom_index=options["allow_custom_index"],
+                                         workspace=options["workspace"])
+    service.sessions.touch(live)
+    request.app[POLICY].on_packages(request, live.row.id, body, result)
+    log.info("packages installed" if result.ok else "packages refused",
+             extra={"event": "packages", "session": live.row.id, "ok": result.ok,
+                    "installed": [f"{p.name}=={p.version}" for p in result.installed],
+                    "error": result.error.kind if result.error else None})
+    return result
+
+
+@routes.post("/v1/sessions/{id}/packages")
+@operation(summary="Install packages into the session (kept across calls, hibernation and restarts)",
+           tag="packages", body=PackageRequest, response=InstallResult, errors=(404, 413, 415, 422),
+           description="Python requirements are resolved on the host (uv, wheels only, for the guest's CPython "
+                       "3.14) from the operator's index, downloaded within the profile's network policy, cached "
+                       "per workspace by sha256 and shown to the guest read-only at /packages. A refused install "
+                       "(not found, native code, policy, quota) is a result with ok false and an error.")
+async def install_packages(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, PackageRequest)
+    if not (body.python or body.npm or body.lock):
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to install", 'e.g. {"python": ["requests==2.32.3"]}')
+    return json_response(await install_into(service, request, live, body))
+
+
+@routes.get("/v1/sessions/{id}/packages")
+@operation(summary="The session's package lock (give it as packages.lock to a new session)", tag="packages",
+           response=PackageLock, errors=(404,))
+async def get_packages(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    runner, session = service.sessions.core(live)
+    lock = await asyncio.to_thread(session.packages.lock, runner.package_settings.python_index)
+    return json_response(lock)
