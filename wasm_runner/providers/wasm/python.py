@@ -20,6 +20,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -334,6 +335,7 @@ class PythonKernel(Kernel):
         if held is not None:
             request["hold"] = [call.stdout.room, call.stderr.room]
         call.bind(self.interrupt, self.store)
+        call.collect = self.router.flush if held is None else partial(_collect_held, self.router, held, call)
         self._untouched = False
         try:
             raw = self._run(self.store, json.dumps(request))
@@ -356,6 +358,12 @@ class PythonKernel(Kernel):
     def close(self) -> None:
         self.usable = False
         close_later(self.store, mapping_lock)
+
+
+def _collect_held(router: OutputRouter, held: HeldOutput, call: Call) -> None:
+    """What a call given up has printed: through WASI, and held in the guest's memory."""
+    router.flush()
+    held.deliver(call.stdout, call.stderr)
 
 
 def _outcome(response: dict) -> Outcome:
