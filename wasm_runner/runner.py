@@ -17,6 +17,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from wasm_runner.capture import OutputListener
 from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
 from wasm_runner.execution.executor import Executor
@@ -30,6 +32,7 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.execution.kernel_workers import KernelWorkers, WorkerPolicy
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 
@@ -61,11 +64,20 @@ class Runner:
         providers: list[Provider] | None = None,
         one_shot_workers: int = 0,
         ready_scratch: int = READY_SCRATCH,
+        kernel_workers: int = 0,
+        worker_policy: WorkerPolicy | None = None,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
         host-side work otherwise waits for them under load. `ready_scratch` scratch workspaces
-        are kept idle, with sandboxes made ahead, for the next one-shot runs."""
+        are kept idle, with sandboxes made ahead, for the next one-shot runs.
+
+        `kernel_workers` > 0 hosts sessions' kernels (and their native runs, and one-shot runs
+        with a listener) in that many worker processes plus a spare, contained and retired by
+        `worker_policy` (`execution.kernel_workers`): a guest stuck in a host call, or one that
+        crashes its process, costs its worker, never a thread or the memory of this process.
+        0 (the default) runs them on this process's threads: a plain library use has no
+        process to protect and saves a worker's start-up."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -92,6 +104,12 @@ class Runner:
             from wasm_runner.execution.workers import OneShotWorkers
 
             self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
+        self.kernel_workers: KernelWorkers | None = None
+        if kernel_workers > 0 and self._rebuildable:
+            from wasm_runner.execution.kernel_workers import KernelWorkers, WorkerPolicy
+
+            self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
+                                                worker_policy or WorkerPolicy())
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
 
@@ -171,11 +189,25 @@ class Runner:
             result = await self.one_shot_workers.run(request)
             if result is not None:
                 return result
+        if self.kernel_workers is not None and self.kernel_workers.available and (
+                listener is not None or not self._runs_in("wasm", request)):
+            return await self._run_on_kernel_worker(request, listener)
         job = Job(request, self._take_scratch(request), None, listener, scratch=True)
         try:
             return await self.executor.run_async(job, self.provider_for(request))
         finally:
             self._recycle(job)
+
+    async def _run_on_kernel_worker(self, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+        """A one-shot run no one-shot worker takes (it streams, or runs natively): in a throwaway
+        session on a kernel worker, so that no guest runs in this process."""
+        self.provider_for(request)  # refused here, as in-process
+        session = Session(self, f"oneshot-{uuid.uuid4().hex}", Workspace(self.scratch_dir / f"run-{uuid.uuid4().hex}"))
+        session.workspace.ensure()
+        try:
+            return await session.run(msgspec.structs.replace(request, fresh=True), listener=listener)
+        finally:
+            session.destroy()
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.request(code, **fields)
@@ -245,6 +277,8 @@ class Runner:
             session.hibernate()
         if self._worker_pool is not None:
             self._worker_pool.close()
+        if self.kernel_workers is not None:
+            self.kernel_workers.close()
         for provider in self.providers:
             provider.close()
         self.executor.close()

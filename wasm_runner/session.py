@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.execution.executor import Executor
@@ -17,6 +17,9 @@ from wasm_runner.providers.wasm.provider import KernelSlot
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
+if TYPE_CHECKING:
+    from wasm_runner.execution.kernel_workers import KernelWorkers
+
 __all__ = ["KernelState", "Session", "SessionHost"]
 
 
@@ -24,6 +27,9 @@ class SessionHost(Protocol):
     """What a session needs of the Runner that made it."""
 
     executor: Executor
+
+    @property
+    def kernel_workers(self) -> KernelWorkers | None: ...
 
     def request(self, code: str | ExecRequest, **fields: Any) -> ExecRequest: ...
 
@@ -47,7 +53,10 @@ class KernelState:
 
 
 class Session:
-    """A directory that persists across calls, plus live kernels (one per language) when used."""
+    """A directory that persists across calls, plus live kernels (one per language) when used.
+
+    Its kernels live in this process, or on a worker process of the Runner's
+    (`Runner(kernel_workers=N)`): the calls are the same either way."""
 
     def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
         self.runner = runner
@@ -57,6 +66,8 @@ class Session:
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
+        self._job: Job | None = None
+        """The in-process execution running now."""
 
     @property
     def path(self) -> Path:
@@ -66,7 +77,11 @@ class Session:
     @property
     def kernels(self) -> list[str]:
         """Languages with a live kernel."""
-        return sorted(lang for lang, slot in self.state.kernels.items() if slot.kernel is not None)
+        here = {lang for lang, slot in self.state.kernels.items() if slot.kernel is not None}
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            here.update(workers.kernels_of(self.id))
+        return sorted(here)
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
@@ -75,10 +90,12 @@ class Session:
             self._queue = asyncio.Lock()
         async with self._queue:
             self.last_used = time.monotonic()
-            state = self.state
-            job = Job(request, self.workspace, state.kernels, listener, self.mounts)
             try:
-                return await self.runner.executor.run_async(job, self.runner.provider_for(request), state.lock,
+                workers = self.runner.kernel_workers
+                if workers is not None and workers.available:
+                    return await workers.run(self, request, listener)
+                job = self._new_job(request, listener)
+                return await self.runner.executor.run_async(job, self.runner.provider_for(request), self.state.lock,
                                                             on_abandon=self.lose_kernels)
             finally:
                 self.last_used = time.monotonic()
@@ -86,13 +103,26 @@ class Session:
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.runner.request(code, **fields)
         self.last_used = time.monotonic()
-        state = self.state
-        job = Job(request, self.workspace, state.kernels, listener, self.mounts)
         try:
-            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), state.lock,
+            workers = self.runner.kernel_workers
+            if workers is not None and workers.available:
+                return workers.run_blocking(self, request, listener)
+            job = self._new_job(request, listener)
+            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
                                                      on_abandon=self.lose_kernels)
         finally:
             self.last_used = time.monotonic()
+
+    def _new_job(self, request: ExecRequest, listener: OutputListener | None) -> Job:
+        job = Job(request, self.workspace, self.state.kernels, listener, self.mounts)
+        self._job = job
+        return job
+
+    def cancel(self) -> None:
+        """Stop the in-process execution running now, if any (its result says it was cancelled)."""
+        job = self._job
+        if job is not None:
+            job.cancel()
 
     def lose_kernels(self) -> None:
         """A worker was given up with this session's kernels: the next call starts new ones and
@@ -101,6 +131,12 @@ class Session:
 
     def hibernate(self) -> None:
         """Drop the kernels (memory released, files kept); the next call rebuilds them and says so."""
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            workers.hibernate(self)
+        self._close_kernels()
+
+    def _close_kernels(self) -> None:
         state = self.state
         with state.lock:
             for slot in state.kernels.values():
@@ -110,6 +146,9 @@ class Session:
 
     def destroy(self) -> None:
         """Drop the kernels and remove the session's files."""
-        self.hibernate()
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            workers.forget(self)
+        self._close_kernels()
         self.workspace.remove()
         self.runner.forget(self.id)

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -52,9 +53,10 @@ PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i i
 class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], **options: object) -> None:
+        """`options` go to the worker's configuration (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
-        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts]}
+        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts], **options}
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback.
         env = dict(os.environ)
@@ -62,12 +64,15 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.ready = threading.Event()
+        self.ready_at: float | None = None
         self.in_flight: dict[int, ExecRequest] = {}
         """Items sent and not answered, oldest (the one running) first."""
         self._seq = 0
         self.on_result: Callable[[Worker, int, ExecResult], None] | None = None
         self.on_exit: Callable[[Worker], None] | None = None
         """Set by the user of the worker (a batch, or the one-shot runs); called on the reader thread."""
+        self.on_answer: Callable[[Worker, Answer], None] | None = None
+        """Takes every answer instead of `on_result` (kernel hosting: chunks and notices too)."""
         self.exited = threading.Event()
         self.lock = threading.Lock()
         self._decode = msgspec.msgpack.Decoder(Answer).decode
@@ -85,6 +90,10 @@ class Worker:
         """Stop item `seq` (its answer still comes, and is dropped)."""
         self._order(Order(seq))
 
+    def order(self, order: Order) -> None:
+        """Send any order (kernel hosting numbers its own)."""
+        self._order(order)
+
     def _order(self, order: Order) -> None:
         try:
             with self._write_lock:  # the worker reads eagerly: no wait
@@ -99,10 +108,13 @@ class Worker:
     def _read(self) -> None:
         try:
             if read_frame(self.proc.stdout) == READY:
+                self.ready_at = time.monotonic()
                 self.ready.set()
                 while (frame := read_frame(self.proc.stdout)) is not None:
                     answer = self._decode(frame)
-                    if self.on_result is not None:
+                    if self.on_answer is not None:
+                        self.on_answer(self, answer)
+                    elif self.on_result is not None and answer.result is not None:
                         self.on_result(self, answer.seq, answer.result)
         finally:
             self.proc.wait()
