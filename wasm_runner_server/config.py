@@ -12,6 +12,9 @@ A config file (TOML or JSON) may set any of:
     idle_timeout_s = 600
     ttl_s = 86400
 
+    [workers]                     # see WorkerSettings: the processes hosting guests
+    kernel_workers = 2
+
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
 `wasm-runner run --config FILE` reads the same file's default_profile, [limits.*] and
@@ -80,12 +83,27 @@ class ServerSettings(ConfigModel):
     """One structured line per request (at INFO)."""
 
 
+class WorkerSettings(ConfigModel):
+    """The worker processes that host every guest (`wasm_runner.execution.kernel_workers`)."""
+
+    kernel_workers: Annotated[int, Field(ge=0, le=256)] = max(1, os.cpu_count() or 1)
+    """Processes hosting sessions' kernels, plus one spare; 0 runs kernels in the service's own
+    process (a stuck guest then costs a thread, a crash the service)."""
+    memory_bytes: Annotated[int | None, Field(ge=64 * MiB)] = 4096 * MiB
+    """Memory ceiling of each worker process (cgroup where writable, else RLIMIT_DATA); null: none."""
+    max_runs: Annotated[int, Field(ge=1)] = 100_000
+    """Calls a worker serves before it is replaced (its sessions' kernels restart, files kept)."""
+    max_rss_bytes: Annotated[int | None, Field(ge=64 * MiB)] = 3072 * MiB
+    """Resident size at which a worker is replaced; null: never for its size."""
+
+
 class ServiceConfig(ProfilesConfig):
     """Everything the service is configured with: its own sections plus the execution ones
     (limits, default_profile, profiles) that `ProfilesConfig` validates."""
 
     server: ServerSettings = ServerSettings()
     sessions: SessionPolicy = SessionPolicy()
+    workers: WorkerSettings = WorkerSettings()
     auth: AuthSettings = AuthSettings()
     """API keys, tenants, presigned links, audit."""
 

@@ -77,8 +77,9 @@ class SupervisionStats:
 
     started: int = 0
     restarts: collections.Counter[str] = field(default_factory=collections.Counter)
-    deadline_kills: int = 0
-    """Workers SIGKILLed by the supervisor because a call was unanswered past its deadline."""
+    deadline_kills: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Workers ended because a guest was stuck past its deadline, by who ended them: the
+    worker itself (its watchdog answered, it exited) or the supervisor (SIGKILL)."""
 
 
 @dataclass(eq=False)
@@ -177,9 +178,15 @@ class KernelWorkers:
         with self.lock:
             return [*self.active, *([self.spare] if self.spare else []), *self.leaving]
 
-    def kernels_per_worker(self) -> list[int]:
+    def kernels_per_worker(self) -> dict[int, int]:
+        """Live kernels of each serving worker, by its pid."""
         with self.lock:
-            return [sum(len(k) for k in w.kernels.values()) for w in self.active]
+            return {w.pid: sum(len(k) for k in w.kernels.values()) for w in self.active}
+
+    def counts(self) -> dict[str, int]:
+        """Worker processes by state: serving, spare, leaving (retired, not exited yet)."""
+        with self.lock:
+            return {"serving": len(self.active), "spare": int(self.spare is not None), "leaving": len(self.leaving)}
 
     def _retire(self, host: KernelWorker, cause: str, reason: str) -> None:
         """Take no more calls on `host` (lock held): the spare takes its place, its sessions move."""
@@ -237,6 +244,7 @@ class KernelWorkers:
         """An answer from a worker (reader thread)."""
         if answer.retiring is not None:
             with self.lock:
+                self.stats.deadline_kills["worker"] += 1
                 self._retire(host, "deadline", "another guest on its worker process was stopped at its "
                                                "deadline, stuck in a host call")
             return
@@ -269,7 +277,7 @@ class KernelWorkers:
                         started = max(call.sent_at, ready_at)
                         if now - started > call.request.limits.timeout_s + WATCHDOG_GRACE_S + KILL_MARGIN_S:
                             host.killed_for = seq
-                            self.stats.deadline_kills += 1
+                            self.stats.deadline_kills["supervisor"] += 1
                             self._retire(host, "deadline", "another guest on its worker process was stopped "
                                                            "at its deadline, stuck in a host call")
                             kill.append(host)
@@ -291,6 +299,16 @@ class KernelWorkers:
                         with self.lock:
                             self._retire(host, "memory", f"its worker process was replaced at {rss / 2**20:.0f} "
                                                          "MiB resident")
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the serving workers and the spare took their first order; False if one
+        could not start (then sessions run their kernels in-process)."""
+        deadline = time.monotonic() + timeout
+        for host in self.workers:
+            while not host.worker.ready.wait(0.1):
+                if self.broken or host.worker.exited.is_set() or time.monotonic() > deadline:
+                    return False
+        return not self.broken
 
     # -- calls ------------------------------------------------------------------------
 
