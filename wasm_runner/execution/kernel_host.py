@@ -53,6 +53,12 @@ class KernelHost:
         if order.request is None and not order.kind:
             self._cancel(order.seq)
             return
+        if order.kind == "over-budget":
+            with self.lock:
+                session = self.running.get(order.seq)
+            for budget in _budgets(session.mounts if session is not None else ()):
+                budget.over = True  # the quota watcher stops the run
+            return
         place = order.place
         assert place is not None
         with self.lock:
@@ -66,7 +72,8 @@ class KernelHost:
     def _session(self, place: Place) -> Session:
         session = self.sessions.get(place.session)
         if session is None:
-            mounts = tuple(Mount.from_config(m) for m in place.mounts)
+            mounts = tuple(Mount(Path(m["host"]), m["guest"], bool(m.get("writable")),
+                                 budget=ParentBudget() if m.get("budgeted") else None) for m in place.mounts)
             workspace = Workspace(Path(place.root), Path(place.files) if place.files else None)
             session = Session(self.runner, place.session, workspace, mounts)
             self.sessions[place.session] = session
@@ -105,6 +112,8 @@ class KernelHost:
         if order.stream:
             def listener(stream, data: bytes) -> None:
                 self.send(Answer(seq, stream=stream, data=data))
+        for budget in _budgets(session.mounts):
+            budget.over = False  # until the parent says otherwise, for this run
         with self.lock:
             self.running[seq] = session
         try:
@@ -137,6 +146,20 @@ class KernelHost:
             self.retiring = True
         if first:
             self.send(Answer(0, retiring=STUCK_NOTICE))
+
+
+class ParentBudget:
+    """A mount's own disk budget (a DiskBudget), kept by the parent: it measures and tells."""
+
+    def __init__(self) -> None:
+        self.over = False
+
+    def exceeded(self) -> bool:
+        return self.over
+
+
+def _budgets(mounts: tuple[Mount, ...]) -> list[ParentBudget]:
+    return [m.budget for m in mounts if isinstance(m.budget, ParentBudget)]
 
 
 def _cancelled(order: Order):

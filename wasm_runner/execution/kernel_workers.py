@@ -38,7 +38,8 @@ from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import lost_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
-from wasm_runner_protocol.execution import ExecRequest, ExecResult
+from wasm_runner.workspace.quota import DiskBudget
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
 
 if TYPE_CHECKING:
     from wasm_runner.session import Session
@@ -92,6 +93,9 @@ class Pending:
     listener: OutputListener | None
     sent_at: float
     printed: dict[str, list[bytes]] = field(default_factory=lambda: {"stdout": [], "stderr": []})
+    budgets: list[DiskBudget] = field(default_factory=list)
+    """Budgets of its session's mounts, which this process keeps (the worker is told when one is exceeded)."""
+    over_budget: bool = False
 
 
 @dataclass(eq=False)
@@ -260,7 +264,21 @@ class KernelWorkers:
             if call is not None and answer.kernels is not None and self.placement.get(call.session) is host:
                 host.kernels[call.session] = answer.kernels
         if call is not None:
-            _settle(call.future, answer.result)
+            result = answer.result
+            if call.budgets and result.limit is None and (call.over_budget or _over(call.budgets)):
+                result.limit = "disk"
+                result.error = result.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
+            _settle(call.future, result)
+
+    def _check_budgets(self) -> None:
+        """Tell workers of the runs whose mounts' budgets are exceeded (their quota watcher stops them)."""
+        with self.lock:
+            watched = [(host, seq, call) for host in self.active for seq, call in host.pending.items()
+                       if call.budgets and not call.over_budget]
+        for host, seq, call in watched:
+            if _over(call.budgets):
+                call.over_budget = True
+                host.worker.order(Order(seq, place=Place(call.session, ""), kind="over-budget"))
 
     def _supervise(self) -> None:
         """Kill workers whose calls are overdue; retire workers past their size or runs."""
@@ -291,6 +309,7 @@ class KernelWorkers:
                 serving = list(self.active) if check_sizes else []
             for host in kill:
                 host.worker.kill()
+            self._check_budgets()
             if check_sizes:
                 next_size_check = now + SIZE_CHECK_S
                 for host in serving:
@@ -335,7 +354,8 @@ class KernelWorkers:
             host.seq += 1
             host.runs += 1
             seq = host.seq
-            host.pending[seq] = Pending(request, future, session.id, listener, time.monotonic())
+            host.pending[seq] = Pending(request, future, session.id, listener, time.monotonic(),
+                                        budgets=[m.budget for m in session.mounts if m.budget is not None])
             moved = self.moved.get(session.id)
         host.worker.order(Order(seq, request, place, stream=listener is not None))
         if moved is not None:
@@ -414,6 +434,15 @@ def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: M
 
     future.add_done_callback(relay)
     return noticed
+
+
+def _over(budgets: list[DiskBudget]) -> bool:
+    """Whether a budget is exceeded; one that cannot be measured counts as exceeded."""
+    try:
+        return any(budget.exceeded() for budget in budgets)
+    except Exception:  # noqa: BLE001 - failing closed, as the in-process quota watcher does
+        log.warning("could not measure a mount's disk budget; stopping the run as over quota", exc_info=True)
+        return True
 
 
 def _settle(future: concurrent.futures.Future[ExecResult], result: ExecResult) -> None:

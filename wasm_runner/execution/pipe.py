@@ -33,7 +33,8 @@ class Order(msgspec.Struct, array_like=True):
     seq: int
     request: ExecRequest | None = None
     place: Place | None = None
-    kind: Literal["", "hibernate", "forget"] = ""
+    kind: Literal["", "hibernate", "forget", "over-budget"] = ""
+    """`over-budget`: a mount's budget, which the parent keeps, is exceeded: stop run `seq` for disk."""
     stream: bool = False
     """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
 
