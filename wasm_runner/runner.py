@@ -21,6 +21,7 @@ import msgspec
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
+from wasm_runner.execution.containment import WorkerPolicy
 from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
 from wasm_runner.guest import Mount
@@ -32,7 +33,7 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
-    from wasm_runner.execution.kernel_workers import KernelWorkers, WorkerPolicy
+    from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
 
@@ -99,17 +100,17 @@ class Runner:
         self._rebuildable = providers is None
         """Providers of the caller's own cannot be rebuilt in a worker process."""
         self._worker_pool: WorkerPool | None = None
+        self.kernel_workers: KernelWorkers | None = None
+        if kernel_workers > 0 and self._rebuildable:
+            from wasm_runner.execution.kernel_workers import KernelWorkers
+
+            self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
+                                                worker_policy or WorkerPolicy())
         self.one_shot_workers: OneShotWorkers | None = None
         if one_shot_workers > 0 and self.worker_pool is not None:
             from wasm_runner.execution.workers import OneShotWorkers
 
             self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
-        self.kernel_workers: KernelWorkers | None = None
-        if kernel_workers > 0 and self._rebuildable:
-            from wasm_runner.execution.kernel_workers import KernelWorkers, WorkerPolicy
-
-            self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
-                                                worker_policy or WorkerPolicy())
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
 
@@ -120,7 +121,8 @@ class Runner:
         if self._worker_pool is None and self._rebuildable:
             from wasm_runner.execution.workers import WorkerPool
 
-            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts)
+            containment = self.kernel_workers.containment if self.kernel_workers is not None else None
+            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment)
         return self._worker_pool
 
     @property

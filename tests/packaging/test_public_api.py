@@ -38,7 +38,7 @@ def test_wasm_runner():
     assert exported(wasm_runner) == [
         "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError", "InvalidRequestError",
         "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener", "Runner", "RunnerClosedError",
-        "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError",
+        "RuntimeUnavailableError", "SandboxPolicyError", "Session", "WasmRunnerError", "WorkerPolicy",
     ]
 
 

@@ -1,4 +1,5 @@
-"""What contains a worker process: a memory ceiling set by the parent when it starts one.
+"""What contains a worker process (a memory ceiling set by the parent when it starts one) and
+when it is retired (`WorkerPolicy`).
 
 A cgroup of its own where the machine offers a writable one (v2, else v1's memory
 controller; made under the parent's cgroup, so the host's limits on the service still
@@ -20,13 +21,27 @@ from typing import Literal
 
 log = logging.getLogger("wasm_runner")
 
-__all__ = ["Containment", "WorkerCgroup", "detect_containment"]
+__all__ = ["Containment", "WorkerCgroup", "WorkerPolicy", "detect_containment"]
 
 ContainmentKind = Literal["cgroup-v2", "cgroup-v1", "rlimit", "none"]
 PREFIX = "wasm-runner-"
 """Worker cgroups are `wasm-runner-<parent pid>-worker-<n>`: the native provider's sweep
 removes those of a parent that is gone."""
 _seq = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class WorkerPolicy:
+    """How kernel workers are contained and retired."""
+
+    memory_bytes: int | None = 4 * 2**30
+    """The memory ceiling of each worker process (cgroup, or RLIMIT_DATA); None: no ceiling."""
+    max_runs: int = 100_000
+    """Calls a worker serves before it is retired (its sessions' kernels restart elsewhere)."""
+    max_rss_bytes: int | None = 3 * 2**30
+    """Resident size at which a worker is retired."""
+    threads: int = 64
+    """Turns one worker runs at once (the Runner's admission bounds them before)."""
 
 
 @dataclass

@@ -29,22 +29,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from wasm_runner.capture import OutputListener
-from wasm_runner.execution.containment import Containment, WorkerCgroup, detect_containment
+from wasm_runner.execution.containment import Containment, WorkerPolicy, detect_containment
 from wasm_runner.execution.executor import WATCHDOG_GRACE_S, WATCHDOG_POLL_S
 from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import lost_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
+from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
 
-if TYPE_CHECKING:
-    from wasm_runner.session import Session
-
-__all__ = ["KernelWorkers", "SupervisionStats", "WorkerPolicy"]
+__all__ = ["HostedSession", "KernelWorkers", "SupervisionStats", "WorkerPolicy"]
 
 log = logging.getLogger("wasm_runner")
 
@@ -58,18 +56,17 @@ RESTART_CAUSES = ("deadline", "crash", "runs", "memory")
 OOM kill, crash), retirement after its number of runs, or at its resident size."""
 
 
-@dataclass(frozen=True)
-class WorkerPolicy:
-    """How kernel workers are contained and retired."""
+class HostedSession(Protocol):
+    """What the supervisor needs of a session (`wasm_runner.session.Session`)."""
 
-    memory_bytes: int | None = 4 * 2**30
-    """The memory ceiling of each worker process (cgroup, or RLIMIT_DATA); None: no ceiling."""
-    max_runs: int = 100_000
-    """Calls a worker serves before it is retired (its sessions' kernels restart elsewhere)."""
-    max_rss_bytes: int | None = 3 * 2**30
-    """Resident size at which a worker is retired."""
-    threads: int = 64
-    """Turns one worker runs at once (the Runner's admission bounds them before)."""
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]: ...
 
 
 @dataclass
@@ -103,7 +100,6 @@ class KernelWorker:
     """One worker process hosting kernels, as the supervisor sees it."""
 
     worker: Worker
-    cgroup: WorkerCgroup | None
     sessions: set[str] = field(default_factory=set)
     pending: dict[int, Pending] = field(default_factory=dict)
     kernels: dict[str, list[str]] = field(default_factory=dict)
@@ -165,8 +161,8 @@ class KernelWorkers:
     # -- the workers ------------------------------------------------------------------
 
     def _start(self) -> KernelWorker:
-        worker = Worker(self.scratch_dir, self.mounts, kernels=True, concurrency=self.policy.threads)
-        host = KernelWorker(worker, self.containment.apply(worker.proc.pid))
+        worker = Worker(self.scratch_dir, self.mounts, self.containment, kernels=True, concurrency=self.policy.threads)
+        host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)
         worker.watch(None, lambda _: self._exited(host))
         self.stats.started += 1
@@ -228,13 +224,11 @@ class KernelWorkers:
                 log.error("a kernel worker could not start (exit code %s); kernels run in-process", code)
                 self.broken = True
             if host.retiring is None and not self.closed:
-                cause = "signal %d" % -code if code is not None and code < 0 else f"exit code {code}"
+                cause = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
                 self._retire(host, "crash", f"its worker process ended unexpectedly ({cause})")
             if host in self.leaving:
                 self.leaving.remove(host)
             pending, host.pending = host.pending, {}
-        if host.cgroup is not None:
-            host.cgroup.remove()
         for seq, call in pending.items():
             if seq == host.killed_for:
                 printed = (b"".join(call.printed["stdout"]).decode(errors="replace"),
@@ -336,7 +330,7 @@ class KernelWorkers:
             host = self.placement.get(session_id)
             return list(host.kernels.get(session_id, ())) if host is not None else []
 
-    def _place(self, session: Session) -> KernelWorker:
+    def _place(self, session: HostedSession) -> KernelWorker:
         """The session's worker (lock held); a new session goes to the one with the fewest."""
         host = self.placement.get(session.id)
         if host is None or host.retiring is not None:
@@ -345,7 +339,7 @@ class KernelWorkers:
             host.sessions.add(session.id)
         return host
 
-    def submit(self, session: Session, request: ExecRequest,
+    def submit(self, session: HostedSession, request: ExecRequest,
                listener: OutputListener | None) -> tuple[KernelWorker, int, Place, concurrent.futures.Future[ExecResult]]:
         future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
         place = _place_of(session)
@@ -362,7 +356,7 @@ class KernelWorkers:
             future = _with_restart_notice(future, moved, request, self.moved, session.id)
         return host, seq, place, future
 
-    async def run(self, session: Session, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+    async def run(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
         host, seq, place, future = self.submit(session, request, listener)
         try:
             return await asyncio.wrap_future(future)
@@ -370,18 +364,18 @@ class KernelWorkers:
             host.worker.order(Order(seq, place=place))
             raise
 
-    def run_blocking(self, session: Session, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+    def run_blocking(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
         return self.submit(session, request, listener)[3].result()
 
-    def hibernate(self, session: Session) -> None:
+    def hibernate(self, session: HostedSession) -> None:
         self._tell(session, "hibernate")
 
-    def forget(self, session: Session) -> None:
+    def forget(self, session: HostedSession) -> None:
         self._tell(session, "forget")
         with self.lock:
             self.moved.pop(session.id, None)
 
-    def _tell(self, session: Session, kind: Literal["hibernate", "forget"]) -> None:
+    def _tell(self, session: HostedSession, kind: Literal["hibernate", "forget"]) -> None:
         with self.lock:
             host = self.placement.get(session.id)
             if host is None:  # no kernel on a worker
@@ -403,7 +397,7 @@ class KernelWorkers:
             host.worker.exited.wait(5)
 
 
-def _place_of(session: Session) -> Place:
+def _place_of(session: HostedSession) -> Place:
     workspace = session.workspace
     return Place(session.id, str(workspace.root), str(workspace.files_dir) if workspace.files_dir is not None else None,
                  [m.to_config() for m in session.mounts])

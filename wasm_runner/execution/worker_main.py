@@ -20,8 +20,8 @@ import msgspec
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
 from wasm_runner.execution.kernel_host import KernelHost
 from wasm_runner.execution.lanes import ItemLane
-from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
+from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.guest import Mount
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import ExecResult

@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 import wasm_runner_protocol
+from wasm_runner.execution.containment import Containment
 from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.results import lost_result
@@ -53,8 +54,10 @@ PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i i
 class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], **options: object) -> None:
-        """`options` go to the worker's configuration (`worker_main`: e.g. kernel hosting)."""
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
+                 **options: object) -> None:
+        """`containment` puts a memory ceiling on the process; `options` go to the worker's
+        configuration (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
         config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts], **options}
         # The parent's own way to the package comes first (inherited environment and working
@@ -63,6 +66,7 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.cgroup = containment.apply(self.proc.pid) if containment is not None else None
         self.ready = threading.Event()
         self.ready_at: float | None = None
         self.in_flight: dict[int, ExecRequest] = {}
@@ -119,6 +123,8 @@ class Worker:
         finally:
             self.proc.wait()
             shutil.rmtree(self.data_dir, ignore_errors=True)
+            if self.cgroup is not None:
+                self.cgroup.remove()
             with self.lock:  # either this thread sees on_exit, or `watch` sees exited
                 self.exited.set()
                 on_exit = self.on_exit
@@ -136,9 +142,10 @@ class Worker:
 class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
+        self.containment = containment
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -150,7 +157,7 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts) for _ in range(count - len(taken))]
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment) for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
         return taken

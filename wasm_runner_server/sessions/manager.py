@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
-from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers, WorkerPolicy
+from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session, WorkerPolicy
+from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.layout import discard_tree

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from wasm_runner import Limits, Runner
+from wasm_runner import Limits, Runner, WorkerPolicy
 from wasm_runner.execution.containment import detect_containment
-from wasm_runner.execution.kernel_workers import KernelWorkers, WorkerPolicy
+from wasm_runner.execution.kernel_workers import KernelWorkers
 
 REAL_SLEEP = """
 import time
@@ -154,9 +154,9 @@ def test_a_worker_past_its_memory_ceiling_is_killed_alone_and_replaced(tmp_path)
     policy = WorkerPolicy(memory_bytes=256 * 2**20, max_rss_bytes=None)
     with Runner(tmp_path, kernel_workers=2, worker_policy=policy) as runner:
         workers = started(runner)
-        assert all(w.cgroup is not None for w in workers.workers)
+        assert all(w.worker.cgroup is not None for w in workers.workers)
         limit_file = "memory.max" if CGROUP.kind == "cgroup-v2" else "memory.limit_in_bytes"
-        assert int((workers.active[0].cgroup.path / limit_file).read_text()) == 256 * 2**20
+        assert int((workers.active[0].worker.cgroup.path / limit_file).read_text()) == 256 * 2**20
         hog, other = runner.session(), runner.session()
         assert other.run_sync("kept = 7").ok and hog.run_sync("pass").ok
         assert workers.placement[hog.id] is not workers.placement[other.id]  # the one with fewer sessions
