@@ -191,8 +191,7 @@ class Runner:
             result = await self.one_shot_workers.run(request)
             if result is not None:
                 return result
-        if self.kernel_workers is not None and self.kernel_workers.available and (
-                listener is not None or not self._runs_in("wasm", request)):
+        if self.kernel_workers is not None and self.kernel_workers.available:  # none in this process
             return await self._run_on_kernel_worker(request, listener)
         job = Job(request, self._take_scratch(request), None, listener, scratch=True)
         try:
@@ -201,8 +200,8 @@ class Runner:
             self._recycle(job)
 
     async def _run_on_kernel_worker(self, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
-        """A one-shot run no one-shot worker takes (it streams, or runs natively): in a throwaway
-        session on a kernel worker, so that no guest runs in this process."""
+        """A one-shot run no one-shot worker takes (it streams, runs natively, or they are not up
+        yet): in a throwaway session on a kernel worker, so that no guest runs in this process."""
         self.provider_for(request)  # refused here, as in-process
         session = Session(self, f"oneshot-{uuid.uuid4().hex}", Workspace(self.scratch_dir / f"run-{uuid.uuid4().hex}"))
         session.workspace.ensure()

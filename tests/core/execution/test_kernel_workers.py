@@ -165,3 +165,18 @@ def test_a_worker_past_its_memory_ceiling_is_killed_alone_and_replaced(tmp_path)
         assert result.error.type == "HostError" and "may be retried" in result.error.message, result
         assert other.run_sync("kept").value == "7"
         assert workers.stats.restarts["crash"] == 1
+
+
+def test_one_shot_runs_of_a_runner_with_kernel_workers_never_run_in_this_process(runner, monkeypatch):
+    def in_process(*args, **kwargs):
+        raise AssertionError("a guest ran in the Runner's own process")
+
+    monkeypatch.setattr(runner.executor, "submit", in_process)
+    chunks: list[bytes] = []
+
+    async def runs():
+        return (await runner.run("print(1)"), await runner.run("print(2)", listener=lambda s, d: chunks.append(d)))
+
+    plain, streamed = asyncio.run(runs())
+    assert plain.stdout == "1\n" and streamed.stdout == "2\n" and chunks == [b"2\n"]
+    assert list(runner.sessions_dir.iterdir()) == [] and not list(runner.scratch_dir.glob("run-*"))
