@@ -160,10 +160,18 @@ def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
             "kernels": count - 1}
 
 
-def worker_rss(runner: Runner) -> int:
-    """Resident bytes of the Runner's kernel worker processes (serving and spare)."""
+def worker_rss(runner: Runner, part: str = "VmRSS") -> int:
+    """Resident bytes of the Runner's kernel worker processes (serving and spare): all of it
+    (VmRSS), or its private part (RssAnon; the compiled image's file pages are shared)."""
     assert runner.kernel_workers is not None
-    return sum(host.rss_bytes() or 0 for host in runner.kernel_workers.workers)
+    total = 0
+    for host in runner.kernel_workers.workers:
+        with open(f"/proc/{host.pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == part:
+                    total += int(value.split()[0]) * 1024
+    return total
 
 
 def kernels_on_workers(samples: int, count: int = 400) -> dict:
@@ -178,16 +186,20 @@ def kernels_on_workers(samples: int, count: int = 400) -> dict:
         warm = [runner.session() for _ in range(2)]
         for s in warm:  # each worker has mapped the runtime once
             s.run_sync("1")
-        before = worker_rss(runner)
+        before, before_private = worker_rss(runner), worker_rss(runner, "RssAnon")
         sessions = [runner.session() for _ in range(count)]
         for s in sessions:
             s.run_sync("x = 1")
         time.sleep(0.5)
         per_kernel = (worker_rss(runner) - before) / count
+        private = (worker_rss(runner, "RssAnon") - before_private) / count
         report["python_idle_kernel_on_workers"] = {
             "kernels": count, "bytes_per_idle_kernel": int(per_kernel), "mib_per_idle_kernel": round(per_kernel / 2**20, 2),
-            "idle_kernels_within_2_gib": int(2 * 2**30 // per_kernel) if per_kernel > 0 else None,
-            "workers_rss_mib": round(worker_rss(runner) / 2**20, 1)}
+            "private_mib_per_idle_kernel": round(private / 2**20, 2),
+            "idle_kernels_within_2_gib_private": int(2 * 2**30 // private) if private > 0 else None,
+            "idle_kernels_within_2_gib_rss": int(2 * 2**30 // per_kernel) if per_kernel > 0 else None,
+            "workers_rss_mib": round(worker_rss(runner) / 2**20, 1),
+            "workers_private_mib": round(worker_rss(runner, "RssAnon") / 2**20, 1)}
         return report
 
 

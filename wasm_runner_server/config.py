@@ -94,7 +94,7 @@ class WorkerSettings(ConfigModel):
     max_runs: Annotated[int, Field(ge=1)] = 100_000
     """Calls a worker serves before it is replaced (its sessions' kernels restart, files kept)."""
     max_rss_bytes: Annotated[int | None, Field(ge=64 * MiB)] = 3072 * MiB
-    """Resident size at which a worker is replaced; null: never for its size."""
+    """Private resident size (RssAnon) at which a worker is replaced; null: never for its size."""
 
 
 class ServiceConfig(ProfilesConfig):

@@ -39,7 +39,7 @@ class WorkerPolicy:
     max_runs: int = 100_000
     """Calls a worker serves before it is retired (its sessions' kernels restart elsewhere)."""
     max_rss_bytes: int | None = 3 * 2**30
-    """Resident size at which a worker is retired."""
+    """Private resident size (RssAnon) at which a worker is retired."""
     threads: int = 64
     """Turns one worker runs at once (the Runner's admission bounds them before)."""
 

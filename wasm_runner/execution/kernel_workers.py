@@ -24,7 +24,6 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,7 +48,6 @@ log = logging.getLogger("wasm_runner")
 KILL_MARGIN_S = 1.0
 """How long after the worker's own watchdog should have answered the supervisor kills it."""
 SIZE_CHECK_S = 2.0
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 RESTART_CAUSES = ("deadline", "crash", "runs", "memory")
 """Why workers were replaced: a guest stuck past its deadline, an unexpected exit (signal,
@@ -116,10 +114,16 @@ class KernelWorker:
         return self.worker.proc.pid
 
     def rss_bytes(self) -> int | None:
+        """Its private resident memory (RssAnon): the compiled images' file pages every kernel
+        maps are shared with the other kernels and the page cache, and VmRSS counts them once
+        a kernel."""
         try:
-            return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
-            return None
+            pass
+        return None
 
 
 @dataclass

@@ -180,3 +180,18 @@ def test_one_shot_runs_of_a_runner_with_kernel_workers_never_run_in_this_process
     plain, streamed = asyncio.run(runs())
     assert plain.stdout == "1\n" and streamed.stdout == "2\n" and chunks == [b"2\n"]
     assert list(runner.sessions_dir.iterdir()) == [] and not list(runner.scratch_dir.glob("run-*"))
+
+
+def test_a_worker_past_its_private_resident_size_is_retired(tmp_path):
+    # a ceiling below any worker's size: each is retired at its first size check
+    with Runner(tmp_path, kernel_workers=1, worker_policy=WorkerPolicy(max_rss_bytes=1)) as runner:
+        workers = started(runner)
+        session = runner.session()
+        assert session.run_sync("kept = 1").ok
+        first = workers.placement[session.id]
+        deadline = time.monotonic() + 10
+        while first.retiring is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.retiring == "memory" and workers.stats.restarts["memory"] >= 1
+        result = session.run_sync("'kept' in globals()")
+        assert result.kernel_restarted and "MiB resident" in result.restart_reason, result
