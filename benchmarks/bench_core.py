@@ -160,6 +160,49 @@ def rss_per_kernel(runner: Runner, language: str, count: int = 20) -> dict:
             "kernels": count - 1}
 
 
+def worker_rss(runner: Runner, part: str = "VmRSS") -> int:
+    """Resident bytes of the Runner's kernel worker processes (serving and spare): all of it
+    (VmRSS), or its private part (RssAnon; the compiled image's file pages are shared)."""
+    assert runner.kernel_workers is not None
+    total = 0
+    for host in runner.kernel_workers.workers:
+        with open(f"/proc/{host.pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == part:
+                    total += int(value.split()[0]) * 1024
+    return total
+
+
+def kernels_on_workers(samples: int, count: int = 400) -> dict:
+    """Kernel turns when kernels live on worker processes (`Runner(kernel_workers=2)`, as the
+    service runs them), and their density: resident bytes the workers gain per idle Python
+    kernel, and how many idle kernels that puts within 2 GiB."""
+    with Runner(kernel_workers=2) as runner:
+        assert runner.kernel_workers is not None and runner.kernel_workers.wait_ready(120)
+        report = {"python_kernel_turn": kernel_turn(runner, "python", "x = 0", "x += 1", samples),
+                  "javascript_kernel_turn": kernel_turn(runner, "javascript", "var x = 0", "x += 1", samples)}
+        time.sleep(1.0)
+        warm = [runner.session() for _ in range(2)]
+        for s in warm:  # each worker has mapped the runtime once
+            s.run_sync("1")
+        before, before_private = worker_rss(runner), worker_rss(runner, "RssAnon")
+        sessions = [runner.session() for _ in range(count)]
+        for s in sessions:
+            s.run_sync("x = 1")
+        time.sleep(0.5)
+        per_kernel = (worker_rss(runner) - before) / count
+        private = (worker_rss(runner, "RssAnon") - before_private) / count
+        report["python_idle_kernel_on_workers"] = {
+            "kernels": count, "bytes_per_idle_kernel": int(per_kernel), "mib_per_idle_kernel": round(per_kernel / 2**20, 2),
+            "private_mib_per_idle_kernel": round(private / 2**20, 2),
+            "idle_kernels_within_2_gib_private": int(2 * 2**30 // private) if private > 0 else None,
+            "idle_kernels_within_2_gib_rss": int(2 * 2**30 // per_kernel) if per_kernel > 0 else None,
+            "workers_rss_mib": round(worker_rss(runner) / 2**20, 1),
+            "workers_private_mib": round(worker_rss(runner, "RssAnon") / 2**20, 1)}
+        return report
+
+
 def startup(runs: int = 11) -> dict:
     """Wall time of whole processes: the `wasm-runner` console running `print(1)` (as its
     executable does, without a launcher script in front), and plain Python doing the same.
@@ -206,6 +249,7 @@ def main() -> None:
         report["python_fresh_throughput"] = throughput(runner, args.seconds)
         report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")
         report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
+    report["kernel_workers"] = kernels_on_workers(args.samples)
     print(json.dumps(report, indent=2))
 
 

@@ -11,6 +11,7 @@ from wasm_runner.errors import (
     SandboxPolicyError,
     WasmRunnerError,
 )
+from wasm_runner.execution.containment import WorkerPolicy
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
@@ -39,4 +40,5 @@ __all__ = [
     "SandboxPolicyError",
     "Session",
     "WasmRunnerError",
+    "WorkerPolicy",
 ]

@@ -38,8 +38,10 @@ class Mount:
             object.__setattr__(self, "host", Path(os.fspath(self.host)))
 
     def to_config(self) -> dict[str, Any]:
-        """As JSON (to a worker process); the budget stays with this process."""
-        return {"host": str(self.host), "guest": self.guest, "writable": self.writable}
+        """As JSON (to a worker process); the budget stays with this process, which tells the
+        worker when it is exceeded (`budgeted`)."""
+        return {"host": str(self.host), "guest": self.guest, "writable": self.writable,
+                "budgeted": self.budget is not None}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Mount:

@@ -17,8 +17,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from wasm_runner.capture import OutputListener
 from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
+from wasm_runner.execution.containment import WorkerPolicy
 from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
 from wasm_runner.guest import Mount
@@ -31,6 +34,7 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
     from wasm_runner.packages.installer import PackageInstaller
@@ -67,12 +71,21 @@ class Runner:
         one_shot_workers: int = 0,
         ready_scratch: int = READY_SCRATCH,
         packages: PackageSettings | None = None,
+        kernel_workers: int = 0,
+        worker_policy: WorkerPolicy | None = None,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
         host-side work otherwise waits for them under load. `ready_scratch` scratch workspaces
         are kept idle, with sandboxes made ahead, for the next one-shot runs. `packages` says
-        where sessions' installs come from and what bounds them (`PackageSettings`)."""
+        where sessions' installs come from and what bounds them (`PackageSettings`).
+
+        `kernel_workers` > 0 hosts sessions' kernels (and their native runs, and one-shot runs
+        with a listener) in that many worker processes plus a spare, contained and retired by
+        `worker_policy` (`execution.kernel_workers`): a guest stuck in a host call, or one that
+        crashes its process, costs its worker, never a thread or the memory of this process.
+        0 (the default) runs them on this process's threads: a plain library use has no
+        process to protect and saves a worker's start-up."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -94,6 +107,12 @@ class Runner:
         self._rebuildable = providers is None
         """Providers of the caller's own cannot be rebuilt in a worker process."""
         self._worker_pool: WorkerPool | None = None
+        self.kernel_workers: KernelWorkers | None = None
+        if kernel_workers > 0 and self._rebuildable:
+            from wasm_runner.execution.kernel_workers import KernelWorkers
+
+            self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
+                                                worker_policy or WorkerPolicy())
         self.one_shot_workers: OneShotWorkers | None = None
         if one_shot_workers > 0 and self.worker_pool is not None:
             from wasm_runner.execution.workers import OneShotWorkers
@@ -120,7 +139,8 @@ class Runner:
         if self._worker_pool is None and self._rebuildable:
             from wasm_runner.execution.workers import WorkerPool
 
-            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts)
+            containment = self.kernel_workers.containment if self.kernel_workers is not None else None
+            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment)
         return self._worker_pool
 
     @property
@@ -189,11 +209,24 @@ class Runner:
             result = await self.one_shot_workers.run(request)
             if result is not None:
                 return result
+        if self.kernel_workers is not None and self.kernel_workers.available:  # none in this process
+            return await self._run_on_kernel_worker(request, listener)
         job = Job(request, self._take_scratch(request), None, listener, scratch=True)
         try:
             return await self.executor.run_async(job, self.provider_for(request))
         finally:
             self._recycle(job)
+
+    async def _run_on_kernel_worker(self, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+        """A one-shot run no one-shot worker takes (it streams, runs natively, or they are not up
+        yet): in a throwaway session on a kernel worker, so that no guest runs in this process."""
+        self.provider_for(request)  # refused here, as in-process
+        session = Session(self, f"oneshot-{uuid.uuid4().hex}", Workspace(self.scratch_dir / f"run-{uuid.uuid4().hex}"))
+        session.workspace.ensure()
+        try:
+            return await session.run(msgspec.structs.replace(request, fresh=True), listener=listener)
+        finally:
+            session.destroy()
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         request = self.request(code, **fields)
@@ -263,6 +296,8 @@ class Runner:
             session.hibernate()
         if self._worker_pool is not None:
             self._worker_pool.close()
+        if self.kernel_workers is not None:
+            self.kernel_workers.close()
         for provider in self.providers:
             provider.close()
         self.executor.close()

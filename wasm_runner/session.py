@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from wasm_runner.packages.installer import PackageInstaller
     from wasm_runner_protocol.egress import EgressPolicy
 
+if TYPE_CHECKING:
+    from wasm_runner.execution.kernel_workers import KernelWorkers
+
 __all__ = ["KernelState", "Session", "SessionHost"]
 
 
@@ -30,6 +34,9 @@ class SessionHost(Protocol):
     """What a session needs of the Runner that made it."""
 
     executor: Executor
+
+    @property
+    def kernel_workers(self) -> KernelWorkers | None: ...
 
     def request(self, code: str | ExecRequest, **fields: Any) -> ExecRequest: ...
 
@@ -56,7 +63,10 @@ class KernelState:
 
 
 class Session:
-    """A directory that persists across calls, plus live kernels (one per language) when used."""
+    """A directory that persists across calls, plus live kernels (one per language) when used.
+
+    Its kernels live in this process, or on a worker process of the Runner's
+    (`Runner(kernel_workers=N)`): the calls are the same either way."""
 
     def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
         self.runner = runner
@@ -64,14 +74,20 @@ class Session:
         self.workspace = workspace
         self.packages = SessionPackages(workspace.root)
         """The session's installed packages: the guest sees them read-only at /packages, on sys.path."""
-        self.mounts = mounts + (self.packages.mount(),)
+        packages_mount = self.packages.mount()
+        self.mounts = mounts if any(m.guest == packages_mount.guest for m in mounts) else mounts + (packages_mount,)
         self._packages_ready = False
         self.install_options: dict[str, Any] = {}
         """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
         profile's network policy, whether another index is allowed and the workspace's cache."""
+        self.install_handler: Callable[[str], str] = self._guest_install
+        """Answers the guest's `sandbox.install` (JSON in, JSON out); a host without the service's
+        install options (a worker process) puts a refusal here."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
+        self._job: Job | None = None
+        """The in-process execution running now."""
 
     @property
     def path(self) -> Path:
@@ -81,7 +97,11 @@ class Session:
     @property
     def kernels(self) -> list[str]:
         """Languages with a live kernel."""
-        return sorted(lang for lang, slot in self.state.kernels.items() if slot.kernel is not None)
+        here = {lang for lang, slot in self.state.kernels.items() if slot.kernel is not None}
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            here.update(workers.kernels_of(self.id))
+        return sorted(here)
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
@@ -91,10 +111,12 @@ class Session:
             self._queue = asyncio.Lock()
         async with self._queue:
             self.last_used = time.monotonic()
-            state = self.state
-            job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
             try:
-                return await self.runner.executor.run_async(job, self.runner.provider_for(request), state.lock,
+                workers = self.runner.kernel_workers
+                if workers is not None and workers.available:
+                    return await workers.run(self, request, listener)
+                job = self._new_job(request, listener)
+                return await self.runner.executor.run_async(job, self.runner.provider_for(request), self.state.lock,
                                                             on_abandon=self.lose_kernels)
             finally:
                 self.last_used = time.monotonic()
@@ -103,10 +125,12 @@ class Session:
         request = self.runner.request(code, **fields)
         self._ensure_packages()
         self.last_used = time.monotonic()
-        state = self.state
-        job = Job(request, self.workspace, state.kernels, listener, self.mounts, install=self._guest_install)
         try:
-            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), state.lock,
+            workers = self.runner.kernel_workers
+            if workers is not None and workers.available:
+                return workers.run_blocking(self, request, listener)
+            job = self._new_job(request, listener)
+            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
                                                      on_abandon=self.lose_kernels)
         finally:
             self.last_used = time.monotonic()
@@ -144,6 +168,17 @@ class Session:
         """The session's installed packages, to replay elsewhere (`install(lock=...)`)."""
         return self.packages.lock()
 
+    def _new_job(self, request: ExecRequest, listener: OutputListener | None) -> Job:
+        job = Job(request, self.workspace, self.state.kernels, listener, self.mounts, install=self.install_handler)
+        self._job = job
+        return job
+
+    def cancel(self) -> None:
+        """Stop the in-process execution running now, if any (its result says it was cancelled)."""
+        job = self._job
+        if job is not None:
+            job.cancel()
+
     def lose_kernels(self) -> None:
         """A worker was given up with this session's kernels: the next call starts new ones and
         says the old state is gone."""
@@ -151,6 +186,12 @@ class Session:
 
     def hibernate(self) -> None:
         """Drop the kernels (memory released, files kept); the next call rebuilds them and says so."""
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            workers.hibernate(self)
+        self._close_kernels()
+
+    def _close_kernels(self) -> None:
         state = self.state
         with state.lock:
             for slot in state.kernels.values():
@@ -160,6 +201,9 @@ class Session:
 
     def destroy(self) -> None:
         """Drop the kernels and remove the session's files."""
-        self.hibernate()
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            workers.forget(self)
+        self._close_kernels()
         self.workspace.remove()
         self.runner.forget(self.id)

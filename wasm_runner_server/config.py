@@ -15,6 +15,8 @@ A config file (TOML or JSON) may set any of:
     [artifacts], [history]        # see wasm_runner_server/artifacts/settings.py
     [packages]                    # where session installs come from (see PackagesSection)
     python_index = "https://pypi.org/simple/"
+    [workers]                     # see WorkerSettings: the processes hosting guests
+    kernel_workers = 2
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -116,12 +118,27 @@ class PackagesSection(ConfigModel):
                                resolver_overrides={k: tuple(v) for k, v in self.resolver_overrides.items()})
 
 
+class WorkerSettings(ConfigModel):
+    """The worker processes that host every guest (`wasm_runner.execution.kernel_workers`)."""
+
+    kernel_workers: Annotated[int, Field(ge=0, le=256)] = max(1, os.cpu_count() or 1)
+    """Processes hosting sessions' kernels, plus one spare; 0 runs kernels in the service's own
+    process (a stuck guest then costs a thread, a crash the service)."""
+    memory_bytes: Annotated[int | None, Field(ge=64 * MiB)] = 4096 * MiB
+    """Memory ceiling of each worker process (cgroup where writable, else RLIMIT_DATA); null: none."""
+    max_runs: Annotated[int, Field(ge=1)] = 100_000
+    """Calls a worker serves before it is replaced (its sessions' kernels restart, files kept)."""
+    max_rss_bytes: Annotated[int | None, Field(ge=64 * MiB)] = 3072 * MiB
+    """Private resident size (RssAnon) at which a worker is replaced; null: never for its size."""
+
+
 class ServiceConfig(ProfilesConfig):
     """Everything the service is configured with: its own sections plus the execution ones
     (limits, default_profile, profiles) that `ProfilesConfig` validates."""
 
     server: ServerSettings = ServerSettings()
     sessions: SessionPolicy = SessionPolicy()
+    workers: WorkerSettings = WorkerSettings()
     auth: AuthSettings = AuthSettings()
     """API keys, tenants, presigned links, audit."""
     artifacts: ArtifactSettings = ArtifactSettings()

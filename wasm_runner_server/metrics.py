@@ -98,6 +98,21 @@ class Gauge:
         yield f"{self.name} {_number(self.read())}"
 
 
+class Family:
+    """Labelled values read when scraped (a counter or gauge kept by another part, e.g. the
+    worker supervisor)."""
+
+    def __init__(self, name: str, help: str, kind: str, labels: tuple[str, ...],
+                 read: Callable[[], dict[tuple[str, ...], float]]) -> None:
+        self.name, self.help, self.kind, self.label_names, self.read = name, help, kind, labels, read
+
+    def render(self) -> Iterable[str]:
+        yield f"# HELP {self.name} {self.help}"
+        yield f"# TYPE {self.name} {self.kind}"
+        for labels, value in sorted(self.read().items()):
+            yield f"{self.name}{_labels(self.label_names, labels)} {_number(value)}"
+
+
 class Metrics:
     """The service's metrics; gauges are registered by the parts that know the values."""
 
@@ -116,10 +131,14 @@ class Metrics:
             "wasm_runner_http_request_duration_seconds", "HTTP request latency by method and route.", ("method", "route"))
         self.sessions_hibernated = Counter("wasm_runner_sessions_hibernated_total", "Kernels dropped after idling.")
         self.sessions_expired = Counter("wasm_runner_sessions_expired_total", "Sessions removed at the end of their TTL.")
-        self.gauges: list[Gauge] = []
+        self.gauges: list[Gauge | Family] = []
 
     def gauge(self, name: str, help: str, read: Callable[[], float]) -> None:
         self.gauges.append(Gauge(name, help, read))
+
+    def family(self, name: str, help: str, kind: str, labels: tuple[str, ...],
+               read: Callable[[], dict[tuple[str, ...], float]]) -> None:
+        self.gauges.append(Family(name, help, kind, labels, read))
 
     def render(self) -> str:
         lines: list[str] = []

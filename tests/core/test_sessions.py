@@ -2,7 +2,20 @@
 
 import asyncio
 
-from wasm_runner import Limits
+import pytest
+
+from wasm_runner import Limits, Runner
+
+
+@pytest.fixture(scope="module", params=["in-process", "kernel-workers"])
+def runner(request, runner, tmp_path_factory):
+    """Every test here runs twice: kernels in this process, and kernels on worker processes."""
+    if request.param == "in-process":
+        yield runner
+        return
+    with Runner(tmp_path_factory.mktemp("kernel-workers"), kernel_workers=2) as on_workers:
+        assert on_workers.kernel_workers is not None and on_workers.kernel_workers.wait_ready(120)
+        yield on_workers
 
 
 def test_kernel_keeps_variables_and_imports_between_calls(runner):

@@ -39,7 +39,7 @@ def test_wasm_runner():
         "Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "InvalidMountError",
         "InvalidRequestError", "InvalidSessionIdError", "Limits", "Mount", "NoProviderError", "OutputListener",
         "PackageSettings", "RichOutput", "Runner", "RunnerClosedError", "RuntimeUnavailableError",
-        "SandboxPolicyError", "Session", "WasmRunnerError",
+        "SandboxPolicyError", "Session", "WasmRunnerError", "WorkerPolicy",
     ]
 
 

@@ -171,6 +171,9 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     """Rich outputs of Python runs (figures, displayed objects, the last expression), in order."""
     kernel_restarted: bool = False
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
+    restart_reason: str | None = None
+    """Why the kernel restarted, when the host knows more than that it was dropped (e.g. another
+    guest on its worker process was stopped)."""
     verdict: Verdict | None = None
     """With harness `check`: passed, failed (see error.line / error.source), timeout, error or limit."""
     language: str = "python"

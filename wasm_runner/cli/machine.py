@@ -1,8 +1,10 @@
-"""`wasm-runner prepare` and `wasm-runner doctor`: this machine's runtimes and native tools."""
+"""`wasm-runner prepare` and `wasm-runner doctor`: this machine's runtimes, native tools and
+how worker processes are contained."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from wasm_runner.runner import Runner
 
@@ -15,6 +17,17 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 
 def doctor_command(args: argparse.Namespace) -> int:
-    from wasm_runner.providers.native.doctor import main as doctor_main
+    from wasm_runner.execution.containment import WorkerPolicy, detect_containment
+    from wasm_runner.providers.native.doctor import doctor, format_report
 
-    return doctor_main(["--json"] if args.json else [])
+    report = doctor()
+    containment = detect_containment(WorkerPolicy().memory_bytes)
+    report["worker_processes"] = {"containment": containment.kind, "memory_bytes": containment.memory_bytes,
+                                  "detail": containment.describe()}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        mark = "ok  " if containment.kind.startswith("cgroup") else "MISS"
+        print(format_report(report) + f"\n\nworker processes (kernels, one-shot runs, batches):\n  {mark} "
+              f"containment: {containment.describe()}")
+    return 0 if report["ok"] else 1

@@ -44,6 +44,8 @@ class Executor:
         self.concurrency = concurrency
         self.abandoned_workers = 0
         """Workers given up because their guest was stuck in a host call."""
+        self.on_stuck: Callable[[Job], None] | None = None
+        """Told of each job given up (a worker process retires then: its thread is never left behind)."""
         self._pool = self._new_pool()
         self._lock = threading.Lock()
         self._undelivered = 0
@@ -152,7 +154,15 @@ class Executor:
             old, self._pool = self._pool, self._new_pool()
         old.shutdown(wait=False)
         log.warning("abandoned a worker blocked in a host call (total %d)", self.abandoned_workers)
-        return stuck_result(job.request)
+        printed = ("", "")
+        if job.printed is not None:
+            try:
+                printed = job.printed()
+            except Exception:  # noqa: BLE001 - the answer goes out without it
+                log.warning("could not read what a stuck guest printed", exc_info=True)
+        if self.on_stuck is not None:
+            self.on_stuck(job)
+        return stuck_result(job.request, *printed)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -3,29 +3,55 @@
 from __future__ import annotations
 
 import struct
-from typing import IO
+from typing import IO, Any, Literal
 
 import msgspec
 
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["READY", "Answer", "Order", "read_frame", "write_frame"]
+__all__ = ["READY", "Answer", "Order", "Place", "read_frame", "write_frame"]
 
 _HEADER = struct.Struct("<I")
 READY = b"ready"
 """The worker's first frame: it takes orders from now on."""
 
 
+class Place(msgspec.Struct, array_like=True):
+    """A session whose kernels a worker hosts: its id, its directory and its own mounts."""
+
+    session: str
+    root: str
+    files: str | None = None
+    """Its /workspace where that is not `root/files` (an existing host directory)."""
+    mounts: list[dict[str, Any]] = []
+
+
 class Order(msgspec.Struct, array_like=True):
-    """Parent to worker: run `request` as item `seq`, or (no request) cancel item `seq`."""
+    """Parent to worker: run `request` as item `seq` (in the session `place`'s kernels when
+    given), cancel item `seq` (no request), or hibernate or forget the session `place`."""
 
     seq: int
     request: ExecRequest | None = None
+    place: Place | None = None
+    kind: Literal["", "hibernate", "forget", "over-budget"] = ""
+    """`over-budget`: a mount's budget, which the parent keeps, is exceeded: stop run `seq` for disk."""
+    stream: bool = False
+    """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
 
 
 class Answer(msgspec.Struct, array_like=True):
+    """Worker to parent: item `seq`'s result, or a chunk of its output (`stream`, `data`), or
+    (`seq` 0, `retiring`) the notice that the worker takes no more sessions and exits once
+    its runs in flight are answered."""
+
     seq: int
-    result: ExecResult
+    result: ExecResult | None = None
+    stream: Literal["stdout", "stderr"] | None = None
+    data: bytes = b""
+    kernels: list[str] | None = None
+    """With a kernel run's result: the languages whose kernels the session now holds."""
+    retiring: str | None = None
+    """Why the worker gives itself up."""
 
 
 def write_frame(stream: IO[bytes], body: bytes) -> None:

@@ -7,20 +7,22 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
 __all__ = ["host_error_result", "invalid_request_result", "lost_result", "stuck_result"]
 
 
-def stuck_result(request: ExecRequest) -> ExecResult:
-    """The guest was blocked in a host call past its deadline; its worker was given up."""
+def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> ExecResult:
+    """The guest was blocked in a host call past its deadline; its worker was given up. The
+    output it printed until then is kept."""
     return ExecResult(
-        exit_code=137, limit="timeout", language=request.language, id=request.id,
+        stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language, id=request.id,
         error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
                          "(the guest was blocked in a host call)"),
     )
 
 
-def lost_result(request: ExecRequest, exit_code: int | None) -> ExecResult:
+def lost_result(request: ExecRequest, exit_code: int | None, why: str = "") -> ExecResult:
     """The worker process running it exited before answering."""
+    cause = f"exited (code {exit_code})" if exit_code is None or exit_code >= 0 else f"was killed (signal {-exit_code})"
     return ExecResult(exit_code=1, id=request.id, language=request.language, error=GuestError(
-        type="HostError", message=f"the worker process running this exited (code {exit_code}); "
-                                  "it did not finish: run it again"))
+        type="HostError", message=f"the worker process running this {cause}{why}; it did not finish "
+                                  "and may be retried: run it again"))
 
 
 def invalid_request_result(request: ExecRequest, exc: Exception) -> ExecResult:

@@ -18,8 +18,10 @@ import time
 import msgspec
 
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
+from wasm_runner.execution.kernel_host import KernelHost
 from wasm_runner.execution.lanes import ItemLane
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
+from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.guest import Mount
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import ExecResult
@@ -47,6 +49,10 @@ def main() -> None:
     def read_orders() -> None:  # eagerly, so that the parent's writes never wait
         while (frame := read_frame(source)) is not None:
             order = decode(frame)
+            if order.place is not None:  # a session's kernels: on the kernel host's threads
+                assert kernels is not None, "kernel orders sent to a worker that hosts none"
+                kernels.order(order)
+                continue
             if order.request is not None:
                 orders.put(order)
                 continue
@@ -66,8 +72,23 @@ def main() -> None:
                 running[1] = True
                 write_frame(out, encode(Answer(seq, result)))
 
-    with Runner(config["data_dir"], concurrency=1, mounts=mounts) as runner:
+    def send(message: Answer) -> None:
+        with write_lock:
+            write_frame(out, encode(message))
+
+    def exit_retired() -> None:  # every turn is answered: the stuck thread goes with the process
+        with write_lock:
+            out.flush()
+            os._exit(70)
+
+    hosts_kernels = bool(config.get("kernels"))
+    concurrency = int(config.get("concurrency", 1))
+    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts,
+                ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
         lane = ItemLane(runner.provider_for, runner.scratch)
+        kernels = KernelHost(runner, send, exit_retired) if hosts_kernels else None
+        if kernels is not None:  # compiled modules mapped before the first turn's clock starts
+            runner.prepare()
 
         def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
             while True:

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 import wasm_runner_protocol
+from wasm_runner.execution.containment import Containment
 from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.results import lost_result
@@ -52,22 +54,29 @@ PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i i
 class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
+                 **options: object) -> None:
+        """`containment` puts a memory ceiling on the process; `options` go to the worker's
+        configuration (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
-        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts]}
+        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts], **options}
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback.
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.cgroup = containment.apply(self.proc.pid) if containment is not None else None
         self.ready = threading.Event()
+        self.ready_at: float | None = None
         self.in_flight: dict[int, ExecRequest] = {}
         """Items sent and not answered, oldest (the one running) first."""
         self._seq = 0
         self.on_result: Callable[[Worker, int, ExecResult], None] | None = None
         self.on_exit: Callable[[Worker], None] | None = None
         """Set by the user of the worker (a batch, or the one-shot runs); called on the reader thread."""
+        self.on_answer: Callable[[Worker, Answer], None] | None = None
+        """Takes every answer instead of `on_result` (kernel hosting: chunks and notices too)."""
         self.exited = threading.Event()
         self.lock = threading.Lock()
         self._decode = msgspec.msgpack.Decoder(Answer).decode
@@ -85,6 +94,10 @@ class Worker:
         """Stop item `seq` (its answer still comes, and is dropped)."""
         self._order(Order(seq))
 
+    def order(self, order: Order) -> None:
+        """Send any order (kernel hosting numbers its own)."""
+        self._order(order)
+
     def _order(self, order: Order) -> None:
         try:
             with self._write_lock:  # the worker reads eagerly: no wait
@@ -99,14 +112,19 @@ class Worker:
     def _read(self) -> None:
         try:
             if read_frame(self.proc.stdout) == READY:
+                self.ready_at = time.monotonic()
                 self.ready.set()
                 while (frame := read_frame(self.proc.stdout)) is not None:
                     answer = self._decode(frame)
-                    if self.on_result is not None:
+                    if self.on_answer is not None:
+                        self.on_answer(self, answer)
+                    elif self.on_result is not None and answer.result is not None:
                         self.on_result(self, answer.seq, answer.result)
         finally:
             self.proc.wait()
             shutil.rmtree(self.data_dir, ignore_errors=True)
+            if self.cgroup is not None:
+                self.cgroup.remove()
             with self.lock:  # either this thread sees on_exit, or `watch` sees exited
                 self.exited.set()
                 on_exit = self.on_exit
@@ -124,9 +142,10 @@ class Worker:
 class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...]) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
+        self.containment = containment
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -138,7 +157,7 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts) for _ in range(count - len(taken))]
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment) for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
         return taken

@@ -40,6 +40,9 @@ class Job:
     after: Callable[[], None] | None = None
     """Set by the provider: optional work for the worker once the result is delivered (the
     Runner does it while other jobs wait; the provider must not depend on it running)."""
+    printed: Callable[[], tuple[str, str]] | None = None
+    """Set by the provider: the (stdout, stderr) the guest printed so far, for the result given
+    for a guest still blocked in a host call past its deadline."""
     _stoppers: list = field(default_factory=list)
 
     def on_cancel(self, stop) -> None:

@@ -17,12 +17,14 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session
+from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session, WorkerPolicy
+from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
@@ -30,7 +32,7 @@ from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
-from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -47,25 +49,37 @@ SESSION_ID = re.compile(SESSION_ID_PATTERN)
 class RunnerPool:
     """One core Runner per set of read-only mounts (a Runner's mounts are fixed), sharing the data directory."""
 
-    def __init__(self, data_dir: Path, concurrency: int, limits: Limits, packages: PackageSettings | None = None) -> None:
+    def __init__(self, data_dir: Path, concurrency: int, limits: Limits, packages: PackageSettings | None = None,
+                 workers: WorkerSettings = WorkerSettings()) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
         self.limits = limits
         self.packages = packages
+        self.workers = workers
         self._runners: dict[tuple[tuple[str, str], ...], Runner] = {}
 
     def get(self, profile: Profile) -> Runner:
         key = profile.mount_key
         runner = self._runners.get(key)
         if runner is None:
+            # Every guest on worker processes: kernels (with their sessions' native runs and the
+            # one-shot runs that stream) on the kernel workers, other one-shot runs on their own.
+            workers = self.workers
+            policy = WorkerPolicy(memory_bytes=workers.memory_bytes, max_runs=workers.max_runs,
+                                  max_rss_bytes=workers.max_rss_bytes, threads=self.concurrency + 2)
             runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
-                            one_shot_workers=self.concurrency, packages=self.packages)
+                            one_shot_workers=self.concurrency, kernel_workers=workers.kernel_workers,
+                            worker_policy=policy, packages=self.packages)
             self._runners[key] = runner
         return runner
 
     @property
     def runners(self) -> list[Runner]:
         return list(self._runners.values())
+
+    def supervisors(self) -> list[KernelWorkers]:
+        """The kernel workers' supervisors of the runners made so far."""
+        return [r.kernel_workers for r in self._runners.values() if r.kernel_workers is not None]
 
     def close(self) -> None:
         for runner in self._runners.values():
@@ -94,6 +108,15 @@ class LiveSession:
         return self.lock.locked() or self.waiting > 0
 
 
+def _summed(parts: Iterable[Mapping[Any, int]]) -> dict[tuple[str, ...], float]:
+    """One labelled series from the same series of several supervisors."""
+    total: dict[tuple[str, ...], float] = {}
+    for part in parts:
+        for label, value in part.items():
+            total[(str(label),)] = total.get((str(label),), 0) + value
+    return total
+
+
 def _time(value: float) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
 
@@ -117,6 +140,19 @@ class SessionManager:
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
                       self.live_kernels)
+        supervisors = pool.supervisors
+        metrics.family("wasm_runner_workers", "Kernel worker processes by state (serving, spare, leaving).", "gauge",
+                       ("state",), lambda: _summed(w.counts() for w in supervisors()))
+        metrics.family("wasm_runner_worker_restarts_total", "Kernel workers replaced, by cause (deadline: a guest "
+                       "stuck past its deadline; crash: an unexpected exit; runs, memory: retired).", "counter",
+                       ("cause",), lambda: _summed({c: w.stats.restarts[c] for c in RESTART_CAUSES} for w in supervisors()))
+        metrics.family("wasm_runner_worker_deadline_kills_total", "Kernel workers ended at a guest's deadline, by who "
+                       "ended them (worker: its own watchdog; supervisor: SIGKILL).", "counter", ("by",),
+                       lambda: _summed({b: w.stats.deadline_kills[b] for b in ("worker", "supervisor")}
+                                       for w in supervisors()))
+        metrics.family("wasm_runner_kernels_per_worker", "Live kernels on each serving kernel worker (by pid).", "gauge",
+                       ("worker",), lambda: _summed({str(pid): n for pid, n in w.kernels_per_worker().items()}
+                                                    for w in supervisors()))
 
     @property
     def sessions_dir(self) -> Path:

@@ -51,7 +51,8 @@ class Service:
         gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s)
         execution = Execution(config, gate, metrics, observers)
         store = SessionStore(data_dir / "server.sqlite3")
-        pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings())
+        pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
+                          config.workers)
         sessions = SessionManager(config, store, pool, execution, metrics, mounts_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
@@ -62,6 +63,8 @@ class Service:
     async def start(self) -> None:
         """Restore the sessions, then warm the Python runtime in the background (readiness waits for it)."""
         await self.sessions.start()
+        _, profile = self.execution.profile(None)
+        self.pool.get(profile)  # its worker processes start now, ahead of the first call
         if self.config.server.prepare_on_start:
             self.checks["python"] = "warming"
             self._warmup = asyncio.create_task(self._warm(), name="wasm-runner-warmup")
@@ -84,6 +87,11 @@ class Service:
             log.error("python runtime failed to start", extra={"event": "warmup_failed", "error": result.error.message})
             return
         self.checks["python"] = "ok"
+        workers = runner.kernel_workers
+        if workers is not None:
+            self.checks["kernel_workers"] = "starting"
+            started = await asyncio.to_thread(workers.wait_ready, 120)
+            self.checks["kernel_workers"] = "ok" if started else "not started: kernels run in-process"
         self.ready = True
         log.info("ready", extra={"event": "ready", "warmup_ms": result.duration_ms})
 

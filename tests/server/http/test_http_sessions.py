@@ -112,7 +112,7 @@ async def test_idle_kernel_hibernates_and_resumes_restarted_with_files_intact(cl
 
 
 async def test_session_expires_after_its_ttl_and_its_files_are_removed(client, tmp_path):
-    sid = await new_session(client, ttl_s=0.5)
+    sid = await new_session(client, ttl_s=8)  # the first call may wait for the worker processes to start
     await run(client, sid, "open('f.txt', 'w').write('x')")
     directory = tmp_path / "data" / "sessions" / sid
     assert directory.exists()
@@ -121,7 +121,7 @@ async def test_session_expires_after_its_ttl_and_its_files_are_removed(client, t
         status, _ = await call(client, "GET", f"/v1/sessions/{sid}")
         return status == 404 and not directory.exists()
 
-    await eventually(gone, timeout=10)
+    await eventually(gone, timeout=20)
 
 
 async def test_sessions_files_and_kernel_notice_survive_a_restart(serve, tmp_path):

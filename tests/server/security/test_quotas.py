@@ -212,7 +212,9 @@ async def test_shared_writes_reserve_against_the_workspace_quota(start_secure):
 async def test_a_usage_that_cannot_be_measured_refuses_writes_and_stops_guests(start_secure, monkeypatch):
     from wasm_runner.workspace import layout as workspace_module
 
-    secure = await start_secure(auth={"enabled": False})  # the run itself meets the failure, not the 429 check
+    # the run itself meets the failure, not the 429 check; the failure is injected into this
+    # process's walk, so the kernel runs here too
+    secure = await start_secure(auth={"enabled": False}, workers={"kernel_workers": 0})
     status, created, _ = await secure.call("POST", "/v1/sessions", json={})
     sid = created["id"]
     assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/a.txt", data=b"a"))[0] == 201

@@ -538,6 +538,7 @@ class _Guest:
         self.turns += 1
         source = f"__wasm_runner.turn({json.dumps(request)})".encode()
         call.bind(self.interrupt, store)
+        call.collect = self.router.flush
         previous = self._become_current()
         try:
             outcome = _outcome(json.loads(self._turn(self.cx, source)))

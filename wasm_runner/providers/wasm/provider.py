@@ -133,6 +133,7 @@ class WasmProvider(Provider):
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
+        job.printed = lambda: _printed(call)
         quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk), view.mounts)
         self._warm.busy()
         before = {} if job.scratch else workspace.snapshot_before_run()
@@ -240,6 +241,17 @@ def _close_open_providers() -> None:
     never closed its Runner still gets its sandboxes made ahead finished and released."""
     for provider in list(_open_providers):
         provider.close()
+
+
+def _printed(call: Call) -> tuple[str, str]:
+    """What the execution printed so far, from the call running now (the check harness's tests
+    follow its program, and share its captures)."""
+    while call.successor is not None:
+        call = call.successor
+    if call.collect is not None:
+        call.collect()
+    assert call.stdout is not None and call.stderr is not None
+    return call.stdout.text(), call.stderr.text()
 
 
 def _verdict(outcome: Outcome) -> str:

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -332,7 +333,7 @@ class PythonKernel(Kernel):
         try:
             # The host's own view of what the run left open, after the reset: the scan costs
             # less then than right after a run (a refusal, rare, wastes the reset).
-            if not self._memory.reset() or self._scratch.hold_removed():
+            if not self._memory.reset() or self._scratch.hold_removed() or not self._handles_intact():
                 return False
         except OSError:
             log.warning("could not reset a Python instance; instances will not be reused", exc_info=True)
@@ -342,6 +343,18 @@ class PythonKernel(Kernel):
         self._descriptors_changed = True  # until the next run reports otherwise
         self._untouched = True
         return True
+
+    def _handles_intact(self) -> bool:
+        """After a reset, the restored driver touches the streams and preopens: a run that closed
+        or replaced one (whatever its own driver reported) leaves a handle that traps or differs."""
+        self.interrupt.arm(self.store, 5.0)
+        try:
+            raw = self._run(self.store, json.dumps({"probe_descriptors": self._fd_base}))
+            self._run.post_return(self.store)
+        except Exception:  # noqa: BLE001 - a trap: the handle is gone, the instance with it
+            self.usable = False
+            return False
+        return json.loads(raw).get("intact") is True
 
     def run(self, call: Call) -> Outcome:
         limits = call.limits
@@ -365,6 +378,7 @@ class PythonKernel(Kernel):
         if held is not None:
             request["hold"] = [call.stdout.room, call.stderr.room]
         call.bind(self.interrupt, self.store)
+        call.collect = self.router.flush if held is None else partial(_collect_held, self.router, held, call)
         self._untouched = False
         try:
             raw = self._run(self.store, json.dumps(request))
@@ -387,6 +401,12 @@ class PythonKernel(Kernel):
     def close(self) -> None:
         self.usable = False
         close_later(self.store, mapping_lock)
+
+
+def _collect_held(router: OutputRouter, held: HeldOutput, call: Call) -> None:
+    """What a call given up has printed: through WASI, and held in the guest's memory."""
+    router.flush()
+    held.deliver(call.stdout, call.stderr)
 
 
 def _outcome(response: dict) -> Outcome:

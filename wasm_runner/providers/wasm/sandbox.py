@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,15 @@ class OutputRouter:
         if capture is not None:
             capture.write(data)
 
+    def flush(self) -> None:
+        """Hand the captures what the sinks kept so far (from any thread: a call given up
+        while its guest is blocked in a host call still reports what it printed)."""
+        if self._sinks is not None:
+            for stream, sink in enumerate(self._sinks):
+                capture, kept = self._captures[stream], sink.take()
+                if capture is not None and kept:
+                    capture.write(kept)
+
 
 @dataclass
 class Call:
@@ -132,6 +142,9 @@ class Call:
         self.successor: Call | None = None
         """The next call of the same execution (the check harness's tests): stops reach it too."""
         self.stopped: StopReason | None = None
+        self.collect: Callable[[], None] | None = None
+        """Set by the kernel running the call: moves what the guest printed so far into the
+        captures (used only when the call is given up, its guest blocked in a host call)."""
         if self.stdout is None:
             self.stdout = Capture("stdout", self.limits.output_bytes, self._overflow, self.listener)
         if self.stderr is None:

@@ -1,0 +1,448 @@
+"""Sessions' kernels on worker processes, the parent's side (`Runner(kernel_workers=N)`).
+
+The supervisor keeps `count` worker processes (`worker_main` with a `kernel_host`) and one
+spare started ahead of need. A session is placed on the worker holding the fewest sessions
+and stays there: every later call, hibernation and removal of it is an order to that worker,
+which keeps its kernels. Output streams back as frames while the guest runs, so a listener
+sees it live.
+
+A worker ends for four reasons, each counted (`stats`): a guest stuck in a host call past
+its deadline (the worker's watchdog answers for it, with what it printed, and the worker
+retires; the supervisor SIGKILLs a worker whose call is still unanswered past the deadline
+and the grace), a crash or kill from outside (its calls in flight get a HostError result that
+says they may be run again), or retirement after `max_runs` calls or at `max_rss_bytes`
+resident. The spare takes its place at once and a new spare starts. The worker's other
+sessions are placed anew on their next call, which says `kernel_restarted` and why; their
+files are untouched (they are the parent's directories). No thread of the parent ever waits
+on a guest: the pipes have one reader thread per worker, and one supervising thread checks
+deadlines and sizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from wasm_runner.capture import OutputListener
+from wasm_runner.execution.containment import Containment, WorkerPolicy, detect_containment
+from wasm_runner.execution.executor import WATCHDOG_GRACE_S, WATCHDOG_POLL_S
+from wasm_runner.execution.pipe import Answer, Order, Place
+from wasm_runner.execution.results import lost_result, stuck_result
+from wasm_runner.execution.workers import Worker
+from wasm_runner.guest import Mount
+from wasm_runner.workspace.layout import Workspace
+from wasm_runner.workspace.quota import DiskBudget
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
+
+__all__ = ["HostedSession", "KernelWorkers", "SupervisionStats", "WorkerPolicy"]
+
+log = logging.getLogger("wasm_runner")
+
+KILL_MARGIN_S = 1.0
+"""How long after the worker's own watchdog should have answered the supervisor kills it."""
+SIZE_CHECK_S = 2.0
+
+RESTART_CAUSES = ("deadline", "crash", "runs", "memory")
+"""Why workers were replaced: a guest stuck past its deadline, an unexpected exit (signal,
+OOM kill, crash), retirement after its number of runs, or at its resident size."""
+
+
+class HostedSession(Protocol):
+    """What the supervisor needs of a session (`wasm_runner.session.Session`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]: ...
+
+
+@dataclass
+class SupervisionStats:
+    """What the supervisor did, for metrics."""
+
+    started: int = 0
+    restarts: collections.Counter[str] = field(default_factory=collections.Counter)
+    deadline_kills: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Workers ended because a guest was stuck past its deadline, by who ended them: the
+    worker itself (its watchdog answered, it exited) or the supervisor (SIGKILL)."""
+
+
+@dataclass(eq=False)
+class Pending:
+    """A call sent to a worker and not answered yet."""
+
+    request: ExecRequest
+    future: concurrent.futures.Future[ExecResult]
+    session: str
+    listener: OutputListener | None
+    sent_at: float
+    printed: dict[str, list[bytes]] = field(default_factory=lambda: {"stdout": [], "stderr": []})
+    budgets: list[DiskBudget] = field(default_factory=list)
+    """Budgets of its session's mounts, which this process keeps (the worker is told when one is exceeded)."""
+    over_budget: bool = False
+
+
+@dataclass(eq=False)
+class KernelWorker:
+    """One worker process hosting kernels, as the supervisor sees it."""
+
+    worker: Worker
+    sessions: set[str] = field(default_factory=set)
+    pending: dict[int, Pending] = field(default_factory=dict)
+    kernels: dict[str, list[str]] = field(default_factory=dict)
+    """Live kernels of each of its sessions, as its last answers said."""
+    runs: int = 0
+    seq: int = 0
+    retiring: str | None = None
+    """Why it takes no more sessions (its cause in RESTART_CAUSES)."""
+    killed_for: int | None = None
+    """The call whose deadline made the supervisor kill it."""
+
+    @property
+    def pid(self) -> int:
+        return self.worker.proc.pid
+
+    def rss_bytes(self) -> int | None:
+        """Its private resident memory (RssAnon): the compiled images' file pages every kernel
+        maps are shared with the other kernels and the page cache, and VmRSS counts them once
+        a kernel."""
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
+
+@dataclass
+class Moved:
+    """A session whose worker went away: what its next calls must say."""
+
+    reason: str
+    languages: set[str]
+
+
+class KernelWorkers:
+    """The worker processes hosting a Runner's session kernels."""
+
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], count: int,
+                 policy: WorkerPolicy = WorkerPolicy()) -> None:
+        self.scratch_dir = scratch_dir
+        self.mounts = mounts
+        self.count = max(count, 1)
+        self.policy = policy
+        self.containment: Containment = detect_containment(policy.memory_bytes)
+        log.info("kernel workers: %s", self.containment.describe())
+        self.stats = SupervisionStats()
+        self.lock = threading.Lock()
+        self.active: list[KernelWorker] = []
+        self.spare: KernelWorker | None = None
+        self.leaving: list[KernelWorker] = []
+        """Retiring or killed, not exited yet."""
+        self.placement: dict[str, KernelWorker] = {}
+        self.moved: dict[str, Moved] = {}
+        self.closed = False
+        self.broken = False
+        """A worker could not start: sessions run their kernels in-process."""
+        with self.lock:
+            self.active = [self._start() for _ in range(self.count)]
+            self.spare = self._start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._supervise, name="wasm-kernel-supervisor", daemon=True).start()
+
+    # -- the workers ------------------------------------------------------------------
+
+    def _start(self) -> KernelWorker:
+        worker = Worker(self.scratch_dir, self.mounts, self.containment, kernels=True, concurrency=self.policy.threads)
+        host = KernelWorker(worker)
+        worker.on_answer = lambda _, answer: self._answer(host, answer)
+        worker.watch(None, lambda _: self._exited(host))
+        self.stats.started += 1
+        return host
+
+    @property
+    def available(self) -> bool:
+        return not self.broken and not self.closed
+
+    @property
+    def workers(self) -> list[KernelWorker]:
+        """Every worker process alive: serving, spare, or on its way out."""
+        with self.lock:
+            return [*self.active, *([self.spare] if self.spare else []), *self.leaving]
+
+    def kernels_per_worker(self) -> dict[int, int]:
+        """Live kernels of each serving worker, by its pid."""
+        with self.lock:
+            return {w.pid: sum(len(k) for k in w.kernels.values()) for w in self.active}
+
+    def counts(self) -> dict[str, int]:
+        """Worker processes by state: serving, spare, leaving (retired, not exited yet)."""
+        with self.lock:
+            return {"serving": len(self.active), "spare": int(self.spare is not None), "leaving": len(self.leaving)}
+
+    def _retire(self, host: KernelWorker, cause: str, reason: str) -> None:
+        """Take no more calls on `host` (lock held): the spare takes its place, its sessions move."""
+        if host.retiring is not None:
+            return
+        host.retiring = cause
+        self.stats.restarts[cause] += 1
+        if host in self.active:
+            self.active.remove(host)
+            if not self.closed:
+                if self.spare is not None and not self.spare.worker.exited.is_set():
+                    self.active.append(self.spare)
+                else:
+                    self.active.append(self._start())
+                self.spare = self._start()
+        elif host is self.spare:
+            self.spare = self._start() if not self.closed else None
+        self.leaving.append(host)
+        for session in host.sessions:
+            if self.placement.get(session) is host:
+                del self.placement[session]
+                languages = set(host.kernels.get(session, ()))
+                earlier = self.moved.get(session)
+                if earlier is not None:
+                    languages |= earlier.languages
+                if languages:
+                    self.moved[session] = Moved(f"{reason}; its files are untouched", languages)
+        log.warning("kernel worker %d retired: %s", host.pid, reason)
+
+    def _exited(self, host: KernelWorker) -> None:
+        """A worker process ended (reader thread): answer its calls, replace it."""
+        code = host.worker.proc.returncode
+        with self.lock:
+            if not host.worker.ready.is_set() and host.retiring is None and not self.closed:
+                log.error("a kernel worker could not start (exit code %s); kernels run in-process", code)
+                self.broken = True
+            if host.retiring is None and not self.closed:
+                cause = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                self._retire(host, "crash", f"its worker process ended unexpectedly ({cause})")
+            if host in self.leaving:
+                self.leaving.remove(host)
+            pending, host.pending = host.pending, {}
+        for seq, call in pending.items():
+            if seq == host.killed_for:
+                printed = (b"".join(call.printed["stdout"]).decode(errors="replace"),
+                           b"".join(call.printed["stderr"]).decode(errors="replace"))
+                _settle(call.future, stuck_result(call.request, *printed))
+            else:
+                why = "" if host.retiring == "crash" else ": another guest on it was stuck past its deadline"
+                _settle(call.future, lost_result(call.request, code, why))
+
+    def _answer(self, host: KernelWorker, answer: Answer) -> None:
+        """An answer from a worker (reader thread)."""
+        if answer.retiring is not None:
+            with self.lock:
+                self.stats.deadline_kills["worker"] += 1
+                self._retire(host, "deadline", "another guest on its worker process was stopped at its "
+                                               "deadline, stuck in a host call")
+            return
+        if answer.result is None:  # a chunk of output
+            call = host.pending.get(answer.seq)
+            if call is not None and answer.stream is not None:
+                call.printed[answer.stream].append(answer.data)
+                if call.listener is not None:
+                    call.listener(answer.stream, answer.data)
+            return
+        with self.lock:
+            call = host.pending.pop(answer.seq, None)
+            if call is not None and answer.kernels is not None and self.placement.get(call.session) is host:
+                host.kernels[call.session] = answer.kernels
+        if call is not None:
+            result = answer.result
+            if call.budgets and result.limit is None and (call.over_budget or _over(call.budgets)):
+                result.limit = "disk"
+                result.error = result.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
+            _settle(call.future, result)
+
+    def _check_budgets(self) -> None:
+        """Tell workers of the runs whose mounts' budgets are exceeded (their quota watcher stops them)."""
+        with self.lock:
+            watched = [(host, seq, call) for host in self.active for seq, call in host.pending.items()
+                       if call.budgets and not call.over_budget]
+        for host, seq, call in watched:
+            if _over(call.budgets):
+                call.over_budget = True
+                host.worker.order(Order(seq, place=Place(call.session, ""), kind="over-budget"))
+
+    def _supervise(self) -> None:
+        """Kill workers whose calls are overdue; retire workers past their size or runs."""
+        next_size_check = 0.0
+        while not self._stop.wait(WATCHDOG_POLL_S):
+            now = time.monotonic()
+            kill: list[KernelWorker] = []
+            with self.lock:
+                for host in [*self.active, *self.leaving]:
+                    ready_at = host.worker.ready_at
+                    if ready_at is None or host.killed_for is not None:
+                        continue
+                    for seq, call in host.pending.items():
+                        started = max(call.sent_at, ready_at)
+                        if now - started > call.request.limits.timeout_s + WATCHDOG_GRACE_S + KILL_MARGIN_S:
+                            host.killed_for = seq
+                            self.stats.deadline_kills["supervisor"] += 1
+                            self._retire(host, "deadline", "another guest on its worker process was stopped "
+                                                           "at its deadline, stuck in a host call")
+                            kill.append(host)
+                            break
+                    else:
+                        if host.retiring is not None and not host.pending:
+                            kill.append(host)  # retired, and nothing in flight: its sessions moved already
+                        elif host.retiring is None and host.runs >= self.policy.max_runs:
+                            self._retire(host, "runs", f"its worker process was replaced after {host.runs} runs")
+                check_sizes = now >= next_size_check and self.policy.max_rss_bytes is not None
+                serving = list(self.active) if check_sizes else []
+            for host in kill:
+                host.worker.kill()
+            self._check_budgets()
+            if check_sizes:
+                next_size_check = now + SIZE_CHECK_S
+                for host in serving:
+                    rss = host.rss_bytes()
+                    if rss is not None and self.policy.max_rss_bytes is not None and rss >= self.policy.max_rss_bytes:
+                        with self.lock:
+                            self._retire(host, "memory", f"its worker process was replaced at {rss / 2**20:.0f} "
+                                                         "MiB resident")
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the serving workers and the spare took their first order; False if one
+        could not start (then sessions run their kernels in-process)."""
+        deadline = time.monotonic() + timeout
+        for host in self.workers:
+            while not host.worker.ready.wait(0.1):
+                if self.broken or host.worker.exited.is_set() or time.monotonic() > deadline:
+                    return False
+        return not self.broken
+
+    # -- calls ------------------------------------------------------------------------
+
+    def kernels_of(self, session_id: str) -> list[str]:
+        with self.lock:
+            host = self.placement.get(session_id)
+            return list(host.kernels.get(session_id, ())) if host is not None else []
+
+    def _place(self, session: HostedSession) -> KernelWorker:
+        """The session's worker (lock held); a new session goes to the one with the fewest."""
+        host = self.placement.get(session.id)
+        if host is None or host.retiring is not None:
+            host = min(self.active, key=lambda w: (not w.worker.ready.is_set(), len(w.sessions)))
+            self.placement[session.id] = host
+            host.sessions.add(session.id)
+        return host
+
+    def submit(self, session: HostedSession, request: ExecRequest,
+               listener: OutputListener | None) -> tuple[KernelWorker, int, Place, concurrent.futures.Future[ExecResult]]:
+        future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
+        place = _place_of(session)
+        with self.lock:
+            host = self._place(session)
+            host.seq += 1
+            host.runs += 1
+            seq = host.seq
+            host.pending[seq] = Pending(request, future, session.id, listener, time.monotonic(),
+                                        budgets=[m.budget for m in session.mounts if m.budget is not None])
+            moved = self.moved.get(session.id)
+        host.worker.order(Order(seq, request, place, stream=listener is not None))
+        if moved is not None:
+            future = _with_restart_notice(future, moved, request, self.moved, session.id)
+        return host, seq, place, future
+
+    async def run(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+        host, seq, place, future = self.submit(session, request, listener)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:  # the caller went away: stop its guest (the answer is dropped)
+            host.worker.order(Order(seq, place=place))
+            raise
+
+    def run_blocking(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+        return self.submit(session, request, listener)[3].result()
+
+    def hibernate(self, session: HostedSession) -> None:
+        self._tell(session, "hibernate")
+
+    def forget(self, session: HostedSession) -> None:
+        self._tell(session, "forget")
+        with self.lock:
+            self.moved.pop(session.id, None)
+
+    def _tell(self, session: HostedSession, kind: Literal["hibernate", "forget"]) -> None:
+        with self.lock:
+            host = self.placement.get(session.id)
+            if host is None:  # no kernel on a worker
+                return
+            host.kernels.pop(session.id, None)
+            if kind == "forget":
+                del self.placement[session.id]
+                host.sessions.discard(session.id)
+        host.worker.order(Order(0, place=_place_of(session), kind=kind))
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            hosts = [*self.active, *([self.spare] if self.spare else []), *self.leaving]
+        self._stop.set()
+        for host in hosts:
+            host.worker.kill()
+        for host in hosts:
+            host.worker.exited.wait(5)
+
+
+def _place_of(session: HostedSession) -> Place:
+    workspace = session.workspace
+    return Place(session.id, str(workspace.root), str(workspace.files_dir) if workspace.files_dir is not None else None,
+                 [m.to_config() for m in session.mounts])
+
+
+def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: Moved, request: ExecRequest,
+                         table: dict[str, Moved], session_id: str) -> concurrent.futures.Future[ExecResult]:
+    """The result says the kernel of its language restarted, and why, when the session's old
+    worker held one."""
+    noticed: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
+
+    def relay(done: concurrent.futures.Future[ExecResult]) -> None:
+        try:
+            result = done.result()
+        except BaseException as exc:  # noqa: BLE001 - relayed
+            if not noticed.done():
+                noticed.set_exception(exc)
+            return
+        lost = result.error is not None and result.error.type == "HostError"
+        if request.command is None and not request.fresh and request.language in moved.languages and not lost:
+            moved.languages.discard(request.language)
+            result.kernel_restarted = True
+            result.restart_reason = moved.reason
+            if not moved.languages and table.get(session_id) is moved:
+                del table[session_id]
+        if not noticed.done():  # not once its caller went away
+            noticed.set_result(result)
+
+    future.add_done_callback(relay)
+    return noticed
+
+
+def _over(budgets: list[DiskBudget]) -> bool:
+    """Whether a budget is exceeded; one that cannot be measured counts as exceeded."""
+    try:
+        return any(budget.exceeded() for budget in budgets)
+    except Exception:  # noqa: BLE001 - failing closed, as the in-process quota watcher does
+        log.warning("could not measure a mount's disk budget; stopping the run as over quota", exc_info=True)
+        return True
+
+
+def _settle(future: concurrent.futures.Future[ExecResult], result: ExecResult) -> None:
+    if not future.done():
+        future.set_result(result)
