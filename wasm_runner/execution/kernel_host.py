@@ -11,8 +11,8 @@ in flight are answered. The parent kills it if it does not.
 from __future__ import annotations
 
 import collections
-import json
 import concurrent.futures
+import json
 import logging
 import threading
 from collections.abc import Callable
