@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import GuestError
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
@@ -36,3 +38,51 @@ def with_hint(error: GuestError) -> GuestError:
         return error
     return GuestError(type=error.type, message=error.message, traceback=error.traceback, line=error.line,
                       source=error.source, hint=hint)
+
+
+# -- native runs: the tools print their own errors, the host knows what it decided -------------
+
+NATIVE_OFFLINE_ERRORS = (
+    # What curl, pip, git, npm, uv, Python and Node.js print when there is no network at all.
+    re.compile(r"curl: \(6\) Could not resolve host"),
+    re.compile(r"Could not resolve host: "),  # git over HTTP(S) (libcurl)
+    re.compile(r"Temporary failure in name resolution|Name or service not known"),  # pip, Python
+    re.compile(r"Failed to establish a new connection|NewConnectionError"),  # pip (urllib3)
+    re.compile(r"getaddrinfo (?:EAI_AGAIN|ENOTFOUND)"),  # npm, Node.js
+    re.compile(r"dns error: failed to lookup address"),  # uv
+    re.compile(r"Network is unreachable|ENETUNREACH"),
+)
+NATIVE_DENY_HINT = ("this run's network policy is deny: the sandbox has no route out; use a profile whose "
+                    "network policy allows the destination (network.mode allowlist with network.allow entries)")
+
+
+def allow_hint(event: NetworkEvent) -> str:
+    """How to allow a refused destination."""
+    if event.reason and "private, loopback or link-local" in event.reason:
+        return (f"{event.host} resolves to {event.address}, a private address: an entry must name that address "
+                f"or its network (e.g. \"{event.address}:{event.port}\") in the profile's network.allow")
+    return (f"add \"{event.host}\" (or \"{event.host}:{event.port}\") to the profile's network.allow, or pass "
+            f"--allow-net {event.host}:{event.port} (a request may only narrow its profile's policy)")
+
+
+def native_network_error(events: Sequence[NetworkEvent], policy: EgressPolicy, stderr: str) -> GuestError | None:
+    """The error of a failed native run whose network was refused or cut (None: not that).
+
+    Decided on the host's own records (the proxy's events, the run's policy); the program's
+    output only tells which tool failed when there was no proxy at all (policy deny)."""
+    for event in events:
+        if event.reason and "network cap" in event.reason:
+            return GuestError(type="LimitExceeded", message=f"{event.scheme}://{event.host}:{event.port}: {event.reason}",
+                              hint="fetch less, or ask the operator for a larger egress max_bytes")
+    refused = [event for event in events if not event.allowed]
+    if refused:
+        names = ", ".join(dict.fromkeys(f"{e.scheme}://{e.host}:{e.port}" for e in refused))
+        allowed = ", ".join(policy.allow) or "no entries"
+        return GuestError(type="NetworkDenied",
+                          message=f"the host refused {names}: {refused[0].reason} (network policy {policy.mode}, "
+                                  f"allow: {allowed})",
+                          hint=allow_hint(refused[0]))
+    if policy.mode == "deny" and any(pattern.search(stderr[-8000:]) for pattern in NATIVE_OFFLINE_ERRORS):
+        return GuestError(type="NetworkDenied", message="the program tried to reach the network, and this run has none",
+                          hint=NATIVE_DENY_HINT)
+    return None

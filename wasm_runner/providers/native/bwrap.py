@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,10 +233,12 @@ def argv(
     status_fd: int | None = None,
     seccomp_fd: int | None = None,
     relay: Callable[[str], str] | None = None,
+    data_files: Sequence[tuple[int, str]] = (),
 ) -> list[str]:
     """The full bwrap argv running `command` under `policy`."""
     return [bwrap, *options(policy, workspace=workspace, tmp=tmp, env=env, python_data=python_data, code_fd=code_fd,
-                            code_name=code_name, status_fd=status_fd, seccomp_fd=seccomp_fd, relay=relay),
+                            code_name=code_name, status_fd=status_fd, seccomp_fd=seccomp_fd, relay=relay,
+                            data_files=data_files),
             "--", *command]
 
 
@@ -252,9 +254,11 @@ def options(
     status_fd: int | None = None,
     seccomp_fd: int | None = None,
     relay: Callable[[str], str] | None = None,
+    data_files: Sequence[tuple[int, str]] = (),
 ) -> list[str]:
     """bwrap's options for `policy` (everything before `--` and the command).
 
+    `data_files` are (descriptor, guest path) pairs shown read-only, like the code file.
     `relay` maps each host source path to the path bwrap mounts it from (see identity.py);
     the provider passes these options through `--args FD`, so the sandbox's view of its own
     init process (/proc/1/cmdline) holds none of them.
@@ -295,6 +299,8 @@ def options(
         args += ["--bind" if bind.writable else "--ro-bind", source(bind.host), str(bind.guest)]
     if code_fd is not None and code_name is not None:
         args += ["--ro-bind-data", str(code_fd), f"{GUEST_CODE_DIR}/{code_name}"]
+    for fd, guest in data_files:
+        args += ["--ro-bind-data", str(fd), guest]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
     if seccomp_fd is not None:

@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from wasm_runner.capture import Capture
+from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.hints import native_network_error
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
+from wasm_runner.providers.native.egress import RELAY_NAME, EgressUnavailable, NativeEgress, RunEgress
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import (
     GUEST_JS_TOOLCHAIN,
@@ -112,7 +115,9 @@ class NativeProvider(Provider):
 
     `policy` narrows or (explicitly) widens what the sandbox sees; `allow_unsandboxed` lets
     runs go ahead without bubblewrap where it is unusable (isolation "none": the program runs
-    as the service's user on the host, limits still applied); `cgroups` picks the enforcement.
+    as the service's user on the host, limits still applied); `cgroups` picks the enforcement;
+    `egress` holds the operator's egress settings (resolver, extra CA, byte cap) for runs whose
+    network policy is not `deny`.
     """
 
     name = "native"
@@ -128,8 +133,11 @@ class NativeProvider(Provider):
         cgroups: CgroupMode = "auto",
         cgroup_parent: str | None = None,
         ready_kernels: int = 1,
+        egress: EgressSettings | None = None,
     ) -> None:
         self.policy = policy or sandbox.SandboxPolicy()
+        self.egress = NativeEgress(egress)
+        """The host's egress proxy for this provider's sandboxes (started by the first run that needs it)."""
         self.allow_unsandboxed = allow_unsandboxed
         self._bwrap_explicit = bwrap
         self.python_data_path = Path(python_data) if python_data is not None else None
@@ -261,6 +269,9 @@ class NativeProvider(Provider):
             if not isolated and os.geteuid() == 0 and self.identity is None:
                 raise _Refusal("SandboxUnavailable", "the native provider refuses to run unsandboxed as root "
                                                      f"without its unprivileged sandbox user: {problem}")
+            if request.egress.mode != "deny" and not isolated:
+                raise _Refusal("NetworkUnavailable", "a network policy other than deny cannot be enforced without "
+                                                     f"the sandbox ({problem}); use the wasm provider or install bubblewrap")
             program = self._program(request, isolated)
         except _Refusal as refusal:
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
@@ -272,7 +283,7 @@ class NativeProvider(Provider):
             return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
-                   self.seccomp_program if isolated else None)
+                   self.seccomp_program if isolated else None, self.egress)
         return run.execute()
 
     def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
@@ -400,7 +411,8 @@ class _Run:
 
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
                  support: CgroupSupport, program: _Program, bwrap_path: str | None,
-                 identity: SandboxIdentity | None = None, seccomp_program: Path | None = None) -> None:
+                 identity: SandboxIdentity | None = None, seccomp_program: Path | None = None,
+                 egress: NativeEgress | None = None) -> None:
         self.policy = policy
         self.request = request
         self.limits: Limits = request.limits
@@ -429,6 +441,8 @@ class _Run:
         self._next_full_count = 0.0
         self.holder: MountHolder | None = None
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
+        self.egress = egress if request.egress.mode != "deny" and bwrap_path is not None else None
+        self.egress_run: RunEgress | None = None
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -470,6 +484,15 @@ class _Run:
                               isolation="bubblewrap" if self.bwrap else "none",
                               error=GuestError(type="SandboxError", message=(
                                   f"could not give the workspace to the sandbox user: {exc}")))
+        if self.egress is not None:
+            dropped = self.identity is not None and self.identity.dropped
+            try:
+                self.egress_run = self.egress.open(request, time.monotonic() + self.timeout_s,
+                                                   (self.identity.uid, self.identity.gid)
+                                                   if dropped and self.identity is not None else None)
+            except (EgressUnavailable, OSError) as exc:
+                return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
+                                  error=GuestError(type="NetworkUnavailable", message=str(exc)))
         before = self.workspace.snapshot_before_run()
         quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
         self.job.on_cancel(lambda: self.stop("cancelled"))
@@ -495,6 +518,7 @@ class _Run:
         except OSError as exc:
             error = GuestError(type="SandboxError", message=f"could not start the native sandbox: {exc}")
         finally:
+            network = self.egress_run.close() if self.egress_run is not None else []
             watcher.unwatch(quota_key)
             memory_peak = self._memory_peak(rusage)
             oom = self.cgroup.oom_killed() if self.cgroup is not None else False
@@ -522,6 +546,8 @@ class _Run:
             error = self._error(limit, exit_code, stderr_text, pids_hit)
             if error is not None and error.type == "CommandNotFound":
                 exit_code = 127
+        if error is None and exit_code != 0:
+            error = native_network_error(network, request.egress, stderr_text)
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=stderr_text,
@@ -535,6 +561,7 @@ class _Run:
             language=request.language,
             isolation="bubblewrap" if self.bwrap else "none",
             enforcement=self.enforcement,
+            network=network,
             id=request.id,
         )
 
@@ -546,13 +573,25 @@ class _Run:
         process inherits are appended to `fds` (the caller passes and closes them)."""
         program = self.program
         inner = list(program.argv)
+        egress = self.egress_run
+        if egress is not None:
+            inner = egress.wrap(inner)
         if self.cgroup is None:
             inner = rlimit_prefix(run_limits) + inner
         if self.bwrap is not None:
-            env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=self.request.env)
+            extra = {**egress.env(), **self.request.env} if egress is not None else self.request.env
+            env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=extra)
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
             binds += self.job.mounts
+            data_files: list[tuple[int, str]] = []
+            if egress is not None:
+                binds += egress.binds()
+                relay_fd = os.memfd_create("wasm-runner-egress-relay", 0)
+                fds.append(relay_fd)
+                _write_all(relay_fd, self.egress.relay_code() if self.egress is not None else b"")
+                os.lseek(relay_fd, 0, os.SEEK_SET)
+                data_files.append((relay_fd, f"{sandbox.GUEST_CODE_DIR}/{RELAY_NAME}"))
             data = program.python_data
             if data is not None and not _visible(data.base_prefix, self.policy):
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
@@ -570,7 +609,7 @@ class _Run:
                 policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
                 python_data=data.path if data is not None else None, code_fd=code_fd,
                 code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
-                relay=plan.source if plan is not None else None)
+                relay=plan.source if plan is not None else None, data_files=data_files)
             # The options reach bwrap through a descriptor: the sandbox's init process shows
             # `bwrap --args N -- command`, no host path.
             args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)

@@ -1,0 +1,264 @@
+"""Native runs reach the network only through the host's egress proxy, as their policy allows.
+
+Loopback servers stand in for the outside; the resolver maps invented names to 127.0.0.1 and
+the policies name 127.0.0.1 explicitly (loopback is otherwise refused)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from loopback_origin import BIG_BYTES, SMALL_BODY, Origin, TestCA
+
+from wasm_runner import Limits, Runner
+from wasm_runner.egress.resolver import Resolver
+from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.hints import NATIVE_DENY_HINT
+from wasm_runner.providers.native import NativeProvider
+from wasm_runner.providers.native.bwrap import find_bwrap, probe
+from wasm_runner_protocol.egress import Credential, EgressPolicy
+from wasm_runner_protocol.execution import ExecRequest
+
+_path = find_bwrap()
+SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
+pytestmark = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
+
+CAP = 300_000
+SECRET = "s3cr3t-token-4f9a2c"
+NAMES = {"api.allowed.test": ["127.0.0.1"], "pypi.allowed.test": ["127.0.0.1"], "git.allowed.test": ["127.0.0.1"],
+         "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
+ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+LIMITS = Limits(timeout_s=60)
+
+
+def needs(tool: str):
+    return pytest.mark.skipif(shutil.which(tool, path="/usr/bin:/bin") is None,
+                              reason=f"{tool} is not installed (apt-get install {tool})")
+
+
+def make_wheel(directory: Path) -> str:
+    """A minimal pure-Python wheel (tinypkg 1.0), served from a PEP 503 index."""
+    name = "tinypkg-1.0-py3-none-any.whl"
+    files = {"tinypkg/__init__.py": b"VALUE = 42\n",
+             "tinypkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+             "tinypkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for path, data in files.items()) + "tinypkg-1.0.dist-info/RECORD,,\n"
+    (directory / "files").mkdir()
+    with zipfile.ZipFile(directory / "files" / name, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+        wheel.writestr("tinypkg-1.0.dist-info/RECORD", record)
+    (directory / "simple" / "tinypkg").mkdir(parents=True)
+    (directory / "simple" / "tinypkg" / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="../../files/{name}">{name}</a></body></html>\n')
+    return name
+
+
+def make_repository(directory: Path) -> None:
+    """A bare git repository with one commit, prepared for the dumb HTTP protocol."""
+    work = directory / "work"
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "HOME": str(directory), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True, env=env)
+    (work / "README").write_text("cloned through the egress proxy\n")
+    subprocess.run(["git", "-C", str(work), "add", "README"], check=True, env=env)
+    subprocess.run(["git", "-C", str(work), "commit", "-q", "-m", "first"], check=True, env=env)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(directory / "repo.git")], check=True, env=env)
+    subprocess.run(["git", "-C", str(directory / "repo.git"), "update-server-info"], check=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("origin")
+    certs = tmp_path_factory.mktemp("certs")
+    wheel = make_wheel(root)
+    if shutil.which("git"):
+        make_repository(root)
+    ca = TestCA(certs)
+    plain = Origin(root)
+    tls = Origin(root, ca.server_context("api.allowed.test", "evil.test"))
+    settings = EgressSettings(resolver=Resolver(NAMES), extra_ca_file=ca.pem, max_bytes=CAP)
+    with Runner(tmp_path_factory.mktemp("native-egress"), providers=[NativeProvider(egress=settings)]) as runner:
+        yield runner, plain, tls, wheel
+    plain.close()
+    tls.close()
+
+
+def run(runner: Runner, script: str, policy: EgressPolicy = ALLOW, **fields):
+    return runner.run_sync(ExecRequest(language="bash", code=script, egress=policy, limits=LIMITS, **fields))
+
+
+def test_curl_reaches_an_allowed_destination_and_each_request_is_an_event(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"curl -sS -f http://api.allowed.test:{plain.port}/small")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.encode() == SMALL_BODY
+    [event] = result.network
+    assert (event.allowed, event.host, event.port, event.scheme, event.method, event.status, event.address) == \
+        (True, "api.allowed.test", plain.port, "http", "GET", 200, "127.0.0.1")
+    assert event.bytes_received > len(SMALL_BODY) and event.bytes_sent > 0
+
+
+def test_https_goes_through_a_connect_tunnel_verified_by_the_guest(world):
+    runner, _, tls, _ = world
+    result = run(runner, f"curl -sS -f https://api.allowed.test:{tls.port}/small")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.encode() == SMALL_BODY
+    [event] = result.network
+    assert (event.allowed, event.scheme, event.method, event.status) == (True, "https", None, 200)
+    assert event.bytes_received > len(SMALL_BODY)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_denied_destination_is_refused_with_the_policy_and_a_hint(world, scheme):
+    runner, plain, tls, _ = world
+    port = plain.port if scheme == "http" else tls.port
+    result = run(runner, f"curl -sS -f {scheme}://evil.test:{port}/small")
+    assert result.exit_code != 0
+    assert "returned error: 403" in result.stderr  # curl -f says so for a refused CONNECT too
+    [event] = result.network
+    assert not event.allowed and event.host == "evil.test" and event.status == 403
+    assert "not in the allowlist" in (event.reason or "")
+    assert result.error is not None and result.error.type == "NetworkDenied"
+    assert f"{scheme}://evil.test:{port}" in result.error.message and "*.allowed.test" in result.error.message
+    assert result.error.hint is not None and "network.allow" in result.error.hint and "evil.test" in result.error.hint
+    assert not any("evil" in headers.get("Host", "") for _, _, headers in plain.requests + tls.requests)
+
+
+def test_the_refusal_body_names_the_destination_the_policy_and_the_proxy_status(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"curl -sS -i http://evil.test:{plain.port}/small")
+    assert result.exit_code == 0  # without -f curl prints the answer
+    assert "403" in result.stdout.splitlines()[0]
+    assert "proxy-status: wasm-runner-egress; error=http_request_denied" in result.stdout.lower()
+    assert f"refused http://evil.test:{plain.port}" in result.stdout and "allowlist" in result.stdout
+
+
+def test_a_redirect_from_an_allowed_to_a_denied_host_is_refused(world):
+    runner, plain, _, _ = world
+    target = f"http://evil.test:{plain.port}/small"
+    result = run(runner, f"curl -sS -f -L 'http://api.allowed.test:{plain.port}/redirect?to={target}'")
+    assert result.exit_code != 0 and SMALL_BODY.decode() not in result.stdout
+    first, second = result.network
+    assert first.allowed and first.status == 302
+    assert not second.allowed and second.host == "evil.test"
+    assert result.error is not None and result.error.type == "NetworkDenied"
+
+
+def test_a_name_resolving_to_a_private_address_is_refused(world):
+    runner, _, _, _ = world
+    result = run(runner, "curl -sS -f http://private.allowed.test/ ; curl -sS -f https://private.allowed.test/")
+    assert result.exit_code != 0
+    assert [(e.allowed, e.address, e.scheme) for e in result.network] == \
+        [(False, "10.1.2.3", "http"), (False, "10.1.2.3", "https")]
+    assert all("private" in (e.reason or "") for e in result.network)
+    assert result.error is not None and "10.1.2.3" in (result.error.hint or "")
+
+
+def test_a_response_larger_than_the_cap_stops_at_the_cap(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"curl -sS -f -o /tmp/big http://api.allowed.test:{plain.port}/big; "
+                         "echo size=$(stat -c %s /tmp/big)")
+    assert result.exit_code == 0  # the script goes on; curl itself failed
+    assert "curl: (18)" in result.stderr
+    size = int(result.stdout.split("size=")[1])
+    assert 0 < size <= CAP < BIG_BYTES
+    [event] = result.network
+    assert event.bytes_sent + event.bytes_received == CAP
+    assert "network cap" in (event.reason or "")
+
+
+def test_a_failed_run_over_the_cap_says_which_limit(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"curl -sS -f -o /dev/null http://api.allowed.test:{plain.port}/big")
+    assert result.exit_code != 0
+    assert result.error is not None and result.error.type == "LimitExceeded"
+    assert "network cap" in result.error.message and "max_bytes" in (result.error.hint or "")
+
+
+def test_a_brokered_secret_reaches_the_server_and_nowhere_the_guest_can_read(world, monkeypatch):
+    runner, plain, _, _ = world
+    monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
+    before = len(plain.requests)
+    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    script = (f"curl -sS -f -D - http://api.allowed.test:{plain.port}/echo-auth\n"
+              "env\n"
+              # everywhere the guest writes or the host puts files for it (the system tree is the image's)
+              # the pattern is put together at run time: the script itself must not hold the secret
+              f"half={SECRET[:5]}; grep -rl \"$half{SECRET[5:]}\" /workspace /tmp /etc /run /proc/$$/environ"
+              " /proc/$$/cmdline 2>/dev/null; echo grep-done\n")
+    result = run(runner, script, credentials=(credential,))
+    assert result.exit_code == 0, result.stderr
+    [(_, path, headers)] = plain.requests[before:]
+    assert path == "/echo-auth" and headers["Authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in result.stdout + result.stderr, result.stdout
+    assert f"you sent: {'*' * len('Bearer ' + SECRET)}" in result.stdout  # the added header masked, same length
+    assert "grep-done" in result.stdout
+    [event] = result.network
+    assert event.credential and event.status == 200
+
+
+def test_a_raw_tcp_connection_without_the_proxy_fails(world):
+    runner, plain, _, _ = world
+    before = len(plain.requests)
+    script = (
+        "python3 - <<'EOF'\n"
+        "import socket\n"
+        f"for address in [('127.0.0.1', {plain.port}), ('1.1.1.1', 80)]:\n"
+        "    try:\n"
+        "        socket.create_connection(address, timeout=3).close()\n"
+        "        print('connected', address)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', address, type(exc).__name__)\n"
+        "EOF\n"
+        f"curl -sS --noproxy '*' http://api.allowed.test:{plain.port}/small || echo direct-failed\n")
+    result = run(runner, script, policy=EgressPolicy(mode="allowlist", allow=(f"127.0.0.1:{plain.port}", "1.1.1.1")))
+    assert "connected" not in result.stdout, result.stdout
+    assert result.stdout.count("refused") == 2 and "direct-failed" in result.stdout
+    assert plain.requests[before:] == [] and result.network == []
+
+
+def test_under_deny_there_is_no_proxy_and_the_tool_error_gets_the_deny_hint(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"env | grep -ci proxy; ls /run; curl -sS -f http://api.allowed.test:{plain.port}/small",
+                 policy=EgressPolicy())
+    assert result.stdout.splitlines()[0] == "0" and "egress" not in result.stdout
+    assert "Could not resolve host" in result.stderr
+    assert result.network == []
+    assert result.error is not None and result.error.type == "NetworkDenied" and result.error.hint == NATIVE_DENY_HINT
+
+
+def test_pip_downloads_a_wheel_from_an_allowed_index(world):
+    runner, plain, _, wheel = world
+    index = f"http://pypi.allowed.test:{plain.port}/simple/"
+    result = run(runner, f"python3 -m pip download --no-deps --disable-pip-version-check --no-cache-dir "
+                         f"--index-url {index} --trusted-host pypi.allowed.test -d /workspace/dl tinypkg")
+    assert result.exit_code == 0, result.stderr
+    assert f"dl/{wheel}" in result.files.created
+    assert all(e.allowed and e.host == "pypi.allowed.test" for e in result.network) and len(result.network) >= 2
+
+
+def test_pip_from_a_denied_index_fails_with_the_hint(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"python3 -m pip download --no-deps --disable-pip-version-check --no-cache-dir --retries 0 "
+                         f"--index-url http://evil.test:{plain.port}/simple/ --trusted-host evil.test -d /tmp/dl tinypkg")
+    assert result.exit_code != 0
+    assert result.error is not None and result.error.type == "NetworkDenied" and "evil.test" in result.error.message
+    assert result.error.hint is not None and "evil.test" in result.error.hint
+
+
+@needs("git")
+def test_git_clones_over_http_from_an_allowed_host_and_not_from_a_denied_one(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"git clone -q http://git.allowed.test:{plain.port}/repo.git cloned && cat cloned/README")
+    assert result.exit_code == 0, result.stderr
+    assert "cloned through the egress proxy" in result.stdout
+    denied = run(runner, f"git clone -q http://evil.test:{plain.port}/repo.git cloned2")
+    assert denied.exit_code != 0 and "403" in denied.stderr
+    assert denied.error is not None and denied.error.type == "NetworkDenied"

@@ -1,0 +1,126 @@
+"""A native run's way out: its socket on the host's egress proxy, bridged into the sandbox.
+
+The sandbox keeps its own network namespace (loopback only). When its policy is not `deny`,
+the run gets a Unix socket on the proxy (egress/proxy.py) in a directory of its own, shown in
+the sandbox at /run/egress; the relay (egress_relay.py, run by the system's python3 before the
+program) listens on 127.0.0.1:3128 there and forwards each connection to that socket. The
+standard proxy variables point every usual tool (curl, pip, uv, npm, git, Python, Node.js) at
+it; a program that ignores them has nothing else to connect to. Under `deny` none of this
+exists.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from wasm_runner.egress.policy import EgressRules
+from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
+from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
+from wasm_runner_protocol.egress import NetworkEvent
+from wasm_runner_protocol.execution import ExecRequest
+
+RELAY_PORT = 3128
+GUEST_EGRESS_DIR = "/run/egress"
+GUEST_CA_BUNDLE = "/run/egress-ca/ca-certificates.crt"
+RELAY_NAME = "egress-relay.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
+NO_PROXY = "localhost,127.0.0.1,::1"
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+                "NODE_EXTRA_CA_CERTS")
+
+
+class EgressUnavailable(RuntimeError):
+    """This machine cannot give a native run its network (said to the caller)."""
+
+
+class NativeEgress:
+    """The provider's proxy and the CA bundle its sandboxes trust, shared by its runs."""
+
+    def __init__(self, settings: EgressSettings | None = None) -> None:
+        self.settings = settings or EgressSettings()
+        self.proxy = EgressProxy(self.settings)
+        self._lock = threading.Lock()
+        self._bundle: Path | None = None
+        self._relay_code: bytes | None = None
+
+    def relay_code(self) -> bytes:
+        if self._relay_code is None:
+            self._relay_code = RELAY_SOURCE.read_bytes()
+        return self._relay_code
+
+    def bundle(self) -> Path:
+        """The system's trust store plus the operator's extra CA, as one file (made once)."""
+        with self._lock:
+            if self._bundle is not None and self._bundle.is_file():
+                return self._bundle
+            parts = []
+            for candidate in SYSTEM_BUNDLES:
+                if os.path.isfile(candidate):
+                    parts.append(Path(candidate).read_bytes())
+                    break
+            if self.settings.extra_ca_file is not None:
+                parts.append(Path(self.settings.extra_ca_file).read_bytes())
+            directory = Path(tempfile.mkdtemp(prefix="wasm-runner-ca-"))
+            directory.chmod(0o755)  # certificates are public; every sandbox user reads them
+            path = directory / "ca-certificates.crt"
+            path.write_bytes(b"\n".join(part.rstrip(b"\n") + b"\n" for part in parts))
+            path.chmod(0o444)
+            self._bundle = path
+            return path
+
+    def open(self, request: ExecRequest, deadline: float, owner: tuple[int, int] | None) -> RunEgress:
+        if not os.access(SYSTEM_PYTHON, os.X_OK):
+            raise EgressUnavailable(f"native network access needs the system's python3 ({SYSTEM_PYTHON}) for the "
+                                    "sandbox's relay: run scripts/install-native.sh (apt-get install python3)")
+        return RunEgress(self, request, deadline, owner)
+
+
+class RunEgress:
+    """One run's proxy socket, the binds and variables that reach it, and its decisions."""
+
+    def __init__(self, egress: NativeEgress, request: ExecRequest, deadline: float,
+                 owner: tuple[int, int] | None) -> None:
+        self.egress = egress
+        self.directory = Path(tempfile.mkdtemp(prefix="wasm-runner-egress-"))
+        try:
+            if owner is not None:
+                os.chown(self.directory, *owner)
+            self.run: ProxyRun = egress.proxy.open(EgressRules(request.egress), request.credentials, deadline,
+                                                   self.directory, owner)
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+        self.bundle = egress.bundle()
+        self.events: list[NetworkEvent] | None = None
+
+    def binds(self) -> list[Bind]:
+        return [Bind(self.directory, GUEST_EGRESS_DIR), Bind(self.bundle, GUEST_CA_BUNDLE)]
+
+    def env(self) -> dict[str, str]:
+        proxy = f"http://127.0.0.1:{RELAY_PORT}"
+        env: dict[str, str] = {}
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+            env[name] = env[name.lower()] = proxy
+        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        for name in CA_VARIABLES:
+            env[name] = GUEST_CA_BUNDLE
+        return env
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` started behind the relay (which listens before the program starts)."""
+        return [SYSTEM_PYTHON, "-I", "-S", f"{GUEST_CODE_DIR}/{RELAY_NAME}", str(RELAY_PORT),
+                f"{GUEST_EGRESS_DIR}/{SOCKET_NAME}", "--", *argv]
+
+    def close(self) -> list[NetworkEvent]:
+        """Stop the run's socket (its connections are cut) and give its decisions, in order."""
+        if self.events is None:
+            self.events = self.egress.proxy.close(self.run)
+            shutil.rmtree(self.directory, ignore_errors=True)
+        return self.events
