@@ -184,4 +184,5 @@ def test_a_kernel_made_ahead_serves_a_new_session_with_the_data_stack_imported(r
     (session.path / "own.txt").write_text("mine")
     result = run(session, "import sys, os\n('pandas' in sys.modules, os.listdir('.'))", limits=Limits())
     assert result.value == "(True, ['own.txt'])", result.stderr
-    assert pool.ready_count() == 0  # taken: a kernel serves one session only
+    # (a kernel serves one session only: the pool refills with a new one in the background, so its
+    # count says nothing here; the isolation test shows two sessions never share a kernel)
