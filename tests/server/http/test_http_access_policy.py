@@ -9,6 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from server_helpers import call, make_config, new_session
 
 from wasm_runner import Mount
+from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 from wasm_runner_server.app import create_app
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.policy import POLICY, AccessPolicy, OpenAccess, Principal
@@ -52,7 +53,8 @@ async def test_a_policy_passed_in_decides_for_every_handler(tmp_path):
         status, data = await call(client, "POST", "/v1/sessions")
         assert status == 429 and data["error"]["message"] == "one session only"
         _, core = app[SERVICE].sessions.core(app[SERVICE].sessions.get(session_id))
-        assert [m.guest for m in core.mounts] == ["/data"]
+        # the policy's mount, beside the session's own read-only packages
+        assert [m.guest for m in core.mounts] == ["/data", PACKAGES_GUEST_PATH]
         status, page = await call(client, "GET", "/v1/sessions")
         assert status == 200 and [s["id"] for s in page["sessions"]] == [session_id]
     finally:
