@@ -81,8 +81,10 @@ class Session:
         """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
         profile's network policy, whether another index is allowed and the workspace's cache."""
         self.install_handler: Callable[[str], str] = self._guest_install
-        """Answers the guest's `sandbox.install` (JSON in, JSON out); a host without the service's
-        install options (a worker process) puts a refusal here."""
+        """Answers the guest's `sandbox.install` (JSON in, JSON out). On a worker process each run's
+        handler asks the parent, whose session's handler answers."""
+        self.on_guest_install: Callable[[PackageRequest, InstallResult], None] | None = None
+        """Told of each install the guest asked for and its result (the service records its audit row)."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
@@ -159,9 +161,12 @@ class Session:
 
         try:
             request = msgspec.json.decode(request_json, type=PackageRequest)
-        except msgspec.ValidationError as exc:
+        except msgspec.DecodeError as exc:  # a validation error included
             return msgspec.json.encode({"ok": False, "error": {"kind": "not_found", "message": str(exc)}}).decode()
-        result = self.install(request.python, index=request.index, **self.install_options)
+        asked = PackageRequest(python=request.python, index=request.index)  # the guest names packages, no more
+        result = self.install(asked.python, index=asked.index, **self.install_options)
+        if self.on_guest_install is not None:
+            self.on_guest_install(asked, result)
         return msgspec.json.encode(result).decode()
 
     def lock(self) -> PackageLock:

@@ -48,6 +48,8 @@ class LocalIndex:
     url: str
     wheels: dict[str, list[Path]]
     requests: list[str] = field(default_factory=list)
+    open: threading.Event = field(default_factory=threading.Event)
+    """Cleared: requests are held (counted, unanswered) until it is set again."""
 
     @property
     def simple(self) -> str:
@@ -77,6 +79,7 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
 
         def do_GET(self, head: bool = False) -> None:  # noqa: N802 - the stdlib's name
             index.requests.append(self.path)
+            index.open.wait(60)
             self._head = head
             parts = [p for p in self.path.split("?")[0].split("/") if p]
             if parts[:1] == ["simple"] and len(parts) == 2:
@@ -103,11 +106,13 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
 
     server = http.server.ThreadingHTTPServer((host, 0), Handler)
     index = LocalIndex(f"http://{host}:{server.server_address[1]}", wheels)
+    index.open.set()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield index
     finally:
+        index.open.set()
         server.shutdown()
         server.server_close()
 

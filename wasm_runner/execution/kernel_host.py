@@ -6,22 +6,28 @@ until the parent hibernates or forgets it, or the worker ends. A turn whose gues
 a host call past its deadline is answered by the Runner's watchdog (with what the guest
 printed); the worker then retires: it says so, takes no more turns, and exits once the turns
 in flight are answered. The parent kills it if it does not.
+
+A guest's `sandbox.install` is the parent's to answer (its policy, indexes, limits and audit):
+the request goes up the pipe as data and the guest's call waits for the reply, no longer than
+the call's deadline; a cancelled call or a parent gone away ends the wait with an error.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import json
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import host_error_result
 from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job
+from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.runner import Runner
 from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace
@@ -33,13 +39,25 @@ log = logging.getLogger("wasm_runner")
 STUCK_NOTICE = "a guest on this worker was stuck in a host call past its deadline"
 
 
-def refuse_install(request: str) -> str:
-    """The guest's `sandbox.install` on a worker: installs need the service's policy and indexes, which
-    live in the parent process."""
-    return json.dumps({"ok": False, "error": {
-        "kind": "unsupported_ecosystem", "message": "sandbox.install is not available to kernels on worker processes",
-        "hint": "install through the API (POST /v1/sessions/{id}/packages, session.install or the MCP tool "
-                "install_packages); the session's later calls see the packages"}})
+MAX_INSTALL_REQUEST = 256 * 1024
+"""Characters of a guest's install request sent up the pipe (a full request is far smaller)."""
+API_HINT = ("install through the API (POST /v1/sessions/{id}/packages, session.install or the MCP tool "
+            "install_packages); the session's later calls see the packages")
+
+
+@dataclass(eq=False)
+class Ask:
+    """A guest's install request sent to the parent, waiting for its reply."""
+
+    seq: int
+    """The run whose guest asks."""
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: str = ""
+
+    def settle(self, reply: str) -> None:
+        if not self.done.is_set():
+            self.reply = reply
+            self.done.set()
 
 
 class KernelHost:
@@ -55,11 +73,20 @@ class KernelHost:
         self.running: dict[int, Session] = {}
         self.lock = threading.Lock()
         self.retiring = False
+        self.asks: dict[int, Ask] = {}
+        self.last_ask = 0
+        self.parent_gone = False
         self.pool = concurrent.futures.ThreadPoolExecutor(runner.concurrency, thread_name_prefix="kernel-turn")
         runner.executor.on_stuck = self._stuck
 
     def order(self, order: Order) -> None:
         """Take an order from the parent (on its reader thread: never blocks)."""
+        if order.kind == "install":
+            with self.lock:
+                ask = self.asks.get(order.seq)
+            if ask is not None:  # else its wait ended already
+                ask.settle(order.reply)
+            return
         if order.request is None and not order.kind:
             self._cancel(order.seq)
             return
@@ -86,7 +113,6 @@ class KernelHost:
                                  budget=ParentBudget() if m.get("budgeted") else None) for m in place.mounts)
             workspace = Workspace(Path(place.root), Path(place.files) if place.files else None)
             session = Session(self.runner, place.session, workspace, mounts)
-            session.install_handler = refuse_install
             self.sessions[place.session] = session
         return session
 
@@ -125,6 +151,8 @@ class KernelHost:
                 self.send(Answer(seq, stream=stream, data=data))
         for budget in _budgets(session.mounts):
             budget.over = False  # until the parent says otherwise, for this run
+        # The guest's clock starts after this, so the wait for an install ends before its deadline.
+        session.install_handler = self._asker(seq, time.monotonic() + order.request.limits.timeout_s)
         with self.lock:
             self.running[seq] = session
         try:
@@ -137,8 +165,43 @@ class KernelHost:
         if done:
             self.exit_process()
 
+    def _asker(self, seq: int, deadline: float) -> Callable[[str], str]:
+        """Run `seq`'s answer to its guest's install requests: ask the parent, wait until `deadline`."""
+        def ask_parent(request: str) -> str:
+            if len(request) > MAX_INSTALL_REQUEST:
+                return refusal("too_large", f"the install request is over {MAX_INSTALL_REQUEST} characters",
+                                       "ask for fewer packages at once")
+            with self.lock:
+                if self.parent_gone:
+                    return refusal("resolver_failed", "the service this worker served has gone away")
+                self.last_ask += 1
+                number = self.last_ask
+                ask = self.asks[number] = Ask(seq)
+            try:
+                self.send(Answer(seq, install=request, ask=number))
+                if not ask.done.wait(max(deadline - time.monotonic(), 0.0)):
+                    return refusal("timeout", "the install did not finish before this call's deadline "
+                                           "(it may still complete: the session's later calls would see it)",
+                                           "give the call a longer timeout_s, or " + API_HINT)
+                return ask.reply
+            finally:
+                with self.lock:
+                    self.asks.pop(number, None)
+        return ask_parent
+
+    def parent_ended(self) -> None:
+        """The parent's pipe closed: installs waiting for it get an error at once."""
+        with self.lock:
+            self.parent_gone = True
+            asks = list(self.asks.values())
+        for ask in asks:
+            ask.settle(refusal("resolver_failed", "the service this worker served has gone away"))
+
     def _cancel(self, seq: int) -> None:
         with self.lock:
+            for ask in self.asks.values():
+                if ask.seq == seq:  # its guest stops once the wait ends
+                    ask.settle(refusal("resolver_failed", "the call was cancelled", None))
             session = self.running.get(seq)
             if session is None:  # not started: drop it from its queue
                 for queue in self.queues.values():

@@ -16,6 +16,10 @@ sessions are placed anew on their next call, which says `kernel_restarted` and w
 files are untouched (they are the parent's directories). No thread of the parent ever waits
 on a guest: the pipes have one reader thread per worker, and one supervising thread checks
 deadlines and sizes.
+
+A guest's `sandbox.install` arrives as a request from its worker; the session's own
+`install_handler` answers it here, on a small pool of threads (installs block), with the
+policy and limits of the session's installs, and the answer goes back down the pipe.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -37,6 +42,7 @@ from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import lost_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
+from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
@@ -48,6 +54,8 @@ log = logging.getLogger("wasm_runner")
 KILL_MARGIN_S = 1.0
 """How long after the worker's own watchdog should have answered the supervisor kills it."""
 SIZE_CHECK_S = 2.0
+INSTALL_THREADS = 2
+"""Guests' installs the parent runs at once (each waits for the resolver and downloads)."""
 
 RESTART_CAUSES = ("deadline", "crash", "runs", "memory")
 """Why workers were replaced: a guest stuck past its deadline, an unexpected exit (signal,
@@ -65,6 +73,9 @@ class HostedSession(Protocol):
 
     @property
     def mounts(self) -> tuple[Mount, ...]: ...
+
+    @property
+    def install_handler(self) -> Callable[[str], str]: ...
 
 
 @dataclass
@@ -91,6 +102,8 @@ class Pending:
     budgets: list[DiskBudget] = field(default_factory=list)
     """Budgets of its session's mounts, which this process keeps (the worker is told when one is exceeded)."""
     over_budget: bool = False
+    install: Callable[[str], str] | None = None
+    """Answers its guest's install requests (the session's handler when the call was made)."""
 
 
 @dataclass(eq=False)
@@ -156,6 +169,7 @@ class KernelWorkers:
         self.closed = False
         self.broken = False
         """A worker could not start: sessions run their kernels in-process."""
+        self.installs = concurrent.futures.ThreadPoolExecutor(INSTALL_THREADS, thread_name_prefix="kernel-install")
         with self.lock:
             self.active = [self._start() for _ in range(self.count)]
             self.spare = self._start()
@@ -250,6 +264,9 @@ class KernelWorkers:
                 self._retire(host, "deadline", "another guest on its worker process was stopped at its "
                                                "deadline, stuck in a host call")
             return
+        if answer.install is not None:
+            self._ask(host, answer)
+            return
         if answer.result is None:  # a chunk of output
             call = host.pending.get(answer.seq)
             if call is not None and answer.stream is not None:
@@ -267,6 +284,31 @@ class KernelWorkers:
                 result.limit = "disk"
                 result.error = result.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
             _settle(call.future, result)
+
+    def _ask(self, host: KernelWorker, answer: Answer) -> None:
+        """A guest asks to install (reader thread): its session's handler answers on an install thread."""
+        assert answer.install is not None
+        call = host.pending.get(answer.seq)
+        if call is None or call.install is None:
+            self._reply(host, answer.ask, refusal("unsupported_ecosystem", "packages install into "
+                                                          "sessions only", None))
+            return
+        try:
+            self.installs.submit(self._install, host, answer.ask, call.install, answer.install)
+        except RuntimeError:  # closed
+            self._reply(host, answer.ask, refusal("resolver_failed", "the service is shutting down", None))
+
+    def _install(self, host: KernelWorker, ask: int, handler: Callable[[str], str], request: str) -> None:
+        try:
+            reply = handler(request)
+        except Exception as exc:  # noqa: BLE001 - the guest gets a result
+            log.exception("a guest's install request failed on the host")
+            reply = refusal("resolver_failed", f"the host could not install: {exc}", None)
+        self._reply(host, ask, reply)
+
+    @staticmethod
+    def _reply(host: KernelWorker, ask: int, reply: str) -> None:
+        host.worker.order(Order(ask, kind="install", reply=reply))  # a worker gone away drops it
 
     def _check_budgets(self) -> None:
         """Tell workers of the runs whose mounts' budgets are exceeded (their quota watcher stops them)."""
@@ -353,7 +395,8 @@ class KernelWorkers:
             host.runs += 1
             seq = host.seq
             host.pending[seq] = Pending(request, future, session.id, listener, time.monotonic(),
-                                        budgets=[m.budget for m in session.mounts if m.budget is not None])
+                                        budgets=[m.budget for m in session.mounts if m.budget is not None],
+                                        install=session.install_handler)
             moved = self.moved.get(session.id)
         host.worker.order(Order(seq, request, place, stream=listener is not None))
         if moved is not None:
@@ -395,6 +438,7 @@ class KernelWorkers:
             self.closed = True
             hosts = [*self.active, *([self.spare] if self.spare else []), *self.leaving]
         self._stop.set()
+        self.installs.shutdown(wait=False, cancel_futures=True)
         for host in hosts:
             host.worker.kill()
         for host in hosts:

@@ -28,21 +28,25 @@ class Place(msgspec.Struct, array_like=True):
 
 class Order(msgspec.Struct, array_like=True):
     """Parent to worker: run `request` as item `seq` (in the session `place`'s kernels when
-    given), cancel item `seq` (no request), or hibernate or forget the session `place`."""
+    given), cancel item `seq` (no request), hibernate or forget the session `place`, or answer
+    the guest's install request `seq` (`install`, with `reply`)."""
 
     seq: int
     request: ExecRequest | None = None
     place: Place | None = None
-    kind: Literal["", "hibernate", "forget", "over-budget"] = ""
+    kind: Literal["", "hibernate", "forget", "over-budget", "install"] = ""
     """`over-budget`: a mount's budget, which the parent keeps, is exceeded: stop run `seq` for disk."""
     stream: bool = False
     """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
+    reply: str = ""
+    """With `install`: the parent's `InstallResult` as JSON, given to the guest as it is."""
 
 
 class Answer(msgspec.Struct, array_like=True):
     """Worker to parent: item `seq`'s result, or a chunk of its output (`stream`, `data`), or
     (`seq` 0, `retiring`) the notice that the worker takes no more sessions and exits once
-    its runs in flight are answered."""
+    its runs in flight are answered, or the guest of run `seq` asking the parent to install
+    (`install`, numbered `ask`: the parent answers with an `install` order of that number)."""
 
     seq: int
     result: ExecResult | None = None
@@ -52,6 +56,9 @@ class Answer(msgspec.Struct, array_like=True):
     """With a kernel run's result: the languages whose kernels the session now holds."""
     retiring: str | None = None
     """Why the worker gives itself up."""
+    install: str | None = None
+    """The guest's `sandbox.install` request as it wrote it (JSON): data for the parent to check."""
+    ask: int = 0
 
 
 def write_frame(stream: IO[bytes], body: bytes) -> None:

@@ -49,7 +49,7 @@ def main() -> None:
     def read_orders() -> None:  # eagerly, so that the parent's writes never wait
         while (frame := read_frame(source)) is not None:
             order = decode(frame)
-            if order.place is not None:  # a session's kernels: on the kernel host's threads
+            if order.place is not None or order.kind == "install":  # a session's kernels: the kernel host's
                 assert kernels is not None, "kernel orders sent to a worker that hosts none"
                 kernels.order(order)
                 continue
@@ -64,6 +64,8 @@ def main() -> None:
                         job.cancel()
                 else:
                     cancelled.add(order.seq)
+        if kernels is not None:
+            kernels.parent_ended()
         orders.put(None)
 
     def answer(seq: int, result: ExecResult) -> None:

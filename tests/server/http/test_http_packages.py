@@ -123,3 +123,14 @@ async def test_the_guest_installs_through_the_host_under_the_profiles_policy(ser
     denied = await run(client, sid, f"import sandbox\nsandbox.install('tinydep', index={'https://evil.test/simple/'!r})")
     assert denied["error"]["type"] == "RuntimeError" and "configured index only" in denied["error"]["message"]
 
+
+
+async def test_an_index_the_policy_denies_is_refused_from_inside_the_guest(serve, index):
+    index.reset()
+    profiles = {"pkg": {"language": "python", "packages": {"allow_custom_index": True}}}
+    client = await serve(packages={"python_index": "https://pypi.org/simple/"}, profiles=profiles)
+    sid = await new_session(client, profile="pkg")
+    denied = await run(client, sid, f"import sandbox\nsandbox.install('tinydep', index={index.simple!r})")
+    assert denied["error"]["type"] == "RuntimeError" and "not allowed" in denied["error"]["message"], denied
+    assert index.requests == []  # the host refused before any request left
+    assert (await run(client, sid, "1 + 1"))["value"] == "2"

@@ -29,3 +29,18 @@ async def test_each_install_is_audited_with_the_lock(start_secure, packages):
     lock = json.loads(rows[0]["files_changed"])
     assert [p["name"] for p in lock["python"]] == ["tinyapp", "tinydep"]
     assert "native code" in rows[1]["stderr"] and json.loads(rows[0]["code"])["python"] == ["tinyapp==1.0"]
+
+
+async def test_the_guests_own_install_is_audited_like_the_apis(start_secure, packages):
+    secure = await start_secure(packages=packages)
+    _, created, _ = await secure.call("POST", "/v1/sessions", "a_member", json={})
+    sid = created["id"]
+    status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
+                                          json={"code": "import sandbox\nsandbox.install('tinyapp==1.0')\n"
+                                                        "import tinyapp\ntinyapp.hello()"})
+    assert status == 200 and result["value"] == "'hello from tinyapp, tinydep 2.1'", result
+    _, page, _ = await secure.call("GET", "/v1/audit?kind=packages", "a_member")
+    rows = page["entries"]
+    assert [(row["outcome"], row["session"]) for row in rows] == [("ok", sid)]
+    assert json.loads(rows[0]["code"]) == {"python": ["tinyapp==1.0"]}
+    assert [p["name"] for p in json.loads(rows[0]["files_changed"])["python"]] == ["tinyapp", "tinydep"]

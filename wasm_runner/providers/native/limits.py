@@ -362,6 +362,12 @@ def _kill_and_remove(path: Path, procs: str, timeout_s: float = 2.0) -> None:
             return
         except OSError:
             pass
+        try:  # a dead worker's cgroup still holds its native runs' cgroups: those go first
+            children = [c for c in path.iterdir() if c.is_dir()]
+        except OSError:
+            children = []
+        for child in children:
+            _kill_and_remove(child, procs, max(deadline - time.monotonic(), 0.0))
         try:
             for pid in (path / procs).read_text().split():
                 try:

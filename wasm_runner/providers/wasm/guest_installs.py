@@ -21,6 +21,14 @@ log = logging.getLogger("wasm_runner")
 _current = threading.local()
 
 
+def refusal(kind: str, message: str, hint: str | None = None) -> str:
+    """An `InstallResult` refusing the guest's request, as JSON (the guest raises it as RuntimeError)."""
+    error: dict[str, str] = {"kind": kind, "message": message}
+    if hint:
+        error["hint"] = hint
+    return json.dumps({"ok": False, "error": error})
+
+
 def serve(handler: Callable[[str], str] | None) -> Callable[[str], str] | None:
     """Calls on this thread answer the guest's install requests with `handler` (None: refused);
     returns the handler it replaces, to put back when the execution ends."""
@@ -32,12 +40,10 @@ def serve(handler: Callable[[str], str] | None) -> Callable[[str], str] | None:
 def answer(_store: Any, request: str) -> str:
     handler: Callable[[str], str] | None = getattr(_current, "handler", None)
     if handler is None:
-        return json.dumps({"ok": False, "error": {
-            "kind": "unsupported_ecosystem", "message": "packages install into sessions only",
-            "hint": "run in a session (POST /v1/sessions, runner.session()) and install there"}})
+        return refusal("unsupported_ecosystem", "packages install into sessions only",
+                       "run in a session (POST /v1/sessions, runner.session()) and install there")
     try:
         return handler(request)
     except Exception as exc:  # noqa: BLE001 - the guest gets a result, the instance stays usable
         log.exception("a guest's install request failed on the host")
-        return json.dumps({"ok": False, "error": {"kind": "resolver_failed",
-                                                  "message": f"the host could not install: {exc}"}})
+        return refusal("resolver_failed", f"the host could not install: {exc}")

@@ -50,7 +50,17 @@ def install_options(service: Service, request: web.Request, live: LiveSession, s
     options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
                "workspace": SHARED_CACHE if service.config.packages.shared_cache else principal.workspace}
     session.install_options = options
+    session.on_guest_install = lambda body, result: record(request, live.row.id, body, result, by="guest")
     return options
+
+
+def record(request: web.Request, session_id: str, body: PackageRequest, result: InstallResult, by: str = "api") -> None:
+    """An install's audit row and log line (the API's and the guest's alike; any thread)."""
+    request.app[POLICY].on_packages(request, session_id, body, result)
+    log.info("packages installed" if result.ok else "packages refused",
+             extra={"event": "packages", "session": session_id, "ok": result.ok, "by": by,
+                    "installed": [f"{p.name}=={p.version}" for p in result.installed],
+                    "error": result.error.kind if result.error else None})
 
 
 async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
@@ -63,11 +73,7 @@ async def install_into(service: Service, request: web.Request, live: LiveSession
                                          allow_custom_index=options["allow_custom_index"],
                                          workspace=options["workspace"])
     service.sessions.touch(live)
-    request.app[POLICY].on_packages(request, live.row.id, body, result)
-    log.info("packages installed" if result.ok else "packages refused",
-             extra={"event": "packages", "session": live.row.id, "ok": result.ok,
-                    "installed": [f"{p.name}=={p.version}" for p in result.installed],
-                    "error": result.error.kind if result.error else None})
+    record(request, live.row.id, body, result)
     return result
 
 
