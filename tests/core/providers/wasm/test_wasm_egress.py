@@ -9,7 +9,7 @@ import hashlib
 import json
 
 import pytest
-from loopback_origin import BIG_BYTES, SMALL_BODY, Origin, TestCA
+from loopback_origin import SMALL_BODY, Origin, TestCA
 
 from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
@@ -92,3 +92,156 @@ def test_http_client_keeps_its_api_and_streams_a_body_in_pieces(world):
     assert result.stdout == f"200 {MEDIUM} {MEDIUM} {expected} 200 b''\n"
     assert [(e.method, e.status) for e in result.network] == [("GET", 200), ("HEAD", 200)]
     assert result.network[0].bytes_received >= MEDIUM
+
+
+def test_https_is_verified_by_the_host_with_the_operators_ca(world):
+    runner, _, tls = world
+    result = run(runner, "import urllib.request\n"
+                         f"print(urllib.request.urlopen('https://api.allowed.test:{tls.port}/small').read().decode(), end='')")
+    assert result.ok, result.error
+    assert result.stdout == SMALL_BODY.decode()
+    [event] = result.network
+    assert (event.scheme, event.status, event.method) == ("https", 200, "GET")
+
+
+def test_https_to_a_name_the_certificate_does_not_cover_fails_verification(world):
+    runner, _, tls = world
+    policy = EgressPolicy(mode="allowlist", allow=("127.0.0.1",))
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('https://127.0.0.1:{tls.port}/small')", policy=policy)
+    assert result.error is not None and result.error.type == "URLError"
+    assert "TLS verification failed" in result.error.message
+    [event] = result.network
+    assert event.allowed and event.status is None and "TLS" in (event.reason or "")
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_denied_destination_is_refused_naming_it_and_the_policy_with_a_hint(world, scheme):
+    runner, plain, tls = world
+    port = plain.port if scheme == "http" else tls.port
+    seen = len(plain.requests) + len(tls.requests)
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('{scheme}://evil.test:{port}/small')")
+    assert result.error is not None and result.error.type == "URLError"
+    assert f"the host refused {scheme}://evil.test:{port}" in result.error.message
+    assert "not in the allowlist" in result.error.message and "*.allowed.test" in result.error.message
+    assert result.error.hint is not None and "network.allow" in result.error.hint and "evil.test" in result.error.hint
+    [event] = result.network
+    assert (event.allowed, event.host, event.port) == (False, "evil.test", port)
+    assert len(plain.requests) + len(tls.requests) == seen  # nothing reached the origin
+
+
+def test_the_refusal_is_a_catchable_permission_error_in_the_guest(world):
+    runner, plain, _ = world
+    result = run(runner, "import http.client, sandbox\n"
+                         f"c = http.client.HTTPConnection('evil.test', {plain.port})\n"
+                         "try:\n"
+                         "    c.request('GET', '/small'); c.getresponse()\n"
+                         "except sandbox.NetworkDenied as exc:\n"
+                         "    print(isinstance(exc, PermissionError), 'evil.test' in str(exc), 'hint:' in str(exc))")
+    assert result.ok, result.error
+    assert result.stdout == "True True True\n"
+
+
+def test_a_redirect_from_an_allowed_to_a_denied_host_is_refused(world):
+    runner, plain, _ = world
+    target = f"http://evil.test:{plain.port}/small"
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/redirect?to={target}')")
+    assert result.error is not None and "the host refused http://evil.test" in result.error.message
+    first, second = result.network
+    assert (first.allowed, first.host, first.status) == (True, "api.allowed.test", 302)
+    assert (second.allowed, second.host) == (False, "evil.test")
+    assert not any(path == "/small" and headers.get("Host", "").startswith("evil") for _, path, headers in plain.requests)
+
+
+def test_a_name_resolving_to_a_private_address_is_refused_without_an_entry_naming_it(world):
+    runner, _, _ = world
+    result = run(runner, "import urllib.request\n"
+                         "urllib.request.urlopen('http://private.allowed.test/x')")
+    assert result.error is not None
+    [event] = result.network
+    assert not event.allowed and event.address == "10.1.2.3"
+    assert "private, loopback or link-local" in (event.reason or "")
+    assert result.error.hint is not None and "10.1.2.3" in result.error.hint
+
+
+def test_loopback_itself_needs_an_entry_naming_it(world):
+    runner, plain, _ = world
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/small')",
+                 policy=EgressPolicy(mode="allowlist", allow=("*.allowed.test",)))
+    [event] = result.network
+    assert not event.allowed and event.address == "127.0.0.1"
+
+
+def test_a_response_over_the_cap_stops_at_the_cap_with_a_clear_limit(world):
+    runner, plain, _ = world
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/big').read()")
+    assert result.error is not None and result.error.type == "NetworkLimitExceeded"
+    assert "network cap" in result.error.message and str(CAP) in result.error.message
+    assert result.error.hint is not None and "max_bytes" in result.error.hint
+    [event] = result.network
+    assert event.status == 200 and CAP - 1000 <= event.bytes_received <= CAP
+
+
+def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world, monkeypatch):
+    runner, plain, _ = world
+    monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
+    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    result = run(runner, "import json, os, urllib.request\n"
+                         f"r = urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth')\n"
+                         "print(json.dumps({'body': r.read().decode(), 'echo': r.headers['X-Echo'],\n"
+                         "                  'env': dict(os.environ)}))",
+                 credentials=(credential,))
+    assert result.ok, result.error
+    assert plain.requests[-1][2]["Authorization"] == f"Bearer {SECRET}"
+    seen = json.loads(result.stdout)
+    assert SECRET not in result.stdout and SECRET not in result.stderr
+    masked = "*" * len(f"Bearer {SECRET}")  # the header's value as the host added it, masked to its length
+    assert seen["body"] == f"you sent: {masked}\n" and seen["echo"] == masked
+    assert "WASI_TEST_TOKEN" not in seen["env"]
+    [event] = result.network
+    assert event.credential
+
+
+def test_the_secret_is_not_added_for_another_destination_or_a_redirect_there(world, monkeypatch):
+    runner, plain, _ = world
+    monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
+    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+    result = run(runner, "import urllib.request\n"
+                         f"print(urllib.request.urlopen('http://127.0.0.1:{plain.port}/echo-auth').read().decode())",
+                 policy=policy, credentials=(credential,))
+    assert result.ok, result.error
+    assert result.stdout == "you sent: \n\n"
+    assert not result.network[0].credential
+
+
+def test_raw_sockets_stay_unavailable_with_a_hint_naming_the_host_client(world):
+    runner, _, _ = world
+    result = run(runner, "import socket\nsocket.socket()")
+    assert result.error is not None and result.error.type == "PermissionError"
+    assert result.error.hint == SOCKET_HINT
+    assert result.network == []
+
+
+def test_under_deny_a_request_is_refused_and_recorded(world):
+    runner, plain, _ = world
+    result = run(runner, "import urllib.request\n"
+                         f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/small')", policy=EgressPolicy())
+    assert result.error is not None and "network policy is deny" in result.error.message
+    [event] = result.network
+    assert not event.allowed
+
+
+def test_a_session_kernel_uses_the_host_client_on_every_call(world):
+    runner, plain, _ = world
+    session = runner.session()
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
+    first = session.run_sync(ExecRequest(code=code, egress=ALLOW, limits=LIMITS))
+    second = session.run_sync(ExecRequest(code=code, egress=ALLOW, limits=LIMITS))
+    assert first.stdout == second.stdout == "200\n"
+    assert len(first.network) == len(second.network) == 1

@@ -655,6 +655,7 @@ def _install_http():
 
         scheme = "http"
         _host_request = None
+        _host_answer = None
 
         def connect(self):
             self.sock = HostSocket()
@@ -703,7 +704,12 @@ def _install_http():
             host = f"[{self.host}]" if ":" in self.host else self.host
             return host if self.port == self.default_port else f"{host}:{self.port}"
 
-        def getresponse(self):
+        def request(self, method, url, body=None, headers={}, *, encode_chunked=False):
+            super().request(method, url, body, headers, encode_chunked=encode_chunked)
+            # The whole request is known: send it now, where a socket would fail (urllib wraps these errors).
+            self._host_answer = self._exchange()
+
+        def _exchange(self):
             request, self._host_request = self._host_request, None
             if request is None:
                 raise http.client.ResponseNotReady("no request was sent")
@@ -716,6 +722,11 @@ def _install_http():
                 url = f"{self.scheme}://{self._authority()}{url if url.startswith('/') else '/' + url}"
             answer = host({"op": "request", "method": method, "url": url, "headers": headers,
                            "body": b64encode(body).decode("ascii") if body else ""})
+            return method, answer
+
+        def getresponse(self):
+            exchange, self._host_answer = self._host_answer, None
+            method, answer = exchange or self._exchange()
             lines = [f"HTTP/1.1 {answer['status']} {answer['reason']}"]
             lines += [f"{name}: {value}" for name, value in answer["headers"]]
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
@@ -725,7 +736,7 @@ def _install_http():
             return response
 
         def close(self):
-            self._host_request = None
+            self._host_request = self._host_answer = None
             super().close()
 
     class HTTPSConnection(HTTPConnection):
