@@ -1,7 +1,7 @@
 """The host side of a WASI guest's HTTP requests: an import answered by the execution's `GuestNetwork`.
 
-The Python guest calls the WIT import `http-request`, the JavaScript guest writes to a host-only
-descriptor; both send one JSON message and get one back:
+The Python guest calls the WIT import `http-request` (JSON, bodies in base64); the JavaScript guest
+writes to host-only descriptors (a JSON head framed with the body's bytes). The messages:
 
     {"op": "request", "method", "url", "headers": [[name, value]], "body": base64, "follow": bool}
         -> {"ok": true, "handle", "status", "reason", "headers", "url", "redirected", "body": base64, "eof"}
@@ -19,8 +19,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wasm_runner.egress.host_client import EgressError, HostClient, HostRun
@@ -46,27 +47,51 @@ class GuestNetwork:
         self.run: HostRun | None = None
 
     def handle(self, text: str) -> str:
-        """Answer one message from the guest (JSON in, JSON out), whatever it holds."""
-        try:
+        """Answer one JSON message from the guest (bodies in base64), whatever it holds."""
+        def parse() -> tuple[dict[str, Any], bytes]:
             message = json.loads(text)
             if not isinstance(message, dict):
                 raise ValueError("not an object")
-            return json.dumps(self._dispatch(message))
+            return message, base64.b64decode(message.get("body") or "")
+
+        head, body = self._answer(parse)
+        if "body" in head or body:
+            head["body"] = base64.b64encode(body).decode("ascii")
+        return json.dumps(head)
+
+    def handle_binary(self, data: bytes) -> bytes:
+        """Answer one framed message (a 4-byte little-endian length, a JSON head, the body), framed alike."""
+        def parse() -> tuple[dict[str, Any], bytes]:
+            if len(data) < 4:
+                raise ValueError("too short")
+            (length,) = struct.unpack_from("<I", data)
+            message = json.loads(data[4:4 + length])
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+            return message, data[4 + length:]
+
+        head, body = self._answer(parse)
+        encoded = json.dumps(head).encode()
+        return struct.pack("<I", len(encoded)) + encoded + body
+
+    def _answer(self, parse: Callable[[], tuple[dict[str, Any], bytes]]) -> tuple[dict[str, Any], bytes]:
+        try:
+            message, body = parse()
+            return self._dispatch(message, body)
         except EgressError as exc:
             error: dict[str, Any] = {"kind": exc.kind, "message": str(exc)}
             if exc.hint:
                 error["hint"] = exc.hint
-            return json.dumps({"ok": False, "error": error})
-        except (ValueError, TypeError, KeyError) as exc:
-            return json.dumps({"ok": False, "error": {"kind": "invalid", "message": f"a malformed request: {exc}"}})
+            return {"ok": False, "error": error}, b""
+        except (ValueError, TypeError, KeyError, struct.error) as exc:
+            return {"ok": False, "error": {"kind": "invalid", "message": f"a malformed request: {exc}"}}, b""
         except Exception as exc:  # noqa: BLE001 - the guest gets an error, the instance stays usable
             log.exception("a guest's HTTP request failed on the host")
-            return json.dumps({"ok": False, "error": {"kind": "failed", "message": f"the host failed: {exc}"}})
+            return {"ok": False, "error": {"kind": "failed", "message": f"the host failed: {exc}"}}, b""
 
-    def _dispatch(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _dispatch(self, message: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
         op = message.get("op")
         if op == "request":
-            body = base64.b64decode(message.get("body") or "")
             if len(body) > MAX_REQUEST_BODY:
                 raise EgressError(f"a request body of {len(body)} bytes is larger than the host takes "
                                   f"({MAX_REQUEST_BODY})")
@@ -75,15 +100,15 @@ class GuestNetwork:
                                              follow=bool(message.get("follow")))
             return {"ok": True, "handle": answer.handle, "status": answer.status, "reason": answer.reason,
                     "headers": answer.headers, "url": answer.url, "redirected": answer.redirected,
-                    "body": base64.b64encode(answer.body).decode("ascii"), "eof": answer.eof}
+                    "eof": answer.eof}, answer.body
         if self.run is None:
-            return {"ok": True, "body": "", "eof": True}
+            return {"ok": True, "eof": True}, b""
         if op == "read":
             data, eof = self.run.read(int(message["handle"]), int(message.get("size") or 65536))
-            return {"ok": True, "body": base64.b64encode(data).decode("ascii"), "eof": eof}
+            return {"ok": True, "eof": eof}, data
         if op == "close":
             self.run.release(int(message["handle"]))
-            return {"ok": True}
+            return {"ok": True}, b""
         raise ValueError(f"unknown op {op!r}")
 
     def host_run(self) -> HostRun:
@@ -108,11 +133,20 @@ def current() -> GuestNetwork | None:
     return getattr(_current, "network", None)
 
 
+NO_NETWORK = {"ok": False, "error": {"kind": "denied", "message": "this guest has no network here"}}
+
+
 def answer_text(text: str) -> str:
     network = current()
+    return json.dumps(NO_NETWORK) if network is None else network.handle(text)
+
+
+def answer_binary(data: bytes) -> bytes:
+    network = current()
     if network is None:
-        return json.dumps({"ok": False, "error": {"kind": "denied", "message": "this guest has no network here"}})
-    return network.handle(text)
+        encoded = json.dumps(NO_NETWORK).encode()
+        return struct.pack("<I", len(encoded)) + encoded
+    return network.handle_binary(data)
 
 
 def answer(_store: Any, request: str) -> str:

@@ -245,3 +245,104 @@ def test_a_session_kernel_uses_the_host_client_on_every_call(world):
     second = session.run_sync(ExecRequest(code=code, egress=ALLOW, limits=LIMITS))
     assert first.stdout == second.stdout == "200\n"
     assert len(first.network) == len(second.network) == 1
+
+
+# -- JavaScript: fetch ---------------------------------------------------------------------
+
+
+def test_js_fetch_reaches_an_allowed_name_with_whatwg_shapes(world):
+    runner, plain, _ = world
+    result = run(runner, f"""
+const r = await fetch('http://api.allowed.test:{plain.port}/small');
+const p = fetch('http://api.allowed.test:{plain.port}/small');
+console.log(p instanceof Promise, r instanceof Response, r.status, r.ok, r.statusText, r.headers.get('content-length'),
+            r.headers instanceof Headers, r.url, r.redirected);
+console.log(JSON.stringify(await r.text()));
+const b = await (await p).arrayBuffer();
+console.log(b instanceof ArrayBuffer, b.byteLength);
+""", language="javascript")
+    assert result.ok, (result.error, result.stderr)
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"true true 200 true OK {len(SMALL_BODY)} true http://api.allowed.test:{plain.port}/small false")
+    assert lines[1] == json.dumps(SMALL_BODY.decode())
+    assert lines[2] == f"true {len(SMALL_BODY)}"
+    assert [(e.allowed, e.host, e.method, e.status) for e in result.network] == \
+        [(True, "api.allowed.test", "GET", 200)] * 2
+
+
+def test_js_fetch_posts_json_and_reads_json(world):
+    runner, plain, _ = world
+    result = run(runner, f"""
+const r = await fetch('http://api.allowed.test:{plain.port}/echo', {{
+  method: 'POST', headers: {{'Content-Type': 'application/json'}}, body: JSON.stringify({{a: [1, 2], s: 'é'}}),
+}});
+const data = await r.json();
+console.log(r.headers.get('x-content-type'), data.a.length, data.s);
+""", language="javascript")
+    assert result.ok, (result.error, result.stderr)
+    assert result.stdout == "application/json 2 é\n"
+    [event] = result.network
+    assert event.method == "POST" and event.bytes_sent == len('{"a":[1,2],"s":"é"}'.encode())
+
+
+def test_js_fetch_follows_redirects_on_the_host_and_refuses_a_denied_hop(world):
+    runner, plain, _ = world
+    allowed = f"http://api.allowed.test:{plain.port}/small"
+    denied = f"http://evil.test:{plain.port}/small"
+    result = run(runner, f"""
+const r = await fetch('http://api.allowed.test:{plain.port}/redirect?to={allowed}');
+console.log(r.status, r.redirected, r.url);
+const m = await fetch('http://api.allowed.test:{plain.port}/redirect?to={allowed}', {{redirect: 'manual'}});
+console.log(m.status, m.headers.get('location'));
+await fetch('http://api.allowed.test:{plain.port}/redirect?to={denied}');
+""", language="javascript")
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"200 true {allowed}"
+    assert lines[1] == f"302 {allowed}"
+    assert result.error is not None and result.error.type == "NetworkDenied"
+    assert f"the host refused http://evil.test:{plain.port}" in result.error.message
+    assert result.error.hint is not None and "evil.test" in result.error.hint
+    assert [(e.allowed, e.host, e.status) for e in result.network] == [
+        (True, "api.allowed.test", 302), (True, "api.allowed.test", 200), (True, "api.allowed.test", 302),
+        (True, "api.allowed.test", 302), (False, "evil.test", None)]
+
+
+def test_js_fetch_of_a_denied_destination_rejects_with_the_policy_and_a_hint(world):
+    runner, plain, _ = world
+    result = run(runner, f"""
+try {{
+  await fetch('http://evil.test:{plain.port}/small');
+}} catch (e) {{
+  console.log(e.name, e instanceof TypeError, e.message.includes('not in the allowlist'), e.message.includes('hint:'));
+}}
+await fetch('http://evil.test:{plain.port}/small');
+""", language="javascript")
+    assert result.stdout == "NetworkDenied true true true\n"
+    assert result.error is not None and result.error.type == "NetworkDenied"
+    assert result.error.hint is not None and "network.allow" in result.error.hint
+    assert [e.allowed for e in result.network] == [False, False]
+
+
+def test_js_fetch_over_the_cap_stops_with_a_clear_limit(world):
+    runner, plain, _ = world
+    result = run(runner, f"await (await fetch('http://api.allowed.test:{plain.port}/big')).arrayBuffer();",
+                 language="javascript")
+    assert result.error is not None and result.error.type == "NetworkLimitExceeded"
+    assert "network cap" in result.error.message
+    assert result.error.hint is not None and "max_bytes" in result.error.hint
+
+
+def test_js_fetch_https_and_a_brokered_secret(world, monkeypatch):
+    runner, _, tls = world
+    monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
+    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    result = run(runner, f"""
+const r = await fetch('https://api.allowed.test:{tls.port}/echo-auth');
+console.log(await r.text());
+console.log(JSON.stringify(std.getenviron()));
+""", language="javascript", credentials=(credential,))
+    assert result.ok, (result.error, result.stderr)
+    assert tls.requests[-1][2]["Authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in result.stdout and "WASI_TEST_TOKEN" not in result.stdout
+    assert result.stdout.startswith("you sent: ***")
+    assert result.network[0].credential and result.network[0].scheme == "https"
