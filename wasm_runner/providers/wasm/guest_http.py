@@ -55,7 +55,7 @@ class GuestNetwork:
             return message, base64.b64decode(message.get("body") or "")
 
         head, body = self._answer(parse)
-        if "body" in head or body:
+        if "eof" in head:  # an answer that carries a body (perhaps empty)
             head["body"] = base64.b64encode(body).decode("ascii")
         return json.dumps(head)
 
