@@ -346,3 +346,21 @@ console.log(JSON.stringify(std.getenviron()));
     assert SECRET not in result.stdout and "WASI_TEST_TOKEN" not in result.stdout
     assert result.stdout.startswith("you sent: ***")
     assert result.network[0].credential and result.network[0].scheme == "https"
+
+
+def test_a_session_policy_change_takes_effect_on_the_next_call_and_only_narrows_its_limit(world):
+    from wasm_runner.egress.policy import PolicyError
+
+    runner, plain, _ = world
+    session = runner.session(egress=ALLOW)
+    session.egress_limit = ALLOW
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
+    assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("127.0.0.1",)))  # narrower: the name is gone
+    result = session.run_sync(code, limits=LIMITS)
+    assert result.error is not None and "not in the allowlist" in result.error.message
+    with pytest.raises(PolicyError, match="evil.test"):
+        session.set_egress(EgressPolicy(mode="allowlist", allow=("evil.test",)))
+    session.set_egress(ALLOW)
+    assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
