@@ -20,15 +20,37 @@ ENV_HINT = ("the sandbox sees only a few standard variables plus those passed in
 OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} are writable; other paths do not exist here"
 
 
-def with_hint(error: GuestError) -> GuestError:
-    """The same error, with `hint` set when it is one of the common sandbox failures."""
+SOCKET_HINT = ("raw sockets and name lookups are not available in WebAssembly; use urllib.request or "
+               "http.client (fetch in JavaScript): the host makes those requests, as the run's network policy allows")
+LIMIT_HINT = "fetch less, or ask the operator for a larger egress max_bytes"
+
+
+def network_hint(events: Sequence[NetworkEvent], policy: EgressPolicy) -> str | None:
+    """What to say about a WASI run's network failure, from the host's own decisions (None: nothing)."""
+    for event in events:
+        if event.reason and "network cap" in event.reason:
+            return LIMIT_HINT
+    refused = [event for event in events if not event.allowed]
+    if refused:
+        return allow_hint(refused[0])
+    if events:
+        return None  # the host made the requests: the failure is the destination's
+    return NETWORK_HINT if policy.mode == "deny" else SOCKET_HINT
+
+
+_NETWORK_ERRORS = frozenset({"PermissionError", "gaierror", "OSError", "ConnectionRefusedError", "ConnectionError",
+                             "URLError", "NetworkDenied", "NetworkLimitExceeded"})
+
+
+def with_hint(error: GuestError, network: str | None = NETWORK_HINT) -> GuestError:
+    """The same error, with `hint` set when it is one of the common sandbox failures (`network`:
+    what to say about a network failure, see `network_hint`)."""
     if error.hint is not None:
         return error
     text = f"{error.message}\n{error.traceback}"
     hint = None
-    if error.type in ("PermissionError", "gaierror", "OSError", "ConnectionRefusedError", "URLError") and \
-            _NETWORK.search(text):
-        hint = NETWORK_HINT
+    if error.type in _NETWORK_ERRORS and (error.type.startswith("Network") or _NETWORK.search(text)):
+        hint = network
     elif error.type == "KeyError" and _ENV_LOOKUP.search(error.source or text):
         hint = ENV_HINT
     elif error.type in ("FileNotFoundError", "PermissionError", "NotADirectoryError", "OSError") and \

@@ -33,6 +33,9 @@ from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
+if TYPE_CHECKING:
+    from wasm_runner_protocol.egress import EgressPolicy
+
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
     from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
@@ -179,11 +182,12 @@ class Runner:
     # -- sessions ------------------------------------------------------------------
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
-                mounts: tuple[Mount, ...] = ()) -> Session:
+                mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None) -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
-        `mounts` adds directories for this session only (e.g. a writable /workspace/shared).
+        `mounts` adds directories for this session only (e.g. a writable /workspace/shared);
+        `egress` is where its runs may connect (see `Session.set_egress`).
         """
         session_id = session_id or uuid.uuid4().hex
         if not is_session_id(session_id):
@@ -194,6 +198,8 @@ class Runner:
                 files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
                 session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir), mounts)
                 self._sessions[session_id] = session
+            if egress is not None:
+                session.set_egress(egress)
             return session
 
     def forget(self, session_id: str) -> None:

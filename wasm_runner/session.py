@@ -90,6 +90,35 @@ class Session:
         self._queue: asyncio.Lock | None = None
         self._job: Job | None = None
         """The in-process execution running now."""
+        self.egress: EgressPolicy | None = None
+        """Where this session's runs may connect (None: as each request says); see `set_egress`."""
+        self.egress_limit: EgressPolicy | None = None
+        """The widest policy `set_egress` accepts (the service sets its profile's; None: any)."""
+
+    def set_egress(self, policy: EgressPolicy) -> None:
+        """Change where the session's runs may connect, from its next call on. Within `egress_limit`
+        (PolicyError naming what is wider otherwise); a request then names a policy only to narrow it."""
+        from wasm_runner.egress.policy import EgressRules
+
+        if self.egress_limit is not None:
+            EgressRules(self.egress_limit).narrowed(policy)
+        else:
+            EgressRules(policy)  # its entries parse
+        self.egress = policy
+
+    def _with_egress(self, request: ExecRequest) -> ExecRequest:
+        """The request under the session's policy: a request with none (deny, the default) gets the
+        session's; one that names a policy must stay within it."""
+        if self.egress is None:
+            return request
+        import msgspec
+
+        from wasm_runner.egress.policy import EgressRules
+        from wasm_runner_protocol.egress import DENY
+
+        if request.egress == DENY:
+            return msgspec.structs.replace(request, egress=self.egress)
+        return msgspec.structs.replace(request, egress=EgressRules(self.egress).narrowed(request.egress))
 
     @property
     def path(self) -> Path:
@@ -107,7 +136,7 @@ class Session:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
-        request = self.runner.request(code, **fields)
+        request = self._with_egress(self.runner.request(code, **fields))
         self._ensure_packages()
         if self._queue is None:
             self._queue = asyncio.Lock()
@@ -124,7 +153,7 @@ class Session:
                 self.last_used = time.monotonic()
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
-        request = self.runner.request(code, **fields)
+        request = self._with_egress(self.runner.request(code, **fields))
         self._ensure_packages()
         self.last_used = time.monotonic()
         try:

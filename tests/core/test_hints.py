@@ -2,14 +2,17 @@
 
 import pytest
 
-from wasm_runner.hints import ENV_HINT, NETWORK_HINT, OUTSIDE_HINT
+from wasm_runner.hints import ENV_HINT, NETWORK_HINT, OUTSIDE_HINT, allow_hint
+from wasm_runner_protocol.egress import NetworkEvent
 
 
 @pytest.mark.parametrize(
     "code, hint",
     [
         ("import socket\nsocket.socket().connect(('127.0.0.1', 80))", NETWORK_HINT),
-        ("import urllib.request\nurllib.request.urlopen('http://example.com')", NETWORK_HINT),
+        # urllib's request reaches the host, which refused it: the hint says how to allow it
+        ("import urllib.request\nurllib.request.urlopen('http://example.com')",
+         allow_hint(NetworkEvent(allowed=False, host="example.com", port=80))),
         ("import os\nos.environ['API_TOKEN']", ENV_HINT),
         ("open('/etc/app.conf', 'w').write('x')", OUTSIDE_HINT),
     ],

@@ -2,7 +2,8 @@
 
 `Origin` serves a directory statically (a PEP 503 index, a bare git repository) plus a few
 dynamic paths: /small, /big (BIG_BYTES), /echo-auth (the Authorization header it got, in the
-body and in a response header), /redirect?to=URL (302). It records every request it received.
+body and in a response header), /redirect?to=URL (302); a POST to /echo answers its body (the request's Content-Type in a header).
+It records every request it received.
 `TestCA` mints a CA and server certificates with `cryptography` for the HTTPS variant.
 """
 
@@ -105,6 +106,11 @@ class Origin:
                     super().do_GET()
 
             do_HEAD = do_GET
+
+            def do_POST(self) -> None:
+                origin.requests.append((self.command, self.path, dict(self.headers.items())))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer(200, body, {"X-Content-Type": self.headers.get("Content-Type", "")})
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -54,6 +54,9 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
                                       "limits and default_profile (the profile used without --profile)")
     run.add_argument("--workspace", help="host directory the guest sees as /workspace (default: a throwaway one)")
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="pass one variable to the guest")
+    run.add_argument("--allow-net", action="append", default=[], metavar="HOST[:PORT]", dest="allow_net",
+                     help="let the run reach this destination (repeatable; a name, *.suffix, an address or a "
+                          "network; with --profile it must lie within the profile's network policy)")
     run.add_argument("--stdin", dest="stdin_file", help="file whose content is the guest's stdin")
     run.add_argument("--provider", choices=["wasm", "native"], help="who runs it (default: the profile's, else by language)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of the guest's output")

@@ -17,6 +17,7 @@ import msgspec
 
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
+from wasm_runner_protocol.egress import DENY, EgressPolicy
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, Limits, MiB
 from wasm_runner_protocol.guest import language_for_path
 
@@ -124,12 +125,27 @@ def _limit_flags(args: argparse.Namespace) -> dict[str, object]:
     return limits
 
 
+def _network(args: argparse.Namespace) -> EgressPolicy | None:
+    """The allowlist `--allow-net` names (None: no flag, the default policy)."""
+    allow = tuple(getattr(args, "allow_net", None) or ())
+    if not allow:
+        return None
+    from wasm_runner.egress.policy import EgressRules, PolicyError
+
+    policy = EgressPolicy(mode="allowlist", allow=allow)
+    try:
+        EgressRules(policy)
+    except PolicyError as exc:
+        raise UsageError(f"--allow-net: {exc}") from None
+    return policy
+
+
 def _flags_request(args: argparse.Namespace, code: str, path_language: str | None, env: dict[str, str]) -> ExecRequest:
     try:
         limits = Limits(**_limit_flags(args))
         return ExecRequest(code=code, language=args.language or path_language or "python", env=env,
                            stdin=_stdin(args), limits=limits, provider=args.provider, typecheck=args.typecheck,
-                           typecheck_timeout_s=args.typecheck_timeout)
+                           typecheck_timeout_s=args.typecheck_timeout, egress=_network(args) or DENY)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -152,7 +168,7 @@ def _profile_request(args: argparse.Namespace, code: str, path_language: str | N
         request = profiles.request(profile, language=args.language, code=code, command=None, stdin=_stdin(args),
                                    env=env, limits=LimitsPatch(**_limit_flags(args)), fresh=False, id=None,
                                    path_language=path_language, typecheck=args.typecheck,
-                                   typecheck_timeout_s=args.typecheck_timeout)
+                                   typecheck_timeout_s=args.typecheck_timeout, network=_network(args))
     except ProfileError as exc:
         raise UsageError(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else "")) from None
     if args.provider is not None:

@@ -27,9 +27,11 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from wasm_runner_server.journal import Journal
 from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
@@ -50,7 +52,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file | artifact | packages
+    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
@@ -77,7 +79,8 @@ CREATE TABLE IF NOT EXISTS audit (
     path TEXT,
     status INTEGER,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    network TEXT                      -- exec: the run's egress decisions (JSON list, secrets redacted)
 );
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit (workspace, id);
 CREATE INDEX IF NOT EXISTS audit_by_ts ON audit (ts);
@@ -88,7 +91,9 @@ BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END;
 COLUMNS = ("id", "ts", "kind", "workspace", "key_id", "session", "ephemeral", "mode", "profile", "provider",
            "language", "code", "code_sha256", "code_bytes", "stdout", "stderr", "stdout_bytes", "stderr_bytes",
            "exit_code", "outcome", "limit_hit", "duration_ms", "fuel", "peak_memory", "files_changed", "path",
-           "status", "started_at", "finished_at")
+           "status", "started_at", "finished_at", "network")
+ADDED_COLUMNS = {"network": "TEXT"}
+"""Columns a log made by an earlier version lacks: added when it is opened."""
 
 
 _INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
@@ -124,6 +129,10 @@ class AuditLog:
         self.output_bytes = output_bytes
         self._db = connect_wal(self.path, synchronous)
         self._db.executescript(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(audit)")}
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in present:
+                self._db.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
         self._db_lock = threading.Lock()
         """Serialises the connection's use (commits on the writer, reads on the caller's thread); rows are
         taken from the queue only while it is held, so batches commit in the order they were taken."""
@@ -238,8 +247,10 @@ class AuditLog:
 
     def record_execution(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                          profile: str | None, provider: str | None, language: str | None, code: str | None,
-                         command: list[str] | None, result, outcome: str, finished_at: float) -> int:
-        """Record the row of an execution (on disk once this returns); its id."""
+                         command: list[str] | None, result, outcome: str, finished_at: float,
+                         redact: Callable[[str], str] | None = None) -> int:
+        """Record the row of an execution (on disk once this returns); its id. Its network decisions are
+        kept with the secrets `redact` knows removed (an ephemeral run's as counts only)."""
         source = code if command is None else json.dumps(command)
         source = source or ""
         stdout = getattr(result, "stdout", "") or ""
@@ -259,6 +270,13 @@ class AuditLog:
             "fuel": getattr(result, "fuel_used", None), "peak_memory": getattr(result, "memory_peak_bytes", None),
             "started_at": finished_at - duration_ms / 1000, "finished_at": finished_at,
         }
+        events = list(getattr(result, "network", None) or ())
+        if events and ephemeral:
+            allowed = sum(1 for event in events if event.allowed)
+            row["network"] = json.dumps({"allowed": allowed, "denied": len(events) - allowed})
+        elif events:
+            text = msgspec.json.encode(events).decode()
+            row["network"] = redact(text) if redact is not None else text
         if not ephemeral:  # an ephemeral run leaves sizes and outcome only
             row.update(code=cap(source, self.code_bytes), code_sha256=hashlib.sha256(source.encode()).hexdigest(),
                        stdout=cap(stdout, self.output_bytes), stderr=cap(stderr, self.output_bytes),
@@ -299,6 +317,17 @@ class AuditLog:
             row.update(code=cap(requested, self.code_bytes), code_sha256=hashlib.sha256(requested.encode()).hexdigest(),
                        stdout=cap(installed, self.output_bytes), stderr=error, files_changed=lock)
         return self._insert(row)
+
+    def record_policy(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, profile: str | None,
+                      requested: str, ok: bool, error: str | None) -> int:
+        """Record the row of a session's network policy change (on disk once this returns): the policy
+        asked for as `code`, a refusal as `stderr`."""
+        now = time.time()
+        return self._insert({"ts": now, "kind": "policy", "workspace": workspace, "key_id": key_id,
+                             "session": session, "ephemeral": int(ephemeral), "mode": "network", "profile": profile,
+                             "code": cap(requested, self.code_bytes), "code_bytes": len(requested),
+                             "outcome": "ok" if ok else "refused", "stderr": error, "status": 200 if ok else 403,
+                             "started_at": now, "finished_at": now})
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import msgspec
 from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
+from wasm_runner.egress.credentials import CredentialBroker
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
@@ -194,7 +195,8 @@ class SecurityPolicy(AccessPolicy):
                 profile=live.row.profile if live is not None else None,
                 provider=request.provider or ("native" if request.command is not None else "wasm"),
                 language=request.language, code=request.code, command=request.command, result=result,
-                outcome=outcome, finished_at=time.time())
+                outcome=outcome, finished_at=time.time(),
+                redact=CredentialBroker(request.credentials).redact if request.credentials else None)
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise

@@ -198,3 +198,21 @@ def test_run_install_flag_installs_before_the_run_and_refuses_native_wheels(tmp_
         assert done.stdout == "hello from tinyapp, tinydep 2.1\n" and "installed tinyapp==1.0" in done.stderr
         refused = cli("run", "--install", "fastext", "--index", index.simple, "-c", "import fastext")
     assert refused.returncode == 2 and "native_code" in refused.stderr and "python-data" in refused.stderr
+
+
+def test_allow_net_lets_a_run_reach_only_the_named_destination(tmp_path):
+    from loopback_origin import SMALL_BODY, Origin
+
+    origin = Origin(tmp_path)
+    try:
+        code = ("import urllib.request\n"
+                f"print(urllib.request.urlopen('http://127.0.0.1:{origin.port}/small').read().decode(), end='')")
+        allowed = cli("run", "--allow-net", f"127.0.0.1:{origin.port}", "-c", code)
+        assert allowed.returncode == 0, allowed.stderr
+        assert allowed.stdout == SMALL_BODY.decode()
+        other = cli("run", "--allow-net", f"127.0.0.1:{origin.port + 1}", "-c", code)
+        assert other.returncode != 0 and "not in the allowlist" in other.stderr
+        bad = cli("run", "--allow-net", "ftp://x", "-c", "pass")
+        assert bad.returncode != 0 and "--allow-net" in bad.stderr
+    finally:
+        origin.close()

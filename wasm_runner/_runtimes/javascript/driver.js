@@ -277,6 +277,246 @@
     return id;
   }
 
+  // ---------------------------------------------------------------- fetch
+
+  // There are no sockets here: fetch() hands each request to the host, which checks the
+  // run's network policy on the address it connects to, adds brokered credentials the
+  // program never sees, verifies TLS, follows redirects (each one checked) and answers.
+  // The channel is two host-only descriptors: a write of the request to HTTP_FD returns
+  // the length of the answer, which a second write to HTTP_FD + 1 of a buffer that size
+  // receives. Each message is a 4-byte little-endian length, a JSON head, then the body.
+  // The call is synchronous underneath; fetch() still returns a promise.
+  const HTTP_FD = config.http_fd;
+  const bytesOfBinary = (s) => {
+    const out = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+    return out;
+  };
+  const binaryOfBytes = (bytes) => {
+    let s = '';
+    for (let i = 0; i < bytes.length; i += 8192) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+    return s;
+  };
+  const encodeText = (s) => bytesOfBinary(unescape(encodeURIComponent(String(s))));
+  const decodeText = (bytes) => {
+    const binary = binaryOfBytes(bytes);
+    try { return decodeURIComponent(escape(binary)); } catch (e) { return binary; }
+  };
+
+  class NetworkDenied extends TypeError {}
+  Object.defineProperty(NetworkDenied.prototype, 'name', { value: 'NetworkDenied' });
+  class NetworkLimitExceeded extends TypeError {}
+  Object.defineProperty(NetworkLimitExceeded.prototype, 'name', { value: 'NetworkLimitExceeded' });
+
+  function hostCall(head, body) {
+    const headBytes = encodeText(JSON.stringify(head));
+    const payload = body || new Uint8Array(0);
+    const message = new Uint8Array(4 + headBytes.length + payload.length);
+    new DataView(message.buffer).setUint32(0, headBytes.length, true);
+    message.set(headBytes, 4);
+    message.set(payload, 4 + headBytes.length);
+    const size = os.write(HTTP_FD, message.buffer, 0, message.length);
+    if (!(size > 4)) throw new TypeError('fetch failed: the host did not answer');
+    const reply = new Uint8Array(size);
+    os.write(HTTP_FD + 1, reply.buffer, 0, size);
+    const headLength = new DataView(reply.buffer).getUint32(0, true);
+    const answer = JSON.parse(decodeText(reply.subarray(4, 4 + headLength)));
+    if (!answer.ok) {
+      const error = answer.error || {};
+      let text = error.message || 'the host refused the request';
+      if (error.hint) text += ` (hint: ${error.hint})`;
+      const Kind = error.kind === 'denied' ? NetworkDenied : error.kind === 'limit' ? NetworkLimitExceeded : TypeError;
+      throw new Kind(Kind === TypeError ? `fetch failed: ${text}` : text);
+    }
+    return [answer, reply.subarray(4 + headLength)];
+  }
+
+  const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+  class Headers {
+    #list = [];
+    constructor(init) {
+      if (init === undefined || init === null) return;
+      if (init instanceof Headers) {
+        for (const [k, v] of init.#list) this.#list.push([k, v]);
+      } else if (typeof init[Symbol.iterator] === 'function') {
+        for (const pair of init) {
+          const entry = Array.from(pair);
+          if (entry.length !== 2) throw new TypeError('Headers: each entry must be a [name, value] pair');
+          this.append(entry[0], entry[1]);
+        }
+      } else if (typeof init === 'object') {
+        for (const k of Object.keys(init)) this.append(k, init[k]);
+      } else {
+        throw new TypeError('Headers: expected an object, an iterable of pairs or Headers');
+      }
+    }
+    static #name(name) {
+      const n = String(name);
+      if (!HEADER_NAME.test(n)) throw new TypeError(`Headers: invalid header name ${JSON.stringify(n)}`);
+      return n.toLowerCase();
+    }
+    static #value(value) {
+      const v = String(value).replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, '');
+      if (/[\0\r\n]/.test(v)) throw new TypeError('Headers: invalid header value');
+      return v;
+    }
+    append(name, value) { this.#list.push([Headers.#name(name), Headers.#value(value)]); }
+    set(name, value) {
+      const n = Headers.#name(name);
+      this.#list = this.#list.filter(([k]) => k !== n);
+      this.#list.push([n, Headers.#value(value)]);
+    }
+    get(name) {
+      const n = Headers.#name(name);
+      const values = this.#list.filter(([k]) => k === n).map(([, v]) => v);
+      return values.length ? values.join(', ') : null;
+    }
+    getSetCookie() { return this.#list.filter(([k]) => k === 'set-cookie').map(([, v]) => v); }
+    has(name) { const n = Headers.#name(name); return this.#list.some(([k]) => k === n); }
+    delete(name) { const n = Headers.#name(name); this.#list = this.#list.filter(([k]) => k !== n); }
+    *entries() {
+      const names = [...new Set(this.#list.map(([k]) => k))].sort();
+      for (const n of names) {
+        if (n === 'set-cookie') for (const v of this.getSetCookie()) yield [n, v];
+        else yield [n, this.get(n)];
+      }
+    }
+    *keys() { for (const [k] of this.entries()) yield k; }
+    *values() { for (const [, v] of this.entries()) yield v; }
+    forEach(callback, thisArg) { for (const [k, v] of this.entries()) callback.call(thisArg, v, k, this); }
+    [Symbol.iterator]() { return this.entries(); }
+    get [Symbol.toStringTag]() { return 'Headers'; }
+    pairs() { return this.#list.map(([k, v]) => [k, v]); }
+  }
+
+  function bodyBytes(body, headers) {
+    if (body === undefined || body === null) return null;
+    if (typeof body === 'string') {
+      if (!headers.has('content-type')) headers.set('content-type', 'text/plain;charset=UTF-8');
+      return encodeText(body);
+    }
+    if (body instanceof ArrayBuffer) return new Uint8Array(body.slice(0));
+    if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength));
+    if (body instanceof Body) return body._bytes();
+    throw new TypeError('fetch: a body must be a string, an ArrayBuffer or a typed array here');
+  }
+
+  class Body {
+    #bytes;
+    #used = false;
+    constructor(bytes) { this.#bytes = bytes; }
+    get bodyUsed() { return this.#used; }
+    get body() { return this.#bytes === null ? null : { locked: this.#used }; }
+    _bytes() {
+      if (this.#used) throw new TypeError('Body has already been consumed');
+      this.#used = true;
+      return this.#bytes === null ? new Uint8Array(0) : this.#bytes;
+    }
+    _peek() { return this.#bytes; }
+    async arrayBuffer() { const b = this._bytes(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async bytes() { return new Uint8Array(await this.arrayBuffer()); }
+    async text() { return decodeText(this._bytes()); }
+    async json() { return JSON.parse(await this.text()); }
+  }
+
+  const METHODS = /^(DELETE|GET|HEAD|OPTIONS|POST|PUT|PATCH)$/i;
+  class Request extends Body {
+    #url; #method; #headers; #redirect;
+    constructor(input, init = {}) {
+      const from = input instanceof Request ? input : null;
+      const headers = new Headers(init.headers !== undefined ? init.headers : from ? from.headers : undefined);
+      let method = init.method !== undefined ? String(init.method) : from ? from.method : 'GET';
+      if (METHODS.test(method)) method = method.toUpperCase();
+      let body = init.body !== undefined ? bodyBytes(init.body, headers) : from ? from._peek() : null;
+      if (body !== null && (method === 'GET' || method === 'HEAD')) {
+        throw new TypeError('Request with GET/HEAD method cannot have body');
+      }
+      super(body);
+      this.#url = from && input === from ? from.url : String(input);
+      this.#method = method;
+      this.#headers = headers;
+      this.#redirect = init.redirect || (from ? from.redirect : 'follow');
+      if (!['follow', 'manual', 'error'].includes(this.#redirect)) throw new TypeError(`Request: bad redirect ${this.#redirect}`);
+    }
+    get url() { return this.#url; }
+    get method() { return this.#method; }
+    get headers() { return this.#headers; }
+    get redirect() { return this.#redirect; }
+    clone() { return new Request(this); }
+    get [Symbol.toStringTag]() { return 'Request'; }
+  }
+
+  class Response extends Body {
+    #status; #statusText; #headers; #url; #redirected; #type;
+    constructor(body = null, init = {}) {
+      const headers = new Headers(init.headers);
+      super(body === null ? null : bodyBytes(body, headers));
+      this.#status = init.status === undefined ? 200 : Number(init.status);
+      if (!(this.#status >= 200 && this.#status <= 599) && !init._host) throw new RangeError(`Response: status ${this.#status}`);
+      this.#statusText = init.statusText === undefined ? '' : String(init.statusText);
+      this.#headers = headers;
+      this.#url = init._url || '';
+      this.#redirected = !!init._redirected;
+      this.#type = init._host ? 'basic' : 'default';
+    }
+    get status() { return this.#status; }
+    get ok() { return this.#status >= 200 && this.#status <= 299; }
+    get statusText() { return this.#statusText; }
+    get headers() { return this.#headers; }
+    get url() { return this.#url; }
+    get redirected() { return this.#redirected; }
+    get type() { return this.#type; }
+    clone() {
+      if (this.bodyUsed) throw new TypeError('Response.clone: Body has already been consumed');
+      return new Response(this._peek(), { status: this.#status, statusText: this.#statusText, headers: this.#headers,
+        _url: this.#url, _redirected: this.#redirected, _host: this.#type === 'basic' });
+    }
+    static json(data, init = {}) {
+      const headers = new Headers(init.headers);
+      if (!headers.has('content-type')) headers.set('content-type', 'application/json');
+      return new Response(JSON.stringify(data), { ...init, headers });
+    }
+    static error() { return new Response(null, { status: 0, _host: true }); }
+    get [Symbol.toStringTag]() { return 'Response'; }
+  }
+
+  function fetchNow(input, init) {
+    const request = new Request(input, init);
+    if (!/^https?:\/\//i.test(request.url)) {
+      throw new TypeError(`fetch: ${JSON.stringify(request.url)} is not an absolute http(s) URL`);
+    }
+    const [answer, first] = hostCall({
+      op: 'request', method: request.method, url: request.url, headers: request.headers.pairs(),
+      follow: request.redirect === 'follow',
+    }, request._peek());
+    const chunks = [first];
+    let total = first.length;
+    let eof = answer.eof;
+    while (!eof) {
+      const [more, data] = hostCall({ op: 'read', handle: answer.handle, size: 1 << 20 });
+      chunks.push(data);
+      total += data.length;
+      eof = more.eof;
+    }
+    let body = chunks[0];
+    if (chunks.length > 1) {
+      body = new Uint8Array(total);
+      let at = 0;
+      for (const c of chunks) { body.set(c, at); at += c.length; }
+    }
+    if (request.redirect === 'error' && answer.status >= 300 && answer.status < 400) {
+      throw new TypeError(`fetch failed: ${request.url} redirected (redirect: "error")`);
+    }
+    const nullBody = request.method === 'HEAD' || [101, 204, 205, 304].includes(answer.status);
+    return new Response(nullBody ? null : body, { status: answer.status, statusText: answer.reason,
+      headers: answer.headers, _url: answer.url, _redirected: answer.redirected, _host: true });
+  }
+
+  define('Headers', Headers);
+  define('Request', Request);
+  define('Response', Response);
+  define('fetch', async function fetch(input, init) { return fetchNow(input, init); });
+
   // ---------------------------------------------------------------- per instance
 
   // Math.random is xoshiro128** seeded by the host: every instance of the snapshot

@@ -71,12 +71,14 @@ from wasm_runner.lowlevel.capi import (
     take_trap,
 )
 from wasm_runner.manifests import load_manifest
+from wasm_runner.providers.wasm import guest_http
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.quickjs_module import (
     DERIVE_VERSION,
     EXPORTED_FUNCTIONS,
     HOOKS,
     HOOKS_SIZE,
+    HTTP_FD,
     JS_TAG_EXCEPTION,
     JS_TAG_UNINITIALIZED,
     JS_UNDEFINED,
@@ -394,6 +396,8 @@ class _Guest:
         # extra variables) until a turn's request makes the driver change it.
         self.env = guest_env({})
         self.failure_in_nested: BaseException | None = None
+        self.http_reply = b""
+        """The host's answer to the driver's last HTTP request, until the driver takes it."""
         self.closed = False
 
     # -- plumbing ------------------------------------------------------------
@@ -480,7 +484,8 @@ class _Guest:
         try:
             self._instantiate()
             _Fn(self, self.export("_initialize"), (), ())(cx)
-            config = json.dumps({"host_fd": HOST_FD, "max_value_chars": MAX_VALUE_CHARS, "workspace": GUEST_WORKSPACE})
+            config = json.dumps({"host_fd": HOST_FD, "http_fd": HTTP_FD, "max_value_chars": MAX_VALUE_CHARS,
+                                 "workspace": GUEST_WORKSPACE})
             args = [b"qjs", b"--std", b"-e", driver, config.encode(), b"<wasm-runner>"]
             # One block: the argv strings, the argv array, then 16 bytes of scratch space.
             strings = b"".join(a + b"\0" for a in args)
@@ -756,7 +761,20 @@ def _stdio_write(guest: _Guest, cx: int, fd: int, iovs: int, iovs_len: int, nwri
         if ptr + length > size:
             return ERRNO_FAULT
         chunks.append(ctypes.string_at(base + ptr, length))
+    if fd == HTTP_FD + 1:  # the driver's buffer for the answer to its last request
+        reply, guest.http_reply = guest.http_reply, b""
+        at = 0
+        for k in range(0, 2 * iovs_len, 2):
+            piece = reply[at:at + vecs[k + 1]]
+            ctypes.memmove(base + vecs[k], piece, len(piece))
+            at += len(piece)
+        ctypes.c_uint32.from_address(base + nwritten_ptr).value = at
+        return ERRNO_SUCCESS
     data = chunks[0] if iovs_len == 1 else b"".join(chunks)
+    if fd == HTTP_FD:  # a request: answered by the host now; its length is what the write returns
+        guest.http_reply = guest_http.answer_binary(data)
+        ctypes.c_uint32.from_address(base + nwritten_ptr).value = len(guest.http_reply)
+        return ERRNO_SUCCESS
     capture = guest.router.stdout if fd == 1 else guest.router.stderr
     if capture is not None:
         try:

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 import msgspec
 
+from wasm_runner.egress.host_client import HostClient
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.engine import EngineSettings, StopReason
 from wasm_runner.errors import NoProviderError
 from wasm_runner.guest import Mount
-from wasm_runner.hints import with_hint
+from wasm_runner.hints import network_hint, with_hint
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm import guest_installs
+from wasm_runner.providers.wasm import guest_http, guest_installs
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
@@ -40,8 +42,11 @@ class WasmProvider(Provider):
     languages = frozenset({"python", "javascript", "typescript"})
 
     def __init__(self, mounts: tuple[Mount, ...] = (),
-                 prewarm_languages: tuple[str, ...] = ("python", "javascript")) -> None:
+                 prewarm_languages: tuple[str, ...] = ("python", "javascript"),
+                 egress: EgressSettings | None = None) -> None:
         self.mounts = mounts
+        self.http = HostClient(egress)
+        """Makes the HTTP requests of this provider's guests (their pools live as long as it does)."""
         self.prewarm_languages = prewarm_languages
         self._also_prewarmed: tuple[str, ...] = ()
         """Other languages one-shot runs have used (TypeScript): made ahead too from then on."""
@@ -69,6 +74,7 @@ class WasmProvider(Provider):
     def close(self) -> None:
         self._warm.close()
         wait_closed()
+        self.http.close()
         _open_providers.discard(self)
 
     def runtime(self, language: str) -> Runtime:
@@ -144,11 +150,15 @@ class WasmProvider(Provider):
             self._also_prewarmed += (request.language,)  # languages are few: a tuple swapped whole
         started = time.perf_counter()
         answering = guest_installs.serve(job.install)  # the guest's install requests, on this thread
+        network = guest_http.GuestNetwork(self.http, request.egress, request.credentials,
+                                          time.monotonic() + request.limits.timeout_s)
+        fetching = guest_http.serve(network)  # and its HTTP requests
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
             job.started_at = time.monotonic()
+            network.deadline = job.started_at + request.limits.timeout_s  # from the guest's start, as its own
             kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
             if kernel is None and (request.harness == "check" or (one_shot and runtime.reuses_instances)):
                 kernel = runtime.new_kernel(view, request.limits, reusable=one_shot)
@@ -177,6 +187,8 @@ class WasmProvider(Provider):
             outcome.instance_lost = True
         finally:
             guest_installs.serve(answering)  # another job on this thread must not reach this session
+            guest_http.serve(fetching)
+            events = network.close()
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
@@ -207,7 +219,7 @@ class WasmProvider(Provider):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
         if outcome.error is not None:
-            outcome.error = with_hint(outcome.error)
+            outcome.error = with_hint(outcome.error, network_hint(events, request.egress))
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
         if truncated and outcome.limit is None:
             outcome.limit = "output"
@@ -228,6 +240,7 @@ class WasmProvider(Provider):
             verdict=_verdict(outcome) if request.harness == "check" else None,
             language=request.language,
             isolation="wasm",
+            network=events,
             id=request.id,
         )
 

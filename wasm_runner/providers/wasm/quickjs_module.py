@@ -40,13 +40,16 @@ HOOKS = "wasm_runner_hooks"
 """Added global (exported): address of the driver's hooks, see `HOOKS_SIZE`."""
 STDIO_WRITE = 0x40000000
 """Flag in poll_oneoff's subscription count: the call is a write to stdout/stderr (see `derive_module`)."""
+HTTP_FD = 1_000_001
+"""Host-only descriptors of the driver's HTTP requests: a write to HTTP_FD is a request (its
+result, the answer's length), a write to HTTP_FD + 1 is filled with that answer (see the driver's fetch)."""
 HOOKS_SIZE = 40
 """[0] JSValue onUncaught(error), [8] JSValue onRejection(promise, reason, handled), [16] room for 3 arguments."""
 
 JS_TAG_BOOL, JS_TAG_UNDEFINED, JS_TAG_UNINITIALIZED, JS_TAG_EXCEPTION = 1, 3, 4, 6
 JS_UNDEFINED = JS_TAG_UNDEFINED << 32
 
-DERIVE_VERSION = "4"
+DERIVE_VERSION = "5"
 """Bump when `derive_module` changes (it is part of the snapshot's cache key)."""
 
 _VALTYPES = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64"}
@@ -199,7 +202,7 @@ def derive_module(original: bytes) -> tuple[bytes, dict[str, int]]:
     - `tracker(...)` (added, in a new function-table slot) is a promise rejection
       tracker calling the driver's onRejection.
     - `stdio_write(...)` (added) replaces every call of the `fd_write` import: writes
-      to descriptors 1 and 2 become calls of the `poll_oneoff` import (which the host
+      to descriptors 1 and 2 (and the host's HTTP descriptors, `HTTP_FD`) become calls of the `poll_oneoff` import (which the host
       implements) flagged with `STDIO_WRITE`, so output reaches the call's capture
       synchronously on the guest's thread; other writes go to WASI's `fd_write`.
 
@@ -324,6 +327,7 @@ def derive_module(original: bytes) -> tuple[bytes, dict[str, int]]:
     stdio_write_code = (  # (fd, iovs, iovs_len, nwritten) -> errno
         b"\x00"
         b"\x20\x00\x41\x01\x46\x20\x00\x41\x02\x46\x72"  # fd == 1 || fd == 2
+        b"\x20\x00\x41" + _sleb(HTTP_FD) + b"\x6b\x41\x02\x49\x72"  # || fd - HTTP_FD <u 2
         b"\x04\x7f"
         b"\x20\x01\x20\x00\x20\x02\x41" + _sleb(STDIO_WRITE) + b"\x72\x20\x03"
         b"\x10" + _uleb(poll_oneoff) +  # the host's poll_oneoff(iovs, fd, STDIO_WRITE | iovs_len, nwritten)

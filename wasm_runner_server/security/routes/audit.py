@@ -24,7 +24,7 @@ routes = web.RouteTableDef()
 class AuditQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     session: Annotated[str, Meta(max_length=64)] | None = None
     key_id: Annotated[str, Meta(max_length=64)] | None = None
-    kind: Literal["exec", "file", "artifact", "packages"] | None = None
+    kind: Literal["exec", "file", "artifact", "packages", "policy"] | None = None
     outcome: Annotated[str, Meta(max_length=32)] | None = None
     since: float | None = None
     """Unix time; rows at or after it."""
@@ -65,6 +65,8 @@ class AuditEntry(msgspec.Struct, kw_only=True):
     status: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    network: str | None = None
+    """exec: the run's egress decisions as JSON (NetworkEvent objects; counts only for an ephemeral session)."""
 
 
 class AuditPage(msgspec.Struct, kw_only=True):

@@ -555,7 +555,210 @@ def _sandbox_module():
         return result
 
     module.install = install
+    module.NetworkDenied = NetworkDenied
+    module.NetworkLimitExceeded = NetworkLimitExceeded
     sys.modules["sandbox"] = module
+
+
+# --- HTTP through the host ---------------------------------------------------------
+# There are no sockets here. http.client's connections (and so urllib.request, and libraries
+# built on them) hand each request to the host through the `http-request` import: the host
+# checks the run's network policy on the address it connects to, adds brokered credentials the
+# guest never sees, verifies TLS, and streams the answer back. Raw `socket` stays unavailable.
+
+
+class NetworkDenied(PermissionError):
+    """The host refused the destination: the run's network policy does not allow it."""
+
+
+class NetworkLimitExceeded(OSError):
+    """The run's network cap (bytes both ways) or its deadline stopped the transfer."""
+
+
+def _install_http():
+    import base64
+    import http.client
+
+    import wit_world
+
+    b64encode, b64decode = base64.b64encode, base64.b64decode
+    errors = {"denied": NetworkDenied, "limit": NetworkLimitExceeded}
+
+    def host(message):
+        answer = _loads(wit_world.http_request(_dumps(message)))
+        if not answer.get("ok"):
+            error = answer.get("error") or {}
+            text = error.get("message") or "the host refused the request"
+            if error.get("hint"):
+                text += f" (hint: {error['hint']})"
+            raise errors.get(error.get("kind"), ConnectionError)(text)
+        return answer
+
+    class HostStream(io.RawIOBase):
+        """A response as http.client reads it from a socket: its head, then its body from the host."""
+
+        def __init__(self, head, first, handle, eof):
+            self._data, self._at = head + first, 0
+            self._handle, self._eof = handle, eof
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            while self._at >= len(self._data):
+                if self._eof:
+                    return 0
+                answer = host({"op": "read", "handle": self._handle, "size": max(len(buffer), 65536)})
+                self._data, self._at, self._eof = b64decode(answer["body"]), 0, answer["eof"]
+            n = min(len(buffer), len(self._data) - self._at)
+            buffer[:n] = self._data[self._at:self._at + n]
+            self._at += n
+            return n
+
+        def close(self):
+            if not self._eof and not self.closed:
+                self._eof = True
+                try:
+                    host({"op": "close", "handle": self._handle})
+                except OSError:
+                    pass
+            super().close()
+
+    class HostSocket:
+        def __init__(self, stream=None):
+            self._stream = stream
+
+        def makefile(self, mode="rb", buffering=-1):
+            return io.BufferedReader(self._stream, 65536)
+
+        def sendall(self, data):
+            pass
+
+        def close(self):
+            pass
+
+        def settimeout(self, timeout):
+            pass
+
+    def dechunk(data):
+        out, at = bytearray(), 0
+        while True:
+            end = data.index(b"\r\n", at)
+            size = int(data[at:end].split(b";")[0], 16)
+            if size == 0:
+                return bytes(out)
+            out += data[end + 2:end + 2 + size]
+            at = end + 4 + size
+
+    class HTTPConnection(http.client.HTTPConnection):
+        """http.client's connection, its requests made by the host (same API, no socket)."""
+
+        scheme = "http"
+        _host_request = None
+        _host_answer = None
+
+        def connect(self):
+            self.sock = HostSocket()
+
+        def putrequest(self, method, url, skip_host=False, skip_accept_encoding=False):
+            super().putrequest(method, url, skip_host, skip_accept_encoding)
+            self._host_request = [method, url, [], [], False]  # method, url, headers, body, sent directly
+            self._head_next = False
+
+        def putheader(self, header, *values):
+            super().putheader(header, *values)
+            if isinstance(header, bytes):
+                header = header.decode("latin-1")
+            parts = []
+            for value in values:
+                if isinstance(value, bytes):
+                    value = value.decode("latin-1")
+                parts.append(str(value))
+            if self._host_request is not None:
+                self._host_request[2].append((header, "\r\n\t".join(parts)))
+
+        def _send_output(self, message_body=None, encode_chunked=False):
+            self._head_next = True  # the head http.client writes first is the host's to make
+            try:
+                super()._send_output(message_body, encode_chunked=False)
+            finally:
+                self._head_next = False
+            if self._host_request is not None:
+                self._host_request[4] = False
+
+        def send(self, data):
+            if self._head_next:
+                self._head_next = False
+                return
+            request = self._host_request
+            if request is None:
+                raise http.client.CannotSendRequest("no request in progress")
+            if hasattr(data, "read"):
+                for chunk in self._read_readable(data):
+                    request[3].append(bytes(chunk))
+            else:
+                request[3].append(bytes(data))
+            request[4] = True
+
+        def _authority(self):
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            return host if self.port == self.default_port else f"{host}:{self.port}"
+
+        def request(self, method, url, body=None, headers={}, *, encode_chunked=False):
+            super().request(method, url, body, headers, encode_chunked=encode_chunked)
+            # The whole request is known: send it now, where a socket would fail (urllib wraps these errors).
+            self._host_answer = self._exchange()
+
+        def _exchange(self):
+            request, self._host_request = self._host_request, None
+            if request is None:
+                raise http.client.ResponseNotReady("no request was sent")
+            self._HTTPConnection__state = http.client._CS_IDLE
+            method, url, headers, chunks, direct = request
+            body = b"".join(chunks)
+            if direct and any(n.lower() == "transfer-encoding" and "chunked" in v.lower() for n, v in headers):
+                body = dechunk(body)  # a library framed its own chunks: the host frames the body again
+            if not url.startswith(("http://", "https://")):
+                url = f"{self.scheme}://{self._authority()}{url if url.startswith('/') else '/' + url}"
+            answer = host({"op": "request", "method": method, "url": url, "headers": headers,
+                           "body": b64encode(body).decode("ascii") if body else ""})
+            return method, answer
+
+        def getresponse(self):
+            exchange, self._host_answer = self._host_answer, None
+            method, answer = exchange or self._exchange()
+            lines = [f"HTTP/1.1 {answer['status']} {answer['reason']}"]
+            lines += [f"{name}: {value}" for name, value in answer["headers"]]
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+            stream = HostStream(head, b64decode(answer["body"]), answer["handle"], answer["eof"])
+            response = self.response_class(HostSocket(stream), self.debuglevel, method=method)
+            response.begin()
+            return response
+
+        def close(self):
+            self._host_request = self._host_answer = None
+            super().close()
+
+    class HTTPSConnection(HTTPConnection):
+        """HTTPS through the host, which verifies the destination's certificate (a context given here is
+        not used: the guest has no TLS of its own)."""
+
+        scheme = "https"
+        default_port = http.client.HTTPS_PORT
+
+        def __init__(self, host, port=None, *, context=None, **kwargs):
+            super().__init__(host, port, **kwargs)
+
+    http.client.HTTPConnection = HTTPConnection
+    http.client.HTTPSConnection = HTTPSConnection
+    http.client._create_https_context = lambda http_version: None
+    if "HTTPSConnection" not in http.client.__all__:
+        http.client.__all__.append("HTTPSConnection")
+    import urllib.request  # after the patch: it defines its HTTPS handler only if HTTPS exists  # noqa: F401
+
+
+_install_http()
+del _install_http
 
 
 PACKAGES_PATH = "/packages"
