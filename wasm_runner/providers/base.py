@@ -85,7 +85,9 @@ class Provider(ABC):
 
     def _run_harness(self, job: Job) -> ExecResult:
         if job.request.harness != "io":
-            return self.execute(job)
+            result = self.execute(job)
+            result.group = job.request.group
+            return result
         from wasm_runner.evaluation.io_cases import run_cases
 
         item = job.request
