@@ -11,7 +11,8 @@ def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> Ex
     """The guest was blocked in a host call past its deadline; its worker was given up. The
     output it printed until then is kept."""
     return ExecResult(
-        stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language, id=request.id, group=request.group,
+        stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language,
+        id=request.id, group=request.group,
         error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
                          "(the guest was blocked in a host call)"),
     )
