@@ -34,6 +34,8 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.evaluation.cache import ResultCache
+    from wasm_runner.evaluation.ray_cluster import RayCluster
     from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
@@ -259,6 +261,8 @@ class Runner:
         requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
         *,
         concurrency: int | None = None,
+        cache: ResultCache | None = None,
+        cluster: RayCluster | None = None,
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
@@ -267,11 +271,24 @@ class Runner:
         its request's `id`; an item no provider runs gets a result with error type
         InvalidRequest. Closing the iterator (or cancelling its consumer) stops the guests
         still running.
-        """
-        from wasm_runner.execution.lanes import Batch
 
-        batch = Batch(requests, concurrency or self.concurrency, self.concurrency, self._lanes_for)
-        return batch.results_in_completion_order()
+        `cache` answers items it has seen (marked `cached`) and keeps the new results;
+        `cluster` (`wasm_runner.evaluation.ray_cluster.RayCluster`) runs the items on a Ray
+        cluster's actors instead of this Runner's lanes.
+        """
+        def run(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecResult]:
+            if cluster is not None:
+                return cluster.run_many(items)
+            from wasm_runner.execution.lanes import Batch
+
+            batch = Batch(items, concurrency or self.concurrency, self.concurrency, self._lanes_for)
+            return batch.results_in_completion_order()
+
+        if cache is None:
+            return run(requests)
+        from wasm_runner.evaluation.cache import run_with_cache
+
+        return run_with_cache(requests, cache, run)
 
     def _lanes_for(self, batch: Batch) -> Lanes:
         """Worker processes where this Runner has them, else its worker threads."""

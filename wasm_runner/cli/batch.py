@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import IO
 
 import msgspec
 
+from wasm_runner.evaluation.cache import ResultCache
 from wasm_runner.evaluation.summary import BatchSummary, outcome_of
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
@@ -68,6 +70,7 @@ class Progress:
         self.done = 0
         self.counts: Counter[str] = Counter()
         self.summary = BatchSummary(ks)
+        self.cache: ResultCache | None = None
         self.started = time.monotonic()
         self._shown = 0.0
 
@@ -108,8 +111,18 @@ def _ks(text: str) -> tuple[int, ...]:
 async def _run(args: argparse.Namespace, out: IO[bytes], lines: IO[str], ks: tuple[int, ...]) -> Progress:
     progress = Progress(_count_lines(args.items), enabled=not args.no_progress, ks=ks)
     rejected: list[ExecResult] = []
-    with Runner(concurrency=args.concurrency) as runner:
-        async for result in runner.run_many(_requests(lines, rejected, args.group_field), concurrency=args.concurrency):
+    cache = progress.cache = ResultCache(args.cache, max_bytes=args.cache_mib * 1024 * 1024) if args.cache else None
+    cluster = None
+    if args.ray:
+        from wasm_runner.evaluation.ray_cluster import RayCluster
+
+        cluster = RayCluster(args.ray)
+    with Runner(concurrency=args.concurrency) as runner, contextlib.ExitStack() as stack:
+        if cluster is not None:
+            stack.callback(cluster.close)
+        results = runner.run_many(_requests(lines, rejected, args.group_field), concurrency=args.concurrency,
+                                  cache=cache, cluster=cluster)
+        async for result in results:
             out.write(_encode(result) + b"\n")
             progress.add(outcome_of(result), result)
             while rejected:
@@ -128,6 +141,8 @@ def batch_command(args: argparse.Namespace) -> int:
         return 2
     try:
         ks = _ks(args.pass_at)
+        if args.cache_mib <= 0:
+            raise ValueError("--cache-mib must be positive")
     except ValueError as exc:
         print(f"wasm-runner batch: {exc}", file=sys.stderr)
         return 2
@@ -150,5 +165,7 @@ def batch_command(args: argparse.Namespace) -> int:
     print(progress.summary.text(), file=sys.stderr)
     if args.summary:
         summary = {**progress.summary.to_dict(), "duration_s": round(elapsed, 3)}
+        if progress.cache is not None:
+            summary["cache"] = progress.cache.stats()
         Path(args.summary).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return 0 if progress.counts.get("invalid", 0) == 0 else 1
