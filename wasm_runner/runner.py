@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.evaluation.cache import ResultCache
     from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
@@ -265,6 +266,7 @@ class Runner:
         requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
         *,
         concurrency: int | None = None,
+        cache: ResultCache | None = None,
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
@@ -273,11 +275,20 @@ class Runner:
         its request's `id`; an item no provider runs gets a result with error type
         InvalidRequest. Closing the iterator (or cancelling its consumer) stops the guests
         still running.
-        """
-        from wasm_runner.execution.lanes import Batch
 
-        batch = Batch(requests, concurrency or self.concurrency, self.concurrency, self._lanes_for)
-        return batch.results_in_completion_order()
+        `cache` answers items it has seen (marked `cached`) and keeps the new results.
+        """
+        def run(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecResult]:
+            from wasm_runner.execution.lanes import Batch
+
+            batch = Batch(items, concurrency or self.concurrency, self.concurrency, self._lanes_for)
+            return batch.results_in_completion_order()
+
+        if cache is None:
+            return run(requests)
+        from wasm_runner.evaluation.cache import run_with_cache
+
+        return run_with_cache(requests, cache, run)
 
     def _lanes_for(self, batch: Batch) -> Lanes:
         """Worker processes where this Runner has them, else its worker threads."""

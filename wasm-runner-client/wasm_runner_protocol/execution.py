@@ -17,8 +17,11 @@ MiB = 1024 * 1024
 Language = Literal["python", "javascript", "typescript", "bash", "sh"]
 ProviderName = Literal["wasm", "native"]
 LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "cancelled"]
-Harness = Literal["script", "check"]
+Harness = Literal["script", "check", "io"]
 Verdict = Literal["passed", "failed", "timeout", "error", "limit"]
+Comparison = Literal["exact", "whitespace", "numeric"]
+"""How the `io` harness compares a case's stdout with its expected output: byte for byte;
+as whitespace-separated tokens; as tokens where numbers match within `tolerance`."""
 
 
 LIMIT_MESSAGES: dict[str, str] = {
@@ -61,6 +64,28 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_
                 raise ValueError(f"{name} must not be negative")
 
 
+class IoCase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, frozen=True):
+    """One test case of the `io` harness: the program reads `stdin` and must print `expected`."""
+
+    stdin: str = ""
+    expected: str
+    timeout_s: float | None = None
+    """This case's wall-clock limit; None takes the request's `limits.timeout_s`."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s is not None and not 0 < self.timeout_s <= 3600:
+            raise ValueError("a case's timeout_s must be in (0, 3600]")
+
+
+class CaseResult(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """What one `io` case gave (its output is in the result only for the first failing case)."""
+
+    verdict: Verdict
+    exit_code: int = 0
+    limit: LimitName | None = None
+    duration_ms: float = 0.0
+
+
 class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """Run `code` in `language` (or `command`, an argv run natively); `fresh` asks for a new
     instance instead of the session's kernel."""
@@ -77,8 +102,17 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     fresh: bool = False
     harness: Harness = "script"
     """`script` runs `code`; `check` runs `code` (the program), then `tests` against it, and
-    gives a verdict."""
+    gives a verdict; `io` runs `code` once per case of `cases` with its stdin and compares
+    its stdout with the case's expected output."""
     tests: str = ""
+    cases: list[IoCase] = []
+    """The `io` harness's test cases, run in order, each in a fresh instance."""
+    compare: Comparison = "exact"
+    tolerance: float = 1e-6
+    """`compare: numeric`: numbers match when within this absolute or relative difference."""
+    group: str | None = None
+    """What the item belongs to (e.g. a task id), echoed in the result: a batch summary
+    counts by it and computes pass@k over the samples of each group."""
     id: str | None = None
     """Caller's correlation id, echoed in the result (batch runs)."""
     egress: EgressPolicy = DENY
@@ -97,6 +131,12 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
             raise ValueError("typecheck_timeout_s must be in (0, 600]")
         if self.typecheck and self.language != "typescript":
             raise ValueError("typecheck applies to language typescript only")
+        if self.harness == "io" and not self.cases:
+            raise ValueError("harness io needs at least one case in `cases` (stdin and expected output)")
+        if self.cases and self.harness != "io":
+            raise ValueError("`cases` applies to harness io only")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError("tolerance must be in [0, 1)")
 
 
 class GuestError(msgspec.Struct, omit_defaults=True):
@@ -175,7 +215,18 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     """Why the kernel restarted, when the host knows more than that it was dropped (e.g. another
     guest on its worker process was stopped)."""
     verdict: Verdict | None = None
-    """With harness `check`: passed, failed (see error.line / error.source), timeout, error or limit."""
+    """With harness `check`: passed, failed (see error.line / error.source), timeout, error or
+    limit. With harness `io`: passed when every case passed, else the first failing case's."""
+    cases: list[CaseResult] | None = None
+    """With harness `io`: one verdict per case, in order."""
+    failed_case: int | None = None
+    """With harness `io`: the index of the first case that did not pass (its output is the result's)."""
+    group: str | None = None
+    """The request's group, echoed."""
+    cached: bool = False
+    """The result came from a result cache, not from running the item now."""
+    retried: bool = False
+    """The item ran again after the worker, actor or node running it was lost."""
     language: str = "python"
     isolation: Literal["wasm", "bubblewrap", "none"] = "wasm"
     enforcement: str | None = None

@@ -98,6 +98,12 @@ def add_batch_command(sub: Subcommands) -> argparse.ArgumentParser:
     batch.add_argument("-o", "--output", default="-", help="where results go, one JSON line each (default: stdout)")
     batch.add_argument("--concurrency", type=int, default=None, help="runs in flight (default: cores)")
     batch.add_argument("--no-progress", action="store_true", help="no live progress line on stderr")
+    batch.add_argument("--summary", metavar="FILE", help="write the end summary as JSON here (counts, groups, pass@k)")
+    batch.add_argument("--pass-at", default="1", metavar="K[,K...]", help="the k of pass@k (default: 1)")
+    batch.add_argument("--cache", metavar="DIR", help="answer items seen before from this result cache, and keep new results")
+    batch.add_argument("--cache-mib", type=int, default=1024, help="the result cache's size bound (default: 1024 MiB)")
+    batch.add_argument("--group-field", default="group", metavar="NAME",
+                       help="the item field that groups samples for pass@k, e.g. task_id (default: group)")
     batch.set_defaults(handler=LazyHandler("wasm_runner.cli.batch", "batch_command"))
     return batch
 

@@ -11,7 +11,8 @@ def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> Ex
     """The guest was blocked in a host call past its deadline; its worker was given up. The
     output it printed until then is kept."""
     return ExecResult(
-        stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language, id=request.id,
+        stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language,
+        id=request.id, group=request.group,
         error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
                          "(the guest was blocked in a host call)"),
     )
@@ -20,18 +21,18 @@ def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> Ex
 def lost_result(request: ExecRequest, exit_code: int | None, why: str = "") -> ExecResult:
     """The worker process running it exited before answering."""
     cause = f"exited (code {exit_code})" if exit_code is None or exit_code >= 0 else f"was killed (signal {-exit_code})"
-    return ExecResult(exit_code=1, id=request.id, language=request.language, error=GuestError(
+    return ExecResult(exit_code=1, id=request.id, group=request.group, language=request.language, error=GuestError(
         type="HostError", message=f"the worker process running this {cause}{why}; it did not finish "
                                   "and may be retried: run it again"))
 
 
 def invalid_request_result(request: ExecRequest, exc: Exception) -> ExecResult:
     """No provider runs it (a batch item answers instead of raising)."""
-    return ExecResult(exit_code=2, id=request.id, language=request.language,
+    return ExecResult(exit_code=2, id=request.id, group=request.group, language=request.language,
                       error=GuestError(type="InvalidRequest", message=str(exc)))
 
 
 def host_error_result(request: ExecRequest, exc: Exception) -> ExecResult:
     """The host failed around the item (a batch item's failure is its result)."""
-    return ExecResult(exit_code=1, id=request.id, language=request.language,
+    return ExecResult(exit_code=1, id=request.id, group=request.group, language=request.language,
                       error=GuestError(type="HostError", message=f"the item could not run: {exc}"))

@@ -68,19 +68,41 @@ class Provider(ABC):
     `default_providers` (the native provider's tsc)."""
 
     def run(self, job: Job) -> ExecResult:
-        """`execute`, preceded by the program's type check when the request asks for one."""
+        """`execute` (once per case with the `io` harness), preceded by the program's type
+        check when the request asks for one."""
         request = job.request
         if not request.typecheck:
-            return self.execute(job)
+            return self._run_harness(job)
         if self.typechecker is None:
             diagnostics = [Diagnostic(file="", line=0, column=0, code=0, category="checker",
                                       message="type checking needs the native provider's tsc "
                                               "(bubblewrap and `wasm-runner prepare`), which this Runner lacks")]
         else:
             diagnostics = self.typechecker(request.code, request.typecheck_timeout_s)
-        result = self.execute(job)
+        result = self._run_harness(job)
         result.diagnostics = diagnostics
         return result
+
+    def _run_harness(self, job: Job) -> ExecResult:
+        if job.request.harness != "io":
+            result = self.execute(job)
+            result.group = job.request.group
+            return result
+        from wasm_runner.evaluation.io_cases import run_cases
+
+        item = job.request
+
+        def run_case(case: ExecRequest) -> ExecResult:
+            if job.after is not None:  # the previous case's instance, restored for this one
+                after, job.after = job.after, None
+                after()
+            job.request = case  # the watchdog's deadline is the case's
+            return self.execute(job)
+
+        try:
+            return run_cases(item, run_case, lambda: job.cancelled)
+        finally:
+            job.request = item
 
     @abstractmethod
     def execute(self, job: Job) -> ExecResult:

@@ -216,3 +216,24 @@ def test_allow_net_lets_a_run_reach_only_the_named_destination(tmp_path):
         assert bad.returncode != 0 and "--allow-net" in bad.stderr
     finally:
         origin.close()
+
+
+def test_batch_summary_file_has_counts_groups_and_pass_at_k(tmp_path):
+    items = tmp_path / "items.jsonl"
+    lines = []
+    for task, right in (("t/0", 3), ("t/1", 1)):
+        for sample in range(4):
+            body = "return x + 1" if sample < right else "return x"
+            lines.append({"task_id": task, "code": f"def f(x): {body}", "harness": "check", "tests": "assert f(1) == 2"})
+    items.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    summary_file = tmp_path / "summary.json"
+    done = cli("batch", str(items), "-o", str(tmp_path / "out.jsonl"), "--no-progress", "--group-field", "task_id",
+               "--pass-at", "1,2", "--summary", str(summary_file))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(summary_file.read_text())
+    assert summary["total"] == 8 and summary["by_verdict"] == {"failed": 4, "passed": 4}
+    assert summary["by_group"]["t/0"]["passed"] == 3 and summary["by_group"]["t/1"]["passed"] == 1
+    assert summary["pass_at_k"]["pass@1"] == pytest.approx((3 / 4 + 1 / 4) / 2)
+    assert summary["pass_at_k"]["pass@2"] == pytest.approx((1.0 + (1 - 3 / 6)) / 2)  # t/1: 1 - C(3,2)/C(4,2)
+    assert "pass@1=0.5000" in done.stderr
+    assert cli("batch", str(items), "--pass-at", "0").returncode == 2

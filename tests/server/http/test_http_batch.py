@@ -122,3 +122,19 @@ async def test_lines_are_split_across_chunks_and_only_those_past_the_limit_are_d
     assert await lines([b"abcd\n", b"abcde\n", b"x\n"]) == [b"abcd", None, b"x"]  # the limit itself is allowed
     assert await lines([b"abc", b"de", b"fgh", b"\nok\n"]) == [None, b"ok"]
     assert await lines([b"abcdefgh"]) == [None]
+
+
+async def test_batch_takes_the_io_harness_and_javascript_checks(client):
+    items = [
+        {"id": "io", "group": "sum", "code": "print(sum(map(int, input().split())))", "harness": "io",
+         "cases": [{"stdin": "1 2", "expected": "3\n"}, {"stdin": "2 2", "expected": "5\n"}]},
+        {"id": "js", "language": "javascript", "code": "const sq = (x) => x * x;", "harness": "check",
+         "tests": "const assert = require('assert'); assert.strictEqual(sq(3), 9);"},
+        {"id": "nocases", "code": "print(1)", "harness": "io"},
+    ]
+    response = await client.post("/v1/batch", data=ndjson(items))
+    by_id = {r["id"]: r for r in (json.loads(line) for line in (await response.text()).splitlines())}
+    assert (by_id["io"]["verdict"], by_id["io"]["failed_case"], by_id["io"]["group"]) == ("failed", 1, "sum")
+    assert [c["verdict"] for c in by_id["io"]["cases"]] == ["passed", "failed"]
+    assert by_id["js"]["verdict"] == "passed"
+    assert by_id["line 3"]["error"]["type"] == "InvalidRequest" and "cases" in by_id["line 3"]["error"]["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from wasm_runner.engine import EngineSettings, StopReason
 from wasm_runner.errors import NoProviderError
 from wasm_runner.guest import Mount
 from wasm_runner.hints import network_hint, with_hint
+from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm import guest_http, guest_installs
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
@@ -122,12 +124,24 @@ class WasmProvider(Provider):
         if failed or program.stopped:
             return outcome, program
         remaining = max(request.limits.timeout_s - (time.monotonic() - started), 0.001)
+        if request.language in ("javascript", "typescript"):
+            prelude = Call(code=check_prelude(), limits=msgspec.structs.replace(request.limits, timeout_s=remaining),
+                           env=request.env, filename="<harness>", stdout=program.stdout, stderr=program.stderr)
+            program.successor = prelude
+            if program.stopped is not None:
+                prelude.stop(program.stopped)
+            ran = kernel.run(prelude)
+            if ran.limit is not None or prelude.stopped:  # the program's own state broke it: a verdict as it is
+                ran.phase = "program"
+                return ran, prelude
+            remaining = max(request.limits.timeout_s - (time.monotonic() - started), 0.001)
         tests = Call(code=request.tests, limits=msgspec.structs.replace(request.limits, timeout_s=remaining),
                      env=request.env, listener=program.listener, filename="<tests>",
                      stdout=program.stdout, stderr=program.stderr)
-        program.successor = tests  # stops aimed at the execution reach the tests
-        if program.stopped is not None:  # one that arrived just before
-            tests.stop(program.stopped)
+        before = program.successor or program  # the prelude, when there was one
+        before.successor = tests  # stops aimed at the execution reach the tests
+        if before.stopped is not None:  # one that arrived just before
+            tests.stop(before.stopped)
         outcome = kernel.run(tests)
         outcome.phase = "tests"
         return outcome, tests
@@ -254,6 +268,12 @@ def _close_open_providers() -> None:
     never closed its Runner still gets its sandboxes made ahead finished and released."""
     for provider in list(_open_providers):
         provider.close()
+
+
+@functools.cache
+def check_prelude() -> str:
+    """The `assert` of Node's test suites, defined in the guest before JavaScript/TypeScript tests."""
+    return (RUNTIMES_DIR / "javascript" / "check_prelude.js").read_text(encoding="utf-8")
 
 
 def _printed(call: Call) -> tuple[str, str]:

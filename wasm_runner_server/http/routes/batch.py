@@ -12,7 +12,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner import ExecRequest, ExecResult, GuestError
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.execution import Harness, Language
+from wasm_runner_protocol.execution import Comparison, Harness, IoCase, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
@@ -32,6 +32,12 @@ class BatchItem(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_d
     language: Language | UnsetType = UNSET
     harness: Harness = "script"
     tests: Annotated[str, Meta(max_length=MAX_LINE_BYTES)] = ""
+    cases: list[IoCase] = []
+    """Harness `io`: the test cases (stdin, expected output, optional per-case timeout_s)."""
+    compare: Comparison = "exact"
+    tolerance: Annotated[float, Meta(ge=0, lt=1)] = 1e-6
+    group: Tag | None = None
+    """What the item belongs to (e.g. its task id), echoed in the result."""
     stdin: str = ""
     env: EnvMap = {}
     limits: LimitsPatch | None = None
@@ -122,7 +128,12 @@ async def batch(request: web.Request) -> web.StreamResponse:
             except ApiError as exc:
                 yield _rejected(number, exc.message, exc.hint)
                 continue
-            yield msgspec.structs.replace(exec_request, harness=item.harness, tests=item.tests)
+            if (item.harness == "io") != bool(item.cases):
+                yield _rejected(number, "harness io needs `cases`, and only harness io takes them",
+                                'e.g. {"harness": "io", "code": ..., "cases": [{"stdin": "1 2", "expected": "3"}]}')
+                continue
+            yield msgspec.structs.replace(exec_request, harness=item.harness, tests=item.tests, cases=item.cases,
+                                          compare=item.compare, tolerance=item.tolerance, group=item.group)
 
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)

@@ -1,0 +1,1 @@
+"""Evaluation at scale: harnesses, batch summaries, the result cache, cluster batches."""
