@@ -65,8 +65,8 @@ def test_wasm_runner_client():
 def test_wasm_runner_protocol():
     """The wire schema: its modules and every Struct they define."""
     assert exported(wasm_runner_protocol) == ["execution", "wire"]
-    assert structs_of(execution) == ["Diagnostic", "ExecRequest", "ExecResult", "FileChanges", "GuestError", "Limits",
-                                     "RichOutput"]
+    assert structs_of(execution) == ["CaseResult", "Diagnostic", "ExecRequest", "ExecResult", "FileChanges",
+                                     "GuestError", "IoCase", "Limits", "RichOutput"]
     assert structs_of(wire) == [
         "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
         "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",

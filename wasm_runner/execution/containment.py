@@ -59,10 +59,11 @@ class WorkerCgroup:
         return None
 
     def remove(self) -> None:
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
+        """Remove the cgroup with what the worker left in it: its native runs' cgroups and any
+        sandbox process that outlived it (a killed worker cleans up nothing itself)."""
+        from wasm_runner.providers.native.limits import remove_cgroup
+
+        remove_cgroup(self.path)
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,11 @@ def wait_for_cleanup(timeout_s: float = 5.0) -> bool:
     return _cleaner.wait(timeout_s)
 
 
+def remove_cgroup(path: Path, timeout_s: float = 2.0) -> None:
+    """Kill what is left in the cgroup `path` and below it, then remove the tree."""
+    _kill_and_remove(path, "cgroup.procs", timeout_s)
+
+
 def _kill_and_remove(path: Path, procs: str, timeout_s: float = 2.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
