@@ -216,12 +216,12 @@ class ProcessManager:
 
     # -- queries ----------------------------------------------------------------------------
 
-    def list(self) -> list[BackgroundProcess]:
+    def all(self) -> list[BackgroundProcess]:
         with self._lock:
             return list(self._processes.values())
 
     def live(self) -> list[BackgroundProcess]:
-        return [p for p in self.list() if p.state in ("starting", "running")]
+        return [p for p in self.all() if p.state in ("starting", "running")]
 
     def get(self, process_id: str) -> BackgroundProcess:
         with self._lock:

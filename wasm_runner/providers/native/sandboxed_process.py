@@ -235,10 +235,14 @@ class SandboxProcess:
             return False
         if tree:
             pids = self.sandbox_pids()
-            for pid in pids:
-                _signal(pid, sig)
+            for each in pids:
+                _signal(each, sig)
             return bool(pids)
         pid = self.main_pid()
+        deadline = time.monotonic() + 2.0
+        while pid is None and self.running and time.monotonic() < deadline:
+            time.sleep(0.005)  # the sandbox is still being set up: its program comes next
+            pid = self.main_pid()
         if pid is None:
             return False
         _signal(pid, sig)
