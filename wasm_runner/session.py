@@ -194,6 +194,7 @@ class Session:
     @property
     def processes(self) -> ProcessManager:
         """The session's background processes (native sandboxes that outlive a call)."""
+        self._ensure_packages()  # the sandbox mounts the packages directory
         with self._processes_lock:
             if self._processes is None:
                 def native() -> Any:
@@ -217,11 +218,21 @@ class Session:
         self.last_used = time.monotonic()
         return self.processes.start(request, cwd=cwd, name=name, stdin=stdin, pty=pty, ring_bytes=ring_bytes)
 
-    def stop_processes(self, reason: str = "stopped: the session ended") -> None:
-        """End every live background process of the session."""
+    @property
+    def has_processes(self) -> bool:
+        """Whether a background process was ever started here (the manager exists)."""
+        return self._processes is not None
+
+    @property
+    def live_process_count(self) -> int:
+        manager = self._processes
+        return len(manager.live()) if manager is not None else 0
+
+    def stop_processes(self, reason: str = "stopped: the session ended", grace_s: float | None = None) -> None:
+        """End every live background process of the session (TERM, then KILL after `grace_s`)."""
         manager = self._processes
         if manager is not None:
-            manager.close(reason)
+            manager.close(reason, grace_s)
 
     def hibernate(self) -> None:
         """Drop the kernels and end the background processes (files kept); the next call rebuilds

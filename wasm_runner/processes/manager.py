@@ -82,6 +82,10 @@ class BackgroundProcess:
         self.stderr = OutputRing(ring_bytes)
         self.sandbox: SandboxProcess | None = None
         self.start_error: str | None = None
+        self.attached = 0
+        """Terminal WebSockets attached now (a closed terminal is ended after its grace only when none is)."""
+        self.owner: object = None
+        """Who started it, for the host's own records (the service's audit row names the key)."""
         self._done = threading.Event()
 
     # -- reading ----------------------------------------------------------------------------
@@ -233,7 +237,8 @@ class ProcessManager:
     # -- start ------------------------------------------------------------------------------
 
     def start(self, request: ExecRequest, *, cwd: str = "", name: str = "", stdin: bool = True,
-              pty: tuple[int, int] | None = None, ring_bytes: int | None = None) -> BackgroundProcess:
+              pty: tuple[int, int] | None = None, ring_bytes: int | None = None,
+              owner: object = None) -> BackgroundProcess:
         """Start `request` (a command, or code in a language) in the background; returns at once."""
         guest_cwd = guest_directory(cwd)
         if request.command is not None and (not request.command or not all(request.command)):
@@ -254,6 +259,7 @@ class ProcessManager:
             self._seq += 1
             process = BackgroundProcess(f"p{self._seq}", request, name, pty is not None,
                                         ring_bytes or self.limits.ring_bytes)
+            process.owner = owner
             self._processes[process.id] = process
             self._forget_old()
         provider = self._provider()

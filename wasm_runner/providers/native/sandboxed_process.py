@@ -258,10 +258,10 @@ class SandboxProcess:
 
     def terminate(self, grace_s: float | None = None, reason: str | None = None) -> None:
         """TERM every process of the sandbox, KILL what is left after `grace_s`; returns once it ended."""
-        if reason is not None and self.stop_reason is None:
-            self.stop_reason = reason
         if not self.running:
             return
+        if reason is not None and self.stop_reason is None:
+            self.stop_reason = reason
         grace = self.kill_grace_s if grace_s is None else grace_s
         if grace > 0:
             for pid in self.sandbox_pids():
