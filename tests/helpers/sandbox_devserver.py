@@ -44,7 +44,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        body = ("hello from the sandbox; auth=%s" % self.headers.get("Authorization")).encode()
+        body = f"hello from the sandbox; auth={self.headers.get('Authorization')}".encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))

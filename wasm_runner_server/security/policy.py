@@ -269,6 +269,7 @@ class SecurityPolicy(AccessPolicy):
         pruner.cancel()
         artifact_pruner.cancel()
         await self._drop_ephemeral(app)
+        await service.processes.close()  # their exit rows are written before the audit log closes
         security.close()
 
     async def _drop_ephemeral(self, app: web.Application) -> None:
