@@ -14,6 +14,7 @@ from wasm_runner.capture import OutputListener
 from wasm_runner.execution.executor import Executor
 from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
+from wasm_runner.processes.manager import BackgroundProcess, ProcessLimits, ProcessManager
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm.provider import KernelSlot
 from wasm_runner.workspace.layout import Workspace
@@ -94,6 +95,10 @@ class Session:
         """Where this session's runs may connect (None: as each request says); see `set_egress`."""
         self.egress_limit: EgressPolicy | None = None
         """The widest policy `set_egress` accepts (the service sets its profile's; None: any)."""
+        self.process_limits = ProcessLimits()
+        """Caps on its background processes (set before the first start)."""
+        self._processes: ProcessManager | None = None
+        self._processes_lock = threading.Lock()
 
     def set_egress(self, policy: EgressPolicy) -> None:
         """Change where the session's runs may connect, from its next call on. Within `egress_limit`
@@ -218,8 +223,55 @@ class Session:
         says the old state is gone."""
         self.state = KernelState(lost=set(self.state.kernels) | self.state.lost)
 
+    # -- background processes --------------------------------------------------------------
+
+    @property
+    def processes(self) -> ProcessManager:
+        """The session's background processes (native sandboxes that outlive a call)."""
+        self._ensure_packages()  # the sandbox mounts the packages directory
+        with self._processes_lock:
+            if self._processes is None:
+                def native() -> Any:
+                    return self.runner.provider_for(ExecRequest(command=["true"], provider="native"))
+
+                self._processes = ProcessManager(native, self.workspace, self.mounts, self.process_limits)
+            return self._processes
+
+    def start_process(self, command: list[str] | tuple[str, ...] | None = None, *, code: str = "",
+                      language: str = "bash", env: dict[str, str] | None = None, cwd: str = "",
+                      limits: Any = None, stdin: bool = True, pty: tuple[int, int] | None = None,
+                      name: str = "", ring_bytes: int | None = None, **fields: Any) -> BackgroundProcess:
+        """Start a process that keeps running after this call (natively, confined like a native run).
+
+        `command` is an argv, else `code` runs in `language`; `cwd` is under /workspace; `pty`
+        (cols, rows) runs it on a terminal. Returns at once: the handle's `output()`, `wait()`,
+        `kill()`. It ends with the session (hibernate, destroy, the runner's close) at the latest."""
+        request = self.runner.request(code, language=language, command=list(command) if command is not None else None,
+                                      env=dict(env or {}), limits=limits, provider="native", **fields)
+        self._ensure_packages()
+        self.last_used = time.monotonic()
+        return self.processes.start(request, cwd=cwd, name=name, stdin=stdin, pty=pty, ring_bytes=ring_bytes)
+
+    @property
+    def has_processes(self) -> bool:
+        """Whether a background process was ever started here (the manager exists)."""
+        return self._processes is not None
+
+    @property
+    def live_process_count(self) -> int:
+        manager = self._processes
+        return len(manager.live()) if manager is not None else 0
+
+    def stop_processes(self, reason: str = "stopped: the session ended", grace_s: float | None = None) -> None:
+        """End every live background process of the session (TERM, then KILL after `grace_s`)."""
+        manager = self._processes
+        if manager is not None:
+            manager.close(reason, grace_s)
+
     def hibernate(self) -> None:
-        """Drop the kernels (memory released, files kept); the next call rebuilds them and says so."""
+        """Drop the kernels and end the background processes (files kept); the next call rebuilds
+        the kernels and says so."""
+        self.stop_processes("stopped: the session hibernated")
         workers = self.runner.kernel_workers
         if workers is not None:
             workers.hibernate(self)
@@ -234,7 +286,8 @@ class Session:
                     slot.kernel, slot.lost = None, True
 
     def destroy(self) -> None:
-        """Drop the kernels and remove the session's files."""
+        """End the background processes, drop the kernels and remove the session's files."""
+        self.stop_processes("stopped: the session was deleted")
         workers = self.runner.kernel_workers
         if workers is not None:
             workers.forget(self)

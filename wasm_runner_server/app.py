@@ -27,7 +27,7 @@ from aiohttp import web
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.console import routes as console
 from wasm_runner_server.errors import error_middleware
-from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX
+from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
@@ -35,6 +35,9 @@ from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import history as routes_history
 from wasm_runner_server.http.routes import meta as routes_meta
 from wasm_runner_server.http.routes import packages as routes_packages
+from wasm_runner_server.http.routes import ports as routes_ports
+from wasm_runner_server.http.routes import processes as routes_processes
+from wasm_runner_server.http.routes import pty as routes_pty
 from wasm_runner_server.http.routes import sessions as routes_sessions
 from wasm_runner_server.security.policy import SecurityPolicy
 from wasm_runner_server.sessions.service import CONFIG, SERVICE, Service
@@ -75,7 +78,7 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
             service.metrics.http_seconds.observe(elapsed, request.method, route)
         if access.isEnabledFor(logging.INFO):
             path = request.path
-            for prefix in (LINK_PREFIX, ARTIFACT_LINK_PREFIX):
+            for prefix in (LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX):
                 if path.startswith(prefix):
                     path = prefix + "…"  # a link is a credential
             access.info("request", extra={"event": "request", "method": request.method, "path": path,
@@ -85,7 +88,8 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
 
 async def service_context(app: web.Application) -> AsyncIterator[None]:
     policy = app[POLICY]
-    service = await Service.open(app[CONFIG], mounts_for=policy.session_mounts, observers=[policy.on_execution])
+    service = await Service.open(app[CONFIG], mounts_for=policy.session_mounts, observers=[policy.on_execution],
+                                 process_observers=[policy.on_process])
     app[SERVICE] = service
     log.info("started", extra={"event": "started", "data_dir": str(app[CONFIG].server.data_dir),
                                "concurrency": app[CONFIG].server.concurrency})
@@ -109,7 +113,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app[POLICY] = policy
     for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
                   routes_history.routes, routes_batch.routes, console.routes,
-                  routes_packages.routes):
+                  routes_packages.routes, routes_processes.routes, routes_ports.routes, routes_pty.routes):
         app.add_routes(table)
     app.on_response_prepare.append(console.add_security_headers)
     app.add_routes(policy.routes())

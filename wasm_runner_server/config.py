@@ -132,6 +132,21 @@ class WorkerSettings(ConfigModel):
     """Private resident size (RssAnon) at which a worker is replaced; null: never for its size."""
 
 
+class ProcessSettings(ConfigModel):
+    """Background processes, terminals and preview ports of sessions (native tier)."""
+
+    max_live: Annotated[int, Field(ge=0, le=256)] = 8
+    """Live processes (terminals included) per session; the next start is refused (0: none allowed)."""
+    memory_bytes: Annotated[int, Field(ge=32 * MiB)] = 2048 * MiB
+    """Total memory of a session's live processes (the sum of their limits; its cgroup where there is one)."""
+    ring_bytes: Annotated[int, Field(ge=4096, le=16 * MiB)] = 1 * MiB
+    """Default output kept per stream of a process (the oldest bytes dropped past it)."""
+    pty_grace_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    """How long a terminal whose WebSocket closed keeps running (unless opened with keep=true) for a reattach."""
+    stop_grace_s: Annotated[float, Field(ge=0, le=60)] = 2.0
+    """Between TERM and KILL when a process is stopped (DELETE, session end, shutdown)."""
+
+
 class ServiceConfig(ProfilesConfig):
     """Everything the service is configured with: its own sections plus the execution ones
     (limits, default_profile, profiles) that `ProfilesConfig` validates."""
@@ -146,6 +161,8 @@ class ServiceConfig(ProfilesConfig):
     history: HistorySettings = HistorySettings()
     """Earlier versions of files written through the API, per session."""
     packages: PackagesSection = PackagesSection()
+    processes: ProcessSettings = ProcessSettings()
+    """Background processes, terminals and preview ports."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

@@ -69,6 +69,13 @@ class ErrorCode(StrEnum):
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"
     PACKAGES_FAILED = "packages_failed"
+    # -- background processes, terminals, preview ports --------------------------------------
+    PROCESS_NOT_FOUND = "process_not_found"
+    PROCESS_LIMIT = "process_limit"
+    PROCESS_FAILED = "process_failed"
+    PROCESS_NOT_RUNNING = "process_not_running"
+    PORT_NOT_LISTENING = "port_not_listening"
+    PORT_UNREACHABLE = "port_unreachable"
     # -- limits and providers ----------------------------------------------------------------
     LIMIT_EXCEEDS_MAXIMUM = "limit_exceeds_maximum"
     INVALID_LIMITS = "invalid_limits"

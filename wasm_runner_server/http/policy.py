@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
+from wasm_runner.processes import BackgroundProcess
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
@@ -115,6 +116,10 @@ class AccessPolicy(ABC):
 
     def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
         """An install into a session ended (its result holds the session's lock)."""
+        return None
+
+    def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:
+        """A session's background process started or ended (`owner`: the Principal that started it)."""
         return None
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

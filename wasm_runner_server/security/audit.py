@@ -52,13 +52,14 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy
+    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy | process
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
     ephemeral INTEGER NOT NULL DEFAULT 0,
     mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file);
-                                      -- publish | delete | expire (artifact, its id in files_changed)
+                                      -- publish | delete | expire (artifact, its id in files_changed);
+                                      -- start | exit (process: its id in path, its state in outcome)
     profile TEXT,
     provider TEXT,
     language TEXT,
@@ -303,6 +304,26 @@ class AuditLog:
                              "path": None if ephemeral else path, "status": status,
                              "files_changed": json.dumps({"artifact": artifact_id}),
                              "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
+
+    def record_process(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, event: str,
+                       process_id: str, command: list[str], code: str, language: str, state: str,
+                       exit_code: int | None, started_at: float, finished_at: float | None,
+                       stdout_bytes: int, stderr_bytes: int, error: str | None) -> int:
+        """Record a background process's start or end (on disk once this returns); its id."""
+        source = code or json.dumps(command)
+        now = finished_at if finished_at is not None else started_at
+        row = {
+            "ts": now, "kind": "process", "workspace": workspace, "key_id": key_id, "session": session,
+            "ephemeral": int(ephemeral), "mode": event, "provider": "native", "language": language,
+            "code_bytes": len(source.encode("utf-8")), "exit_code": exit_code, "outcome": state, "path": process_id,
+            "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes, "limit_hit": None,
+            "duration_ms": round((finished_at - started_at) * 1000, 3) if finished_at is not None else None,
+            "started_at": started_at, "finished_at": finished_at,
+        }
+        if not ephemeral:
+            row.update(code=cap(source, self.code_bytes), code_sha256=hashlib.sha256(source.encode()).hexdigest(),
+                       stderr=cap(error, self.output_bytes) if error else None)
+        return self._insert(row)
 
     def record_packages(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, requested: str,
                         installed: str, lock: str, ok: bool, error: str | None, duration_ms: float) -> int:

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
 from wasm_runner.egress.credentials import CredentialBroker
+from wasm_runner.processes import BackgroundProcess
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
@@ -38,6 +39,7 @@ from wasm_runner_server.http.paths import (
     CONSOLE_PREFIX,
     EXEC_ROUTES,
     LINK_PREFIX,
+    PREVIEW_LINK_PREFIX,
     SESSION_ROUTE_PREFIX,
 )
 from wasm_runner_server.http.policy import (
@@ -91,7 +93,8 @@ class SecurityPolicy(AccessPolicy):
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX)) or path in self.config.auth.public_paths
+        if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX))
+                or path in self.config.auth.public_paths
                 or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")):
             return await handler(request)  # links carry their credential; the console page holds no data
         security = self.security
@@ -215,6 +218,25 @@ class SecurityPolicy(AccessPolicy):
             lock=msgspec.json.encode(result.lock).decode(), ok=result.ok,
             error=result.error.message if result.error else None, duration_ms=result.duration_ms)
 
+    def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:
+        """Records the process's start or end row (who started it, the command, exit code, duration)."""
+        if self._security is None:
+            return
+        security = self._security
+        principal = owner if isinstance(owner, Principal) else security.authenticator.unknown
+        tenant = security.tenants.owner(session_id)
+        request = process.request
+        try:
+            security.audit.record_process(
+                workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+                ephemeral=bool(tenant and tenant.ephemeral), event=event, process_id=process.id,
+                command=list(request.command or []), code=request.code if request.command is None else "",
+                language=request.language, state=process.state, exit_code=process.exit_code,
+                started_at=process.started_at, finished_at=process.ended_at if event == "exit" else None,
+                stdout_bytes=process.stdout.end, stderr_bytes=process.stderr.end, error=process.error())
+        except Exception:
+            log.exception("audit write failed", extra={"event": "audit_failed"})
+
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
@@ -249,6 +271,7 @@ class SecurityPolicy(AccessPolicy):
         pruner.cancel()
         artifact_pruner.cancel()
         await self._drop_ephemeral(app)
+        await service.processes.close()  # their exit rows are written before the audit log closes
         security.close()
 
     async def _drop_ephemeral(self, app: web.Application) -> None:

@@ -419,7 +419,7 @@ class SessionManager:
                 await self._remove(live, expired=True)
                 continue
             core = live.core
-            if core is None or live.busy or not core.kernels:
+            if core is None or live.busy or not (core.kernels or core.live_process_count):
                 continue
             if now - live.row.last_used_at >= live.row.idle_timeout_s:
                 async with live.lock:

@@ -18,6 +18,7 @@ from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
+from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.store import SessionStore
 
 log = logging.getLogger("wasm_runner.server")
@@ -32,6 +33,7 @@ class Service:
     metrics: Metrics
     execution: Execution
     sessions: SessionManager
+    processes: ServiceProcesses
     ready: bool = False
     closing: bool = False
     checks: dict[str, str] = field(default_factory=dict)
@@ -41,9 +43,11 @@ class Service:
 
     @classmethod
     async def open(cls, config: ServiceConfig, *, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
-                   observers: Sequence[ExecutionObserver] = ()) -> Service:
+                   observers: Sequence[ExecutionObserver] = (),
+                   process_observers: Sequence[ProcessObserver] = ()) -> Service:
         """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
-        session by id and `observers` see every execution (both from the access policy)."""
+        session by id, `observers` see every execution and `process_observers` every background
+        process's start and end (all from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
@@ -56,7 +60,8 @@ class Service:
         sessions = SessionManager(config, store, pool, execution, metrics, mounts_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
-        service = cls(config, store, pool, gate, metrics, execution, sessions)
+        processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
+        service = cls(config, store, pool, gate, metrics, execution, sessions, processes)
         await service.start()
         return service
 
@@ -105,6 +110,7 @@ class Service:
     async def close(self) -> None:
         if self._warmup is not None and not self._warmup.done():
             self._warmup.cancel()
+        await self.processes.close()
         await self.sessions.close()
         try:
             await asyncio.wait_for(asyncio.to_thread(self.pool.close), timeout=10)

@@ -452,3 +452,18 @@ def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: Sand
     if not steps:
         return []
     return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + SETUP_GUARD + ' ; exec "$@"', "wasm-runner-launch"]
+
+
+def nested(support: CgroupSupport, parent: RunCgroup) -> CgroupSupport:
+    """Support for cgroups made under `parent` (a session's cgroup bounding all its processes together)."""
+    if support.enforcement == "cgroup-v2":
+        wanted = [c for c in ("memory", "pids", "cpu") if c in _read_controllers(parent.dirs[""])]
+        (parent.dirs[""] / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+    return CgroupSupport(support.enforcement, dict(parent.dirs))
+
+
+def _read_controllers(path: Path) -> list[str]:
+    try:
+        return (path / "cgroup.controllers").read_text().split()
+    except OSError:
+        return []

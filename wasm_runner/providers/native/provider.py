@@ -31,7 +31,13 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import native_network_error
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
-from wasm_runner.providers.native.egress import RELAY_NAME, EgressUnavailable, NativeEgress, RunEgress
+from wasm_runner.providers.native.egress import (
+    RELAY_NAME,
+    SYSTEM_PYTHON,
+    EgressUnavailable,
+    NativeEgress,
+    RunEgress,
+)
 from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import (
     GUEST_JS_TOOLCHAIN,
@@ -50,8 +56,18 @@ from wasm_runner.providers.native.kernel import (
     spawner,
 )
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
-from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, RunLimits, detect, launcher, rlimit_prefix
+from wasm_runner.providers.native.limits import (
+    CgroupMode,
+    CgroupSupport,
+    RunCgroup,
+    RunLimits,
+    detect,
+    launcher,
+    nested,
+    rlimit_prefix,
+)
 from wasm_runner.providers.native.ownership import normalize
+from wasm_runner.providers.native.sandboxed_process import CONTROLLING_TTY, SandboxProcess, set_window
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
 from wasm_runner.providers.native.toolchain import (
     MARKER,
@@ -285,6 +301,29 @@ class NativeProvider(Provider):
                    bwrap_path if isolated else None, self.identity,
                    self.seccomp_program if isolated else None, self.egress)
         return run.execute()
+
+    def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
+              stdin: bool = True, pty: tuple[int, int] | None = None,
+              cgroup_parent: RunCgroup | None = None) -> SandboxProcess:
+        """Start `request` as a background process in a sandbox confined like a native run.
+
+        Returns at once with the live sandbox (its output is read once `run` is called on it);
+        `cwd` is a directory under /workspace; `pty` (cols, rows) runs it on a pseudo-terminal;
+        `cgroup_parent` is the session's cgroup bounding all its processes together. Raises
+        `ProcessStartError` with what to do when it cannot start."""
+        workspace.ensure()
+        bwrap_path, problem, support = self.environment()
+        if problem is not None or bwrap_path is None:
+            raise ProcessStartError(f"background processes need the native sandbox: {problem}")
+        if cgroup_parent is not None:
+            support = nested(support, cgroup_parent)
+        try:
+            program = self._program(request, True)
+        except _Refusal as refusal:
+            raise ProcessStartError(refusal.message) from None
+        launch = _Background(self.policy, request, workspace, Job(request, workspace, mounts=mounts), support,
+                             program, bwrap_path, self.identity, self.seccomp_program, self.egress)
+        return launch.start(cwd, stdin, pty)
 
     def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
         """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own."""
@@ -1068,6 +1107,127 @@ class _KernelCall(_Run):
         kernel.on_close = on_close
         kernel.wait_ready()
         return kernel
+
+
+class ProcessStartError(RuntimeError):
+    """A background process could not start (the message says why and what to do)."""
+
+
+BACKGROUND_LIFETIME_S = 30 * 86400.0
+"""The egress deadline of a background process: it ends with its session, not at a call's deadline."""
+
+
+class _Background(_Run):
+    """The set-up of a background process: a native run's confinement, handed to a SandboxProcess."""
+
+    def start(self, cwd: str, stdin: bool, pty: tuple[int, int] | None) -> SandboxProcess:
+        request = self.request
+        try:
+            self._normalize(before_run=True)
+        except OSError as exc:
+            raise ProcessStartError(f"could not give the workspace to the sandbox user: {exc}") from None
+        inner = list(self.program.argv)
+        if cwd:
+            inner = ["/usr/bin/env", "-C", cwd, *inner]
+        if pty is not None:
+            inner = [SYSTEM_PYTHON, "-I", "-S", "-c", CONTROLLING_TTY, *inner]
+        self.program = replace(self.program, argv=inner)
+        if self.egress is not None:
+            dropped = self.identity is not None and self.identity.dropped
+            try:
+                self.egress_run = self.egress.open(request, time.monotonic() + BACKGROUND_LIFETIME_S,
+                                                   (self.identity.uid, self.identity.gid)
+                                                   if dropped and self.identity is not None else None)
+            except (EgressUnavailable, OSError) as exc:
+                raise ProcessStartError(str(exc)) from None
+        run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,
+                               cpus=self.policy.cpus, file_bytes=self.limits.disk_bytes or None)
+        if self.support.enforcement != "rlimit":
+            try:
+                self.cgroup = RunCgroup(self.support, run_limits)
+                self.enforcement = self.support.enforcement
+            except OSError as exc:
+                log.warning("could not create the process's cgroup (%s); using rlimits", exc)
+        process: SandboxProcess | None = None
+        self._quota_key = watcher.watch(self.workspace, self.limits, self._over_quota, self.job.mounts)
+        try:
+            process = self._spawn(stdin, pty)
+        finally:
+            if process is None:
+                self._undo(None)
+        self._process = process
+        return process
+
+    def _over_quota(self) -> None:
+        process = getattr(self, "_process", None)
+        if process is not None:
+            threading.Thread(target=process.terminate, args=(0, "stopped: " + LIMIT_MESSAGES["disk"]),
+                             daemon=True).start()
+
+    def _spawn(self, stdin: bool, pty: tuple[int, int] | None) -> SandboxProcess:
+        code_fd = None
+        status_r, status_w = os.pipe()
+        pass_fds = [status_w]
+        extra_fds: list[int] = []
+        master = slave = None
+        stdin_w = None
+        try:
+            if self.program.code is not None:
+                code_fd = os.memfd_create("wasm-runner-code", 0)
+                _write_all(code_fd, self.program.code)
+                os.lseek(code_fd, 0, os.SEEK_SET)
+                pass_fds.append(code_fd)
+            argv, env, cwd = self._command(RunLimits(self.limits.memory_bytes, self.policy.max_processes,
+                                                     self.policy.cpus, self.limits.disk_bytes or None),
+                                           code_fd, status_w, extra_fds)
+            if pty is not None:
+                master, slave = os.openpty()
+                set_window(master, *pty)
+                streams: dict[str, Any] = {"stdin": slave, "stdout": slave, "stderr": slave}
+            else:
+                streams = {"stdin": subprocess.PIPE if stdin else subprocess.DEVNULL,
+                           "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+            proc = spawner.spawn(lambda: subprocess.Popen(
+                argv, env=env, cwd=cwd, pass_fds=pass_fds + extra_fds, close_fds=True, **streams))
+        except BaseException:
+            for fd in (status_r, master):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in [*extra_fds, status_w, code_fd, slave]:
+                if fd is not None:
+                    os.close(fd)
+        if pty is not None:
+            assert master is not None
+            outputs = {master: "stdout"}
+            os.set_blocking(master, False)
+        else:
+            assert proc.stdout is not None and proc.stderr is not None
+            outputs = {os.dup(proc.stdout.fileno()): "stdout", os.dup(proc.stderr.fileno()): "stderr"}
+            proc.stdout.close()
+            proc.stderr.close()
+            if proc.stdin is not None:
+                stdin_w = os.dup(proc.stdin.fileno())
+                os.set_blocking(stdin_w, False)
+                proc.stdin.close()
+        return SandboxProcess(proc, status_r=status_r, outputs=outputs, stdin_fd=stdin_w, pty_master=master,
+                              cgroup=self.cgroup, enforcement=self.enforcement, cleanup=self._undo,
+                              kill_grace_s=self.policy.kill_grace_s)
+
+    def _undo(self, process: SandboxProcess | None) -> str | None:
+        """Undo the set-up once the process ended (or failed to start); a problem to report, if any."""
+        watcher.unwatch(self._quota_key)
+        if self.egress_run is not None:
+            self.egress_run.close()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        try:
+            self._normalize(before_run=False)
+        except OSError as exc:
+            log.error("could not clear special permission bits after a background process: %s", exc)
+            return f"the process's files could not be checked for setuid/setgid bits: {exc}"
+        return None
 
 
 _driver_bytes: bytes | None = None

@@ -8,12 +8,15 @@ from aiohttp import web
 
 from wasm_runner.workspace import files as wf
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.processes import PreviewLink, PreviewLinkBody
 from wasm_runner_protocol.wire import PresignBody, PresignResult
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import PREVIEW_LINK_PREFIX
 from wasm_runner_server.http.policy import CURRENT, Principal, principal_of
 from wasm_runner_server.http.routes import files as routes_files
+from wasm_runner_server.http.routes import ports as routes_ports
 from wasm_runner_server.security.presign import altered
 from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.sessions.manager import LiveSession
@@ -95,3 +98,59 @@ async def follow_get(request: web.Request) -> web.StreamResponse:
 @routes.put("/v1/links/{token}/{id}/{path:.*}")
 async def follow_put(request: web.Request) -> web.Response:
     return await _follow(request)
+
+
+# -- preview links: one port of one session, any method, until a time ---------------------------
+
+PREVIEW_METHOD = "PREVIEW"
+"""What a preview link's signature names instead of an HTTP method: it serves every method of its port."""
+
+
+def _preview_subject(port: int) -> str:
+    return f"port/{port}"
+
+
+@routes.post(r"/v1/sessions/{id}/ports/{port:\d+}:presign")
+@operation(summary="A link to the server on this port of the session (for a browser tab), without a key, "
+                   "until it expires", tag="processes", body=PreviewLinkBody, body_required=False,
+           response=PreviewLink, errors=(404, 422))
+async def presign_preview(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    security = request.app[SECURITY]
+    live = service.sessions.get(request.match_info["id"])
+    port = routes_ports.check_port(request.match_info["port"])
+    body = await read_json(request, PreviewLinkBody, empty_ok=True)
+    settings = security.settings
+    expires_in = body.expires_in if body.expires_in is not None else settings.presign_get_default_s
+    if expires_in > settings.presign_get_max_s:
+        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"expires_in = {expires_in:g} exceeds the maximum "
+                       f"{settings.presign_get_max_s:g} for preview links",
+                       f"ask for at most {settings.presign_get_max_s:g} seconds")
+    principal = principal_of(request)
+    token, expires = security.signer.token(PREVIEW_METHOD, principal.workspace, live.row.id, _preview_subject(port),
+                                           expires_in, incarnation=incarnation(live), key_id=principal.key_id)
+    return json_response(PreviewLink(url=f"{PREVIEW_LINK_PREFIX}{token}/{live.row.id}/{port}/", port=port,
+                                     expires_at=expires, expires_in=round(expires - time.time(), 3)))
+
+
+@routes.route("*", r"/v1/preview-links/{token}/{id}/{port:\d+}/{path:.*}")
+async def follow_preview(request: web.Request) -> web.StreamResponse:
+    security = request.app[SECURITY]
+    session_id = request.match_info["id"]
+    port = routes_ports.check_port(request.match_info["port"])
+    owner = security.tenants.owner(session_id)
+    workspace = owner.workspace if owner is not None else security.authenticator.unowned_workspace
+    service = request.app[SERVICE]
+    live = service.sessions.sessions.get(session_id)
+    key_id = security.signer.verify(request.match_info["token"], PREVIEW_METHOD, workspace or "", session_id,
+                                    _preview_subject(port), incarnation=incarnation(live) if live is not None else "")
+    if workspace is None:
+        raise session_not_found(session_id)
+    security.authenticator.admit_link(key_id)
+    token = CURRENT.set(Principal(workspace, f"link:{key_id}", "link"))
+    try:
+        live = service.sessions.get(session_id)
+        prefix = f"{PREVIEW_LINK_PREFIX}{request.match_info['token']}/{session_id}/{port}"
+        return await routes_ports.proxy(request, live, port, request.match_info["path"], prefix)
+    finally:
+        CURRENT.reset(token)

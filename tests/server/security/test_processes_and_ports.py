@@ -1,0 +1,265 @@
+"""Background processes, preview ports and terminals over HTTP, on a server with keys.
+
+Each server runs its sandboxes natively (bubblewrap); the dev server inside them is a small
+stdlib program (helpers/sandbox_devserver.py) or `python3 -m http.server`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from server_helpers import assert_error_shape, eventually
+
+from wasm_runner.providers.native.bwrap import find_bwrap, probe
+from wasm_runner_server.security.audit import AuditFilter
+from wasm_runner_server.security.state import SECURITY
+
+_path = find_bwrap()
+SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
+pytestmark = [
+    pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="preview ports enter the sandbox's network namespace (root service)"),
+]
+
+DEVSERVER = (Path(__file__).parents[2] / "helpers" / "sandbox_devserver.py").read_text()
+SECTIONS = {"workers": {"kernel_workers": 0}, "processes": {"max_live": 3, "stop_grace_s": 0.5, "pty_grace_s": 0.2}}
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Host pids whose command line holds `marker`, or starts with it when it names the program."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                if cmdline.startswith(marker.encode()) if "\0" in marker else marker.encode() in cmdline:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+async def until_gone(marker: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while host_processes_with(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert host_processes_with(marker) == []
+
+
+async def new_session(secure, key: str = "a_member") -> str:
+    status, data, _ = await secure.call("POST", "/v1/sessions", key, json={})
+    assert status == 201, data
+    return data["id"]
+
+
+async def start(secure, sid: str, key: str = "a_member", **body) -> dict:
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes", key, json=body)
+    assert status == 201, data
+    return data
+
+
+async def listening(secure, sid: str, pid: str, port: int, key: str = "a_member") -> None:
+    async def check() -> bool:
+        _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/{pid}", key)
+        assert info["state"] in ("starting", "running"), info
+        return port in info.get("ports", [])
+
+    await eventually(check, timeout=10, interval=0.02)
+
+
+async def devserver(secure, sid: str, port: int) -> str:
+    status, _, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/devserver.py", "a_member", data=DEVSERVER)
+    assert status in (200, 201)
+    info = await start(secure, sid, command=["python3", "devserver.py", str(port)], name="dev")
+    await listening(secure, sid, info["id"], port)
+    return info["id"]
+
+
+async def test_http_server_through_the_port_route_with_the_key_and_a_preview_link(secure) -> None:
+    sid = await new_session(secure)
+    status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/", "a_member")
+    assert status == 502
+    assert_error_shape(data, "port_not_listening")
+    assert "POST /v1/sessions/{id}/processes" in data["error"]["hint"]
+    status, _, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/site/index.html", "a_member", data="<h1>hi</h1>")
+    info = await start(secure, sid, command=["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], cwd="site")
+    await listening(secure, sid, info["id"], 8000)
+    status, text, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html", "a_member")
+    assert status == 200 and text == "<h1>hi</h1>"
+    status, _, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html")  # no key
+    assert status == 401
+    status, _, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html", "b_member")  # not theirs
+    assert status == 404
+    status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/ports/8000:presign", "a_member",
+                                        json={"expires_in": 60})
+    assert status == 200 and link["port"] == 8000
+    status, text, _ = await secure.call("GET", link["url"] + "index.html")  # a browser tab: no key
+    assert status == 200 and text == "<h1>hi</h1>"
+    status, data, _ = await secure.call("GET", link["url"].replace("/8000/", "/8001/"))  # scoped to its port
+    assert status == 403
+    assert_error_shape(data, "link_invalid")
+    token = link["url"].split("/")[3]
+    forged = token[:-1] + ("0" if token[-1] != "0" else "1")
+    status, _, _ = await secure.call("GET", link["url"].replace(token, forged))
+    assert status == 403
+    # its log, read by offset across a "reconnect": no byte lost or repeated
+    path = f"/v1/sessions/{sid}/processes/{info['id']}/output?stream=stderr"
+    _, first, _ = await secure.call("GET", path + "&offset=0&limit=20", "a_member")
+    _, rest, _ = await secure.call("GET", path + f"&offset={first['next_offset']}", "a_member")
+    log = first["data"] + rest["data"]
+    assert first["offset"] == 0 and len(first["data"]) == 20 and rest["offset"] == 20
+    assert log.count('"GET /index.html HTTP/1.1" 200') == 2
+
+
+async def test_streaming_keepalive_redirects_and_a_websocket_echo_inside_the_sandbox(secure) -> None:
+    sid = await new_session(secure)
+    await devserver(secure, sid, 8080)
+    base = f"/v1/sessions/{sid}/ports/8080"
+    auth = secure.auth("a_member")
+    async with secure.client.get(base + "/chunked", headers=auth) as response:
+        assert response.status == 200 and response.headers.get("Transfer-Encoding") == "chunked"
+        assert await response.text() == "one two three"
+    status, text, _ = await secure.call("GET", base + "/", "a_member")
+    assert status == 200 and text == "hello from the sandbox; auth=None"  # the key never reaches the sandbox
+
+    async def chunks():
+        for part in (b"abc", b"def"):
+            yield part
+
+    async with secure.client.post(base + "/echo", headers=auth, data=chunks()) as response:  # chunked upload
+        assert response.status == 200 and await response.read() == b"abcdef"
+    async with secure.client.get(base + "/redirect", headers=auth, allow_redirects=False) as response:
+        assert response.status == 302 and response.headers["Location"] == base + "/chunked"
+    async with secure.client.ws_connect(base + "/ws", headers=auth) as ws:
+        await ws.send_str("ping")
+        assert (await ws.receive(timeout=5)).data == "echo: ping"
+        await ws.send_bytes(b"\x00\x01")
+        assert (await ws.receive(timeout=5)).data == b"\x00\x01"
+
+
+async def test_stdin_signals_the_process_cap_and_sse_resuming_by_offset(secure) -> None:
+    sid = await new_session(secure)
+    code = "import sys, signal\nfor line in sys.stdin:\n    print('got', line.strip(), flush=True)\n"
+    info = await start(secure, sid, code=code, language="python")
+    pid = info["id"]
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes/{pid}/stdin", "a_member",
+                                        json={"data": "one\n"})
+    assert status == 200 and data == {"written": 4}
+    sse = {"Accept": "text/event-stream", **secure.auth("a_member")}
+    output = f"/v1/sessions/{sid}/processes/{pid}/output"
+    async with secure.client.get(output + "?offset=0", headers=sse) as response:
+        line = b""
+        while b"\n\n" not in line:
+            line += await response.content.readany()
+    event = line.decode().split("\n\n")[0].splitlines()
+    assert event[1] == "event: output"
+    first = json.loads(event[2].removeprefix("data: "))
+    assert first["data"] == "got one\n" and event[0] == "id: 8"
+    await secure.call("POST", f"/v1/sessions/{sid}/processes/{pid}/stdin", "a_member", json={"data": "two\n", "eof": True})
+    async with secure.client.get(output, headers={**sse, "Last-Event-ID": "8"}) as response:  # a reconnect
+        body = (await response.read()).decode()
+    assert '"data": "got two\\n"' in body and "got one" not in body and "event: exit" in body
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes/{pid}/stdin", "a_member",
+                                        json={"data": "late"})
+    assert status == 409
+    assert_error_shape(data, "process_not_running")
+    # the cap (3 here) refuses the next start with a clear error
+    live = [await start(secure, sid, command=["sleep", "60"]) for _ in range(3)]
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes", "a_member",
+                                        json={"command": ["sleep", "60"]})
+    assert status == 409
+    assert_error_shape(data, "process_limit")
+    assert "3 live processes" in data["error"]["message"]
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes/{live[0]['id']}/signal", "a_member",
+                                        json={"signal": "KILL"})
+    assert status == 200
+    status, data, _ = await secure.call("DELETE", f"/v1/sessions/{sid}/processes/{live[1]['id']}", "a_member")
+    assert status == 200 and data["state"] == "killed"
+    _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
+    assert listing["live"] == 1 and listing["max_live"] == 3
+    status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/p99", "a_member")
+    assert status == 404
+    assert_error_shape(data, "process_not_found")
+    # the audit log has each start and end, with exit code and duration
+    audit = secure.client.server.app[SECURITY].audit
+    await eventually(lambda: asyncio.sleep(0, len(audit.query(AuditFilter(kind="process"))) >= 7))
+    rows = audit.query(AuditFilter(kind="process"), limit=100)
+    ended = [r for r in rows if r["mode"] == "exit" and r["path"] == pid]
+    assert ended and ended[0]["exit_code"] == 0 and ended[0]["duration_ms"] > 0 and ended[0]["workspace"] == "alpha"
+    assert {r["mode"] for r in rows} == {"start", "exit"}
+    status, metrics, _ = await secure.call("GET", "/metrics", "admin")
+    assert "wasm_runner_processes_live 1" in metrics
+
+
+async def test_a_terminal_runs_bash_answers_resizes_and_exits(secure) -> None:
+    sid = await new_session(secure)
+    async with secure.client.ws_connect(f"/v1/sessions/{sid}/pty?cols=80&rows=24&command=bash&command=--norc",
+                                        headers=secure.auth("a_member")) as ws:
+        hello = json.loads((await ws.receive(timeout=5)).data)
+        assert hello["type"] == "process" and hello["id"].startswith("p")
+        seen = b""
+
+        async def read_until(needle: bytes) -> None:
+            nonlocal seen
+            while needle not in seen:
+                message = await ws.receive(timeout=10)
+                assert message.type == aiohttp.WSMsgType.BINARY, message
+                seen += message.data
+
+        await ws.send_bytes(b"echo $((6*7))\r")
+        await read_until(b"42")
+        await ws.send_str(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
+        await ws.send_bytes(b"stty size\r")
+        await read_until(b"43 132")
+        await ws.send_bytes(b"exit\r")
+        while True:
+            message = await ws.receive(timeout=10)
+            if message.type == aiohttp.WSMsgType.TEXT:
+                assert json.loads(message.data) == {"type": "exit", "exit_code": 0, "state": "exited"}
+                break
+            assert message.type == aiohttp.WSMsgType.BINARY
+
+
+async def test_a_closed_terminal_ends_after_its_grace_unless_kept(secure) -> None:
+    sid = await new_session(secure)
+    url = f"/v1/sessions/{sid}/pty?command=sleep&command=4321.5"
+    async with secure.client.ws_connect(url, headers=secure.auth("a_member")) as ws:
+        await ws.receive(timeout=5)
+    async with secure.client.ws_connect(url + "&keep=true", headers=secure.auth("a_member")) as ws:
+        kept = json.loads((await ws.receive(timeout=5)).data)["id"]
+    await asyncio.sleep(0.6)
+    _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
+    states = {p["id"]: p["state"] for p in listing["processes"]}
+    assert states[kept] == "running" and list(states.values()).count("killed") == 1
+
+
+async def test_deleting_the_session_and_shutting_the_server_down_leave_no_process(start_secure) -> None:
+    secure = await start_secure(**SECTIONS)
+    marker = "4321.75"
+    sid = await new_session(secure)
+    await start(secure, sid, command=["bash", "-c", f"sleep {marker} & sleep {marker}"])
+    await start(secure, sid, command=["sleep", marker])
+    other = await new_session(secure)
+    await start(secure, other, command=["sleep", marker])
+    deadline = time.monotonic() + 5
+    while len(host_processes_with("sleep\0" + marker)) < 4 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert len(host_processes_with("sleep\0" + marker)) == 4
+    status, _, _ = await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member")
+    assert status == 204
+    deadline = time.monotonic() + 5
+    while len(host_processes_with("sleep\0" + marker)) > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert len(host_processes_with("sleep\0" + marker)) == 1  # the other session's is untouched
+    await secure.client.close()  # the server shuts down
+    await until_gone(marker)
+
+
+@pytest.fixture
+async def secure(start_secure):
+    return await start_secure(**SECTIONS)

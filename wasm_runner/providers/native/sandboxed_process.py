@@ -1,0 +1,398 @@
+"""A native sandbox that keeps running after the call that started it: a session's background
+process or terminal.
+
+The provider (provider.py, `NativeProvider.spawn`) sets it up exactly like a native run (the
+same bwrap options, cgroup or rlimits, seccomp filter, egress relay, disk-quota watch, the
+unprivileged sandbox user); this object then owns it: one daemon thread reads its output
+(pipes, or a pseudo-terminal's master) into the caller's sinks, learns the sandbox's init
+from bwrap's status descriptor, reaps it, and undoes the set-up when it ends. Nothing of the
+sandbox outlives it: ending the sandbox's init ends its PID namespace, and the run's cgroup
+is emptied; bwrap itself dies with the thread that started it (`--die-with-parent`, on the
+kernel module's long-lived spawner thread), so a killed service leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import termios
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wasm_runner.providers.native.limits import RunCgroup
+
+log = logging.getLogger("wasm_runner.native")
+
+READ_CHUNK = 65536
+DRAIN_AFTER_EXIT_S = 0.5
+"""How long output is still read after the sandbox ended (a left-over holder of the pipe is killed first)."""
+SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL, "HUP": signal.SIGHUP,
+           "QUIT": signal.SIGQUIT, "USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2}
+MAIN_NS_PID = 2
+"""The program's pid inside its sandbox: bwrap's init is 1 and starts the program next."""
+
+Sink = Callable[[str, bytes], None]
+
+
+class SandboxProcess:
+    """The live sandbox of one background process (see the module docstring)."""
+
+    def __init__(self, proc: subprocess.Popen, *, status_r: int, outputs: dict[int, str], stdin_fd: int | None,
+                 pty_master: int | None, cgroup: RunCgroup | None, enforcement: str,
+                 cleanup: Callable[[SandboxProcess], str | None], kill_grace_s: float) -> None:
+        self.proc = proc
+        self._status_r = status_r
+        self._outputs = dict(outputs)
+        """Descriptor -> stream name (a pty's master is `stdout`)."""
+        self.stdin_fd = stdin_fd
+        self.pty_master = pty_master
+        self.cgroup = cgroup
+        self.enforcement = enforcement
+        self._cleanup = cleanup
+        self.kill_grace_s = kill_grace_s
+        self.init_pid: int | None = None
+        """The host pid of the sandbox's init (pid 1 in its namespace)."""
+        self._main_pid: int | None = None
+        self.exit_code: int | None = None
+        self.signal_name: str | None = None
+        self.stop_reason: str | None = None
+        """Set by whoever ends it (session ended, disk quota, …), reported as the process's error."""
+        self.memory_exceeded = False
+        self._started = threading.Event()
+        self._exited = threading.Event()
+        self._stdin_lock = threading.Lock()
+        self._sink: Sink = lambda stream, data: None
+        self._on_exit: Callable[[SandboxProcess], None] = lambda process: None
+        self._thread: threading.Thread | None = None
+
+    # -- running -------------------------------------------------------------------------
+
+    def run(self, sink: Sink, on_exit: Callable[[SandboxProcess], None]) -> None:
+        """Start the reader thread: output goes to `sink(stream, bytes)`, then `on_exit(self)` once."""
+        self._sink, self._on_exit = sink, on_exit
+        self._thread = threading.Thread(target=self._loop, name=f"wasm-runner-process-{self.proc.pid}", daemon=True)
+        self._thread.start()
+
+    def wait_started(self, timeout: float) -> bool:
+        """True once the program runs in its sandbox (or the sandbox already ended)."""
+        return self._started.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._exited.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return not self._exited.is_set()
+
+    def _loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        for fd in self._outputs:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ, "out")
+        os.set_blocking(self._status_r, False)
+        selector.register(self._status_r, selectors.EVENT_READ, "status")
+        pidfd = _pidfd(self.proc.pid)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        status_buffer = b""
+        status: int | None = None
+        exited_at = 0.0
+        try:
+            while True:
+                if status is None:
+                    status = _reap(self.proc.pid)
+                    if status is not None:
+                        exited_at = time.monotonic()
+                        self._started.set()
+                        self._after_exit()
+                if status is not None and (not self._outputs or time.monotonic() >= exited_at + DRAIN_AFTER_EXIT_S):
+                    break
+                timeout = (1.0 if pidfd is not None else 0.05) if status is None else 0.05
+                for key, _ in selector.select(timeout):
+                    if key.data == "out":
+                        data = _read(key.fd)
+                        if data:
+                            self._sink(self._outputs[key.fd], data)
+                        elif data is not None:
+                            selector.unregister(key.fd)
+                            del self._outputs[key.fd]
+                    elif key.data == "status":
+                        chunk = _read(key.fd)
+                        if chunk:
+                            status_buffer += chunk
+                            while b"\n" in status_buffer:
+                                line, status_buffer = status_buffer.split(b"\n", 1)
+                                self._status_line(line)
+                        elif chunk is not None:
+                            selector.unregister(key.fd)
+                    elif key.data == "exit":
+                        selector.unregister(key.fd)
+        except Exception:  # noqa: BLE001 - never leave the sandbox behind
+            log.exception("background process reader failed")
+            self.kill()
+            if status is None:
+                with contextlib.suppress(ChildProcessError):
+                    status = os.waitpid(self.proc.pid, 0)[1]
+        finally:
+            selector.close()
+            if pidfd is not None:
+                os.close(pidfd)
+            self._finish(status)
+
+    def _status_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if "child-pid" in message:
+            self.init_pid = int(message["child-pid"])
+            self._started.set()
+
+    def _after_exit(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.signal_all(signal.SIGKILL)  # whatever still holds the output pipes
+
+    def _finish(self, status: int | None) -> None:
+        if status is not None:
+            if os.WIFSIGNALED(status):
+                self.exit_code = 128 + os.WTERMSIG(status)
+            elif os.WIFEXITED(status):
+                self.exit_code = os.WEXITSTATUS(status)
+                if self.exit_code > 128 and self.exit_code - 128 in signal.Signals._value2member_map_:
+                    # bwrap's init passes a signal death on as 128 + N
+                    self.signal_name = signal.Signals(self.exit_code - 128).name.removeprefix("SIG")
+            if os.WIFSIGNALED(status):
+                self.signal_name = signal.Signals(os.WTERMSIG(status)).name.removeprefix("SIG")
+        self.proc.returncode = self.exit_code if self.exit_code is not None else -1
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            self.memory_exceeded = True
+        for fd in [*self._outputs, self._status_r, self.pty_master]:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._outputs.clear()
+        with self._stdin_lock:
+            if self.stdin_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.stdin_fd)
+                self.stdin_fd = None
+        try:
+            problem = self._cleanup(self)
+            if problem and self.stop_reason is None:
+                self.stop_reason = problem
+        except Exception:  # noqa: BLE001 - the process is over either way
+            log.exception("background process clean-up failed")
+        self._exited.set()
+        self._started.set()
+        try:
+            self._on_exit(self)
+        except Exception:  # noqa: BLE001
+            log.exception("background process exit callback failed")
+
+    # -- pids ------------------------------------------------------------------------------
+
+    def main_pid(self) -> int | None:
+        """The host pid of the program (pid 2 in its sandbox), once started."""
+        if self._main_pid is not None:
+            return self._main_pid
+        init = self.init_pid
+        if init is None:
+            return None
+        for child in _children(init):
+            if _ns_pid(child) == MAIN_NS_PID:
+                self._main_pid = child
+                return child
+        return None
+
+    def sandbox_pids(self) -> set[int]:
+        """Every host pid inside the sandbox except its init."""
+        spare = {self.proc.pid}
+        if self.init_pid is not None:
+            spare.add(self.init_pid)
+        if self.cgroup is not None:
+            return self.cgroup.pids() - spare
+        if self.init_pid is None:
+            return set()
+        return _descendants(self.init_pid) - spare
+
+    # -- control ---------------------------------------------------------------------------
+
+    def send_signal(self, name: str, tree: bool = False) -> bool:
+        """Send signal `name` (TERM, INT, KILL, …) to the program, or to every process of the
+        sandbox; False when it has not started or already ended."""
+        sig = SIGNALS[name]
+        if not self.running:
+            return False
+        if tree:
+            pids = self.sandbox_pids()
+            for each in pids:
+                _signal(each, sig)
+            return bool(pids)
+        pid = self.main_pid()
+        deadline = time.monotonic() + 2.0
+        while pid is None and self.running and time.monotonic() < deadline:
+            time.sleep(0.005)  # the sandbox is still being set up: its program comes next
+            pid = self.main_pid()
+        if pid is None:
+            return False
+        _signal(pid, sig)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the whole sandbox at once (its init: the kernel then ends its PID namespace)."""
+        if self.init_pid is not None:
+            _signal(self.init_pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.signal_all(signal.SIGKILL, spare={self.proc.pid})
+        _signal(self.proc.pid, signal.SIGKILL)
+
+    def terminate(self, grace_s: float | None = None, reason: str | None = None) -> None:
+        """TERM every process of the sandbox, KILL what is left after `grace_s`; returns once it ended."""
+        if not self.running:
+            return
+        if reason is not None and self.stop_reason is None:
+            self.stop_reason = reason
+        grace = self.kill_grace_s if grace_s is None else grace_s
+        if grace > 0:
+            for pid in self.sandbox_pids():
+                _signal(pid, signal.SIGTERM)
+            if self.wait(grace):
+                return
+        self.kill()
+        if not self.wait(5.0):
+            log.warning("a background sandbox (pid %s) did not end after SIGKILL", self.proc.pid)
+
+    def write_stdin(self, data: bytes, eof: bool = False) -> int:
+        """Write to the program's stdin (or its terminal); raises BrokenPipeError once it is closed."""
+        with self._stdin_lock:
+            fd = self.pty_master if self.pty_master is not None else self.stdin_fd
+            if fd is None or not self.running:
+                raise BrokenPipeError("the process's stdin is closed")
+            view = memoryview(data)
+            written = 0
+            deadline = time.monotonic() + 5.0
+            while view:
+                try:
+                    n = os.write(fd, view)
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise BrokenPipeError("the process does not read its stdin") from None
+                    time.sleep(0.005)
+                    continue
+                except OSError as exc:
+                    raise BrokenPipeError(f"the process's stdin is closed ({exc.strerror})") from None
+                view = view[n:]
+                written += n
+            if eof:
+                if self.pty_master is not None:
+                    os.write(fd, b"\x04")
+                elif self.stdin_fd is not None:
+                    os.close(self.stdin_fd)
+                    self.stdin_fd = None
+            return written
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (the program gets SIGWINCH); only for a terminal."""
+        if self.pty_master is None:
+            raise ValueError("this process has no terminal")
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(self.pty_master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    # -- the network namespace ---------------------------------------------------------------
+
+    def netns_pid(self) -> int | None:
+        """A host pid whose /proc entry shows the sandbox's network namespace (its init)."""
+        return self.init_pid if self.running else None
+
+
+def set_window(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+CONTROLLING_TTY = ("import fcntl, os, sys, termios\n"
+                   "os.setsid()\n"
+                   "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+                   "os.execvp(sys.argv[1], sys.argv[1:])\n")
+"""Run inside the sandbox before a terminal's program: bwrap's `--new-session` session belongs
+to the sandbox's init, so the program starts a session of its own and makes the pty its
+controlling terminal: ^C and job control work (the terminal is the sandbox's, never the host's)."""
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _reap(pid: int) -> int | None:
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return status if got else None
+
+
+def _read(fd: int) -> bytes | None:
+    try:
+        return os.read(fd, READ_CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EIO:  # a pty whose other side is closed everywhere
+            return b""
+        return b""
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _ns_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def ns_pid(pid: int | None) -> int | None:
+    """`pid`'s pid inside its innermost PID namespace."""
+    return _ns_pid(pid) if pid is not None else None
+
+
+def _descendants(root: int) -> set[int]:
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in _children(stack.pop()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def describe(process: SandboxProcess) -> dict[str, Any]:
+    return {"pid": process.proc.pid, "init": process.init_pid, "exit_code": process.exit_code}

@@ -1,0 +1,156 @@
+"""Preview ports: HTTP and WebSocket requests proxied to a server listening inside a session's sandbox.
+
+    ANY /v1/sessions/{id}/ports/{port}/{path}     with the caller's key
+    ANY /v1/preview-links/{token}/{id}/{port}/{path}   with a presigned preview link (security/routes)
+
+The connection is made inside the sandbox's network namespace (wasm_runner.processes.netns),
+so the server is reached on its own loopback, and nothing else of the sandbox is. Bodies stream
+both ways (chunked in, chunked or sized out), connections to the sandbox are kept alive, and an
+`Upgrade: websocket` request becomes a WebSocket relayed frame by frame (hot reload). The
+caller's Authorization header never reaches the sandbox; a redirect to an absolute path is
+rewritten under the route's prefix so it stays on the preview.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.processes import not_listening
+from wasm_runner_server.sessions.service import SERVICE
+
+routes = web.RouteTableDef()
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
+NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
+"""The caller's key never reaches the sandbox."""
+WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                               "sec-websocket-protocol", "sec-websocket-accept"})
+
+
+def check_port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, f"port must be in 1..65535 (got {port})")
+    return port
+
+
+@routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}/{path:.*}")
+async def port_with_key(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    port = check_port(request.match_info["port"])
+    return await proxy(request, live, port, request.match_info["path"], f"/v1/sessions/{live.row.id}/ports/{port}")
+
+
+@routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}")
+async def port_root(request: web.Request) -> web.StreamResponse:
+    """The port's root without its slash: redirected, so the page's relative links resolve under it."""
+    raise web.HTTPPermanentRedirect(request.path + "/" + (f"?{request.query_string}" if request.query_string else ""))
+
+
+async def proxy(request: web.Request, live: LiveSession, port: int, path: str, prefix: str) -> web.StreamResponse:
+    """Send `request` to `port` inside the session's sandbox and stream the answer back."""
+    service = request.app[SERVICE]
+    process = service.processes.listener(live, port)
+    service.sessions.touch(live)
+    client = service.processes.client(live, process)
+    target = f"http://127.0.0.1:{port}/{path}"
+    if request.query_string:
+        target += "?" + request.query_string
+    headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
+    headers["Host"] = f"127.0.0.1:{port}"
+    headers["X-Forwarded-Prefix"] = prefix
+    headers["X-Forwarded-Host"] = request.host
+    headers["X-Forwarded-Proto"] = request.scheme
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return await _websocket(request, client, target, headers, live, port)
+    body = request.content if request.body_exists else None
+    try:
+        upstream_cm = client.request(request.method, target, headers=headers, data=body, allow_redirects=False,
+                                     compress=None)
+        upstream = await upstream_cm.__aenter__()
+    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError) as exc:
+        raise unreachable(live, port, exc) from None
+    try:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in upstream.headers.items():
+            lower = name.lower()
+            if lower in HOP_BY_HOP and lower != "content-length":
+                continue
+            if lower == "location" and value.startswith("/") and not value.startswith("//"):
+                value = prefix + value
+            response.headers.add(name, value)
+        if request.method == "HEAD" or upstream.status in (204, 304) or "Content-Length" in upstream.headers:
+            pass  # sized (or bodiless): the length is passed on as it is
+        else:
+            response.headers.popall("Content-Length", None)
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+    except aiohttp.ClientPayloadError as exc:
+        raise unreachable(live, port, exc) from None
+    finally:
+        await upstream_cm.__aexit__(None, None, None)
+
+
+async def _websocket(request: web.Request, client: aiohttp.ClientSession, target: str, headers: CIMultiDict,
+                     live: LiveSession, port: int) -> web.StreamResponse:
+    protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    forwarded = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in WEBSOCKET_HEADERS)
+    try:
+        upstream = await client.ws_connect(target, headers=forwarded, protocols=protocols, autoping=False,
+                                           max_msg_size=0, compress=0)
+    except aiohttp.WSServerHandshakeError as exc:
+        raise ApiError(502, ErrorCode.PORT_UNREACHABLE, f"the server on port {port} refused the WebSocket "
+                       f"upgrade ({exc.status} {exc.message})", "check the path the server expects") from None
+    except (aiohttp.ClientConnectorError, ConnectionError) as exc:
+        raise unreachable(live, port, exc) from None
+    downstream = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else (), autoping=False,
+                                       max_msg_size=0, compress=False)
+    await downstream.prepare(request)
+
+    async def relay(source, sink) -> None:
+        async for message in source:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await sink.send_str(message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                await sink.send_bytes(message.data)
+            elif message.type == aiohttp.WSMsgType.PING:
+                await sink.ping(message.data)
+            elif message.type == aiohttp.WSMsgType.PONG:
+                await sink.pong(message.data)
+            else:
+                break
+        with contextlib.suppress(Exception):
+            await sink.close(code=source.close_code or aiohttp.WSCloseCode.OK)
+
+    tasks = [asyncio.ensure_future(relay(downstream, upstream)), asyncio.ensure_future(relay(upstream, downstream))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await upstream.close()
+        await downstream.close()
+    return downstream
+
+
+def unreachable(live: LiveSession, port: int, exc: BaseException) -> ApiError:
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError):
+        return not_listening(live.row.id, port, True)
+    return ApiError(502, ErrorCode.PORT_UNREACHABLE, f"the server on port {port} of session {live.row.id!r} "
+                    f"did not answer ({type(exc).__name__}: {exc})",
+                    "check the process's output (GET /v1/sessions/{id}/processes/{pid}/output)")

@@ -1,0 +1,192 @@
+"""The service's side of background processes: starting them under a session's profile, finding
+the one behind a preview port, the HTTP clients that reach into sandboxes, and their ends.
+
+Processes live in the service's process (their sandboxes are bwrap children of the service,
+dying with it), not on kernel workers: the port proxy and the terminal WebSocket hold their
+descriptors and network namespaces here, and a worker's retirement must not end a dev server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import aiohttp
+import msgspec
+
+from wasm_runner import Session
+from wasm_runner.processes import BackgroundProcess, ProcessError, ProcessLimitError, ProcessLimits, ProcessNotFound
+from wasm_runner.processes.netns import listening_ports, socket_in
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.processes import ProcessStart
+from wasm_runner_protocol.wire import LimitsPatch
+from wasm_runner_server.config import ProcessSettings
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.metrics import Counter, Metrics
+
+if TYPE_CHECKING:
+    from wasm_runner_server.sessions.manager import LiveSession, SessionManager
+
+log = logging.getLogger("wasm_runner.server")
+
+ProcessObserver = Callable[[str, str, BackgroundProcess, object], None]
+"""Told `(event "start" | "exit", session id, process, who started it)`: the audit log is one."""
+CONNECT_TIMEOUT_S = 5.0
+
+
+class ServiceProcesses:
+    def __init__(self, settings: ProcessSettings, sessions: SessionManager, metrics: Metrics,
+                 observers: Sequence[ProcessObserver] = ()) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.observers = list(observers)
+        self._clients: dict[tuple[str, str], aiohttp.ClientSession] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.started = Counter("wasm_runner_processes_started_total", "Background processes and terminals started.")
+        self.ended = Counter("wasm_runner_processes_ended_total", "Background processes ended, by state "
+                             "(exited, killed, failed).", ("state",))
+        metrics.gauges.extend([self.started, self.ended])
+        metrics.gauge("wasm_runner_processes_live", "Background processes and terminals running now.", self.live_count)
+
+    # -- the session's manager ----------------------------------------------------------------
+
+    def core(self, live: LiveSession) -> Session:
+        _, session = self.sessions.core(live)
+        if not session.has_processes:  # the caps are read when the manager is made
+            session.process_limits = ProcessLimits(max_live=self.settings.max_live,
+                                                   memory_bytes=self.settings.memory_bytes,
+                                                   ring_bytes=self.settings.ring_bytes)
+        manager = session.processes
+        if manager.observer is None:
+            session_id = live.row.id
+            manager.observer = lambda event, process: self._observe(event, session_id, process)
+        return session
+
+    def live_count(self) -> int:
+        total = 0
+        for live in list(self.sessions.sessions.values()):
+            if live.core is not None:
+                total += live.core.live_process_count
+        return total
+
+    def get(self, live: LiveSession, process_id: str) -> BackgroundProcess:
+        try:
+            return self.core(live).processes.get(process_id)
+        except ProcessNotFound:
+            raise ApiError(404, ErrorCode.PROCESS_NOT_FOUND, f"no process {process_id!r} in session {live.row.id!r}",
+                           "list them with GET /v1/sessions/{id}/processes") from None
+
+    async def start(self, live: LiveSession, body: ProcessStart, owner: object) -> BackgroundProcess:
+        """Start `body` in the session under its profile's policy (limits, env, network)."""
+        if self.settings.max_live == 0:
+            raise ApiError(403, ErrorCode.PROCESS_LIMIT, "background processes are switched off on this server",
+                           "ask the operator to set [processes] max_live")
+        if body.command is None and not body.code:
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to start: give command or code",
+                           'e.g. {"command": ["python3", "-m", "http.server", "8000"]}')
+        if body.command is not None and body.code:
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give either command or code, not both")
+        execution = self.sessions.execution
+        profile = self.sessions.profile_of(live)
+        limits = LimitsPatch(memory_bytes=body.memory_bytes) if body.memory_bytes is not None else None
+        request = execution.request(profile, language=body.language, code=body.code or None, command=body.command,
+                                    stdin="", env=body.env, limits=limits, fresh=True, id=None)
+        request = msgspec.structs.replace(request, provider="native")
+        session = self.core(live)
+        self.sessions.touch(live)
+        pty = (body.cols, body.rows) if body.pty else None
+        self._loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.to_thread(session.processes.start, request, cwd=body.cwd, name=body.name,
+                                           stdin=body.stdin, pty=pty, ring_bytes=body.output_bytes, owner=owner)
+        except ProcessLimitError as exc:
+            raise ApiError(409, ErrorCode.PROCESS_LIMIT, str(exc), "stop a process of this session first") from None
+        except ProcessError as exc:
+            raise ApiError(422, ErrorCode.PROCESS_FAILED, f"the process could not start: {exc}",
+                           "check the command, or the server's native sandbox (wasm-runner doctor)") from None
+
+    def _observe(self, event: str, session_id: str, process: BackgroundProcess) -> None:
+        owner = process.owner
+        if event == "start":
+            self.started.inc()
+        else:
+            self.ended.inc(process.state)
+            self._drop_client(session_id, process.id)
+        for observer in self.observers:
+            try:
+                observer(event, session_id, process, owner)
+            except Exception:  # noqa: BLE001 - a process's end is never held up by its record
+                log.exception("process observer failed", extra={"event": "process_observer_failed"})
+
+    # -- ports --------------------------------------------------------------------------------
+
+    def listener(self, live: LiveSession, port: int) -> BackgroundProcess:
+        """The session's live process listening on `port` inside its sandbox; 502 when none does."""
+        session = live.core
+        processes = session.processes.live() if session is not None and session.has_processes else []
+        for process in processes:
+            pid = process.sandbox.netns_pid() if process.sandbox is not None else None
+            if pid is not None and port in listening_ports(pid):
+                return process
+        raise not_listening(live.row.id, port, bool(processes))
+
+    def client(self, live: LiveSession, process: BackgroundProcess) -> aiohttp.ClientSession:
+        """The HTTP client whose connections are made inside `process`'s network namespace (kept alive)."""
+        key = (live.row.id, process.id)
+        client = self._clients.get(key)
+        if client is None or client.closed:
+            pid = process.sandbox.netns_pid() if process.sandbox is not None else None
+            if pid is None:
+                raise not_listening(live.row.id, 0, False)
+
+            def make_socket(addr_info) -> socket.socket:
+                family, type_, proto, _, _ = addr_info
+                sock = socket_in(pid, family, type_, proto)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return sock
+
+            connector = aiohttp.TCPConnector(socket_factory=make_socket, limit=64, use_dns_cache=False,
+                                             keepalive_timeout=30, enable_cleanup_closed=False)
+            client = aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                           timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+                                           skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"))
+            self._clients[key] = client
+        return client
+
+    def _drop_client(self, session_id: str, process_id: str) -> None:
+        loop = self._loop
+        client = self._clients.pop((session_id, process_id), None)
+        if client is None or loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process ends with the service
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(client.close()))
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """End every session's processes (in parallel) and close the clients: nothing outlives the service."""
+        sessions = [live.core for live in self.sessions.sessions.values() if live.core is not None]
+        grace = self.settings.stop_grace_s
+        await asyncio.gather(*(asyncio.to_thread(s.stop_processes, "stopped: the server shut down", grace)
+                               for s in sessions if s.live_process_count))
+        for client in list(self._clients.values()):
+            await client.close()
+        self._clients.clear()
+
+
+def not_listening(session_id: str, port: int, any_live: bool) -> ApiError:
+    where = f"port {port}" if port else "that port"
+    if any_live:
+        hint = (f"start the server on {where} (bind 127.0.0.1 or 0.0.0.0 inside the sandbox), or wait until it "
+                "listens; GET /v1/sessions/{id}/processes shows each process's ports")
+    else:
+        hint = ("start the server first: POST /v1/sessions/{id}/processes with e.g. "
+                f'{{"command": ["python3", "-m", "http.server", "{port or 8000}"]}}')
+    return ApiError(502, ErrorCode.PORT_NOT_LISTENING,
+                    f"nothing listens on {where} in session {session_id!r}'s sandbox", hint)
