@@ -13,7 +13,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -22,6 +22,7 @@ import msgspec
 from wasm_runner import Session
 from wasm_runner.processes import BackgroundProcess, ProcessError, ProcessLimitError, ProcessLimits, ProcessNotFound
 from wasm_runner.processes.netns import listening_ports, socket_in
+from wasm_runner.processes.ring import OutputRing
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import ProcessStart
 from wasm_runner_protocol.wire import LimitsPatch
@@ -37,6 +38,18 @@ log = logging.getLogger("wasm_runner.server")
 ProcessObserver = Callable[[str, str, BackgroundProcess, object], None]
 """Told `(event "start" | "exit", session id, process, who started it)`: the audit log is one."""
 CONNECT_TIMEOUT_S = 5.0
+
+
+@contextlib.contextmanager
+def ring_wakeups(ring: OutputRing) -> Iterator[asyncio.Event]:
+    """An event set (on the caller's loop) at each write to `ring` and at its close, while inside."""
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    unsubscribe = ring.subscribe(lambda: loop.call_soon_threadsafe(event.set))
+    try:
+        yield event
+    finally:
+        unsubscribe()
 
 
 class ServiceProcesses:

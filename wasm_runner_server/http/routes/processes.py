@@ -27,6 +27,7 @@ from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.processes import ring_wakeups
 from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
@@ -165,32 +166,28 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     ring = process.ring(query.stream)
-    loop = asyncio.get_running_loop()
-    event = asyncio.Event()
-    unsubscribe = ring.subscribe(lambda: loop.call_soon_threadsafe(event.set))
     try:
-        while True:
-            event.clear()
-            closed = ring.closed
-            out = _chunk(process, query, offset)
-            if out.data or out.dropped:
-                payload = json.dumps({"stream": out.stream, "offset": out.offset, "next_offset": out.next_offset,
-                                      "dropped": out.dropped, "data": out.data, "encoding": out.encoding})
-                await response.write(f"id: {out.next_offset}\nevent: output\ndata: {payload}\n\n".encode())
-                offset = out.next_offset
-                continue
-            if closed:
-                payload = json.dumps({"state": process.state, "exit_code": process.exit_code, "error": process.error()})
-                await response.write(f"event: exit\ndata: {payload}\n\n".encode())
-                break
-            try:
-                await asyncio.wait_for(event.wait(), KEEPALIVE_S)
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
+        with ring_wakeups(ring) as event:
+            while True:
+                event.clear()
+                closed = ring.closed
+                out = _chunk(process, query, offset)
+                if out.data or out.dropped:
+                    payload = json.dumps({"stream": out.stream, "offset": out.offset, "next_offset": out.next_offset,
+                                          "dropped": out.dropped, "data": out.data, "encoding": out.encoding})
+                    await response.write(f"id: {out.next_offset}\nevent: output\ndata: {payload}\n\n".encode())
+                    offset = out.next_offset
+                    continue
+                if closed:
+                    payload = json.dumps({"state": process.state, "exit_code": process.exit_code, "error": process.error()})
+                    await response.write(f"event: exit\ndata: {payload}\n\n".encode())
+                    break
+                try:
+                    await asyncio.wait_for(event.wait(), KEEPALIVE_S)
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
     except ConnectionResetError:
         pass  # the client went away: it resumes from the last id it saw
-    finally:
-        unsubscribe()
     return response
 
 

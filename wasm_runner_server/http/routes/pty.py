@@ -30,6 +30,7 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import ProcessStart, PtyInput, PtyResize, PtySignal
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.sessions.processes import ring_wakeups
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
@@ -124,24 +125,20 @@ async def _handle_control(ws: web.WebSocketResponse, process: BackgroundProcess,
 async def _output(ws: web.WebSocketResponse, process: BackgroundProcess, offset: int) -> None:
     """Terminal output to the socket as binary frames, from `offset`; then the exit message."""
     ring = process.stdout
-    loop = asyncio.get_running_loop()
-    event = asyncio.Event()
-    unsubscribe = ring.subscribe(lambda: loop.call_soon_threadsafe(event.set))
     try:
-        while True:
-            event.clear()
-            closed = ring.closed
-            chunk = ring.read(offset)
-            if chunk.data:
-                await ws.send_bytes(chunk.data)
-                offset = chunk.next_offset
-                continue
-            if closed:
-                await ws.send_str(json.dumps({"type": "exit", "exit_code": process.exit_code, "state": process.state}))
-                await ws.close()
-                return
-            await event.wait()
+        with ring_wakeups(ring) as event:
+            while True:
+                event.clear()
+                closed = ring.closed
+                chunk = ring.read(offset)
+                if chunk.data:
+                    await ws.send_bytes(chunk.data)
+                    offset = chunk.next_offset
+                    continue
+                if closed:
+                    await ws.send_str(json.dumps({"type": "exit", "exit_code": process.exit_code, "state": process.state}))
+                    await ws.close()
+                    return
+                await event.wait()
     except ConnectionResetError:
         return
-    finally:
-        unsubscribe()
