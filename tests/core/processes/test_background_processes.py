@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes_with
 
 from wasm_runner import Runner
 from wasm_runner.processes import ProcessError, ProcessLimitError, ProcessLimits
@@ -15,21 +16,6 @@ from wasm_runner.providers.native.bwrap import find_bwrap, probe
 _path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
 pytestmark = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
-
-
-def host_processes_with(marker: str) -> list[int]:
-    """Host pids whose command line holds `marker` (the host's process table)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry))
-    return found
 
 
 def until(condition, timeout: float = 10.0) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from host_processes import host_processes_running, host_processes_with
 from server_helpers import assert_error_shape, eventually
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
@@ -28,20 +29,6 @@ pytestmark = [
 
 DEVSERVER = (Path(__file__).parents[2] / "helpers" / "sandbox_devserver.py").read_text()
 SECTIONS = {"workers": {"kernel_workers": 0}, "processes": {"max_live": 3, "stop_grace_s": 0.5, "pty_grace_s": 0.2}}
-
-
-def host_processes_with(marker: str) -> list[int]:
-    """Host pids whose command line holds `marker`, or starts with it when it names the program."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                if cmdline.startswith(marker.encode()) if "\0" in marker else marker.encode() in cmdline:
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 async def until_gone(marker: str, timeout: float = 5.0) -> None:
@@ -247,15 +234,15 @@ async def test_deleting_the_session_and_shutting_the_server_down_leave_no_proces
     other = await new_session(secure)
     await start(secure, other, command=["sleep", marker])
     deadline = time.monotonic() + 5
-    while len(host_processes_with("sleep\0" + marker)) < 4 and time.monotonic() < deadline:
+    while len(host_processes_running(["sleep", marker])) < 4 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert len(host_processes_with("sleep\0" + marker)) == 4
+    assert len(host_processes_running(["sleep", marker])) == 4
     status, _, _ = await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member")
     assert status == 204
     deadline = time.monotonic() + 5
-    while len(host_processes_with("sleep\0" + marker)) > 1 and time.monotonic() < deadline:
+    while len(host_processes_running(["sleep", marker])) > 1 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert len(host_processes_with("sleep\0" + marker)) == 1  # the other session's is untouched
+    assert len(host_processes_running(["sleep", marker])) == 1  # the other session's is untouched
     await secure.client.close()  # the server shuts down
     await until_gone(marker)
 

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes_with
 
 from wasm_runner import Limits, Runner
 from wasm_runner.providers.native import NativeProvider, SandboxPolicy
@@ -45,18 +46,6 @@ def _marker() -> str:
     return f"1000.{uuid.uuid4().int % 10**9:09d}"
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def _zombie_children() -> list[int]:
     zombies = []
     for entry in os.listdir("/proc"):
@@ -85,7 +74,7 @@ def test_timeout_sends_sigterm_then_sigkill_to_the_whole_tree_leaving_nothing(na
     assert result.limit == "timeout" and result.error.type == "LimitExceeded"
     assert result.exit_code in (137, 143)
     assert 1.0 <= elapsed < 1.0 + POLICY.kill_grace_s + 2.0
-    assert not _processes_with(marker)
+    assert not host_processes_with(marker)
     assert not _zombie_children()
     _host_is_fine()
 
@@ -98,7 +87,7 @@ def test_background_sleep_cannot_outlive_its_run(native_runner):
     assert result.exit_code == 0 and result.stdout == "detached\n"
     assert result.duration_ms < 5000  # the run ended with its main process, not the sleeps
     time.sleep(0.1)
-    assert not _processes_with(marker)
+    assert not host_processes_with(marker)
     assert not _zombie_children()
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from host_processes import host_processes_with
 
 from wasm_runner import ExecRequest, Limits, Runner
 from wasm_runner.providers.base import Job
@@ -185,7 +186,7 @@ def test_unsandboxed_fallback_only_when_opted_in_and_then_says_isolation_none(tm
                                                  limits=Limits(timeout_s=0.5)))
     assert slow.limit == "timeout" and slow.isolation == "none"
     time.sleep(0.2)
-    assert not _processes_with("1000.4242")
+    assert not host_processes_with("1000.4242")
 
 
 def test_process_request_builds_a_native_command_request():
@@ -239,19 +240,6 @@ def test_install_script_is_a_clear_no_op_when_not_root():
                           text=True, **as_nobody)
     assert done.returncode == 0
     assert "not root" in done.stderr or "apt-get" in done.stderr
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                found.append(int(entry))
-    return found
 
 
 @needs_sandbox
