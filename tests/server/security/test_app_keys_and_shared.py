@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_isolation import SESSION_ROUTES, _concrete
+from test_isolation import SESSION_ROUTES, _concrete, _method
 
 
 async def _member_session_with_a_shared_secret(secure) -> str:
@@ -23,7 +23,7 @@ async def _member_session_with_a_shared_secret(secure) -> str:
 @pytest.mark.parametrize(("method", "canonical"), SESSION_ROUTES, ids=[f"{m} {c}" for m, c in SESSION_ROUTES])
 async def test_an_app_key_cannot_use_a_session_that_mounts_shared(secure, method, canonical):
     sid = await _member_session_with_a_shared_secret(secure)
-    status, body, _ = await secure.call(method, _concrete(canonical, sid), "a_app",
+    status, body, _ = await secure.call(_method(method), _concrete(canonical, sid), "a_app",
                                         json={"code": "print(open('/workspace/shared/secret.txt').read())"})
     assert status == 403, (status, body)
     if method != "HEAD":

@@ -13,7 +13,9 @@ from wasm_runner_server.app import create_app
 
 _APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
 ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})
-SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1] and not r[1].startswith("/v1/links/")]
+# presigned links name their session inside the signature (download and preview links are tested
+# with their own forgeries: tests/server/security/test_keys_and_links.py, test_processes_and_ports.py)
+SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1] and not r[1].startswith(("/v1/links/", "/v1/preview-links/"))]
 
 NOT_SESSION_SCOPED = {
     # public
@@ -40,8 +42,13 @@ def test_every_route_is_session_scoped_or_classified():
     assert len(SESSION_ROUTES) >= 12
 
 
+def _method(method: str) -> str:
+    """A route for any method (`*`, the preview proxy) is called with GET."""
+    return "GET" if method == "*" else method
+
+
 def _concrete(canonical: str, session_id: str) -> str:
-    path = canonical.replace("{id}", session_id)
+    path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000")
     return re.sub(r"\{path\}", "notes.txt", path)
 
 
@@ -54,7 +61,7 @@ async def test_other_workspaces_session_answers_404_like_a_missing_one(secure, m
     missing = "0" * 32
     seen = []
     for session_id in (theirs, missing):
-        status, body, _ = await secure.call(method, _concrete(canonical, session_id), "b_member", json={})
+        status, body, _ = await secure.call(_method(method), _concrete(canonical, session_id), "b_member", json={})
         seen.append((status, body))
     (status_theirs, body_theirs), (status_missing, body_missing) = seen
     assert status_theirs == status_missing == 404

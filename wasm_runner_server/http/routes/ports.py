@@ -54,6 +54,7 @@ async def port_with_key(request: web.Request) -> web.StreamResponse:
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}")
 async def port_root(request: web.Request) -> web.StreamResponse:
     """The port's root without its slash: redirected, so the page's relative links resolve under it."""
+    request.app[SERVICE].sessions.get(request.match_info["id"])  # another workspace's session: 404 first
     raise web.HTTPPermanentRedirect(request.path + "/" + (f"?{request.query_string}" if request.query_string else ""))
 
 
