@@ -36,6 +36,7 @@ import msgspec
 
 from wasm_runner.capture import Capture
 from wasm_runner.providers.native.limits import RunCgroup
+from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner_protocol.execution import GuestError, LimitName, RichOutput
 
 DRIVER_NAME = "kernel_driver.py"
@@ -210,7 +211,7 @@ class NativeKernel:
         deadline = time.monotonic() + timeout_s
         interrupted_at: float | None = None
         limit: LimitName | None = None
-        pidfd = _pidfd(self.proc.pid)
+        pidfd = open_pidfd(self.proc.pid)
         with selectors.DefaultSelector() as selector:
             selector.register(self._reply_r, selectors.EVENT_READ, "reply")
             selector.register(wake_r, selectors.EVENT_READ, "wake")
@@ -400,13 +401,6 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _exit_code(returncode: int | None) -> int:

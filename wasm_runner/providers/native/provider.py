@@ -67,6 +67,7 @@ from wasm_runner.providers.native.limits import (
     rlimit_prefix,
 )
 from wasm_runner.providers.native.ownership import normalize
+from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner.providers.native.sandboxed_process import CONTROLLING_TTY, SandboxProcess, set_window
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
 from wasm_runner.providers.native.toolchain import (
@@ -730,7 +731,7 @@ class _Run:
         if status_r is not None:
             selector.register(status_r, selectors.EVENT_READ, "status")
         selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        pidfd = _pidfd(proc.pid)
+        pidfd = open_pidfd(proc.pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ, "exit")
         stdin_data = memoryview(self.request.stdin.encode()) if proc.stdin is not None else None
@@ -1311,13 +1312,6 @@ def _reap(pid: int, block: bool = False) -> tuple[int | None, Any]:
     if got == 0:
         return None, None
     return status, rusage
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _read(fd: int) -> bytes | None:

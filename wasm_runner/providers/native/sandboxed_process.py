@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wasm_runner.providers.native.limits import RunCgroup
+from wasm_runner.providers.native.pidfd import open_pidfd
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -101,7 +102,7 @@ class SandboxProcess:
             selector.register(fd, selectors.EVENT_READ, "out")
         os.set_blocking(self._status_r, False)
         selector.register(self._status_r, selectors.EVENT_READ, "status")
-        pidfd = _pidfd(self.proc.pid)
+        pidfd = open_pidfd(self.proc.pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ, "exit")
         status_buffer = b""
@@ -326,13 +327,6 @@ CONTROLLING_TTY = ("import fcntl, os, sys, termios\n"
 """Run inside the sandbox before a terminal's program: bwrap's `--new-session` session belongs
 to the sandbox's init, so the program starts a session of its own and makes the pty its
 controlling terminal: ^C and job control work (the terminal is the sandbox's, never the host's)."""
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
 
 
 def _reap(pid: int) -> int | None:
