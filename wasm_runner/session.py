@@ -157,7 +157,10 @@ class Session:
             finally:
                 self.last_used = time.monotonic()
 
-    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
+                 on_job: Callable[[Job], None] | None = None, **fields: Any) -> ExecResult:
+        """Run as `run` does, blocking this thread; `on_job` is told of the job before its guest
+        starts (to cancel this very call from another thread)."""
         request = self._with_egress(self.runner.request(code, **fields))
         self._ensure_packages()
         self.last_used = time.monotonic()
@@ -166,6 +169,8 @@ class Session:
             if workers is not None and workers.available:
                 return workers.run_blocking(self, request, listener)
             job = self._new_job(request, listener)
+            if on_job is not None:
+                on_job(job)
             return self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
                                                      on_abandon=self.lose_kernels)
         finally:

@@ -71,6 +71,10 @@ class KernelHost:
         self.queues: dict[str, collections.deque[Order]] = {}
         """Orders of each session not yet done; a session with a queue has a drain running."""
         self.running: dict[int, Session] = {}
+        self.jobs: dict[int, Job] = {}
+        """The job of each running call, once its session made it."""
+        self.cancelled: set[int] = set()
+        """Calls cancelled while being set up (before their job existed): they stop as they start."""
         self.lock = threading.Lock()
         self.retiring = False
         self.asks: dict[int, Ask] = {}
@@ -154,12 +158,18 @@ class KernelHost:
         # The guest's clock starts after this, so the wait for an install ends before its deadline.
         session.install_handler = self._asker(seq, time.monotonic() + order.request.limits.timeout_s)
         with self.lock:
+            if seq in self.cancelled:
+                self.cancelled.discard(seq)
+                self.send(Answer(seq, _cancelled(order)))
+                return
             self.running[seq] = session
         try:
-            result = session.run_sync(order.request, listener=listener)
+            result = session.run_sync(order.request, listener=listener, on_job=lambda job: self._started(seq, job))
         finally:
             with self.lock:
                 self.running.pop(seq, None)
+                self.jobs.pop(seq, None)
+                self.cancelled.discard(seq)
                 done = self.retiring and not self.running
         self.send(Answer(seq, result, kernels=session.kernels))
         if done:
@@ -202,16 +212,27 @@ class KernelHost:
             for ask in self.asks.values():
                 if ask.seq == seq:  # its guest stops once the wait ends
                     ask.settle(refusal("resolver_failed", "the call was cancelled", None))
-            session = self.running.get(seq)
-            if session is None:  # not started: drop it from its queue
+            job = self.jobs.get(seq)
+            if job is None:
                 for queue in self.queues.values():
-                    for order in list(queue)[1:]:
+                    if queue and queue[0].seq == seq:  # being set up: it stops as it starts
+                        self.cancelled.add(seq)
+                        return
+                    for order in list(queue)[1:]:  # not started: drop it from its queue
                         if order.seq == seq:
                             queue.remove(order)
                             self.send(Answer(seq, _cancelled(order)))
                             return
                 return
-        session.cancel()
+        job.cancel()
+
+    def _started(self, seq: int, job: Job) -> None:
+        """`seq`'s job exists (before its guest starts): a cancel that came first stops it now."""
+        with self.lock:
+            self.jobs[seq] = job
+            cancelled = seq in self.cancelled
+        if cancelled:
+            job.cancel()
 
     def _stuck(self, job: Job) -> None:
         """A turn was given up (its thread is blocked in a host call): retire the worker."""
