@@ -52,11 +52,14 @@ def test_wasm_runner_server():
 
 def test_wasm_runner_client():
     assert exported(wasm_runner_client) == [
-        "ApiError", "AsyncClient", "AsyncExecStream", "AuthenticationError", "BadRequestError", "CancelResult", "Client",
+        "ApiError", "AsyncClient", "AsyncExecStream", "AsyncProcessOutputStream", "AuthenticationError",
+        "BadRequestError", "CancelResult", "Client",
         "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
         "GlobResult", "GrepMatch", "GrepResult", "InstallResult", "InstalledPackage", "Limits", "LimitsPatch",
         "NotFoundError", "OneShotResult", "OutputChunk", "OutputFile", "PackageError", "PackageLock",
-        "PackageRequest", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "ProfileList",
+        "PackageRequest", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "PreviewLink",
+        "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput", "ProcessOutputStream", "ProcessStdinResult",
+        "ProfileList",
         "RateLimitedError", "Retry", "RichOutput", "ServerError", "ServiceUnavailableError", "SessionInfo",
         "SessionList", "TextEdit", "TransportError", "UploadResult", "WasmRunnerError", "WriteResult",
     ]

@@ -18,7 +18,7 @@ Results are the core's `ExecResult` (wasm_runner.api) and the Structs of
 needs httpx; the rest of wasm_runner does not import it.
 """
 
-from wasm_runner_client.async_client import AsyncClient, AsyncExecStream
+from wasm_runner_client.async_client import AsyncClient, AsyncExecStream, AsyncProcessOutputStream
 from wasm_runner_client.calls import Retry
 from wasm_runner_client.errors import (
     ApiError,
@@ -34,7 +34,7 @@ from wasm_runner_client.errors import (
     TransportError,
     WasmRunnerError,
 )
-from wasm_runner_client.sync_client import Client, ExecStream
+from wasm_runner_client.sync_client import Client, ExecStream, ProcessOutputStream
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -49,6 +49,12 @@ from wasm_runner_client.wire import (
     OutputChunk,
     OutputFile,
     PresignResult,
+    PreviewLink,
+    ProcessExit,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
+    ProcessStdinResult,
     ProfileList,
     SessionInfo,
     SessionList,
@@ -64,6 +70,7 @@ __all__ = [
     "ApiError",
     "AsyncClient",
     "AsyncExecStream",
+    "AsyncProcessOutputStream",
     "AuthenticationError",
     "BadRequestError",
     "CancelResult",
@@ -92,6 +99,13 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PresignResult",
+    "PreviewLink",
+    "ProcessExit",
+    "ProcessInfo",
+    "ProcessList",
+    "ProcessOutput",
+    "ProcessOutputStream",
+    "ProcessStdinResult",
     "ProfileList",
     "RateLimitedError",
     "Retry",

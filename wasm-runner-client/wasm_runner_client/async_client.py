@@ -15,7 +15,20 @@ import anyio
 import httpx
 
 from wasm_runner_client import calls
-from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, Upload, decode, query, session_path
+from wasm_runner_client.calls import (
+    CHUNK,
+    Call,
+    LimitsArg,
+    OutputEvents,
+    R,
+    Retry,
+    StreamState,
+    Upload,
+    decode,
+    process_path,
+    query,
+    session_path,
+)
 from wasm_runner_client.errors import TransportError, error_for
 from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers
 from wasm_runner_client.wire import (
@@ -30,6 +43,14 @@ from wasm_runner_client.wire import (
     OutputChunk,
     PresignBody,
     PresignResult,
+    PreviewLink,
+    PreviewLinkBody,
+    ProcessExit,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
+    ProcessSignal,
+    ProcessStdinResult,
     ProfileList,
     Readiness,
     SessionCreate,
@@ -39,8 +60,9 @@ from wasm_runner_client.wire import (
     UploadResult,
     WriteResult,
 )
-from wasm_runner_protocol.execution import ExecResult
+from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
+from wasm_runner_protocol.processes import SignalName, StreamName
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
@@ -221,6 +243,58 @@ class AsyncClient:
                                    outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
         return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
+    # -- background processes and preview ports --------------------------------------------------
+
+    async def start_process(self, session_id: str, command: list[str] | None = None, *, code: str = "",
+                            language: Language = "bash", env: Mapping[str, str] | None = None, cwd: str = "",
+                            memory_bytes: int | None = None, output_bytes: int | None = None, stdin: bool = True,
+                            pty: bool = False, cols: int = 80, rows: int = 24, name: str = "") -> ProcessInfo:
+        body = calls.start_body(command, code=code, language=language, env=env, cwd=cwd, memory_bytes=memory_bytes,
+                                output_bytes=output_bytes, stdin=stdin, pty=pty, cols=cols, rows=rows, name=name)
+        return await self._call(Call("POST", session_path(session_id, "processes"), body=body), ProcessInfo)
+
+    async def list_processes(self, session_id: str) -> ProcessList:
+        return await self._call(Call("GET", session_path(session_id, "processes")), ProcessList)
+
+    async def get_process(self, session_id: str, process_id: str) -> ProcessInfo:
+        return await self._call(Call("GET", process_path(session_id, process_id)), ProcessInfo)
+
+    async def process_output(self, session_id: str, process_id: str, *, stream: StreamName = "stdout",
+                             offset: int = 0, limit: int | None = None,
+                             encoding: Literal["utf-8", "base64"] = "utf-8",
+                             wait_s: float | None = None) -> ProcessOutput:
+        params = calls.output_query(stream, offset, limit, encoding, wait_s)
+        call = Call("GET", process_path(session_id, process_id, "output"), params=params)
+        return await self._call(call, ProcessOutput)
+
+    def process_output_stream(self, session_id: str, process_id: str, *, stream: StreamName = "stdout",
+                              offset: int = 0) -> AsyncProcessOutputStream:
+        return AsyncProcessOutputStream(self, session_id, process_id, stream, offset)
+
+    async def send_input(self, session_id: str, process_id: str, data: str | bytes, *,
+                         eof: bool = False) -> ProcessStdinResult:
+        call = Call("POST", process_path(session_id, process_id, "stdin"), body=calls.stdin_body(data, eof), retry=False)
+        return await self._call(call, ProcessStdinResult)
+
+    async def signal_process(self, session_id: str, process_id: str, signal: SignalName = "TERM", *,
+                             tree: bool = False) -> ProcessInfo:
+        call = Call("POST", process_path(session_id, process_id, "signal"), body=ProcessSignal(signal=signal, tree=tree))
+        return await self._call(call, ProcessInfo)
+
+    async def stop_process(self, session_id: str, process_id: str) -> ProcessInfo:
+        return await self._call(Call("DELETE", process_path(session_id, process_id)), ProcessInfo)
+
+    async def preview_url(self, session_id: str, port: int, *, expires_in: float | None = None) -> PreviewLink:
+        call = Call("POST", session_path(session_id, "ports", f"{int(port)}:presign"),
+                    body=PreviewLinkBody(expires_in=expires_in))
+        link = await self._call(call, PreviewLink)
+        link.url = str(self._http.base_url.join(link.url.lstrip("/")))
+        return link
+
+    def port_url(self, session_id: str, port: int, path: str = "") -> str:
+        return str(self._http.base_url.join(session_path(session_id, "ports", str(int(port)),
+                                                         calls.file_path(path.lstrip("/"))).lstrip("/")))
+
     # -- files -------------------------------------------------------------------------------------
 
     def _file_call(self, method: str, session_id: str, path: str, **kwargs: Any) -> Call:
@@ -391,3 +465,61 @@ class AsyncExecStream(Generic[R]):
                 pass
         assert self._state.result is not None
         return self._state.result
+
+
+class AsyncProcessOutputStream:
+    """One stream of a background process, followed as server-sent events: `async for` the `ProcessOutput`
+    chunks; `exit` once the process has ended; `next_offset` to resume from."""
+
+    def __init__(self, client: AsyncClient, session_id: str, process_id: str, stream: StreamName,
+                 offset: int) -> None:
+        self._client = client
+        self._call = Call("GET", process_path(session_id, process_id, "output"),
+                          params=query(stream=stream, offset=offset), headers={"Accept": "text/event-stream"})
+        self._events = OutputEvents(offset)
+        self._response: httpx.Response | None = None
+        self._closed = False
+
+    @property
+    def exit(self) -> ProcessExit | None:
+        return self._events.exit
+
+    @property
+    def next_offset(self) -> int:
+        return self._events.next_offset
+
+    async def _open(self) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the stream is closed")
+        if self._response is None:
+            self._response = await self._client._send(self._call, stream=True)
+        return self._response
+
+    async def __aenter__(self) -> AsyncProcessOutputStream:
+        await self._open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            await self._response.aclose()
+
+    async def __aiter__(self) -> AsyncIterator[ProcessOutput]:
+        response = await self._open()
+        try:
+            async for line in response.aiter_lines():
+                chunk = self._events.line(line)
+                if chunk is not None:
+                    yield chunk
+                elif self._events.exit is not None:
+                    break
+        except httpx.HTTPError as exc:
+            raise TransportError(f"the output stream was cut (resume from offset {self.next_offset}): {exc}") from exc
+        finally:
+            await self.aclose()
+        if self._events.exit is None:
+            raise self._events.ended_early()

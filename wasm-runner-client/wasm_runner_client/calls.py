@@ -6,6 +6,7 @@ client, so the two differ only in how they wait.
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 from collections.abc import Iterable, Mapping
@@ -16,9 +17,23 @@ from urllib.parse import quote
 import msgspec
 
 from wasm_runner_client.errors import ApiError, ConflictError, error_for, parse_retry_after
-from wasm_runner_client.wire import Base64File, ExecBody, FileEdit, LimitsPatch, OneShotBody, OutputChunk, ProcessBody, TextEdit
+from wasm_runner_client.wire import (
+    Base64File,
+    ExecBody,
+    FileEdit,
+    LimitsPatch,
+    OneShotBody,
+    OutputChunk,
+    ProcessBody,
+    ProcessExit,
+    ProcessOutput,
+    ProcessStart,
+    ProcessStdin,
+    TextEdit,
+)
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.execution import ExecResult, Limits
+from wasm_runner_protocol.execution import ExecResult, Language, Limits
+from wasm_runner_protocol.processes import DEFAULT_RING_BYTES
 
 T = TypeVar("T")
 R = TypeVar("R", bound=ExecResult)
@@ -213,6 +228,31 @@ def process_body(command: list[str], *, stdin: str, env: Mapping[str, str] | Non
                        profile=profile, id=id)
 
 
+def process_path(session_id: str, process_id: str, *rest: str) -> str:
+    return session_path(session_id, "processes", segment(process_id), *rest)
+
+
+def start_body(command: list[str] | None, *, code: str, language: Language, env: Mapping[str, str] | None, cwd: str,
+               memory_bytes: int | None, output_bytes: int | None, stdin: bool, pty: bool, cols: int, rows: int,
+               name: str) -> ProcessStart:
+    return ProcessStart(command=list(command) if command is not None else None, code=code, language=language,
+                        env=dict(env or {}), cwd=cwd, memory_bytes=memory_bytes,
+                        output_bytes=output_bytes or DEFAULT_RING_BYTES, stdin=stdin, pty=pty, cols=cols, rows=rows,
+                        name=name)
+
+
+def stdin_body(data: str | bytes, eof: bool) -> ProcessStdin:
+    """Text is sent as UTF-8; bytes as base64, so any byte reaches the process."""
+    if isinstance(data, str):
+        return ProcessStdin(data=data, eof=eof)
+    return ProcessStdin(data=base64.b64encode(bytes(data)).decode("ascii"), encoding="base64", eof=eof)
+
+
+def output_query(stream: str, offset: int, limit: int | None, encoding: str, wait_s: float | None) -> dict[str, str]:
+    return query(stream=stream, offset=offset, limit=limit, encoding=encoding if encoding != "utf-8" else None,
+                 wait_s=wait_s or None)
+
+
 def one_shot_body(code: str | None, *, path: str | None, command: list[str] | None, language: str | None,
                   files: Mapping[str, str | bytes] | None, outputs: Iterable[str], stdin: str,
                   env: Mapping[str, str] | None, limits: LimitsArg, profile: str | None,
@@ -314,6 +354,36 @@ class StreamState(Generic[R]):
     def ended_early(self) -> ApiError:
         return ApiError(None, ErrorCode.STREAM_ENDED, "the event stream ended without a result",
                         "the connection was cut or the server stopped; run the code again")
+
+
+class OutputEvents:
+    """What an output stream of a background process has delivered: chunks as they come, then its end."""
+
+    def __init__(self, offset: int) -> None:
+        self.parser = EventParser()
+        self.next_offset = offset
+        """Where a new stream resumes without loss or repeat (the last chunk's end)."""
+        self.exit: ProcessExit | None = None
+
+    def line(self, line: str) -> ProcessOutput | None:
+        """The chunk a line completes, if any; sets `exit` on the last event; raises an `error` event."""
+        event = self.parser.feed(line)
+        if event is None:
+            return None
+        name, data = event
+        if name == "output":
+            chunk = decode(ProcessOutput, data.encode("utf-8"))
+            self.next_offset = chunk.next_offset
+            return chunk
+        if name == "exit":
+            self.exit = decode(ProcessExit, data.encode("utf-8"))
+        elif name == "error":
+            raise error_for(None, data.encode("utf-8"))
+        return None
+
+    def ended_early(self) -> ApiError:
+        return ApiError(None, ErrorCode.STREAM_ENDED, "the output stream ended before the process did",
+                        f"the connection was cut or the server stopped; follow again from offset={self.next_offset}")
 
 
 def not_a_file(path: str) -> ConflictError:

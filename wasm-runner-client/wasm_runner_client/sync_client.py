@@ -12,7 +12,19 @@ from typing import IO, Any, Generic, Literal
 import httpx
 
 from wasm_runner_client import calls
-from wasm_runner_client.calls import CHUNK, Call, LimitsArg, R, Retry, StreamState, decode, query, session_path
+from wasm_runner_client.calls import (
+    CHUNK,
+    Call,
+    LimitsArg,
+    OutputEvents,
+    R,
+    Retry,
+    StreamState,
+    decode,
+    process_path,
+    query,
+    session_path,
+)
 from wasm_runner_client.errors import TransportError, error_for
 from wasm_runner_client.wire import (
     CancelResult,
@@ -26,6 +38,14 @@ from wasm_runner_client.wire import (
     OutputChunk,
     PresignBody,
     PresignResult,
+    PreviewLink,
+    PreviewLinkBody,
+    ProcessExit,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
+    ProcessSignal,
+    ProcessStdinResult,
     ProfileList,
     Readiness,
     SessionCreate,
@@ -35,8 +55,9 @@ from wasm_runner_client.wire import (
     UploadResult,
     WriteResult,
 )
-from wasm_runner_protocol.execution import ExecResult
+from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
+from wasm_runner_protocol.processes import SignalName, StreamName
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -239,6 +260,77 @@ class Client:
                                    outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
         return ExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
+    # -- background processes and preview ports --------------------------------------------------
+
+    def start_process(self, session_id: str, command: list[str] | None = None, *, code: str = "",
+                      language: Language = "bash", env: Mapping[str, str] | None = None, cwd: str = "",
+                      memory_bytes: int | None = None, output_bytes: int | None = None, stdin: bool = True,
+                      pty: bool = False, cols: int = 80, rows: int = 24, name: str = "") -> ProcessInfo:
+        """Start a process that keeps running after the call (natively, in the session's sandbox); returns at once.
+
+        Give `command` (an argv) or `code` in `language`. Its output is kept by the server
+        (`output_bytes` per stream, the oldest dropped past it) and read with `process_output`.
+        """
+        body = calls.start_body(command, code=code, language=language, env=env, cwd=cwd, memory_bytes=memory_bytes,
+                                output_bytes=output_bytes, stdin=stdin, pty=pty, cols=cols, rows=rows, name=name)
+        return self._call(Call("POST", session_path(session_id, "processes"), body=body), ProcessInfo)
+
+    def list_processes(self, session_id: str) -> ProcessList:
+        return self._call(Call("GET", session_path(session_id, "processes")), ProcessList)
+
+    def get_process(self, session_id: str, process_id: str) -> ProcessInfo:
+        return self._call(Call("GET", process_path(session_id, process_id)), ProcessInfo)
+
+    def process_output(self, session_id: str, process_id: str, *, stream: StreamName = "stdout", offset: int = 0,
+                       limit: int | None = None, encoding: Literal["utf-8", "base64"] = "utf-8",
+                       wait_s: float | None = None) -> ProcessOutput:
+        """Output of one stream from byte `offset`; ask from `next_offset` next time (nothing lost or repeated).
+
+        `wait_s` waits that long for bytes past `offset` when there are none yet."""
+        params = calls.output_query(stream, offset, limit, encoding, wait_s)
+        return self._call(Call("GET", process_path(session_id, process_id, "output"), params=params), ProcessOutput)
+
+    def process_output_stream(self, session_id: str, process_id: str, *, stream: StreamName = "stdout",
+                              offset: int = 0) -> ProcessOutputStream:
+        """Follow one stream from `offset` as it is written (server-sent events), until the process ends.
+
+            with client.process_output_stream(sid, pid) as output:
+                for chunk in output:
+                    print(chunk.data, end="")
+            print(output.exit.exit_code)
+
+        After a cut connection, follow again from `output.next_offset`."""
+        return ProcessOutputStream(self, session_id, process_id, stream, offset)
+
+    def send_input(self, session_id: str, process_id: str, data: str | bytes, *, eof: bool = False) -> ProcessStdinResult:
+        """Write to the process's stdin (its terminal for a pty process); `eof` closes it afterwards."""
+        call = Call("POST", process_path(session_id, process_id, "stdin"), body=calls.stdin_body(data, eof), retry=False)
+        return self._call(call, ProcessStdinResult)
+
+    def signal_process(self, session_id: str, process_id: str, signal: SignalName = "TERM", *,
+                       tree: bool = False) -> ProcessInfo:
+        """Send `signal` to the process (`tree`: to every process of its sandbox)."""
+        call = Call("POST", process_path(session_id, process_id, "signal"), body=ProcessSignal(signal=signal, tree=tree))
+        return self._call(call, ProcessInfo)
+
+    def stop_process(self, session_id: str, process_id: str) -> ProcessInfo:
+        """Stop the process and its whole tree (TERM, then KILL after the server's grace period)."""
+        return self._call(Call("DELETE", process_path(session_id, process_id)), ProcessInfo)
+
+    def preview_url(self, session_id: str, port: int, *, expires_in: float | None = None) -> PreviewLink:
+        """A link to the server listening on `port` in the session's sandbox, for a browser (no key) until it
+        expires; `url` is absolute and ends with "/"."""
+        call = Call("POST", session_path(session_id, "ports", f"{int(port)}:presign"),
+                    body=PreviewLinkBody(expires_in=expires_in))
+        link = self._call(call, PreviewLink)
+        link.url = str(self._http.base_url.join(link.url.lstrip("/")))
+        return link
+
+    def port_url(self, session_id: str, port: int, path: str = "") -> str:
+        """The URL of `path` on the server on `port` in the session's sandbox (send this client's Authorization)."""
+        return str(self._http.base_url.join(session_path(session_id, "ports", str(int(port)),
+                                                         calls.file_path(path.lstrip("/"))).lstrip("/")))
+
     # -- files -------------------------------------------------------------------------------------
 
     def _file_call(self, method: str, session_id: str, path: str, **kwargs: Any) -> Call:
@@ -421,3 +513,65 @@ class ExecStream(Generic[R]):
                 pass
         assert self._state.result is not None
         return self._state.result
+
+
+class ProcessOutputStream:
+    """One stream of a background process, followed as server-sent events: iterate for `ProcessOutput`
+    chunks as they are written; `exit` says how the process ended once it has.
+
+    The request is sent when the stream is entered or first iterated. `next_offset` is
+    where the last chunk ended: a new stream from there resumes without loss or repeat.
+    """
+
+    def __init__(self, client: Client, session_id: str, process_id: str, stream: StreamName, offset: int) -> None:
+        self._client = client
+        self._call = Call("GET", process_path(session_id, process_id, "output"),
+                          params=query(stream=stream, offset=offset), headers={"Accept": "text/event-stream"})
+        self._events = OutputEvents(offset)
+        self._response: httpx.Response | None = None
+        self._closed = False
+
+    @property
+    def exit(self) -> ProcessExit | None:
+        """How the process ended; None until the stream has been read to its end."""
+        return self._events.exit
+
+    @property
+    def next_offset(self) -> int:
+        return self._events.next_offset
+
+    def _open(self) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the stream is closed")
+        if self._response is None:
+            self._response = self._client._send(self._call, stream=True)
+        return self._response
+
+    def __enter__(self) -> ProcessOutputStream:
+        self._open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._response is not None:
+            self._response.close()
+
+    def __iter__(self) -> Iterator[ProcessOutput]:
+        response = self._open()
+        try:
+            for line in response.iter_lines():
+                chunk = self._events.line(line)
+                if chunk is not None:
+                    yield chunk
+                elif self._events.exit is not None:
+                    break
+        except httpx.HTTPError as exc:
+            raise TransportError(f"the output stream was cut (resume from offset {self.next_offset}): {exc}") from exc
+        finally:
+            self.close()
+        if self._events.exit is None:
+            raise self._events.ended_early()

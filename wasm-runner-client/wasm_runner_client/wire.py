@@ -1,6 +1,6 @@
 """The HTTP API's bodies as the client sends and receives them.
 
-They are the service's own definitions (wasm_runner.wire), so the client and the
+They are the service's own definitions (wasm_runner_protocol), so the client and the
 server cannot drift apart; only `OutputChunk`, what a streamed execution yields to
 the caller, is the client's.
 """
@@ -11,6 +11,18 @@ from typing import Literal
 
 import msgspec
 
+from wasm_runner_protocol.processes import (
+    PreviewLink,
+    PreviewLinkBody,
+    ProcessExit,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
+    ProcessSignal,
+    ProcessStart,
+    ProcessStdin,
+    ProcessStdinResult,
+)
 from wasm_runner_protocol.wire import (
     Base64File,
     CancelResult,
@@ -49,8 +61,9 @@ __all__ = [
     "Base64File", "CancelResult", "DeleteResult", "EditResult", "ErrorDetail", "ErrorResponse", "ExecBody",
     "FileEdit", "FileEntry", "FileListing", "GlobResult", "GrepMatch", "GrepResult", "Health", "LimitsPatch",
     "MountInfo", "OneShotBody", "OneShotResult", "OutputChunk", "OutputFile", "PresignBody", "PresignResult",
-    "ProcessBody", "ProfileInfo", "ProfileList", "Readiness", "SessionCreate", "SessionInfo", "SessionList",
-    "TextEdit", "UploadResult", "WriteResult",
+    "PreviewLink", "PreviewLinkBody", "ProcessBody", "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput",
+    "ProcessSignal", "ProcessStart", "ProcessStdin", "ProcessStdinResult", "ProfileInfo", "ProfileList", "Readiness",
+    "SessionCreate", "SessionInfo", "SessionList", "TextEdit", "UploadResult", "WriteResult",
 ]
 
 

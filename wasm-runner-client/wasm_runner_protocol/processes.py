@@ -98,6 +98,14 @@ class ProcessOutput(msgspec.Struct, kw_only=True):
     exit_code: int | None = None
 
 
+class ProcessExit(msgspec.Struct, kw_only=True):
+    """The last event of an output stream (SSE `exit`): how the process ended."""
+
+    state: ProcessState
+    exit_code: int | None = None
+    error: str | None = None
+
+
 class ProcessOutputQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: StreamName = "stdout"
     offset: Annotated[int, Meta(ge=0)] = 0

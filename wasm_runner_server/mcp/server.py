@@ -64,6 +64,15 @@ from wasm_runner_client.errors import ConflictError, NotFoundError, TransportErr
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
 from wasm_runner_protocol.packages import InstallResult
+from wasm_runner_protocol.processes import (
+    PreviewLink,
+    PreviewLinkBody,
+    ProcessInfo,
+    ProcessOutput,
+    ProcessStart,
+    ProcessStdin,
+    ProcessStdinResult,
+)
 from wasm_runner_protocol.wire import (
     ArtifactCreate,
     ArtifactInfo,
@@ -90,6 +99,16 @@ from wasm_runner_protocol.wire import (
 )
 from wasm_runner_server.errors import ApiError, from_validation
 from wasm_runner_server.http.policy import LOCAL, PRINCIPAL
+from wasm_runner_server.mcp.processes import (
+    PreviewUrlArgs,
+    ProcessOutputArgs,
+    SendInputArgs,
+    StartProcessArgs,
+    StopProcessArgs,
+    describe_link,
+    describe_output,
+    describe_process,
+)
 from wasm_runner_server.sessions.service import CONFIG
 
 T = TypeVar("T")
@@ -102,7 +121,9 @@ INSTRUCTIONS = (
     "its workspace (the current directory, /workspace) and the variables of its Python and JavaScript "
     "kernels persist from one tool call to the next. Code runs in WebAssembly with no network and hard "
     "limits on time, memory, output and disk; run_process runs native programs (bubblewrap) where the "
-    "server has them. Images the code writes (PNG, JPEG, SVG) are returned as images. Pass `session` "
+    "server has them. start_process keeps a program running in the background (a dev server, a long "
+    "job); process_output reads its output by offset, and preview_url gives the user a browser link to a "
+    "port it listens on. Images the code writes (PNG, JPEG, SVG) are returned as images. Pass `session` "
     "to work in another session; session_new, session_list and session_reset manage them."
 )
 
@@ -591,6 +612,57 @@ class McpTools:
 
         return await self.in_session(caller, args.session, install)
 
+    # -- background processes -------------------------------------------------------------------------
+
+    async def start_process(self, caller: Caller, args: StartProcessArgs) -> Output:
+        body = ProcessStart(**_fields(args, ProcessStart))
+
+        async def start(session_id: str) -> Output:
+            info = await self.client(caller).call("POST", f"/v1/sessions/{_seg(session_id)}/processes", ProcessInfo,
+                                                 body=body)
+            text = (f"started {describe_process(info, session_id)}. Read its output with "
+                    f"process_output(process={info.id!r}); stop it with stop_process.")
+            return [_text(text)], info
+
+        return await self.in_session(caller, args.session, start)
+
+    async def process_output(self, caller: Caller, args: ProcessOutputArgs) -> Output:
+        async def read(session_id: str) -> Output:
+            output = await self.client(caller).process_output(
+                session_id, args.process, stream=args.stream, offset=args.offset, limit=args.limit,
+                encoding=args.encoding, wait_s=args.wait_s)
+            return [_text(describe_output(output, args.process))], output
+
+        return await self.in_session(caller, args.session, read)
+
+    async def send_input(self, caller: Caller, args: SendInputArgs) -> Output:
+        body = ProcessStdin(**_fields(args, ProcessStdin))
+
+        async def send(session_id: str) -> Output:
+            path = f"/v1/sessions/{_seg(session_id)}/processes/{_seg(args.process)}/stdin"
+            result = await self.client(caller).call("POST", path, ProcessStdinResult, body=body)
+            text = f"wrote {result.written} bytes to {args.process}'s stdin" + (", then closed it" if args.eof else "")
+            return [_text(text)], result
+
+        return await self.in_session(caller, args.session, send)
+
+    async def stop_process(self, caller: Caller, args: StopProcessArgs) -> Output:
+        async def stop(session_id: str) -> Output:
+            info = await self.client(caller).stop_process(session_id, args.process)
+            return [_text(describe_process(info, session_id))], info
+
+        return await self.in_session(caller, args.session, stop)
+
+    async def preview_url(self, caller: Caller, args: PreviewUrlArgs) -> Output:
+        async def link(session_id: str) -> Output:
+            client = self.client(caller)
+            path = f"/v1/sessions/{_seg(session_id)}/ports/{args.port}:presign"
+            preview = await client.call("POST", path, PreviewLink, body=PreviewLinkBody(expires_in=args.expires_in))
+            preview.url = _absolute(client, preview.url)
+            return [_text(describe_link(preview))], preview
+
+        return await self.in_session(caller, args.session, link)
+
     # -- sessions -----------------------------------------------------------------------------------------
 
     async def session_new(self, caller: Caller, args: SessionNewArgs) -> Output:
@@ -714,6 +786,29 @@ TOOLS: tuple[Tool, ...] = (
          "['python3', 'plot.py'], ['sh', '-c', 'ls -la | head'], ['pandoc', 'in.md', '-o', 'out.pdf']. "
          "Needs the server's native provider. Returns output and images written, like sandbox_execute_code.",
          RunProcessArgs, ExecOutput, McpTools.run_process),
+    Tool("start_process", "Start a background process",
+         "Start a program that keeps running after this call (a dev server, a watcher, a long job, an "
+         "interactive program), natively in the session's sandbox and workspace, confined like run_process: "
+         "`command` (e.g. ['python3', '-m', 'http.server', '8000']) or `code` with `language`. Answers its id "
+         "at once; its output is kept by the server (the oldest bytes dropped past `output_bytes`) and read with "
+         "process_output. It ends with the session, or with stop_process.",
+         StartProcessArgs, ProcessInfo, McpTools.start_process),
+    Tool("process_output", "Read process output",
+         "Read a background process's stdout (or stderr) from a byte offset; the answer ends with the next "
+         "offset to read from, so nothing is read twice or missed. `wait_s` waits for new output when there "
+         "is none yet. Also says whether the process still runs and its exit code.",
+         ProcessOutputArgs, ProcessOutput, McpTools.process_output, read_only=True),
+    Tool("send_input", "Send input to a process",
+         "Write text to a background process's stdin (a line needs its '\\n'); `eof` closes stdin afterwards.",
+         SendInputArgs, ProcessStdinResult, McpTools.send_input),
+    Tool("stop_process", "Stop a process",
+         "Stop a background process and every process it started (TERM, then KILL after a grace period).",
+         StopProcessArgs, ProcessInfo, McpTools.stop_process, destructive=True),
+    Tool("preview_url", "Preview link",
+         "A link to the server a background process listens with on `port` in the sandbox, for the user to "
+         "open in a browser (no key needed) until it expires. Start the server with start_process first: "
+         "nothing is started for the link.",
+         PreviewUrlArgs, PreviewLink, McpTools.preview_url, read_only=True),
     Tool("read_file", "Read a file",
          "Read a workspace file: text comes back as text, images (PNG, JPEG, SVG, GIF, WebP) as image "
          "content, other bytes as a base64 resource; a file over 1 MiB comes back as a download link instead. "

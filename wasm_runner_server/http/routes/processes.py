@@ -7,12 +7,14 @@ import base64
 import contextlib
 import json
 
+import msgspec
 from aiohttp import web
 
 from wasm_runner.processes import BackgroundProcess, ProcessError
 from wasm_runner.processes.ring import utf8_prefix
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import (
+    ProcessExit,
     ProcessInfo,
     ProcessList,
     ProcessOutput,
@@ -179,8 +181,9 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                     offset = out.next_offset
                     continue
                 if closed:
-                    payload = json.dumps({"state": process.state, "exit_code": process.exit_code, "error": process.error()})
-                    await response.write(f"event: exit\ndata: {payload}\n\n".encode())
+                    end = msgspec.json.encode(ProcessExit(state=process.state, exit_code=process.exit_code,
+                                                          error=process.error()))
+                    await response.write(b"event: exit\ndata: " + end + b"\n\n")
                     break
                 try:
                     await asyncio.wait_for(event.wait(), KEEPALIVE_S)
