@@ -100,7 +100,7 @@ def test_term_then_kill_of_a_process_tree_leaves_nothing_on_the_host(runner: Run
 def test_int_reaches_the_program(runner: Runner) -> None:
     session = runner.session("int")
     process = session.start_process(["python3", "-u", "-c",
-                                     "import time\nprint('ready')\ntry:\n    time.sleep(60)\n"
+                                     "import time\nprint('ready')\ntry:\n    while True:\n        time.sleep(0.1)\n"
                                      "except KeyboardInterrupt:\n    print('interrupted')\n"])
     assert until(lambda: b"ready" in process.output().data)
     assert process.signal("INT")

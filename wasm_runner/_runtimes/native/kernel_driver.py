@@ -19,6 +19,7 @@ import io
 import json
 import linecache
 import os
+import signal
 import sys
 import traceback
 
@@ -37,6 +38,33 @@ _outputs = []
 _spent = [0]
 _cells = [0]
 _applied_env = [None]
+
+
+class _Interrupt:
+    """Where the host's SIGINT lands: in the cell's code it raises KeyboardInterrupt; while a call is
+    being set up (before its code runs) it is kept and raised as the code starts, so the call still
+    answers; between calls (a deadline that met a cell just ending) it is dropped."""
+
+    busy = False
+    in_cell = False
+    pending = False
+
+    @classmethod
+    def handle(cls, signum, frame):
+        if cls.in_cell:
+            raise KeyboardInterrupt
+        if cls.busy:
+            cls.pending = True
+
+    @classmethod
+    def enter_cell(cls):
+        cls.in_cell = True
+        if cls.pending:
+            cls.pending = False
+            raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, _Interrupt.handle)
 
 
 def _preload():
@@ -184,6 +212,7 @@ def _run(request):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     reply = {"exit_code": 0}
     try:
+        _Interrupt.enter_cell()
         _patch_show()
         body, last = _compile_cell(code, filename)
         exec(body, _namespace)
@@ -197,6 +226,7 @@ def _run(request):
     except SystemExit as exc:
         reply["exit_code"] = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - everything becomes a result
+        _Interrupt.in_cell = False
         error = _error(exc, filename)
         sys.stderr.write(error["traceback"])
         reply["exit_code"] = 1
@@ -205,6 +235,8 @@ def _run(request):
             _flush_figures()
         except Exception:  # noqa: BLE001
             pass
+    finally:
+        _Interrupt.in_cell = False
     reply["outputs"] = list(_outputs)
     return reply
 
@@ -225,12 +257,15 @@ def main():
             line = buffered.readline()
             if not line:
                 return
+            _Interrupt.busy, _Interrupt.pending = True, False
             reply = _run(json.loads(line))
             sys.stdout.flush()
             sys.stderr.flush()
             _send(reply)
-        except KeyboardInterrupt:  # an interrupt that came after its cell ended: nothing to stop
+        except KeyboardInterrupt:  # only when the program put back Python's own handler
             continue
+        finally:
+            _Interrupt.busy = False
 
 
 main()

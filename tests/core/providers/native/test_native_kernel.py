@@ -110,6 +110,19 @@ def test_a_deadline_interrupts_the_kernel_which_keeps_its_state(runner):
     assert after.value == "'kept'" and not after.kernel_restarted
 
 
+def test_a_deadline_that_lands_while_the_call_is_set_up_still_answers_and_keeps_the_state(runner):
+    session = new_session(runner)
+    # a finder whose cache reset is slow stretches the driver's setup of every later call (it resets
+    # the import caches before the cell runs): the deadline's interrupt lands there, not in the cell
+    run(session, "import sys, time\nclass Slow:\n    @staticmethod\n    def find_spec(*a):\n        return None\n"
+                 "    @staticmethod\n    def invalidate_caches():\n        time.sleep(0.5)\n"
+                 "sys.meta_path.append(Slow)\nstate = 'kept'")
+    hit = run(session, "print('the cell ran')", limits=Limits(timeout_s=0.1))
+    assert hit.limit == "timeout" and "the cell ran" not in hit.stdout
+    after = run(session, "import sys\nsys.meta_path.pop()\nstate")
+    assert after.value == "'kept'" and not after.kernel_restarted
+
+
 def test_a_kernel_that_ignores_the_interrupt_is_killed_and_the_next_call_restarts_it(runner):
     session = new_session(runner)
     run(session, "state = 1\nopen('kept.txt', 'w').write('x')")
