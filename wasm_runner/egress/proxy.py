@@ -85,6 +85,19 @@ class ProxyRun:
         """The run's decisions in the order they began."""
         return [event for _, event in sorted(self.events, key=lambda pair: pair[0])]
 
+    def renew(self, rules: EgressRules, credentials: Sequence[Credential], deadline: float) -> None:
+        """Serve the next call of an owner that outlives its calls (a kernel): that call's policy,
+        credentials and deadline, its decisions and bytes counted afresh."""
+        self.broker = CredentialBroker(credentials)
+        self.masks = secret_masks(self.broker)
+        self.rules, self.deadline = rules, deadline
+        self.events, self.bytes_total = [], 0
+
+
+def secret_masks(broker: CredentialBroker) -> tuple[tuple[bytes, bytes], ...]:
+    """(secret, mask of the same length) for every secret `broker` can add: what responses hide."""
+    return tuple((secret.encode(), b"*" * len(secret.encode())) for secret in broker.secrets())
+
 
 class EgressProxy:
     """Serves every run's socket from one event loop on a daemon thread (started on first use)."""
@@ -106,10 +119,8 @@ class EgressProxy:
              owner: tuple[int, int] | None = None) -> ProxyRun:
         """Listen on `directory`/proxy.sock for one run (`owner`: the uid/gid that may connect)."""
         broker = CredentialBroker(credentials)
-        masks = []
-        for secret in broker.secrets():
-            masks.append((secret.encode(), b"*" * len(secret.encode())))
-        run = ProxyRun(directory / SOCKET_NAME, rules, broker, deadline, self.settings.max_bytes, masks=tuple(masks))
+        run = ProxyRun(directory / SOCKET_NAME, rules, broker, deadline, self.settings.max_bytes,
+                       masks=secret_masks(broker))
         loop = self._running_loop()
         asyncio.run_coroutine_threadsafe(self._listen(run, owner), loop).result(timeout=10)
         return run

@@ -118,6 +118,15 @@ class RunEgress:
         return [SYSTEM_PYTHON, "-I", "-S", f"{GUEST_CODE_DIR}/{RELAY_NAME}", str(RELAY_PORT),
                 f"{GUEST_EGRESS_DIR}/{SOCKET_NAME}", "--", *argv]
 
+    def renew(self, request: ExecRequest, deadline: float) -> None:
+        """Serve the next call of the sandbox that keeps this socket (a kernel), under that call's
+        policy, credentials and deadline."""
+        self.run.renew(EgressRules(request.egress), request.credentials, deadline)
+
+    def decisions(self) -> list[NetworkEvent]:
+        """The decisions since the socket opened or was last renewed (all of them once closed)."""
+        return self.events if self.events is not None else self.run.network()
+
     def close(self) -> list[NetworkEvent]:
         """Stop the run's socket (its connections are cut) and give its decisions, in order."""
         if self.events is None:

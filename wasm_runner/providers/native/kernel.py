@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner.capture import Capture
+from wasm_runner.providers.native.egress import RunEgress
 from wasm_runner.providers.native.limits import RunCgroup
 from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner_protocol.execution import GuestError, LimitName, RichOutput
@@ -125,6 +126,9 @@ class NativeKernel:
         self.closed = False
         self.on_close: Callable[[], None] | None = None
         """What else goes with the kernel (a slot it was made on)."""
+        self.egress: RunEgress | None = None
+        """Its socket on the host's egress proxy, renewed for each call (a kernel whose calls may reach
+        the network; under `deny` it has none)."""
         self._lock = threading.Lock()
         for fd in (reply_r, status_r):
             os.set_blocking(fd, False)
@@ -341,6 +345,8 @@ class NativeKernel:
                 stream.close()
         if self.cgroup is not None:
             self.cgroup.release()
+        if self.egress is not None:
+            self.egress.close()
         if self.on_close is not None:
             self.on_close()
 

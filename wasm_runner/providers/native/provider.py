@@ -255,7 +255,7 @@ class NativeProvider(Provider):
         bwrap_path, problem, support = self.environment()
         if bwrap_path is None or problem is not None:
             raise KernelError(problem or "bubblewrap is unavailable")
-        memory_bytes, disk_bytes, _ = key
+        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts or network
         request = ExecRequest(language="python", provider="native",
                               limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
         try:
@@ -296,7 +296,7 @@ class NativeProvider(Provider):
                               error=GuestError(type=refusal.type, message=refusal.message))
         if isolated and job.kernels is not None and _kernel_call(request):
             call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                               self.identity, self.seccomp_program)
+                               self.identity, self.seccomp_program, self.egress)
             return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
@@ -415,9 +415,15 @@ class NativeProvider(Provider):
         return found
 
 
-def kernel_key(limits: Limits, mounts: tuple) -> tuple:
-    """What a kernel holds for its whole life (cgroup, rlimits, mounts): a call under others needs another kernel."""
-    return (limits.memory_bytes, limits.disk_bytes, mounts)
+BACKGROUND_LIFETIME_S = 30 * 86400.0
+"""The egress deadline of a sandbox that outlives calls (a background process, a kernel between its
+calls): it ends with its session, not at a call's deadline."""
+
+
+def kernel_key(limits: Limits, mounts: tuple, network: bool = False) -> tuple:
+    """What a kernel holds for its whole life (cgroup, rlimits, mounts, a way to the egress proxy or
+    none): a call under others needs another kernel."""
+    return (limits.memory_bytes, limits.disk_bytes, mounts, network)
 
 
 def _kernel_call(request: ExecRequest) -> bool:
@@ -525,11 +531,8 @@ class _Run:
                               error=GuestError(type="SandboxError", message=(
                                   f"could not give the workspace to the sandbox user: {exc}")))
         if self.egress is not None:
-            dropped = self.identity is not None and self.identity.dropped
             try:
-                self.egress_run = self.egress.open(request, time.monotonic() + self.timeout_s,
-                                                   (self.identity.uid, self.identity.gid)
-                                                   if dropped and self.identity is not None else None)
+                self.egress_run = self.open_egress(self.egress, time.monotonic() + self.timeout_s)
             except (EgressUnavailable, OSError) as exc:
                 return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
                                   error=GuestError(type="NetworkUnavailable", message=str(exc)))
@@ -604,6 +607,12 @@ class _Run:
             network=network,
             id=request.id,
         )
+
+    def open_egress(self, egress: NativeEgress, deadline: float) -> RunEgress:
+        """The sandbox's socket on the egress proxy, connectable by its user."""
+        identity = self.identity
+        owner = (identity.uid, identity.gid) if identity is not None and identity.dropped else None
+        return egress.open(self.request, deadline, owner)
 
     # -- spawning ---------------------------------------------------------------------------
 
@@ -981,18 +990,23 @@ class _KernelCall(_Run):
         restarted = False
         kernel: NativeKernel | None = None
         try:
-            key = kernel_key(self.limits, self.job.mounts)
+            key = kernel_key(self.limits, self.job.mounts, network=self.egress is not None)
             if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
                 slot.kernel.close()
                 slot.kernel, slot.lost = None, True
             if slot.kernel is None:
                 restarted, slot.lost = slot.lost, False
-                slot.kernel = pool.take(key, self.workspace) if pool is not None and not self.job.mounts else None
+                ahead = pool is not None and not self.job.mounts and self.egress is None
+                slot.kernel = pool.take(key, self.workspace) if pool is not None and ahead else None
                 if slot.kernel is None:
                     slot.kernel = self.start_kernel(key)
             kernel = slot.kernel
             self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
-            env = sandbox.sandbox_env(python_data=True, extra=request.env)
+            extra = request.env
+            if kernel.egress is not None:
+                kernel.egress.renew(request, time.monotonic() + self.timeout_s + self.policy.kill_grace_s)
+                extra = {**kernel.egress.env(), **request.env}
+            env = sandbox.sandbox_env(python_data=True, extra=extra)
             env["PWD"] = GUEST_WORKSPACE
             payload = {"code": request.code, "env": env, "stdin": request.stdin,
                        "outputs_budget": max(self.limits.output_bytes, 1 << 20)}
@@ -1004,6 +1018,8 @@ class _KernelCall(_Run):
                                 lambda: self._stop.reason, begin)
             if reply.died:
                 slot.kernel, slot.lost = None, True
+        except EgressUnavailable as exc:
+            error = GuestError(type="NetworkUnavailable", message=str(exc))
         except (OSError, KernelError) as exc:
             error = GuestError(type="SandboxError", message=f"could not start the native Python kernel: {exc}")
             slot.kernel = None
@@ -1027,6 +1043,7 @@ class _KernelCall(_Run):
         if (limit is None and kernel is not None and kernel.cgroup is None and reply.error is not None
                 and reply.error.type == "MemoryError"):
             limit = "memory"  # rlimit mode: the allocation failed inside the program
+        network = kernel.egress.decisions() if kernel is not None and kernel.egress is not None else []
         if error is None:
             if limit is not None:
                 message = LIMIT_MESSAGES[limit]
@@ -1036,8 +1053,8 @@ class _KernelCall(_Run):
                 error = GuestError(type="LimitExceeded", message=message)
             elif reply.crash is not None:
                 error = GuestError(type="KernelDied", message=f"{reply.crash}; the next call starts a new kernel")
-            else:
-                error = reply.error
+            elif reply.error is not None:
+                error = native_network_error(network, request.egress, self.stderr.text()) or reply.error
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=self.stderr.text(),
@@ -1054,6 +1071,7 @@ class _KernelCall(_Run):
             language=request.language,
             isolation="bubblewrap",
             enforcement=self.enforcement,
+            network=network,
             id=request.id,
         )
 
@@ -1077,6 +1095,13 @@ class _KernelCall(_Run):
             except OSError as exc:
                 log.warning("could not create the kernel's cgroup (%s); using rlimits", exc)
         self.cgroup = cgroup
+        if self.egress is not None:  # renewed for each call; the kernel closes it
+            try:
+                self.egress_run = self.open_egress(self.egress, time.monotonic() + BACKGROUND_LIFETIME_S)
+            except BaseException:
+                if cgroup is not None:
+                    cgroup.release()
+                raise
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -1099,6 +1124,9 @@ class _KernelCall(_Run):
                 os.close(fd)
             if cgroup is not None:
                 cgroup.release()
+            if self.egress_run is not None:
+                self.egress_run.close()
+                self.egress_run = None
             raise
         finally:
             self.cgroup = None  # the kernel owns it now: no single run releases it
@@ -1106,6 +1134,7 @@ class _KernelCall(_Run):
                 os.close(fd)
         kernel = NativeKernel(proc, request_w, reply_r, status_r, cgroup, key, self.policy.kill_grace_s)
         kernel.on_close = on_close
+        kernel.egress, self.egress_run = self.egress_run, None  # the kernel's for its whole life
         kernel.wait_ready()
         return kernel
 
@@ -1114,15 +1143,12 @@ class ProcessStartError(RuntimeError):
     """A background process could not start (the message says why and what to do)."""
 
 
-BACKGROUND_LIFETIME_S = 30 * 86400.0
-"""The egress deadline of a background process: it ends with its session, not at a call's deadline."""
 
 
 class _Background(_Run):
     """The set-up of a background process: a native run's confinement, handed to a SandboxProcess."""
 
     def start(self, cwd: str, stdin: bool, pty: tuple[int, int] | None) -> SandboxProcess:
-        request = self.request
         try:
             self._normalize(before_run=True)
         except OSError as exc:
@@ -1134,11 +1160,8 @@ class _Background(_Run):
             inner = [SYSTEM_PYTHON, "-I", "-S", "-c", CONTROLLING_TTY, *inner]
         self.program = replace(self.program, argv=inner)
         if self.egress is not None:
-            dropped = self.identity is not None and self.identity.dropped
             try:
-                self.egress_run = self.egress.open(request, time.monotonic() + BACKGROUND_LIFETIME_S,
-                                                   (self.identity.uid, self.identity.gid)
-                                                   if dropped and self.identity is not None else None)
+                self.egress_run = self.open_egress(self.egress, time.monotonic() + BACKGROUND_LIFETIME_S)
             except (EgressUnavailable, OSError) as exc:
                 raise ProcessStartError(str(exc)) from None
         run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,

@@ -262,3 +262,36 @@ def test_git_clones_over_http_from_an_allowed_host_and_not_from_a_denied_one(wor
     denied = run(runner, f"git clone -q http://evil.test:{plain.port}/repo.git cloned2")
     assert denied.exit_code != 0 and "403" in denied.stderr
     assert denied.error is not None and denied.error.type == "NetworkDenied"
+
+
+def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_its_state(world, monkeypatch):
+    runner, plain, _, _ = world
+    monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
+    session = runner.session()
+    session.workspace.ensure()
+    before = len(plain.requests)
+    url = f"http://api.allowed.test:{plain.port}"
+    fetch = ("import urllib.request\n"
+             f"body = urllib.request.urlopen('{url}/echo-auth', timeout=30).read()\n"
+             "calls = globals().get('calls', 0) + 1\n(calls, len(body))")
+    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+
+    def call(policy: EgressPolicy, **fields):
+        return session.run_sync(fetch, language="python", provider="native", egress=policy, limits=LIMITS, **fields)
+
+    first = call(ALLOW, credentials=(credential,))
+    assert first.error is None, first.stderr
+    [event] = first.network
+    assert event.allowed and event.host == "api.allowed.test" and event.status == 200
+    [(_, path, headers)] = plain.requests[before:]
+    assert path == "/echo-auth" and headers["Authorization"] == f"Bearer {SECRET}"
+    second = call(ALLOW)  # the same kernel, the next call's own decisions and no credential
+    assert second.error is None and not second.kernel_restarted and second.value.startswith("(2, ")
+    assert [e.allowed for e in second.network] == [True]
+    assert "Authorization" not in plain.requests[-1][2]
+    narrowed = call(EgressPolicy(mode="allowlist", allow=("other.allowed.test", "127.0.0.1")))
+    assert not narrowed.kernel_restarted
+    assert narrowed.error is not None and narrowed.error.type == "NetworkDenied"
+    assert [(e.allowed, e.host) for e in narrowed.network] == [(False, "api.allowed.test")]
+    after = session.run_sync("calls", language="python", provider="native", limits=LIMITS)  # deny: no proxy
+    assert after.kernel_restarted and after.error is not None  # a kernel without a way out: state gone
