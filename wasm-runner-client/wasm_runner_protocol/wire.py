@@ -203,6 +203,17 @@ class SessionCreate(_Body):
     packages: PackageRequest | None = None
     """Installed before the session is answered (e.g. `{"lock": ...}` exported from another session);
     a failed install answers 422 packages_failed and leaves no session."""
+    egress: EgressPolicy | None = None
+    """Where the session's runs may connect: within the profile's network policy (default: the profile's);
+    a wider one is refused with 403 network_not_allowed."""
+
+
+class SessionPatch(_Body):
+    """A change to a live session, effective from its next call."""
+
+    egress: EgressPolicy | None | UnsetType = UNSET
+    """The session's network policy: within its profile's (a wider one is refused with 403
+    network_not_allowed, naming the profiles that allow it); null goes back to the profile's."""
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):
@@ -219,6 +230,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     ttl_s: float
     executions: int
     metadata: dict[str, str]
+    egress: EgressPolicy = EgressPolicy()
+    """The session's network policy now: its profile's unless changed (PATCH /v1/sessions/{id})."""
 
 
 class SessionList(msgspec.Struct, kw_only=True):

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
 from wasm_runner.processes import BackgroundProcess
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
@@ -116,6 +117,12 @@ class AccessPolicy(ABC):
 
     def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
         """An install into a session ended (its result holds the session's lock)."""
+        return None
+
+    def on_egress_change(self, request: web.Request, session_id: str, profile: str, previous: EgressPolicy,
+                         requested: EgressPolicy | None, error: str | None) -> None:
+        """A change of a session's network policy was made (`error` None) or refused (`requested`
+        None: back to the profile's)."""
         return None
 
     def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:

@@ -340,13 +340,14 @@ class AuditLog:
         return self._insert(row)
 
     def record_policy(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, profile: str | None,
-                      requested: str, ok: bool, error: str | None) -> int:
+                      previous: str, requested: str, ok: bool, error: str | None) -> int:
         """Record the row of a session's network policy change (on disk once this returns): the policy
-        asked for as `code`, a refusal as `stderr`."""
+        before and the one asked for (JSON texts) as `code`, `{"from": ..., "to": ...}`, a refusal as `stderr`."""
         now = time.time()
+        change = f'{{"from": {previous}, "to": {requested}}}'
         return self._insert({"ts": now, "kind": "policy", "workspace": workspace, "key_id": key_id,
                              "session": session, "ephemeral": int(ephemeral), "mode": "network", "profile": profile,
-                             "code": cap(requested, self.code_bytes), "code_bytes": len(requested),
+                             "code": cap(change, self.code_bytes), "code_bytes": len(change),
                              "outcome": "ok" if ok else "refused", "stderr": error, "status": 200 if ok else 403,
                              "started_at": now, "finished_at": now})
 

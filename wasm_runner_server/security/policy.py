@@ -28,6 +28,7 @@ from aiohttp import web
 from wasm_runner import ExecRequest, ExecResult, Mount, Runner, Session
 from wasm_runner.egress.credentials import CredentialBroker
 from wasm_runner.processes import BackgroundProcess
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
 from wasm_runner_protocol.wire import SessionCreate
@@ -217,6 +218,21 @@ class SecurityPolicy(AccessPolicy):
             installed=msgspec.json.encode(result.installed).decode(),
             lock=msgspec.json.encode(result.lock).decode(), ok=result.ok,
             error=result.error.message if result.error else None, duration_ms=result.duration_ms)
+
+    def on_egress_change(self, request: web.Request, session_id: str, profile: str, previous: EgressPolicy,
+                         requested: EgressPolicy | None, error: str | None) -> None:
+        """Records the change's audit row: who asked, the policy before and the one asked for (null:
+        the profile's), refused or made."""
+        if self._security is None:
+            return
+        security = self._security
+        principal = request.get(PRINCIPAL) or LOCAL
+        owner = security.tenants.owner(session_id)
+        security.audit.record_policy(
+            workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+            ephemeral=bool(owner and owner.ephemeral), profile=profile,
+            previous=msgspec.json.encode(previous).decode(), requested=msgspec.json.encode(requested).decode(),
+            ok=error is None, error=error)
 
     def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:
         """Records the process's start or end row (who started it, the command, exit code, duration)."""

@@ -23,6 +23,7 @@ import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
 from wasm_runner.profiles import Profile, ProfileError, Profiles
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Harness
 from wasm_runner_protocol.wire import LimitsPatch
@@ -89,12 +90,15 @@ class Execution:
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "",
-                typecheck: bool = False, typecheck_timeout_s: float = 60.0) -> ExecRequest:
+                typecheck: bool = False, typecheck_timeout_s: float = 60.0,
+                network: EgressPolicy | None = None) -> ExecRequest:
+        """The core request; `network` (a session's own policy) must stay within the profile's, which
+        applies when it is None."""
         with profile_refusal():
             return self.resolver.request(profile, language=language, code=code, command=command, stdin=stdin,
                                          env=env, limits=limits, fresh=fresh, id=id, path_language=path_language,
                                          harness=harness, tests=tests, typecheck=typecheck,
-                                         typecheck_timeout_s=typecheck_timeout_s)
+                                         typecheck_timeout_s=typecheck_timeout_s, network=network)
 
     @staticmethod
     def check_provider(runner: Runner, request: ExecRequest) -> None:

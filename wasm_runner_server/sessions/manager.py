@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session, WorkerPolicy
 from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.packages.settings import PackageSettings
@@ -30,12 +32,14 @@ from wasm_runner.profiles import Profile
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
+from wasm_runner_server.sessions.egress import at_start, within_profile
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
@@ -211,7 +215,8 @@ class SessionManager:
     # -- lookup and creation ----------------------------------------------------------------
 
     def create(self, body: SessionCreate) -> LiveSession:
-        name, _ = self.execution.profile(body.profile)
+        name, profile = self.execution.profile(body.profile)
+        egress = None if body.egress is None else within_profile(body.egress, name, profile, self.execution.profiles)
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
         if idle > self.policy.max_idle_timeout_s:
@@ -225,7 +230,7 @@ class SessionManager:
             raise ApiError(422, ErrorCode.INVALID_SESSION_ID, f"session ids may not start with {ONESHOT_PREFIX!r}")
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
-                         ttl_s=ttl, metadata=dict(body.metadata))
+                         ttl_s=ttl, metadata=dict(body.metadata), egress=egress)
         if session_id in self.sessions or not self.store.insert(row):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
@@ -248,6 +253,21 @@ class SessionManager:
         if profile is None:  # the profile left the configuration since the session was created
             _, profile = self.execution.profile(None)
         return profile
+
+    def egress(self, live: LiveSession) -> EgressPolicy:
+        """The session's network policy now: its own, else its profile's."""
+        return live.row.egress if live.row.egress is not None else self.profile_of(live).network.policy
+
+    def set_egress(self, live: LiveSession, policy: EgressPolicy | None) -> EgressPolicy:
+        """Give the session `policy` (None: its profile's) from its next call on, committed before
+        this returns; 422/403 when it is not a policy within the profile's. The policy now."""
+        if policy is not None:
+            policy = within_profile(policy, live.row.profile, self.profile_of(live), self.execution.profiles)
+        self.store.set_egress(live.row.id, policy)
+        live.row.egress = policy
+        log.info("session network policy changed", extra={"event": "session_egress", "session": live.row.id,
+                                                          "mode": self.egress(live).mode})
+        return self.egress(live)
 
     def core(self, live: LiveSession, profile: Profile | None = None) -> tuple[Runner, Session]:
         """The core session, from the runner that grants the session's mounts."""
@@ -297,7 +317,7 @@ class SessionManager:
         return SessionInfo(id=row.id, profile=row.profile, state=state, kernels=kernels,
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
-                           executions=row.executions, metadata=row.metadata)
+                           executions=row.executions, metadata=row.metadata, egress=self.egress(live))
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None
@@ -331,6 +351,9 @@ class SessionManager:
         try:
             if live.deleted:
                 raise session_not_found(live.row.id, "it was deleted while this call waited")
+            egress = at_start(request.egress, live.row.egress)
+            if egress is not request.egress:
+                request = msgspec.structs.replace(request, egress=egress)
 
             def set_task(task: asyncio.Task | None) -> None:
                 live.task = task

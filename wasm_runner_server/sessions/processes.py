@@ -109,7 +109,8 @@ class ServiceProcesses:
         profile = self.sessions.profile_of(live)
         limits = LimitsPatch(memory_bytes=body.memory_bytes) if body.memory_bytes is not None else None
         request = execution.request(profile, language=body.language, code=body.code or None, command=body.command,
-                                    stdin="", env=body.env, limits=limits, fresh=True, id=None)
+                                    stdin="", env=body.env, limits=limits, fresh=True, id=None,
+                                    network=live.row.egress)
         request = msgspec.structs.replace(request, provider="native")
         session = self.core(live)
         self.sessions.touch(live)

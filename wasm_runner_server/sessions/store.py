@@ -4,7 +4,8 @@ Creation and deletion are committed at once, from the event loop, before the res
 that reports them: a WAL commit without checkpoint is a sub-millisecond local write, and
 the checkpoints run on their own thread (`wal.Checkpointer`). A committed session
 survives a kill of the process; with `synchronous="NORMAL"` (the default) it may not
-survive a power loss, with `"FULL"` it does (see `wal`). The frequently changing fields
+survive a power loss, with `"FULL"` it does (see `wal`). A change of a session's network policy
+is committed at once too: a narrowed policy must not come back wider after a restart. The frequently changing fields
 (last use, kernels, execution count) are written in batches by the sweep, on a thread
 (5,000 changed sessions take about 50 ms), and on shutdown (`save_many`): after a kill
 they can be a sweep behind. A lock serialises the connection's use.
@@ -18,9 +19,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -33,11 +37,14 @@ CREATE TABLE IF NOT EXISTS sessions (
     expires_at REAL NOT NULL,
     metadata TEXT NOT NULL DEFAULT '{}',
     kernels TEXT NOT NULL DEFAULT '[]',
-    executions INTEGER NOT NULL DEFAULT 0
+    executions INTEGER NOT NULL DEFAULT 0,
+    egress TEXT                       -- the session's network policy (JSON), NULL: its profile's
 );
 CREATE INDEX IF NOT EXISTS sessions_by_creation ON sessions (created_at, id);
 CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
 """
+ADDED_COLUMNS = {"egress": "TEXT"}
+"""Columns a store made by an earlier version lacks: added when it is opened."""
 
 
 @dataclass
@@ -52,18 +59,29 @@ class SessionRow:
     kernels: list[str] = field(default_factory=list)
     """Languages whose kernel held state (live, or lost and not yet rebuilt)."""
     executions: int = 0
+    egress: EgressPolicy | None = None
+    """The session's own network policy (None: its profile's)."""
 
     @property
     def expires_at(self) -> float:
         return self.created_at + self.ttl_s
 
 
-_COLUMNS = "id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions"
+_COLUMNS = "id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions, egress"
 
 
 def _row(values: tuple) -> SessionRow:
-    (id_, profile, created, used, idle, ttl, metadata, kernels, executions) = values
-    return SessionRow(id_, profile, created, used, idle, ttl, json.loads(metadata), json.loads(kernels), executions)
+    (id_, profile, created, used, idle, ttl, metadata, kernels, executions, egress) = values
+    return SessionRow(id_, profile, created, used, idle, ttl, json.loads(metadata), json.loads(kernels), executions,
+                      _policy(egress))
+
+
+def _policy(text: str | None) -> EgressPolicy | None:
+    return None if text is None else msgspec.json.decode(text, type=EgressPolicy)
+
+
+def _policy_text(policy: EgressPolicy | None) -> str | None:
+    return None if policy is None else msgspec.json.encode(policy).decode()
 
 
 class SessionStore:
@@ -75,6 +93,10 @@ class SessionStore:
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer version (schema {version})")
         self._db.executescript(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in present:
+                self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._checkpointer = Checkpointer(self.path, "wasm-runner-sessions-checkpoint")
 
@@ -83,7 +105,7 @@ class SessionStore:
         try:
             with self._lock:
                 self._db.execute(
-                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (*self._values(row), row.expires_at),
                 )
         except sqlite3.IntegrityError:
@@ -99,6 +121,11 @@ class SessionStore:
                 "UPDATE sessions SET last_used_at=?, kernels=?, executions=? WHERE id=?",
                 [(r.last_used_at, json.dumps(r.kernels), r.executions, r.id) for r in rows],
             )
+
+    def set_egress(self, session_id: str, policy: EgressPolicy | None) -> None:
+        """Write the session's network policy now (None: back to its profile's)."""
+        with self._lock:
+            self._db.execute("UPDATE sessions SET egress=? WHERE id=?", (_policy_text(policy), session_id))
 
     def delete(self, session_id: str) -> None:
         with self._lock:
@@ -128,7 +155,7 @@ class SessionStore:
     @staticmethod
     def _values(row: SessionRow) -> tuple:
         return (row.id, row.profile, row.created_at, row.last_used_at, row.idle_timeout_s, row.ttl_s,
-                json.dumps(row.metadata), json.dumps(row.kernels), row.executions)
+                json.dumps(row.metadata), json.dumps(row.kernels), row.executions, _policy_text(row.egress))
 
     def _transaction(self):
         db = self._db

@@ -58,7 +58,8 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     exec_request = service.execution.request(
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
-        harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s)
+        harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
+        network=live.row.egress)
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="session", listener=listener, on_start=started))
 
@@ -74,7 +75,7 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
     runner, _ = service.sessions.core(live, profile)
     exec_request = service.execution.request(
         profile, language="bash", code=None, command=body.command, stdin=body.stdin, env=body.env,
-        limits=body.limits, fresh=True, id=body.id)
+        limits=body.limits, fresh=True, id=body.id, network=live.row.egress)
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="process", listener=listener, on_start=started))
 

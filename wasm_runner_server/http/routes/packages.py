@@ -11,7 +11,6 @@ from aiohttp import web
 from wasm_runner import Session
 from wasm_runner.egress.policy import PolicyError
 from wasm_runner.packages.installer import PackageInstaller
-from wasm_runner.profiles import Profile
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
@@ -28,11 +27,10 @@ routes = web.RouteTableDef()
 SHARED_CACHE = "shared"
 
 
-def install_policy(installer: PackageInstaller, profile: Profile) -> EgressPolicy:
-    """Installs reach the operator's configured indexes and file hosts, plus what the profile's network
-    policy allows (an `open` profile: any public host); a request's own index only through the latter."""
+def install_policy(installer: PackageInstaller, network: EgressPolicy) -> EgressPolicy:
+    """Installs reach the operator's configured indexes and file hosts, plus what the session's network
+    policy allows (an `open` one: any public host); a request's own index only through the latter."""
     configured = installer.settings.default_policy(None).allow
-    network = profile.network
     if network.mode == "open":
         return EgressPolicy(mode="open", allow=tuple(network.allow))
     return EgressPolicy(mode="allowlist", allow=tuple(dict.fromkeys((*configured, *network.allow))))
@@ -40,11 +38,11 @@ def install_policy(installer: PackageInstaller, profile: Profile) -> EgressPolic
 
 def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
     """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
-    profile's network policy with the configured indexes, its index permission, the caller's cache."""
+    session's network policy with the configured indexes, its profile's index permission, the caller's cache."""
     profile = service.sessions.profile_of(live)
     principal = request.get(PRINCIPAL) or LOCAL
     try:
-        policy = install_policy(session.runner.packages, profile)
+        policy = install_policy(session.runner.packages, service.sessions.egress(live))
     except PolicyError as exc:
         raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
     options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
@@ -81,7 +79,7 @@ async def install_into(service: Service, request: web.Request, live: LiveSession
 @operation(summary="Install packages into the session (kept across calls, hibernation and restarts)",
            tag="packages", body=PackageRequest, response=InstallResult, errors=(404, 413, 415, 422),
            description="Python requirements are resolved on the host (uv, wheels only, for the guest's CPython "
-                       "3.14) from the operator's index, downloaded within the profile's network policy, cached "
+                       "3.14) from the operator's index, downloaded within the session's network policy, cached "
                        "per workspace by sha256 and shown to the guest read-only at /packages. A refused install "
                        "(not found, native code, policy, quota) is a result with ok false and an error.")
 async def install_packages(request: web.Request) -> web.Response:

@@ -1,11 +1,19 @@
-"""Sessions: create (lazily), list, inspect, delete, cancel the running call."""
+"""Sessions: create (lazily), list, inspect, change, delete, cancel the running call."""
 
 from __future__ import annotations
 
 from aiohttp import web
+from msgspec import UNSET
 
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.wire import CancelResult, SessionCreate, SessionInfo, SessionList, SessionListQuery
+from wasm_runner_protocol.wire import (
+    CancelResult,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+    SessionListQuery,
+    SessionPatch,
+)
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
@@ -18,7 +26,8 @@ routes = web.RouteTableDef()
 
 @routes.post("/v1/sessions")
 @operation(summary="Create a session (cheap: no interpreter, no directory until first use)", tag="sessions",
-           body=SessionCreate, body_required=False, response=SessionInfo, status=201, errors=(409, 413, 415, 422))
+           body=SessionCreate, body_required=False, response=SessionInfo, status=201,
+           errors=(403, 409, 413, 415, 422))
 async def create_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request, SessionCreate, empty_ok=True)
@@ -27,6 +36,9 @@ async def create_session(request: web.Request) -> web.Response:
     body = policy.scope_session_id(request, body)  # chosen ids never collide across workspaces
     live = service.sessions.create(body)
     policy.claim_session(request, live.row.id, body.ephemeral)  # the caller's workspace owns it
+    if body.egress is not None:
+        profile = service.sessions.profile_of(live)
+        policy.on_egress_change(request, live.row.id, live.row.profile, profile.network.policy, body.egress, None)
     if body.packages is not None:  # e.g. another session's lock: the same environment before the first call
         result = await install_into(service, request, live, body.packages)
         if not result.ok:
@@ -54,6 +66,32 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
+    return json_response(service.sessions.info(live))
+
+
+@routes.patch("/v1/sessions/{id}")
+@operation(summary="Change a session: its network policy, from its next call on", tag="sessions",
+           body=SessionPatch, response=SessionInfo, errors=(403, 404, 413, 415, 422),
+           description="`egress` may only narrow the policy of the session's profile (GET /v1/profiles shows "
+                       "it); a wider one is refused with 403 network_not_allowed, naming the profiles that "
+                       "allow it. null goes back to the profile's policy. The change is committed and audited "
+                       "before the answer; a call already running keeps the policy it started with, a queued "
+                       "one gets the new policy when it narrows the old.")
+async def patch_session(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, SessionPatch)
+    if body.egress is UNSET:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to change", 'e.g. {"egress": {"mode": "deny"}}')
+    policy = request.app[POLICY]
+    previous = service.sessions.egress(live)
+    try:
+        service.sessions.set_egress(live, body.egress)
+    except ApiError as exc:
+        if exc.status == 403:  # a refused widening is audited; a malformed policy is only answered
+            policy.on_egress_change(request, live.row.id, live.row.profile, previous, body.egress, exc.message)
+        raise
+    policy.on_egress_change(request, live.row.id, live.row.profile, previous, body.egress, None)
     return json_response(service.sessions.info(live))
 
 

@@ -1,0 +1,63 @@
+"""A session's own network policy: checked against its profile's, which it may only narrow.
+
+A session starts with its profile's policy; a creation request or a PATCH may give it a
+narrower one (or go back to the profile's with null). A policy wider than the profile's is
+refused with 403, naming the profiles whose policy would allow it, since widening takes a
+session of such a profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from wasm_runner.egress.policy import EgressRules, PolicyError
+from wasm_runner.profiles import Profile
+from wasm_runner_protocol.egress import EgressPolicy
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.errors import ApiError
+
+
+def check_shape(policy: EgressPolicy) -> None:
+    """422 for a policy that is not one: a malformed entry, entries under deny, an empty allowlist."""
+    try:
+        EgressRules(policy)
+    except PolicyError as exc:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, f"egress: {exc}",
+                       'entries are host names, *.suffix, addresses or networks, optionally with :PORT') from None
+    if policy.mode == "deny" and policy.allow:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "egress: a deny policy takes no allow entries",
+                       'use {"mode": "allowlist", "allow": [...]}, or {"mode": "deny"} alone')
+    if policy.mode == "allowlist" and not policy.allow:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "egress: an allowlist needs at least one entry in allow",
+                       'e.g. {"mode": "allowlist", "allow": ["api.example.com:443"]}, or {"mode": "deny"}')
+
+
+def within_profile(requested: EgressPolicy, profile_name: str, profile: Profile,
+                   profiles: Mapping[str, Profile]) -> EgressPolicy:
+    """`requested` if its shape is valid and it only narrows `profile`'s policy; else 422 (shape)
+    or 403 saying what is wider and which of `profiles` allow it."""
+    check_shape(requested)
+    wider = profile.network.rules.wider_entries(requested)
+    if wider is None:
+        return requested
+    allowing = allowing_profiles(profiles, requested)
+    hint = (f"a session of a profile that allows it can: {', '.join(allowing)} (POST /v1/sessions with profile)"
+            if allowing else "no profile on this server allows it; ask the operator for one")
+    raise ApiError(403, ErrorCode.NETWORK_NOT_ALLOWED,
+                   f"a session may only narrow its profile's network policy: {wider} (profile {profile_name!r})", hint)
+
+
+def allowing_profiles(profiles: Mapping[str, Profile], requested: EgressPolicy) -> list[str]:
+    """The profiles whose network policy `requested` stays within, by name."""
+    return sorted(name for name, profile in profiles.items() if profile.network.rules.wider_entries(requested) is None)
+
+
+def at_start(built: EgressPolicy, current: EgressPolicy | None) -> EgressPolicy:
+    """The policy a call runs under when it starts: the session's `current` one when it was changed
+    while the call waited and stays within the one the call was `built` with (a narrowing reaches
+    queued calls too); else the one it was built with."""
+    if current is None or current == built:
+        return built
+    if EgressRules(built).wider_entries(current) is None:
+        return current
+    return built
