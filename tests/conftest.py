@@ -1,4 +1,6 @@
 import inspect
+import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -7,12 +9,20 @@ from wasm_runner import Runner
 
 TESTS = Path(__file__).parent
 
+# Ray clusters the tests start advertise 127.0.0.1, not this machine's other addresses, and take
+# drivers with this run's token only (Ray's default is token authentication with a token in the
+# home directory): read when Ray is imported, so set before any test imports it, and inherited by
+# the nodes and by the commands the tests run.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
 RUNTIME_FIXTURES = frozenset({
     "runner", "serve", "client", "served", "secure", "start_secure", "http_service", "connect", "server", "start_server",
 })
 """Fixtures that run guests or start the service (directly or through the fixtures they use)."""
 
-RUNTIME_DIRS = ("core/providers/wasm/", "core/execution/", "core/cli/")
+RUNTIME_DIRS = ("core/providers/wasm/", "core/execution/", "core/cli/", "core/cluster/")
 """Tests there run guests through runners and runtimes of their own."""
 
 SERVICE_DIRS = ("server/", "client/")
@@ -47,6 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.runtimes)
         if needs_bubblewrap(item, where):
             item.add_marker(pytest.mark.native)
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +67,18 @@ def runner(tmp_path_factory):
     with Runner(tmp_path_factory.mktemp("runner")) as r:
         r.providers[0].prepare()  # build and compile both runtimes outside any test's timing
         yield r
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray cluster of three nodes on this machine (one CPU each), this process its driver."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (the `ray` extra)")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
+    from wasm_runner.cluster import RayCluster
+    from wasm_runner.cluster.actors import NodeActors
     from wasm_runner.evaluation.cache import ResultCache
     from wasm_runner.execution.kernel_workers import KernelWorkers
     from wasm_runner.execution.lanes import Batch, Lanes
@@ -126,6 +128,7 @@ class Runner:
         self._sessions_lock = threading.Lock()
         self.package_settings = packages or PackageSettings()
         self._packages: PackageInstaller | None = None
+        self._clusters: dict[tuple[str, int | None, str | None], NodeActors] = {}
 
     @property
     def packages(self) -> PackageInstaller:
@@ -267,6 +270,7 @@ class Runner:
         *,
         concurrency: int | None = None,
         cache: ResultCache | None = None,
+        cluster: RayCluster | None = None,
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
@@ -277,8 +281,18 @@ class Runner:
         still running.
 
         `cache` answers items it has seen (marked `cached`) and keeps the new results.
+
+        `cluster` runs the items on a Ray cluster's nodes instead of this Runner's lanes (with
+        this Runner's mounts; `concurrency` is then the cluster's, see `RayCluster`). An item whose
+        node is lost runs again on another (its result says `retried`); each item still gets
+        exactly one result. The actors started on the cluster's nodes stay for this Runner's
+        next batches (`RayCluster.keep_actors_s`), or until it is closed.
         """
         def run(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecResult]:
+            if cluster is not None:
+                from wasm_runner.cluster.dispatch import ClusterBatch
+
+                return ClusterBatch(self._cluster_actors(cluster), cluster).results(items)
             from wasm_runner.execution.lanes import Batch
 
             batch = Batch(items, concurrency or self.concurrency, self.concurrency, self._lanes_for)
@@ -289,6 +303,16 @@ class Runner:
         from wasm_runner.evaluation.cache import run_with_cache
 
         return run_with_cache(requests, cache, run)
+
+    def _cluster_actors(self, cluster: RayCluster) -> NodeActors:
+        """This Runner's actors on that cluster, kept for its next batches (closed with it)."""
+        from wasm_runner.cluster.actors import NodeActors
+
+        with self._sessions_lock:
+            actors = self._clusters.get(cluster.actors_key())
+            if actors is None:
+                actors = self._clusters[cluster.actors_key()] = NodeActors(cluster, self.mounts)
+            return actors
 
     def _lanes_for(self, batch: Batch) -> Lanes:
         """Worker processes where this Runner has them, else its worker threads."""
@@ -311,6 +335,8 @@ class Runner:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.hibernate()
+        for actors in self._clusters.values():
+            actors.close()
         if self._worker_pool is not None:
             self._worker_pool.close()
         if self.kernel_workers is not None:

@@ -17,6 +17,8 @@ A config file (TOML or JSON) may set any of:
     python_index = "https://pypi.org/simple/"
     [workers]                     # see WorkerSettings: the processes hosting guests
     kernel_workers = 2
+    [cluster]                     # see ClusterSettings: a Ray cluster for batches
+    ray_address = "10.0.0.5:6379"
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -32,6 +34,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from wasm_runner.cluster import RayCluster
 from wasm_runner.packages.settings import PYPI_FILES, PYPI_SIMPLE, PackageSettings
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
@@ -147,6 +150,24 @@ class ProcessSettings(ConfigModel):
     """Between TERM and KILL when a process is stopped (DELETE, session end, shutdown)."""
 
 
+class ClusterSettings(ConfigModel):
+    """A Ray cluster that POST /v1/batch hands its items to (the `ray` extra; `wasm_runner.cluster`)."""
+
+    ray_address: str | None = None
+    """'auto' (the cluster on this machine, else a local one), HOST:PORT of its head, or
+    ray://HOST:PORT; null: batches run on this server's own workers. With an address, a batch
+    runs on the cluster unless it asks `?cluster=false`."""
+    max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 512
+    """Items of one batch admitted at once on the cluster (each holds its workspace's quotas)."""
+    chunk_items: Annotated[int, Field(ge=1, le=1024)] = 16
+    """Items sent to a node in one call."""
+
+    def cluster(self) -> RayCluster | None:
+        if self.ray_address is None:
+            return None
+        return RayCluster(address=self.ray_address, chunk_items=self.chunk_items)
+
+
 class ServiceConfig(ProfilesConfig):
     """Everything the service is configured with: its own sections plus the execution ones
     (limits, default_profile, profiles) that `ProfilesConfig` validates."""
@@ -163,6 +184,8 @@ class ServiceConfig(ProfilesConfig):
     packages: PackagesSection = PackagesSection()
     processes: ProcessSettings = ProcessSettings()
     """Background processes, terminals and preview ports."""
+    cluster: ClusterSettings = ClusterSettings()
+    """A Ray cluster for batches."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

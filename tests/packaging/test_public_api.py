@@ -43,6 +43,13 @@ def test_wasm_runner():
     ]
 
 
+def test_wasm_runner_cluster():
+    """Batches on Ray: importing the names needs no Ray (only running a batch does)."""
+    import wasm_runner.cluster
+
+    assert exported(wasm_runner.cluster) == ["ClusterUnavailableError", "RayCluster"]
+
+
 def test_wasm_runner_server():
     assert exported(wasm_runner_server) == [
         "AuthSettings", "LimitsSection", "Profile", "ServerSettings", "ServiceConfig", "SessionPolicy",
@@ -77,7 +84,8 @@ def test_wasm_runner_protocol():
         "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
         "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionInfo",
-        "SessionList", "SessionListQuery", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult", "VersionQuery",
+        "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult",
+        "VersionQuery",
         "WriteResult",
     ]
 

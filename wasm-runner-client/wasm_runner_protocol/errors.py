@@ -82,6 +82,7 @@ class ErrorCode(StrEnum):
     ENV_NOT_ALLOWED = "env_not_allowed"
     NETWORK_NOT_ALLOWED = "network_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
+    CLUSTER_UNAVAILABLE = "cluster_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
     FILE_ERROR = "file_error"
     INVALID_PATH = "invalid_path"

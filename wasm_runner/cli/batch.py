@@ -14,6 +14,7 @@ from typing import IO
 
 import msgspec
 
+from wasm_runner.cluster.settings import ClusterUnavailableError, RayCluster
 from wasm_runner.evaluation.cache import ResultCache
 from wasm_runner.evaluation.summary import BatchSummary, outcome_of
 from wasm_runner.runner import Runner
@@ -111,9 +112,10 @@ async def _run(args: argparse.Namespace, out: IO[bytes], lines: IO[str], ks: tup
     progress = Progress(_count_lines(args.items), enabled=not args.no_progress, ks=ks)
     rejected: list[ExecResult] = []
     cache = progress.cache = ResultCache(args.cache, max_bytes=args.cache_mib * 1024 * 1024) if args.cache else None
+    cluster = RayCluster(address=args.ray) if args.ray else None
     with Runner(concurrency=args.concurrency) as runner:
         results = runner.run_many(_requests(lines, rejected, args.group_field), concurrency=args.concurrency,
-                                  cache=cache)
+                                  cache=cache, cluster=cluster)
         async for result in results:
             out.write(_encode(result) + b"\n")
             progress.add(outcome_of(result), result)
@@ -142,6 +144,9 @@ def batch_command(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")
     try:
         progress = asyncio.run(_run(args, out, lines, ks))
+    except ClusterUnavailableError as exc:
+        print(f"wasm-runner batch: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\nwasm-runner batch: interrupted; results so far are written", file=sys.stderr)
         return 130

@@ -102,6 +102,9 @@ def add_batch_command(sub: Subcommands) -> argparse.ArgumentParser:
     batch.add_argument("--pass-at", default="1", metavar="K[,K...]", help="the k of pass@k (default: 1)")
     batch.add_argument("--cache", metavar="DIR", help="answer items seen before from this result cache, and keep new results")
     batch.add_argument("--cache-mib", type=int, default=1024, help="the result cache's size bound (default: 1024 MiB)")
+    batch.add_argument("--ray", metavar="ADDRESS",
+                       help="run the items on a Ray cluster: HOST:PORT of its head, ray://HOST:PORT, or 'auto' "
+                            "(the cluster running on this machine, else a local one); needs the `ray` extra")
     batch.add_argument("--group-field", default="group", metavar="NAME",
                        help="the item field that groups samples for pass@k, e.g. task_id (default: group)")
     batch.set_defaults(handler=LazyHandler("wasm_runner.cli.batch", "batch_command"))

@@ -29,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 import wasm_runner_protocol
+from wasm_runner.execution.lanes import each_request
 from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
@@ -206,15 +207,6 @@ class ResultCache:
 _DONE = object()
 
 
-async def _aiter(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
-    if isinstance(items, AsyncIterable):
-        async for item in items:
-            yield item
-    else:
-        for item in items:
-            yield item
-
-
 async def run_with_cache(
     requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest], cache: ResultCache,
     run: Callable[[AsyncIterator[ExecRequest]], AsyncIterator[ExecResult]],
@@ -226,7 +218,7 @@ async def run_with_cache(
     numbers = itertools.count()
 
     async def misses() -> AsyncIterator[ExecRequest]:
-        async for request in _aiter(requests):
+        async for request in each_request(requests):
             hit = cache.get(request)
             if hit is not None:
                 await queue.put(hit)

@@ -141,7 +141,7 @@ class Batch:
 
     async def _feed(self) -> None:
         try:
-            async for request in _aiter(self.requests):
+            async for request in each_request(self.requests):
                 await self.room.acquire()
                 self.pending.append(request)
                 self.outstanding += 1
@@ -251,10 +251,11 @@ class ThreadLanes:
             await asyncio.wait(futures)
 
 
-async def _aiter(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
-    if hasattr(items, "__aiter__"):
-        async for item in items:  # type: ignore[union-attr]
+async def each_request(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
+    """The requests of a batch, whether the caller gave them as an iterable or an async one."""
+    if isinstance(items, AsyncIterable):
+        async for item in items:
             yield item
     else:
-        for item in items:  # type: ignore[union-attr]
+        for item in items:
             yield item

@@ -41,6 +41,7 @@ def main() -> None:
     running = [0, False]
     """The item running now, and whether it was answered (the watchdog may answer for it)."""
     cancelled: set[int] = set()
+    parent_gone = threading.Event()
     order_lock = threading.Lock()
     """Between the reader's cancels and the start of an item: a cancel is never missed."""
     encode = msgspec.msgpack.Encoder().encode
@@ -66,6 +67,11 @@ def main() -> None:
                     cancelled.add(order.seq)
         if kernels is not None:
             kernels.parent_ended()
+        with order_lock:  # nobody waits for the item running, nor for the ones queued
+            parent_gone.set()
+            lane.stop_requested = True
+            if lane.job is not None:
+                lane.job.cancel()
         orders.put(None)
 
     def answer(seq: int, result: ExecResult) -> None:
@@ -106,10 +112,10 @@ def main() -> None:
         gc.collect()
         gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
         write_frame(out, READY)
-        while (order := orders.get()) is not None:
+        while (order := orders.get()) is not None and not parent_gone.is_set():
             with order_lock:
                 running[:] = [order.seq, False]
-                lane.stop_requested = order.seq in cancelled
+                lane.stop_requested = order.seq in cancelled or parent_gone.is_set()
                 cancelled.discard(order.seq)
             if lane.stop_requested:  # cancelled before it started: nobody waits for it
                 answer(order.seq, ExecResult(exit_code=130, id=order.request.id))

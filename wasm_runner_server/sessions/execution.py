@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
+from wasm_runner.cluster import ClusterUnavailableError, RayCluster
 from wasm_runner.profiles import Profile, ProfileError, Profiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
@@ -148,7 +149,7 @@ class Execution:
 
     async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
                        mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
-                       ) -> AsyncGenerator[ExecResult, None]:
+                       cluster: RayCluster | None = None) -> AsyncGenerator[ExecResult, None]:
         """Batch items through the runner's lanes (`Runner.run_many`), each admitted as one execution.
 
         An item holds `hold()` (the caller's own admission, e.g. its workspace's quotas) and a
@@ -158,6 +159,9 @@ class Execution:
         `run`. An item refused admission gets a result saying why, and the batch goes on; an
         `ExecResult` among `items` (a line that could not become a request) passes through.
         Close the iterator (`contextlib.aclosing`) to stop the items still running.
+
+        With `cluster`, the items run on that Ray cluster's nodes: they hold no slot of this
+        server's gate. If the cluster is lost for good, every item left gets a result saying so.
         """
         admitted: dict[str, _Admitted] = {}
         decided: collections.deque[ExecResult] = collections.deque()
@@ -175,7 +179,7 @@ class Execution:
                 try:
                     if hold is not None:
                         await stack.enter_async_context(hold())
-                    waited = await stack.enter_async_context(self.gate.slot())
+                    waited = await stack.enter_async_context(self.gate.slot()) if cluster is None else 0.0
                 except ApiError as exc:
                     await stack.aclose()
                     self.metrics.executions.inc(metric_language(item), mode, "rejected", "")
@@ -190,23 +194,24 @@ class Execution:
                 admitted[key] = _Admitted(item, stack, time.perf_counter())
                 yield msgspec.structs.replace(item, id=key)
 
-        results = runner.run_many(admit(), concurrency=concurrency)
+        results = runner.run_many(admit(), concurrency=concurrency, cluster=cluster)
+        lost: ClusterUnavailableError | None = None
         try:
-            async for result in results:
-                while decided:
-                    yield decided.popleft()
-                entry = admitted.pop(result.id or "", None)
-                if entry is not None:
-                    result.id = entry.request.id
-                    try:
-                        self._finished(runner, entry.request, result, mode, entry.started)  # audited before sent
-                    finally:
-                        await entry.stack.aclose()
-                    self.metrics.executions.inc(metric_language(entry.request), mode, outcome(result),
-                                                result.limit or "")
-                yield result
+            try:
+                async for result in results:
+                    while decided:
+                        yield decided.popleft()
+                    yield await self._batch_result(runner, admitted.pop(result.id or "", None), result, mode)
+            except ClusterUnavailableError as exc:
+                lost = exc
             while decided:
                 yield decided.popleft()
+            if lost is not None:
+                for key in list(admitted):
+                    entry = admitted.pop(key)
+                    yield await self._batch_result(runner, entry, cluster_lost_result(entry.request, lost), mode)
+                async for item in items:  # read to the end: every line gets its result
+                    yield item if isinstance(item, ExecResult) else cluster_lost_result(item, lost)
         finally:
             try:
                 await results.aclose()  # stops the guests still running
@@ -217,6 +222,18 @@ class Execution:
                     await entry.stack.aclose()
                 for entry in left:
                     self._finished(runner, entry.request, None, mode, entry.started)
+
+    async def _batch_result(self, runner: Runner, entry: _Admitted | None, result: ExecResult, mode: str) -> ExecResult:
+        """A batch item's result, once audited and counted (an item no entry admitted passes as it is)."""
+        if entry is None:
+            return result
+        result.id = entry.request.id
+        try:
+            self._finished(runner, entry.request, result, mode, entry.started)  # audited before sent
+        finally:
+            await entry.stack.aclose()
+        self.metrics.executions.inc(metric_language(entry.request), mode, outcome(result), result.limit or "")
+        return result
 
     async def _run_task(self, target: Runner | Session, request: ExecRequest, listener: OutputListener | None,
                         on_task: Callable[[asyncio.Task | None], None] | None) -> ExecResult:
@@ -273,6 +290,14 @@ def refused_result(request: ExecRequest, exc: ApiError) -> ExecResult:
     """The result of a batch item not admitted (what /exec answers with a 429 or 503)."""
     return ExecResult(exit_code=2, id=request.id, language=request.language,
                       error=GuestError(type="Rejected", message=f"{exc.code}: {exc.message}", hint=exc.hint))
+
+
+def cluster_lost_result(request: ExecRequest, exc: ClusterUnavailableError) -> ExecResult:
+    """The result of a batch item the Ray cluster can no longer run (none of its nodes is left)."""
+    return ExecResult(exit_code=2, id=request.id, group=request.group, language=request.language,
+                      error=GuestError(type="Rejected", message=f"{ErrorCode.CLUSTER_UNAVAILABLE}: {exc}",
+                                       hint="the item did not run: send it again once the cluster is back, "
+                                            "or with ?cluster=false to run it on this server"))
 
 
 def outcome(result: ExecResult) -> str:

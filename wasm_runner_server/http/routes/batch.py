@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -11,6 +12,8 @@ from aiohttp import StreamReader, web
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner import ExecRequest, ExecResult, GuestError
+from wasm_runner.cluster import ClusterUnavailableError
+from wasm_runner.cluster.connection import connect
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Comparison, Harness, IoCase, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
@@ -47,6 +50,8 @@ class BatchItem(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_d
 class BatchQuery(msgspec.Struct, forbid_unknown_fields=True):
     profile: ProfileName | None = None
     concurrency: int | None = None
+    cluster: bool | None = None
+    """Run on the server's Ray cluster (the default where one is configured) or on its own workers."""
 
 
 _decode_item = msgspec.json.Decoder(BatchItem).decode
@@ -89,13 +94,16 @@ async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[by
 @routes.post("/v1/batch")
 @operation(summary="Run many one-shot requests: NDJSON in, NDJSON results out in completion order",
            tag="execution", body="application/x-ndjson", query=BatchQuery, response="application/x-ndjson",
-           errors=(415, 422, 429),
+           errors=(415, 422, 429, 503),
            description="Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the "
                        "item's id. A line that cannot run (malformed, too long) gives a result with error.type "
                        "InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) "
                        "one with error.type Rejected; the batch goes on. Every item runs in a fresh instance "
                        "and counts as one execution (slots, workspace quotas, audit, metrics). Closing the "
-                       "connection stops the running items.")
+                       "connection stops the running items. Where the server has a Ray cluster, the items run "
+                       "on its nodes unless the query says cluster=false (an item whose node is lost runs "
+                       "again elsewhere and its result says `retried`); 503 cluster_unavailable when it "
+                       "cannot be reached.")
 async def batch(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     try:
@@ -104,7 +112,20 @@ async def batch(request: web.Request) -> web.StreamResponse:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "query: profile=NAME&concurrency=N") from None
     _, profile = service.execution.profile(query.profile)
     runner = service.pool.get(profile)
-    concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))
+    settings = service.execution.config.cluster
+    cluster = settings.cluster() if query.cluster is not False else None
+    if query.cluster and cluster is None:
+        raise ApiError(422, ErrorCode.CLUSTER_UNAVAILABLE, "this server has no Ray cluster configured",
+                       "leave out ?cluster=true, or set [cluster] ray_address in the server's config")
+    if cluster is not None:
+        concurrency = max(1, min(query.concurrency or settings.max_in_flight, settings.max_in_flight))
+        try:
+            await asyncio.to_thread(connect, cluster.address)
+        except ClusterUnavailableError as exc:
+            raise ApiError(503, ErrorCode.CLUSTER_UNAVAILABLE, str(exc),
+                           "try again later, or send ?cluster=false to run the batch on this server") from None
+    else:
+        concurrency = max(1, min(query.concurrency or runner.concurrency, runner.concurrency))
 
     async def items() -> AsyncIterator[ExecRequest | ExecResult]:
         number = 0
@@ -138,7 +159,7 @@ async def batch(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
     hold = request.app[POLICY].batch_item_hold(request)
-    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold)
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold, cluster=cluster)
     async with contextlib.aclosing(results):
         async for result in results:
             await response.write(_encode(result) + b"\n")

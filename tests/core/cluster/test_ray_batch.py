@@ -1,0 +1,160 @@
+"""Batches on a Ray cluster of three nodes started by the test: one correct verdict per item,
+nothing lost or duplicated when a node goes, cancellation, flat driver memory."""
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from batch_items import expected_verdict, mixed_items
+from host_processes import host_processes_with
+
+from wasm_runner import ExecRequest, Limits, Runner
+from wasm_runner.cluster import ClusterUnavailableError, RayCluster
+
+SETTINGS = {"keep_actors_s": 0.0, "start_timeout_s": 60.0}
+"""Each batch's actors give their CPUs back as it ends (the command-line test's driver needs them)."""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """The driver's Runner: its own lanes stay idle, the cluster runs the items."""
+    with Runner(tmp_path_factory.mktemp("driver")) as runner:
+        yield runner
+
+
+async def test_five_thousand_mixed_items_get_exactly_one_correct_verdict_each(ray_cluster, driver):
+    weights = {"pass": 2700, "fail": 1500, "error": 300, "timeout": 40, "crash": 50, "memory": 50, "flood": 60,
+               "io-pass": 150, "io-fail": 150}
+    verdicts = {}
+    async for result in driver.run_many(mixed_items(weights), cluster=RayCluster(**SETTINGS)):
+        assert result.id not in verdicts, f"{result.id} answered twice"
+        verdicts[result.id] = result.verdict
+        assert not result.retried
+    assert len(verdicts) == 5000
+    assert {item: v for item, v in verdicts.items() if v != expected_verdict(item)} == {}
+
+
+async def test_a_node_lost_mid_batch_loses_and_duplicates_nothing(ray_cluster, driver):
+    doomed = ray_cluster.add_node(num_cpus=1)
+    requests = (ExecRequest(code=f"import time\ntime.sleep(0.03)\nprint({i} * 3)", id=str(i)) for i in range(600))
+    outputs: dict[str, str] = {}
+    retried = []
+    async for result in driver.run_many(requests, cluster=RayCluster(chunk_items=4, **SETTINGS)):
+        assert result.id not in outputs, f"{result.id} answered twice"
+        outputs[result.id] = result.stdout
+        if result.retried:
+            retried.append(result.id)
+        if len(outputs) == 100:
+            ray_cluster.remove_node(doomed, allow_graceful=False)
+    assert outputs == {str(i): f"{i * 3}\n" for i in range(600)}
+    assert retried, "the lost node had items in flight: they ran again elsewhere and say so"
+
+
+def _guest_cpu_ticks(marker: str) -> int:
+    """CPU time of the host processes whose command line holds `marker`, in clock ticks."""
+    ticks = 0
+    for pid in host_processes_with(marker):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks
+
+
+async def test_cancelling_the_batch_stops_the_cluster_guests_within_seconds(ray_cluster, driver):
+    requests = [ExecRequest(code="print('quick')", id="quick")]
+    requests += [ExecRequest(code="while True: pass", limits=Limits(timeout_s=120), id=str(i)) for i in range(30)]
+    batch = driver.run_many(requests, cluster=RayCluster(chunk_items=1, **SETTINGS))
+    assert (await anext(batch)).id == "quick"
+    consumer = asyncio.create_task(anext(batch))
+    await asyncio.sleep(2)  # the spinning guests run on the three nodes
+    marker = "NodeRunner"
+    busy = _guest_cpu_ticks(marker)
+    await asyncio.sleep(1)
+    assert _guest_cpu_ticks(marker) - busy > os.sysconf("SC_CLK_TCK") // 2, "the cluster's guests were not running"
+
+    cancelled = time.monotonic()
+    consumer.cancel()
+    await asyncio.gather(consumer, return_exceptions=True)
+    await batch.aclose()
+    while True:
+        before = _guest_cpu_ticks(marker)
+        await asyncio.sleep(0.5)
+        if _guest_cpu_ticks(marker) - before <= 2:  # idle or gone
+            break
+        assert time.monotonic() - cancelled < 5, "the cluster's guests still run 5 s after the cancel"
+    assert time.monotonic() - cancelled < 5
+
+
+async def test_driver_memory_stays_flat_over_a_hundred_thousand_items(ray_cluster, driver):
+    def rss_mib() -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    requests = (ExecRequest(code="pass", id=str(i)) for i in range(100_000))
+    done, samples = 0, {}
+    async for result in driver.run_many(requests, cluster=RayCluster(chunk_items=64, **SETTINGS)):
+        assert result.exit_code == 0, result
+        done += 1
+        if done in (20_000, 100_000):
+            samples[done] = rss_mib()
+    assert done == 100_000
+    # Held per item, a 100-byte result would add about 8 MiB over the last 80 000.
+    assert samples[100_000] - samples[20_000] < 8, samples
+
+
+async def test_an_unreachable_cluster_is_a_clear_error(tmp_path):
+    code = (
+        "import asyncio\n"
+        "from wasm_runner import Runner\n"
+        "from wasm_runner.cluster import RayCluster, ClusterUnavailableError\n"
+        "async def main():\n"
+        "    with Runner() as runner:\n"
+        "        try:\n"
+        "            async for _ in runner.run_many([], cluster=RayCluster(address='127.0.0.1:9')):\n"
+        "                pass\n"
+        "        except ClusterUnavailableError as exc:\n"
+        "            print('refused:', exc)\n"
+        "asyncio.run(main())\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        "python3", "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=os.environ)
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert "refused: cannot reach the Ray cluster at '127.0.0.1:9'" in out.decode(), out.decode()[-2000:]
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="chunk_items"):
+        RayCluster(chunk_items=0)
+    with pytest.raises(ValueError, match="lanes_per_node"):
+        RayCluster(lanes_per_node=0)
+    assert issubclass(ClusterUnavailableError, RuntimeError)
+
+
+def test_the_cli_runs_a_batch_on_the_cluster_with_its_summary(ray_cluster, tmp_path):
+    items = tmp_path / "items.jsonl"
+    lines = [{"id": f"{task}-{n}", "task_id": task, "code": f"def f(x): return x + {1 if n < good else 2}",
+              "harness": "check", "tests": "assert f(1) == 2"}
+             for task, good in (("t1", 3), ("t2", 1)) for n in range(3)]
+    items.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out, summary = tmp_path / "results.jsonl", tmp_path / "summary.json"
+    for address in (ray_cluster.address, "auto"):  # the head's address; the cluster running on this machine
+        done = subprocess.run([sys.executable, "-m", "wasm_runner.cli", "batch", str(items), "-o", str(out),
+                               "--ray", address, "--no-progress", "--group-field", "task_id", "--pass-at", "1,2",
+                               "--summary", str(summary)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        verdicts = {r["id"]: r["verdict"] for r in map(json.loads, out.read_text().splitlines())}
+        assert verdicts == {f"{t}-{n}": "passed" if n < good else "failed" for t, good in (("t1", 3), ("t2", 1))
+                            for n in range(3)}
+        report = json.loads(summary.read_text())
+        assert report["pass_at_k"]["pass@1"] == pytest.approx((1 + 1 / 3) / 2)
+        assert report["pass_at_k"]["pass@2"] == pytest.approx((1 + 2 / 3) / 2)  # t2: 1 - C(2,2)/C(3,2)
+        assert report["retried"] == 0
