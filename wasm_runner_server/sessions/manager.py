@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session, WorkerPolicy
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.profiles import Profile
@@ -54,12 +55,14 @@ class RunnerPool:
     """One core Runner per set of read-only mounts (a Runner's mounts are fixed), sharing the data directory."""
 
     def __init__(self, data_dir: Path, concurrency: int, limits: Limits, packages: PackageSettings | None = None,
-                 workers: WorkerSettings = WorkerSettings()) -> None:
+                 workers: WorkerSettings = WorkerSettings(), egress: EgressSettings | None = None) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
         self.limits = limits
         self.packages = packages
         self.workers = workers
+        self.egress = egress
+        """The operator's egress settings (the `[egress]` section), for every runner and its workers."""
         self._runners: dict[tuple[tuple[str, str], ...], Runner] = {}
 
     def get(self, profile: Profile) -> Runner:
@@ -73,7 +76,7 @@ class RunnerPool:
                                   max_rss_bytes=workers.max_rss_bytes, threads=self.concurrency + 2)
             runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
                             one_shot_workers=self.concurrency, kernel_workers=workers.kernel_workers,
-                            worker_policy=policy, packages=self.packages)
+                            worker_policy=policy, packages=self.packages, egress=self.egress)
             self._runners[key] = runner
         return runner
 
