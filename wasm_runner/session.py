@@ -101,7 +101,8 @@ class Session:
         self._processes_lock = threading.Lock()
 
     def set_egress(self, policy: EgressPolicy) -> None:
-        """Change where the session's runs may connect, from its next call on. Within `egress_limit`
+        """Change where the session's runs may connect, from its next call on (and the next connections
+        of its live background processes that have a way out). Within `egress_limit`
         (PolicyError naming what is wider otherwise); a request then names a policy only to narrow it."""
         from wasm_runner.egress.policy import EgressRules
 
@@ -110,6 +111,9 @@ class Session:
         else:
             EgressRules(policy)  # its entries parse
         self.egress = policy
+        manager = self._processes
+        if manager is not None:  # live background processes: their next connections
+            manager.set_egress(policy)
 
     def _with_egress(self, request: ExecRequest) -> ExecRequest:
         """The request under the session's policy: a request with none (deny, the default) gets the
@@ -251,8 +255,9 @@ class Session:
         `command` is an argv, else `code` runs in `language`; `cwd` is under /workspace; `pty`
         (cols, rows) runs it on a terminal. Returns at once: the handle's `output()`, `wait()`,
         `kill()`. It ends with the session (hibernate, destroy, the runner's close) at the latest."""
-        request = self.runner.request(code, language=language, command=list(command) if command is not None else None,
-                                      env=dict(env or {}), limits=limits, provider="native", **fields)
+        request = self._with_egress(self.runner.request(
+            code, language=language, command=list(command) if command is not None else None, env=dict(env or {}),
+            limits=limits, provider="native", **fields))
         self._ensure_packages()
         self.last_used = time.monotonic()
         return self.processes.start(request, cwd=cwd, name=name, stdin=stdin, pty=pty, ring_bytes=ring_bytes)

@@ -262,12 +262,16 @@ class SessionManager:
         return live.row.egress if live.row.egress is not None else self.profile_of(live).network.policy
 
     def set_egress(self, live: LiveSession, policy: EgressPolicy | None) -> EgressPolicy:
-        """Give the session `policy` (None: its profile's) from its next call on, committed before
-        this returns; 422/403 when it is not a policy within the profile's. The policy now."""
+        """Give the session `policy` (None: its profile's) from its next call on, and its live background
+        processes from their next connection on, committed before this returns; 422/403 when it is not
+        a policy within the profile's. The policy now."""
         if policy is not None:
             policy = within_profile(policy, live.row.profile, self.profile_of(live), self.execution.profiles)
         self.store.set_egress(live.row.id, policy)
         live.row.egress = policy
+        session = live.core
+        if session is not None and session.has_processes:  # their next connections follow it too
+            session.processes.set_egress(self.egress(live))
         log.info("session network policy changed", extra={"event": "session_egress", "session": live.row.id,
                                                           "mode": self.egress(live).mode})
         return self.egress(live)

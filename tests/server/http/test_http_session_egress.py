@@ -4,14 +4,20 @@ every egress decision in the audit log. A loopback origin stands in for the outs
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from tests.helpers.loopback_origin import SMALL_BODY, Origin
-from tests.helpers.server_helpers import assert_error_shape, call, new_session, run
+from tests.helpers.server_helpers import assert_error_shape, call, eventually, new_session, run
+from wasm_runner.providers.native.bwrap import find_bwrap, probe
 
 pytestmark = pytest.mark.asyncio
+
+_bwrap = find_bwrap()
+SANDBOX_PROBLEM = "bubblewrap is not installed" if _bwrap is None else probe(_bwrap)
+needs_sandbox = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
 
 FETCH = "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/small', timeout=5).read().decode())"
 
@@ -92,3 +98,45 @@ async def test_the_narrowed_policy_survives_a_restart(serve, origin, tmp_path):
     assert status == 200 and info["egress"]["mode"] == "deny"
     status, info = await call(again, "PATCH", f"/v1/sessions/{sid}", json={"egress": None})
     assert info["egress"]["mode"] == "allowlist"  # null: back to the profile's
+
+
+@needs_sandbox
+async def test_a_running_background_process_follows_a_patch_and_its_decisions_are_audited(serve, origin):
+    name = "api.allowed.test"
+    client = await serve(egress={"resolver_overrides": {name: ["127.0.0.1"]}},
+                         profiles={"net": {"language": "bash", "provider": "native", "network": {
+                             "mode": "allowlist", "allow": [f"{name}:{origin.port}", f"127.0.0.1:{origin.port}"]}}},
+                         processes={"stop_grace_s": 0.5})
+    sid = await new_session(client, profile="net")
+    loop = (f"while true; do curl -s -o /dev/null -w '%{{http_code}}\\n' http://{name}:{origin.port}/small; "
+            "sleep 0.1; done")
+    status, info = await call(client, "POST", f"/v1/sessions/{sid}/processes", json={"code": loop})
+    assert status == 201, info
+    output = f"/v1/sessions/{sid}/processes/{info['id']}/output"
+
+    async def printed(code: str) -> bool:
+        _, chunk = await call(client, "GET", output, params={"stream": "stdout"})
+        return code in chunk["data"].split()
+
+    await eventually(lambda: printed("200"), timeout=20)
+    status, _ = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": {"mode": "deny"}})
+    assert status == 200
+    await eventually(lambda: printed("403"), timeout=20)
+    reached = len(origin.requests)
+    await asyncio.sleep(0.5)  # several more turns of the loop, each refused
+    assert len(origin.requests) == reached
+    status, _ = await call(client, "DELETE", f"/v1/sessions/{sid}/processes/{info['id']}")
+    assert status == 200
+
+    async def ended() -> bool:
+        _, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "process"})
+        return any(row["mode"] == "exit" for row in rows["entries"])
+
+    await eventually(ended, timeout=10)
+    _, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "process"})
+    decisions = [event for row in rows["entries"] if row["network"] for event in json.loads(row["network"])]
+    allowed = [e for e in decisions if e["allowed"]]
+    refused = [e for e in decisions if not e["allowed"]]
+    assert allowed and all(e["host"] == name and e["status"] == 200 for e in allowed)
+    assert refused and all("deny" in e["reason"] for e in refused)
+    assert len(allowed) == reached  # every request that reached the origin has its row

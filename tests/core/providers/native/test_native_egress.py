@@ -9,6 +9,7 @@ import base64
 import hashlib
 import shutil
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import NATIVE_DENY_HINT
+from wasm_runner.processes import manager as process_manager
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_protocol.egress import Credential, EgressPolicy
@@ -29,6 +31,8 @@ SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" 
 pytestmark = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
 
 CAP = 300_000
+MEDIUM = 200_192
+"""Smaller than the cap; two of them are more."""
 SECRET = "s3cr3t-token-4f9a2c"
 NAMES = {"api.allowed.test": ["127.0.0.1"], "pypi.allowed.test": ["127.0.0.1"], "git.allowed.test": ["127.0.0.1"],
          "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
@@ -76,6 +80,7 @@ def make_repository(directory: Path) -> None:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("origin")
+    (root / "medium.bin").write_bytes(bytes(range(256)) * (MEDIUM // 256))
     certs = tmp_path_factory.mktemp("certs")
     wheel = make_wheel(root)
     if shutil.which("git"):
@@ -295,3 +300,53 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     assert [(e.allowed, e.host) for e in narrowed.network] == [(False, "api.allowed.test")]
     after = session.run_sync("calls", language="python", provider="native", limits=LIMITS)  # deny: no proxy
     assert after.kernel_restarted and after.error is not None  # a kernel without a way out: state gone
+
+
+def test_a_background_process_has_the_cap_per_connection_follows_a_changed_policy_and_keeps_its_decisions(world):
+    runner, plain, _, _ = world
+    session = runner.session(egress=ALLOW)
+    url = f"http://api.allowed.test:{plain.port}"
+    fetch = "curl -sS -o /dev/null -w '%{http_code} %{size_download}\\n'"
+    script = (f"{fetch} {url}/medium.bin; {fetch} {url}/medium.bin\n"  # together past the cap, each within
+              f"{fetch} {url}/big 2>/dev/null || echo cut\n"
+              "echo ready\n"
+              "while [ ! -e /workspace/go ]; do sleep 0.05; done\n"
+              f"{fetch} {url}/small\n")
+    process = session.start_process(code=script)
+    deadline = time.monotonic() + 30
+    while "ready" not in process.text() and process.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    early = process.take_network()
+    assert [(e.allowed, e.status) for e in early] == [(True, 200)] * 3, process.text("stderr")
+    first, second, big = early
+    assert first.bytes_received > MEDIUM and second.bytes_received > MEDIUM  # 2 x MEDIUM > CAP: not one budget
+    assert "connection's network cap" in (big.reason or "") and big.bytes_sent + big.bytes_received == CAP
+
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("other.allowed.test", "127.0.0.1")))
+    seen = len(plain.requests)
+    (session.path / "go").touch()
+    assert process.wait(30) == 0, process.text("stderr")
+    lines = process.text().splitlines()
+    assert lines[:2] == [f"200 {MEDIUM}", f"200 {MEDIUM}"] and lines[3] == "cut", lines
+    assert int(lines[2].split()[1]) < CAP  # curl saw the big answer end early
+    assert lines[-1].startswith("403"), lines
+    assert len(plain.requests) == seen  # refused by the new policy before reaching the origin
+    [late] = process.take_network()
+    assert not late.allowed and late.host == "api.allowed.test" and "not in the allowlist" in (late.reason or "")
+    assert process.take_network() == []  # each decision is given once
+
+
+def test_a_running_process_hands_its_decisions_over_in_batches_and_the_rest_at_its_end(world, monkeypatch):
+    runner, plain, _, _ = world
+    monkeypatch.setattr(process_manager, "NETWORK_BATCH", 2)
+    session = runner.session(egress=ALLOW)
+    batches: list[tuple[str, int]] = []
+    session.processes.observer = lambda event, process: batches.append(
+        (event, len(process.take_network())) if event != "start" else (event, 0))
+    script = f"for i in 1 2 3 4 5; do curl -sS -o /dev/null http://api.allowed.test:{plain.port}/small; done"
+    process = session.start_process(code=script)
+    assert process.wait(30) == 0, process.text("stderr")
+    deadline = time.monotonic() + 5
+    while ("exit", 1) not in batches and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [b for b in batches if b[0] != "start"] == [("network", 2), ("network", 2), ("exit", 1)]
