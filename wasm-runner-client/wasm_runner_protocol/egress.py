@@ -39,7 +39,8 @@ class Credential(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """A secret the host adds to requests bound for `destinations`; the guest never sees it.
 
     The value is read by the host from its own environment (`env`) or a file (`file`) when a request
-    is sent, never from a request. `template` places it in the header (`{secret}`)."""
+    is sent, never from a request. `template` places it in the header (`{secret}`). A destination
+    without a scheme receives it over https only; `http://host` sends it in cleartext, explicitly."""
 
     destinations: tuple[str, ...]
     header: str = "Authorization"

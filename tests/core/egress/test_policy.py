@@ -114,6 +114,7 @@ def test_credentials_are_added_only_for_their_destinations_and_redacted(monkeypa
         Credential(destinations=("https://*.store.test",), header="X-Api-Key", template="{secret}", file=str(tmp_path / "key")),
     ])
     assert broker.headers_for("https", "api.github.test", 443) == {"Authorization": "Bearer s3cr3t-value"}
+    assert broker.headers_for("http", "api.github.test", 80) == {}  # no scheme named: never in cleartext
     assert broker.headers_for("https", "eu.store.test", 443) == {"X-Api-Key": "file-secret"}
     assert broker.headers_for("http", "eu.store.test", 80) == {}
     assert broker.headers_for("https", "evil.test", 443) == {}
@@ -121,3 +122,9 @@ def test_credentials_are_added_only_for_their_destinations_and_redacted(monkeypa
     monkeypatch.delenv("TEST_TOKEN")
     with pytest.raises(MissingSecretError, match="TEST_TOKEN"):
         broker.headers_for("https", "api.github.test", 443)
+
+
+def test_a_credential_goes_over_plain_http_only_to_a_destination_that_says_http():
+    cleartext = CredentialBroker([Credential(destinations=("http://api.local.test",), env="PATH")])
+    assert "Authorization" in cleartext.headers_for("http", "api.local.test", 80)
+    assert cleartext.headers_for("https", "api.local.test", 443) == {}  # the scheme named is the only one

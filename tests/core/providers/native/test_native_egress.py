@@ -191,7 +191,7 @@ def test_a_brokered_secret_reaches_the_server_and_nowhere_the_guest_can_read(wor
     runner, plain, _, _ = world
     monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
     before = len(plain.requests)
-    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=("http://api.allowed.test",), env="TEST_EGRESS_TOKEN")
     script = (f"curl -sS -f -D - http://api.allowed.test:{plain.port}/echo-auth\n"
               "env\n"
               # everywhere the guest writes or the host puts files for it (the system tree is the image's)
@@ -279,7 +279,7 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     fetch = ("import urllib.request\n"
              f"body = urllib.request.urlopen('{url}/echo-auth', timeout=30).read()\n"
              "calls = globals().get('calls', 0) + 1\n(calls, len(body))")
-    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=("http://api.allowed.test",), env="TEST_EGRESS_TOKEN")
 
     def call(policy: EgressPolicy, **fields):
         return session.run_sync(fetch, language="python", provider="native", egress=policy, limits=LIMITS, **fields)

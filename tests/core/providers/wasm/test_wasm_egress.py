@@ -189,7 +189,7 @@ def test_a_response_over_the_cap_stops_at_the_cap_with_a_clear_limit(world):
 def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    credential = Credential(destinations=("http://api.allowed.test",), env="WASI_TEST_TOKEN")  # cleartext, named
     result = run(runner, "import json, os, urllib.request\n"
                          f"r = urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth')\n"
                          "print(json.dumps({'body': r.read().decode(), 'echo': r.headers['X-Echo'],\n"
@@ -206,10 +206,22 @@ def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world,
     assert event.credential
 
 
-def test_the_secret_is_not_added_for_another_destination_or_a_redirect_there(world, monkeypatch):
+def test_a_secret_whose_destination_names_no_scheme_is_not_sent_over_plain_http(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
     credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    result = run(runner, "import urllib.request\n"
+                         f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth').read().decode())",
+                 credentials=(credential,))
+    assert result.ok, result.error
+    assert "Authorization" not in plain.requests[-1][2] and result.stdout == "you sent: \n\n"
+    assert not result.network[0].credential
+
+
+def test_the_secret_is_not_added_for_another_destination_or_a_redirect_there(world, monkeypatch):
+    runner, plain, _ = world
+    monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
+    credential = Credential(destinations=("http://api.allowed.test",), env="WASI_TEST_TOKEN")
     policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
     result = run(runner, "import urllib.request\n"
                          f"print(urllib.request.urlopen('http://127.0.0.1:{plain.port}/echo-auth').read().decode())",
