@@ -77,8 +77,8 @@ def test_wasm_runner_protocol():
         "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
         "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionInfo",
-        "SessionList", "SessionListQuery", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult", "VersionQuery",
-        "WriteResult",
+        "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult",
+        "VersionQuery", "WriteResult",
     ]
 
 

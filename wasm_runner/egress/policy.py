@@ -178,28 +178,29 @@ class EgressRules:
             return f"{address} is a private, loopback or link-local address; an entry must name it to allow it"
         return None
 
-    def narrowed(self, requested: EgressPolicy) -> EgressPolicy:
+    def narrowed(self, requested: EgressPolicy, whose: str = "the profile's") -> EgressPolicy:
         """`requested` if it allows nothing this policy does not; else PolicyError saying what is wider."""
-        wider = self.wider_entries(requested)
+        wider = self.wider_entries(requested, whose)
         if wider is not None:
             raise PolicyError(wider)
         return requested
 
-    def wider_entries(self, requested: EgressPolicy) -> str | None:
-        """What `requested` allows beyond this policy, said for the caller (None: nothing)."""
+    def wider_entries(self, requested: EgressPolicy, whose: str = "the profile's") -> str | None:
+        """What `requested` allows beyond this policy, said for the caller (None: nothing); `whose`
+        names this policy in the text ("the profile's", "the session's")."""
         rules = EgressRules(requested)  # parses: PolicyError on a malformed entry
         if requested.mode == "deny":
             return None
         if self.policy.mode == "deny":
-            return "the profile's network policy is deny: a request cannot open the network"
+            return f"{whose} network policy is deny: a request cannot open the network"
         if requested.mode == "open" and self.policy.mode != "open":
-            return "the profile's network policy is an allowlist: a request cannot make it open"
+            return f"{whose} network policy is an allowlist: a request cannot make it open"
         for entry in rules.entries:
             if self.policy.mode == "open" and not names_restricted(entry):
                 continue
             if not any(mine.covers(entry) for mine in self.entries):
                 allowed = ", ".join(self.policy.allow) or "no entries"
-                return f"{entry.text!r} is not within the profile's network policy ({allowed})"
+                return f"{entry.text!r} is not within {whose} network policy ({allowed})"
         return None
 
 

@@ -40,7 +40,7 @@ from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
-from wasm_runner_server.sessions.egress import at_start, within_profile
+from wasm_runner_server.sessions.egress import at_start, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
@@ -260,6 +260,13 @@ class SessionManager:
     def egress(self, live: LiveSession) -> EgressPolicy:
         """The session's network policy now: its own, else its profile's."""
         return live.row.egress if live.row.egress is not None else self.profile_of(live).network.policy
+
+    def call_egress(self, live: LiveSession, requested: EgressPolicy | None) -> EgressPolicy | None:
+        """The policy a call of the session asks for: its own when it names one that narrows the
+        session's (422/403 otherwise), else the session's own (None: its profile's)."""
+        if requested is None:
+            return live.row.egress
+        return within_session(requested, self.egress(live))
 
     def set_egress(self, live: LiveSession, policy: EgressPolicy | None) -> EgressPolicy:
         """Give the session `policy` (None: its profile's) from its next call on, and its live background

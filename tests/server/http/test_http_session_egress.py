@@ -100,6 +100,45 @@ async def test_the_narrowed_policy_survives_a_restart(serve, origin, tmp_path):
     assert info["egress"]["mode"] == "allowlist"  # null: back to the profile's
 
 
+async def test_a_call_may_narrow_its_sessions_policy_for_itself_and_never_widen_it(serve, origin):
+    client = await serve(profiles=profiles(origin.port))
+    sid = await new_session(client, profile="net")
+    fetch = FETCH.format(port=origin.port)
+    narrowed = await run(client, sid, fetch, egress={"mode": "deny"})
+    assert narrowed["exit_code"] != 0 and narrowed["network"][0]["allowed"] is False
+    assert "deny" in narrowed["network"][0]["reason"]
+    again = await run(client, sid, fetch)  # the next call is under the session's policy again
+    assert again["exit_code"] == 0 and again["network"][0]["allowed"] is True
+
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec",
+                              json={"code": fetch, "egress": {"mode": "allowlist", "allow": ["127.0.0.1"]}})
+    assert status == 403, data
+    assert_error_shape(data, "network_not_allowed")
+    assert "session's" in data["error"]["message"] and "PATCH" in data["error"]["hint"]
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec",
+                              json={"code": fetch, "egress": {"mode": "deny", "allow": ["x.test"]}})
+    assert status == 422, data
+    assert_error_shape(data, "validation_error")
+
+
+async def test_a_one_shot_run_may_narrow_its_profiles_policy_and_a_wider_one_is_403_as_for_sessions(serve, origin):
+    client = await serve(profiles=profiles(origin.port))
+    fetch = FETCH.format(port=origin.port)
+    status, allowed = await call(client, "POST", "/v1/exec", json={"code": fetch, "profile": "net"})
+    assert status == 200 and allowed["exit_code"] == 0, allowed
+    for files in ({}, {"seed.txt": "x"}):  # the core's one-shot path and the seeded workspace's
+        status, narrowed = await call(client, "POST", "/v1/exec",
+                                      json={"code": fetch, "profile": "net", "egress": {"mode": "deny"}, "files": files})
+        assert status == 200 and narrowed["network"][0]["allowed"] is False, narrowed
+        status, data = await call(client, "POST", "/v1/exec", json={
+            "code": fetch, "profile": "net", "files": files, "egress": {"mode": "allowlist", "allow": ["127.0.0.1"]}})
+        assert status == 403, data
+        assert_error_shape(data, "network_not_allowed")
+    status, data = await call(client, "POST", "/v1/exec",
+                              json={"code": fetch, "profile": "net", "egress": {"mode": "allowlist"}})
+    assert status == 422, data
+
+
 @needs_sandbox
 async def test_a_running_background_process_follows_a_patch_and_its_decisions_are_audited(serve, origin):
     name = "api.allowed.test"
