@@ -94,7 +94,8 @@ class Session:
         self.egress: EgressPolicy | None = None
         """Where this session's runs may connect (None: as each request says); see `set_egress`."""
         self.egress_limit: EgressPolicy | None = None
-        """The widest policy `set_egress` accepts (the service sets its profile's; None: any)."""
+        """The widest policy `set_egress` accepts (None: any); an embedder that holds sessions to a
+        profile's policy sets it."""
         self.process_limits = ProcessLimits()
         """Caps on its background processes (set before the first start)."""
         self._processes: ProcessManager | None = None
@@ -116,18 +117,18 @@ class Session:
             manager.set_egress(policy)
 
     def _with_egress(self, request: ExecRequest) -> ExecRequest:
-        """The request under the session's policy: a request with none (deny, the default) gets the
-        session's; one that names a policy must stay within it."""
-        if self.egress is None:
-            return request
+        """The request under the session's policy: one that names none (None) gets the session's (deny
+        where the session has none); one that names a policy, deny included, keeps it if it stays
+        within the session's (PolicyError naming what is wider otherwise)."""
         import msgspec
 
+        if request.egress is None:
+            return msgspec.structs.replace(request, egress=self.egress) if self.egress is not None else request
+        if self.egress is None:
+            return request
         from wasm_runner.egress.policy import EgressRules
-        from wasm_runner_protocol.egress import DENY
 
-        if request.egress == DENY:
-            return msgspec.structs.replace(request, egress=self.egress)
-        return msgspec.structs.replace(request, egress=EgressRules(self.egress).narrowed(request.egress))
+        return msgspec.structs.replace(request, egress=EgressRules(self.egress).narrowed(request.egress, "the session's"))
 
     @property
     def path(self) -> Path:

@@ -365,7 +365,7 @@ class SessionManager:
         try:
             if live.deleted:
                 raise session_not_found(live.row.id, "it was deleted while this call waited")
-            egress = at_start(request.egress, live.row.egress)
+            egress = at_start(request.effective_egress, live.row.egress)
             if egress is not request.egress:
                 request = msgspec.structs.replace(request, egress=egress)
 

@@ -22,7 +22,7 @@ from wasm_runner.egress.policy import EgressRules
 from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
-from wasm_runner_protocol.egress import DENY, EgressPolicy, NetworkEvent
+from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 
 RELAY_PORT = 3128
@@ -35,11 +35,6 @@ RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
 NO_PROXY = "localhost,127.0.0.1,::1"
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
                 "NODE_EXTRA_CA_CERTS")
-
-
-def request_policy(request: ExecRequest) -> EgressPolicy:
-    """The request's network policy (none named: deny)."""
-    return request.egress if request.egress is not None else DENY
 
 
 class EgressUnavailable(RuntimeError):
@@ -100,7 +95,7 @@ class RunEgress:
         try:
             if owner is not None:
                 os.chown(self.directory, *owner)
-            self.run: ProxyRun = egress.proxy.open(EgressRules(request_policy(request)), request.credentials, deadline,
+            self.run: ProxyRun = egress.proxy.open(EgressRules(request.effective_egress), request.credentials, deadline,
                                                    self.directory, owner, per_connection)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -129,7 +124,7 @@ class RunEgress:
     def renew(self, request: ExecRequest, deadline: float) -> None:
         """Serve the next call of the sandbox that keeps this socket (a kernel), under that call's
         policy, credentials and deadline."""
-        self.run.renew(EgressRules(request_policy(request)), request.credentials, deadline)
+        self.run.renew(EgressRules(request.effective_egress), request.credentials, deadline)
 
     def set_policy(self, policy: EgressPolicy) -> None:
         """Hold the connections made from now on to `policy` (an owner whose policy changed while it runs)."""

@@ -286,7 +286,7 @@ class NativeProvider(Provider):
             if not isolated and os.geteuid() == 0 and self.identity is None:
                 raise _Refusal("SandboxUnavailable", "the native provider refuses to run unsandboxed as root "
                                                      f"without its unprivileged sandbox user: {problem}")
-            if request.egress.mode != "deny" and not isolated:
+            if request.effective_egress.mode != "deny" and not isolated:
                 raise _Refusal("NetworkUnavailable", "a network policy other than deny cannot be enforced without "
                                                      f"the sandbox ({problem}); use the wasm provider or install bubblewrap")
             program = self._program(request, isolated)
@@ -488,7 +488,7 @@ class _Run:
         self._next_full_count = 0.0
         self.holder: MountHolder | None = None
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
-        self.egress = egress if request.egress.mode != "deny" and bwrap_path is not None else None
+        self.egress = egress if request.effective_egress.mode != "deny" and bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
 
     def stop(self, reason: LimitName) -> None:
@@ -591,7 +591,7 @@ class _Run:
             if error is not None and error.type == "CommandNotFound":
                 exit_code = 127
         if error is None and exit_code != 0:
-            error = native_network_error(network, request.egress, stderr_text)
+            error = native_network_error(network, request.effective_egress, stderr_text)
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=stderr_text,
@@ -1055,7 +1055,7 @@ class _KernelCall(_Run):
             elif reply.crash is not None:
                 error = GuestError(type="KernelDied", message=f"{reply.crash}; the next call starts a new kernel")
             elif reply.error is not None:
-                error = native_network_error(network, request.egress, self.stderr.text()) or reply.error
+                error = native_network_error(network, request.effective_egress, self.stderr.text()) or reply.error
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=self.stderr.text(),

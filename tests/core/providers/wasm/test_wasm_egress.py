@@ -376,3 +376,18 @@ def test_a_session_policy_change_takes_effect_on_the_next_call_and_only_narrows_
         session.set_egress(EgressPolicy(mode="allowlist", allow=("evil.test",)))
     session.set_egress(ALLOW)
     assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
+
+
+def test_a_calls_explicit_deny_is_kept_and_a_call_naming_nothing_gets_the_sessions_policy(world):
+    from wasm_runner.egress.policy import PolicyError
+
+    runner, plain, _ = world
+    session = runner.session(egress=ALLOW)
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
+    denied = session.run_sync(code, egress=EgressPolicy(mode="deny"), limits=LIMITS)
+    assert denied.error is not None and [e.allowed for e in denied.network] == [False]
+    assert "deny" in (denied.network[0].reason or "")
+    assert session.run_sync(code, limits=LIMITS).stdout == "200\n"  # egress unset: the session's
+    with pytest.raises(PolicyError, match="the session's"):
+        session.run_sync(code, egress=EgressPolicy(mode="open"), limits=LIMITS)
