@@ -64,7 +64,7 @@ def main() -> None:
     # Sandboxes name the server (a pinned name: the native tier's NO_PROXY covers 127.0.0.1 itself).
     settings = EgressSettings(resolver=Resolver({NAME: ["127.0.0.1"]}))
     url = f"http://{NAME}:{origin.port}/small"
-    policy = EgressPolicy(mode="allowlist", allow=(NAME, f"127.0.0.1:{origin.port}"))
+    policy = EgressPolicy(mode="allowlist", allow=(f"{NAME}:{origin.port}", f"127.0.0.1:{origin.port}"))
     code = LOOP.format(url=url, n=n)
     results: dict[str, object] = {"benchmark": "egress", "python": platform.python_version(),
                                   "requests": args.requests, "body_bytes": 22}

@@ -36,7 +36,8 @@ MEDIUM = 200_192
 SECRET = "s3cr3t-token-4f9a2c"
 NAMES = {"api.allowed.test": ["127.0.0.1"], "pypi.allowed.test": ["127.0.0.1"], "git.allowed.test": ["127.0.0.1"],
          "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
-ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test:*", "127.0.0.1:*"))
+"""The origins listen on ports of their own: any port, named on purpose."""
 LIMITS = Limits(timeout_s=60)
 
 
@@ -136,6 +137,20 @@ def test_a_denied_destination_is_refused_with_the_policy_and_a_hint(world, schem
     assert not any("evil" in headers.get("Host", "") for _, _, headers in plain.requests + tls.requests)
 
 
+def test_an_entry_without_a_port_does_not_open_a_tunnel_to_another_port_of_the_host(world):
+    runner, _, tls, _ = world
+    before = len(tls.requests)
+    policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1:*"))  # 443 only by name
+    result = run(runner, f"curl -sS -f https://api.allowed.test:{tls.port}/small", policy=policy)
+    assert result.exit_code != 0 and "403" in result.stderr
+    [event] = result.network
+    assert not event.allowed and event.port == tls.port and "not in the allowlist" in (event.reason or "")
+    assert len(tls.requests) == before
+    allowed = run(runner, f"curl -sS -f https://api.allowed.test:{tls.port}/small",
+                  policy=EgressPolicy(mode="allowlist", allow=(f"api.allowed.test:{tls.port}", "127.0.0.1:*")))
+    assert allowed.exit_code == 0, allowed.stderr
+
+
 def test_the_refusal_body_names_the_destination_the_policy_and_the_proxy_status(world):
     runner, plain, _, _ = world
     result = run(runner, f"curl -sS -i http://evil.test:{plain.port}/small")
@@ -191,7 +206,7 @@ def test_a_brokered_secret_reaches_the_server_and_nowhere_the_guest_can_read(wor
     runner, plain, _, _ = world
     monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
     before = len(plain.requests)
-    credential = Credential(destinations=("http://api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="TEST_EGRESS_TOKEN")
     script = (f"curl -sS -f -D - http://api.allowed.test:{plain.port}/echo-auth\n"
               "env\n"
               # everywhere the guest writes or the host puts files for it (the system tree is the image's)
@@ -279,7 +294,7 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     fetch = ("import urllib.request\n"
              f"body = urllib.request.urlopen('{url}/echo-auth', timeout=30).read()\n"
              "calls = globals().get('calls', 0) + 1\n(calls, len(body))")
-    credential = Credential(destinations=("http://api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="TEST_EGRESS_TOKEN")
 
     def call(policy: EgressPolicy, **fields):
         return session.run_sync(fetch, language="python", provider="native", egress=policy, limits=LIMITS, **fields)
@@ -294,7 +309,7 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     assert second.error is None and not second.kernel_restarted and second.value.startswith("(2, ")
     assert [e.allowed for e in second.network] == [True]
     assert "Authorization" not in plain.requests[-1][2]
-    narrowed = call(EgressPolicy(mode="allowlist", allow=("other.allowed.test", "127.0.0.1")))
+    narrowed = call(EgressPolicy(mode="allowlist", allow=("other.allowed.test:*", "127.0.0.1:*")))
     assert not narrowed.kernel_restarted
     assert narrowed.error is not None and narrowed.error.type == "NetworkDenied"
     assert [(e.allowed, e.host) for e in narrowed.network] == [(False, "api.allowed.test")]
@@ -322,7 +337,7 @@ def test_a_background_process_has_the_cap_per_connection_follows_a_changed_polic
     assert first.bytes_received > MEDIUM and second.bytes_received > MEDIUM  # 2 x MEDIUM > CAP: not one budget
     assert "connection's network cap" in (big.reason or "") and big.bytes_sent + big.bytes_received == CAP
 
-    session.set_egress(EgressPolicy(mode="allowlist", allow=("other.allowed.test", "127.0.0.1")))
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("other.allowed.test:*", "127.0.0.1:*")))
     seen = len(plain.requests)
     (session.path / "go").touch()
     assert process.wait(30) == 0, process.text("stderr")

@@ -24,7 +24,8 @@ MEDIUM = 200_192
 """Larger than the first piece the host sends with the head, smaller than the cap."""
 SECRET = "s3cr3t-wasi-token-7d1e"
 NAMES = {"api.allowed.test": ["127.0.0.1"], "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
-ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test:*", "127.0.0.1:*"))
+"""The origins listen on ports of their own: any port, named on purpose."""
 LIMITS = Limits(timeout_s=30)
 
 
@@ -106,7 +107,7 @@ def test_https_is_verified_by_the_host_with_the_operators_ca(world):
 
 def test_https_to_a_name_the_certificate_does_not_cover_fails_verification(world):
     runner, _, tls = world
-    policy = EgressPolicy(mode="allowlist", allow=("127.0.0.1",))
+    policy = EgressPolicy(mode="allowlist", allow=(f"127.0.0.1:{tls.port}",))
     result = run(runner, "import urllib.request\n"
                          f"urllib.request.urlopen('https://127.0.0.1:{tls.port}/small')", policy=policy)
     assert result.error is not None and result.error.type == "URLError"
@@ -170,7 +171,7 @@ def test_loopback_itself_needs_an_entry_naming_it(world):
     runner, plain, _ = world
     result = run(runner, "import urllib.request\n"
                          f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/small')",
-                 policy=EgressPolicy(mode="allowlist", allow=("*.allowed.test",)))
+                 policy=EgressPolicy(mode="allowlist", allow=("*.allowed.test:*",)))
     [event] = result.network
     assert not event.allowed and event.address == "127.0.0.1"
 
@@ -189,7 +190,7 @@ def test_a_response_over_the_cap_stops_at_the_cap_with_a_clear_limit(world):
 def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("http://api.allowed.test",), env="WASI_TEST_TOKEN")  # cleartext, named
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="WASI_TEST_TOKEN")  # cleartext
     result = run(runner, "import json, os, urllib.request\n"
                          f"r = urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth')\n"
                          "print(json.dumps({'body': r.read().decode(), 'echo': r.headers['X-Echo'],\n"
@@ -209,7 +210,7 @@ def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world,
 def test_a_secret_whose_destination_names_no_scheme_is_not_sent_over_plain_http(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    credential = Credential(destinations=("api.allowed.test:*",), env="WASI_TEST_TOKEN")  # any port, no scheme
     result = run(runner, "import urllib.request\n"
                          f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth').read().decode())",
                  credentials=(credential,))
@@ -221,8 +222,8 @@ def test_a_secret_whose_destination_names_no_scheme_is_not_sent_over_plain_http(
 def test_the_secret_is_not_added_for_another_destination_or_a_redirect_there(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("http://api.allowed.test",), env="WASI_TEST_TOKEN")
-    policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="WASI_TEST_TOKEN")
+    policy = ALLOW
     result = run(runner, "import urllib.request\n"
                          f"print(urllib.request.urlopen('http://127.0.0.1:{plain.port}/echo-auth').read().decode())",
                  policy=policy, credentials=(credential,))
@@ -347,7 +348,7 @@ def test_js_fetch_over_the_cap_stops_with_a_clear_limit(world):
 def test_js_fetch_https_and_a_brokered_secret(world, monkeypatch):
     runner, _, tls = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    credential = Credential(destinations=(f"api.allowed.test:{tls.port}",), env="WASI_TEST_TOKEN")
     result = run(runner, f"""
 const r = await fetch('https://api.allowed.test:{tls.port}/echo-auth');
 console.log(await r.text());
@@ -369,7 +370,7 @@ def test_a_session_policy_change_takes_effect_on_the_next_call_and_only_narrows_
     code = ("import urllib.request\n"
             f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
     assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
-    session.set_egress(EgressPolicy(mode="allowlist", allow=("127.0.0.1",)))  # narrower: the name is gone
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("127.0.0.1:*",)))  # narrower: the name is gone
     result = session.run_sync(code, limits=LIMITS)
     assert result.error is not None and "not in the allowlist" in result.error.message
     with pytest.raises(PolicyError, match="evil.test"):
