@@ -24,10 +24,14 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 RESTRICTED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
     "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-    "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8",
+    "::/96", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10",
+    "ff00::/8",
 ))
 """Reachable only when an entry names them: private, loopback, link-local (169.254.169.254, the
-cloud metadata service, among them), shared, benchmarking, multicast and reserved ranges."""
+cloud metadata service, among them), shared, benchmarking, multicast and reserved ranges, and the
+IPv6 ranges that carry an IPv4 address to a translator or relay (NAT64, 6to4, IPv4-compatible),
+which could reach a private IPv4 address behind it. Any other address Python does not call global
+(documentation, IETF protocol ranges) is refused the same way (`restricted`)."""
 SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -164,8 +168,11 @@ def parse_port(text: str, port_text: str) -> int:
 
 
 def restricted(address: IPAddress) -> bool:
+    """Refused unless an entry names it: in RESTRICTED_NETWORKS, or not a global address."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    if not address.is_global:
+        return True
     return any(address in network for network in RESTRICTED_NETWORKS if network.version == address.version)
 
 
@@ -230,7 +237,10 @@ class EgressRules:
 
 
 def names_restricted(entry: Destination) -> bool:
-    """The entry names an address or network overlapping a restricted range."""
-    return entry.network is not None and any(
-        entry.network.version == network.version and entry.network.overlaps(network)
-        for network in RESTRICTED_NETWORKS)
+    """The entry names an address or network overlapping a restricted range (or not wholly global)."""
+    if entry.network is None:
+        return False
+    if not (entry.network.network_address.is_global and entry.network.broadcast_address.is_global):
+        return True
+    return any(entry.network.version == network.version and entry.network.overlaps(network)
+               for network in RESTRICTED_NETWORKS)
