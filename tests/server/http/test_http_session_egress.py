@@ -139,6 +139,26 @@ async def test_a_one_shot_run_may_narrow_its_profiles_policy_and_a_wider_one_is_
     assert status == 422, data
 
 
+async def test_a_brokered_secret_reaches_the_origin_and_no_column_of_the_audit_row(serve, origin, monkeypatch):
+    secret = "http-audit-s3cr3t-51c2"
+    monkeypatch.setenv("HTTP_AUDIT_TOKEN", secret)  # the service's own environment, before its workers start
+    net = profiles(origin.port)["net"]
+    net["network"]["credentials"] = [{"destinations": [f"http://127.0.0.1:{origin.port}"], "env": "HTTP_AUDIT_TOKEN"}]
+    client = await serve(profiles={"net": net})
+    sid = await new_session(client, profile="net")
+    code = ("import urllib.request\n"
+            f"r = urllib.request.urlopen('http://127.0.0.1:{origin.port}/echo-auth', timeout=5)\n"
+            "print(r.read().decode(), r.headers['X-Echo'])")
+    result = await run(client, sid, code)
+    assert result["exit_code"] == 0, result
+    assert origin.requests[-1][2]["Authorization"] == f"Bearer {secret}"
+    assert secret not in json.dumps(result) and result["network"][0]["credential"] is True
+    status, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "exec"})
+    (row,) = rows["entries"]
+    assert row["network"] and json.loads(row["network"])[0]["credential"] is True
+    assert not [name for name, value in row.items() if secret in str(value)]
+
+
 @needs_sandbox
 async def test_a_running_background_process_follows_a_patch_and_its_decisions_are_audited(serve, origin):
     name = "api.allowed.test"

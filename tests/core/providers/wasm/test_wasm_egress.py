@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import pytest
-from loopback_origin import SMALL_BODY, Origin, TestCA
+from loopback_origin import SLOW_STEP_S, SMALL_BODY, Origin, TestCA
 
 from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
@@ -392,3 +393,47 @@ def test_a_calls_explicit_deny_is_kept_and_a_call_naming_nothing_gets_the_sessio
     assert session.run_sync(code, limits=LIMITS).stdout == "200\n"  # egress unset: the session's
     with pytest.raises(PolicyError, match="the session's"):
         session.run_sync(code, egress=EgressPolicy(mode="open"), limits=LIMITS)
+
+
+def test_the_deadline_cuts_a_response_that_drips_in(world):
+    runner, plain, _ = world
+    started = time.monotonic()
+    code = f"import urllib.request\nurllib.request.urlopen('http://api.allowed.test:{plain.port}/slow?seconds=20').read()"
+    result = runner.run_sync(ExecRequest(code=code, egress=ALLOW, limits=Limits(timeout_s=1.5)))
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0, elapsed  # cut by the host at the deadline, not by the watchdog after its grace
+    assert result.error is not None
+    [event] = result.network
+    assert event.allowed and event.status == 200 and "deadline" in (event.reason or "")
+    assert 0 < event.bytes_received < 20 / SLOW_STEP_S + 200  # some of the drip, headers included
+
+
+def test_a_request_body_over_the_cap_is_refused_before_anything_is_sent(world):
+    runner, plain, _ = world
+    before = len(plain.requests)
+    result = run(runner, "import urllib.request\n"
+                         f"req = urllib.request.Request('http://api.allowed.test:{plain.port}/echo', "
+                         f"data=b'x' * {CAP + 1}, method='POST')\n"
+                         "urllib.request.urlopen(req)")
+    assert result.error is not None and "network cap" in result.error.message
+    assert result.error.hint is not None and "max_bytes" in result.error.hint
+    [event] = result.network
+    assert event.method == "POST" and event.bytes_sent == 0 and "network cap" in (event.reason or "")
+    assert len(plain.requests) == before  # the origin saw nothing
+
+
+def test_js_fetch_takes_a_request_object_with_its_method_headers_and_body(world):
+    runner, plain, _ = world
+    result = run(runner, f"""
+const request = new Request('http://api.allowed.test:{plain.port}/echo', {{
+  method: 'POST', headers: {{'Content-Type': 'application/x-test'}}, body: 'sent in a Request'}});
+const r = await fetch(request);
+console.log(r.status, r.headers.get('X-Content-Type'), await r.text());
+""", language="javascript")
+    assert result.ok, (result.error, result.stderr)
+    assert result.stdout == "200 application/x-test sent in a Request\n"
+    method, path, headers = plain.requests[-1]
+    sent = {name.lower(): value for name, value in headers.items()}
+    assert (method, path, sent["content-type"]) == ("POST", "/echo", "application/x-test")
+    [event] = result.network
+    assert event.method == "POST" and event.bytes_sent == len("sent in a Request")
