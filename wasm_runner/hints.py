@@ -22,7 +22,7 @@ OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} 
 
 SOCKET_HINT = ("raw sockets and name lookups are not available in WebAssembly; use urllib.request or "
                "http.client (fetch in JavaScript): the host makes those requests, as the run's network policy allows")
-LIMIT_HINT = "fetch less, or ask the operator for a larger egress max_bytes"
+LIMIT_HINT = "fetch less, or ask the operator to raise the service's [egress] max_bytes"
 
 
 def network_hint(events: Sequence[NetworkEvent], policy: EgressPolicy) -> str | None:
@@ -95,7 +95,7 @@ def native_network_error(events: Sequence[NetworkEvent], policy: EgressPolicy, s
     for event in events:
         if event.reason and "network cap" in event.reason:
             return GuestError(type="LimitExceeded", message=f"{event.scheme}://{event.host}:{event.port}: {event.reason}",
-                              hint="fetch less, or ask the operator for a larger egress max_bytes")
+                              hint=LIMIT_HINT)
     refused = [event for event in events if not event.allowed]
     if refused:
         names = ", ".join(dict.fromkeys(f"{e.scheme}://{e.host}:{e.port}" for e in refused))

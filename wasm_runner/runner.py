@@ -34,6 +34,7 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:
+    from wasm_runner.egress.settings import EgressSettings
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
@@ -48,15 +49,16 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
 __all__ = ["Runner", "default_providers"]
 
 
-def default_providers(mounts: tuple[Mount, ...] = ()) -> list[Provider]:
+def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | None = None) -> list[Provider]:
     """WebAssembly always; the native provider where its module is present (it refuses clearly
-    at run time where bubblewrap is missing)."""
-    providers: list[Provider] = [WasmProvider(mounts)]
+    at run time where bubblewrap is missing). `egress` is the operator's egress settings, shared
+    by both (default: `EgressSettings()`)."""
+    providers: list[Provider] = [WasmProvider(mounts, egress=egress)]
     try:
         from wasm_runner.providers.native import NativeProvider
     except ImportError:
         return providers
-    native = NativeProvider()
+    native = NativeProvider(egress=egress)
     providers.append(native)
     for provider in providers:
         provider.typechecker = native.typecheck
@@ -79,6 +81,7 @@ class Runner:
         packages: PackageSettings | None = None,
         kernel_workers: int = 0,
         worker_policy: WorkerPolicy | None = None,
+        egress: EgressSettings | None = None,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
         worker processes: a service whose event loop shares the interpreter with its guests'
@@ -91,7 +94,11 @@ class Runner:
         `worker_policy` (`execution.kernel_workers`): a guest stuck in a host call, or one that
         crashes its process, costs its worker, never a thread or the memory of this process.
         0 (the default) runs them on this process's threads: a plain library use has no
-        process to protect and saves a worker's start-up."""
+        process to protect and saves a worker's start-up.
+
+        `egress` is the operator's egress settings (resolver overrides, extra CA, byte cap,
+        connect timeout) for the default providers and the worker processes; providers of the
+        caller's own carry their own."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -107,7 +114,8 @@ class Runner:
         self.limits = limits
         self.concurrency = concurrency or os.cpu_count() or 2
         self.mounts = mounts
-        self.providers: list[Provider] = providers if providers is not None else default_providers(mounts)
+        self.egress_settings = egress
+        self.providers: list[Provider] = providers if providers is not None else default_providers(mounts, egress)
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self._rebuildable = providers is None
@@ -118,7 +126,7 @@ class Runner:
             from wasm_runner.execution.kernel_workers import KernelWorkers
 
             self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
-                                                worker_policy or WorkerPolicy())
+                                                worker_policy or WorkerPolicy(), egress=egress)
         self.one_shot_workers: OneShotWorkers | None = None
         if one_shot_workers > 0 and self.worker_pool is not None:
             from wasm_runner.execution.workers import OneShotWorkers
@@ -147,7 +155,7 @@ class Runner:
             from wasm_runner.execution.workers import WorkerPool
 
             containment = self.kernel_workers.containment if self.kernel_workers is not None else None
-            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment)
+            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment, egress=self.egress_settings)
         return self._worker_pool
 
     @property

@@ -94,14 +94,16 @@ class Session:
         self.egress: EgressPolicy | None = None
         """Where this session's runs may connect (None: as each request says); see `set_egress`."""
         self.egress_limit: EgressPolicy | None = None
-        """The widest policy `set_egress` accepts (the service sets its profile's; None: any)."""
+        """The widest policy `set_egress` accepts (None: any); an embedder that holds sessions to a
+        profile's policy sets it."""
         self.process_limits = ProcessLimits()
         """Caps on its background processes (set before the first start)."""
         self._processes: ProcessManager | None = None
         self._processes_lock = threading.Lock()
 
     def set_egress(self, policy: EgressPolicy) -> None:
-        """Change where the session's runs may connect, from its next call on. Within `egress_limit`
+        """Change where the session's runs may connect, from its next call on (and the next connections
+        of its live background processes that have a way out). Within `egress_limit`
         (PolicyError naming what is wider otherwise); a request then names a policy only to narrow it."""
         from wasm_runner.egress.policy import EgressRules
 
@@ -110,20 +112,23 @@ class Session:
         else:
             EgressRules(policy)  # its entries parse
         self.egress = policy
+        manager = self._processes
+        if manager is not None:  # live background processes: their next connections
+            manager.set_egress(policy)
 
     def _with_egress(self, request: ExecRequest) -> ExecRequest:
-        """The request under the session's policy: a request with none (deny, the default) gets the
-        session's; one that names a policy must stay within it."""
-        if self.egress is None:
-            return request
+        """The request under the session's policy: one that names none (None) gets the session's (deny
+        where the session has none); one that names a policy, deny included, keeps it if it stays
+        within the session's (PolicyError naming what is wider otherwise)."""
         import msgspec
 
+        if request.egress is None:
+            return msgspec.structs.replace(request, egress=self.egress) if self.egress is not None else request
+        if self.egress is None:
+            return request
         from wasm_runner.egress.policy import EgressRules
-        from wasm_runner_protocol.egress import DENY
 
-        if request.egress == DENY:
-            return msgspec.structs.replace(request, egress=self.egress)
-        return msgspec.structs.replace(request, egress=EgressRules(self.egress).narrowed(request.egress))
+        return msgspec.structs.replace(request, egress=EgressRules(self.egress).narrowed(request.egress, "the session's"))
 
     @property
     def path(self) -> Path:
@@ -251,8 +256,9 @@ class Session:
         `command` is an argv, else `code` runs in `language`; `cwd` is under /workspace; `pty`
         (cols, rows) runs it on a terminal. Returns at once: the handle's `output()`, `wait()`,
         `kill()`. It ends with the session (hibernate, destroy, the runner's close) at the latest."""
-        request = self.runner.request(code, language=language, command=list(command) if command is not None else None,
-                                      env=dict(env or {}), limits=limits, provider="native", **fields)
+        request = self._with_egress(self.runner.request(
+            code, language=language, command=list(command) if command is not None else None, env=dict(env or {}),
+            limits=limits, provider="native", **fields))
         self._ensure_packages()
         self.last_used = time.monotonic()
         return self.processes.start(request, cwd=cwd, name=name, stdin=stdin, pty=pty, ring_bytes=ring_bytes)

@@ -17,6 +17,8 @@ A config file (TOML or JSON) may set any of:
     python_index = "https://pypi.org/simple/"
     [workers]                     # see WorkerSettings: the processes hosting guests
     kernel_workers = 2
+    [egress]                      # see EgressSection: how the host reaches what profiles allow
+    max_bytes = 268435456
     [cluster]                     # see ClusterSettings: a Ray cluster for batches
     ray_address = "10.0.0.5:6379"
 
@@ -35,6 +37,8 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from wasm_runner.cluster import RayCluster
+from wasm_runner.egress.resolver import Resolver
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.packages.settings import PYPI_FILES, PYPI_SIMPLE, PackageSettings
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
@@ -121,6 +125,31 @@ class PackagesSection(ConfigModel):
                                resolver_overrides={k: tuple(v) for k, v in self.resolver_overrides.items()})
 
 
+class EgressSection(ConfigModel):
+    """The operator's egress settings: how the host resolves, what it trusts and how much a run may
+    move when a profile's network policy lets it out (the policies themselves are the profiles')."""
+
+    max_bytes: Annotated[int, Field(ge=0)] = 256 * MiB
+    """Bytes one run may move through the network, both ways together (a background process: each
+    of its connections); a transfer past it is cut and the run told so."""
+    connect_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """How long the host waits for a destination to accept a connection (within the run's deadline)."""
+    extra_ca_file: Path | None = None
+    """A PEM bundle trusted besides the system's (an internal CA); native sandboxes trust it too."""
+    resolver_overrides: dict[str, list[str]] = {}
+    """Names answered without DNS (name -> addresses), like curl's --resolve. The policy still
+    applies to the addresses: a private one is reachable only where an entry names it."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> EgressSection:
+        self.settings()  # a missing CA file or an override that is not an address is refused at start
+        return self
+
+    def settings(self) -> EgressSettings:
+        return EgressSettings(resolver=Resolver(self.resolver_overrides), extra_ca_file=self.extra_ca_file,
+                              max_bytes=self.max_bytes, connect_timeout_s=self.connect_timeout_s)
+
+
 class WorkerSettings(ConfigModel):
     """The worker processes that host every guest (`wasm_runner.execution.kernel_workers`)."""
 
@@ -182,6 +211,8 @@ class ServiceConfig(ProfilesConfig):
     history: HistorySettings = HistorySettings()
     """Earlier versions of files written through the API, per session."""
     packages: PackagesSection = PackagesSection()
+    egress: EgressSection = EgressSection()
+    """How the host reaches the destinations profiles allow: byte cap, trust, pinned names."""
     processes: ProcessSettings = ProcessSettings()
     """Background processes, terminals and preview ports."""
     cluster: ClusterSettings = ClusterSettings()

@@ -2,7 +2,8 @@
 
 `Origin` serves a directory statically (a PEP 503 index, a bare git repository) plus a few
 dynamic paths: /small, /big (BIG_BYTES), /echo-auth (the Authorization header it got, in the
-body and in a response header), /redirect?to=URL (302); a POST to /echo answers its body (the request's Content-Type in a header).
+body and in a response header), /redirect?to=URL (302), /slow?seconds=S (a byte every SLOW_STEP_S
+for S seconds); a POST to /echo answers its body (the request's Content-Type in a header).
 It records every request it received.
 `TestCA` mints a CA and server certificates with `cryptography` for the HTTPS variant.
 """
@@ -13,6 +14,7 @@ import datetime
 import http.server
 import ssl
 import threading
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -22,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 BIG_BYTES = 1024 * 1024
+SLOW_STEP_S = 0.1
 SMALL_BODY = b"hello from the origin\n"
 
 
@@ -102,8 +105,23 @@ class Origin:
                     self._answer(200, f"you sent: {auth}\n".encode(), {"X-Echo": auth})
                 elif url.path == "/redirect":
                     self._answer(302, b"", {"Location": parse_qs(url.query)["to"][0]})
+                elif url.path == "/slow":
+                    self._drip(float(parse_qs(url.query).get("seconds", ["10"])[0]))
                 else:
                     super().do_GET()
+
+            def _drip(self, seconds: float) -> None:
+                steps = max(1, int(seconds / SLOW_STEP_S))
+                self.send_response(200)
+                self.send_header("Content-Length", str(steps))
+                self.end_headers()
+                try:
+                    for _ in range(steps):
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        time.sleep(SLOW_STEP_S)
+                except OSError:  # the client (the host, cutting at a deadline) went away
+                    pass
 
             do_HEAD = do_GET
 

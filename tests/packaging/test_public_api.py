@@ -61,10 +61,10 @@ def test_wasm_runner_client():
     assert exported(wasm_runner_client) == [
         "ApiError", "AsyncClient", "AsyncExecStream", "AsyncProcessOutputStream", "AuthenticationError",
         "BadRequestError", "CancelResult", "Client",
-        "ConflictError", "DeleteResult", "EditResult", "ExecResult", "ExecStream", "FileEntry", "FileListing",
-        "GlobResult", "GrepMatch", "GrepResult", "InstallResult", "InstalledPackage", "Limits", "LimitsPatch",
-        "NotFoundError", "OneShotResult", "OutputChunk", "OutputFile", "PackageError", "PackageLock",
-        "PackageRequest", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "PreviewLink",
+        "ConflictError", "DeleteResult", "EditResult", "EgressPolicy", "ExecResult", "ExecStream", "FileEntry",
+        "FileListing", "GlobResult", "GrepMatch", "GrepResult", "InstallResult", "InstalledPackage", "Limits",
+        "LimitsPatch", "NetworkEvent", "NotFoundError", "OneShotResult", "OutputChunk", "OutputFile", "PackageError",
+        "PackageLock", "PackageRequest", "PayloadTooLargeError", "PermissionDeniedError", "PresignResult", "PreviewLink",
         "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput", "ProcessOutputStream", "ProcessStdinResult",
         "ProfileList",
         "RateLimitedError", "Retry", "RichOutput", "ServerError", "ServiceUnavailableError", "SessionInfo",
@@ -85,8 +85,7 @@ def test_wasm_runner_protocol():
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
         "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionInfo",
         "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult",
-        "VersionQuery",
-        "WriteResult",
+        "VersionQuery", "WriteResult",
     ]
 
 

@@ -63,6 +63,7 @@ from wasm_runner_client.wire import (
     WriteResult,
 )
 from wasm_runner_protocol import __version__ as __version__
+from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecResult, Limits, RichOutput
 from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageLock, PackageRequest
 
@@ -78,6 +79,7 @@ __all__ = [
     "ConflictError",
     "DeleteResult",
     "EditResult",
+    "EgressPolicy",
     "ExecResult",
     "ExecStream",
     "FileEntry",
@@ -89,6 +91,7 @@ __all__ = [
     "InstalledPackage",
     "Limits",
     "LimitsPatch",
+    "NetworkEvent",
     "NotFoundError",
     "OneShotResult",
     "OutputChunk",

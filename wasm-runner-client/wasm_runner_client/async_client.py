@@ -13,6 +13,7 @@ from typing import IO, Any, Generic, Literal
 
 import anyio
 import httpx
+from msgspec import UNSET, UnsetType
 
 from wasm_runner_client import calls
 from wasm_runner_client.calls import (
@@ -56,10 +57,12 @@ from wasm_runner_client.wire import (
     SessionCreate,
     SessionInfo,
     SessionList,
+    SessionPatch,
     TextEdit,
     UploadResult,
     WriteResult,
 )
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
@@ -157,10 +160,17 @@ class AsyncClient:
     async def create_session(self, id: str | None = None, *, profile: str | None = None,
                              idle_timeout_s: float | None = None, ttl_s: float | None = None,
                              metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
-                             packages: PackageRequest | None = None) -> SessionInfo:
+                             packages: PackageRequest | None = None,
+                             egress: EgressPolicy | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages)
+                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
+                             egress=egress)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
+
+    async def update_session(self, session_id: str, *,
+                             egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:
+        return await self._call(Call("PATCH", session_path(session_id), body=SessionPatch(egress=egress)),
+                                SessionInfo)
 
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._call(Call("GET", session_path(session_id)), SessionInfo)
@@ -201,46 +211,52 @@ class AsyncClient:
     async def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
                    language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                   id: str | None = None) -> ExecResult:
+                   id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id)
+                               fresh=fresh, profile=profile, id=id, egress=egress)
         return await self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
 
     def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                    id: str | None = None) -> AsyncExecStream[ExecResult]:
+                    id: str | None = None, egress: EgressPolicy | None = None) -> AsyncExecStream[ExecResult]:
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id)
+                               fresh=fresh, profile=profile, id=id, egress=egress)
         return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
 
     async def process(self, session_id: str, command: list[str], *, stdin: str = "",
                       env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
-                      id: str | None = None) -> ExecResult:
-        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                      id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                  egress=egress)
         return await self._call(Call("POST", session_path(session_id, "process"), body=body), ExecResult)
 
     def process_stream(self, session_id: str, command: list[str], *, stdin: str = "",
                        env: Mapping[str, str] | None = None, limits: LimitsArg = None,
-                       profile: str | None = None, id: str | None = None) -> AsyncExecStream[ExecResult]:
-        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                       profile: str | None = None, id: str | None = None,
+                       egress: EgressPolicy | None = None) -> AsyncExecStream[ExecResult]:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                  egress=egress)
         return AsyncExecStream(self, Call("POST", session_path(session_id, "process"), body=body), ExecResult)
 
     async def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                   command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
                   outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
-                  limits: LimitsArg = None, profile: str | None = None, id: str | None = None) -> OneShotResult:
+                  limits: LimitsArg = None, profile: str | None = None, id: str | None = None,
+                  egress: EgressPolicy | None = None) -> OneShotResult:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                   egress=egress)
         return await self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
 
     def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                    command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
                    outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, profile: str | None = None,
-                   id: str | None = None) -> AsyncExecStream[OneShotResult]:
+                   id: str | None = None, egress: EgressPolicy | None = None) -> AsyncExecStream[OneShotResult]:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                   egress=egress)
         return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
     # -- background processes and preview ports --------------------------------------------------

@@ -31,6 +31,7 @@ from wasm_runner_client.wire import (
     ProcessStdin,
     TextEdit,
 )
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Language, Limits
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES
@@ -217,15 +218,15 @@ def _language(language: str | None) -> Any:
 
 def exec_body(code: str | None, *, path: str | None, language: str | None, stdin: str,
               env: Mapping[str, str] | None, limits: LimitsArg, fresh: bool, profile: str | None,
-              id: str | None) -> ExecBody:
+              id: str | None, egress: EgressPolicy | None = None) -> ExecBody:
     return ExecBody(language=_language(language), code=code, path=path, stdin=stdin, env=dict(env or {}),
-                    limits=limits_patch(limits), fresh=fresh, profile=profile, id=id)
+                    limits=limits_patch(limits), fresh=fresh, profile=profile, id=id, egress=egress)
 
 
 def process_body(command: list[str], *, stdin: str, env: Mapping[str, str] | None, limits: LimitsArg,
-                 profile: str | None, id: str | None) -> ProcessBody:
+                 profile: str | None, id: str | None, egress: EgressPolicy | None = None) -> ProcessBody:
     return ProcessBody(command=list(command), stdin=stdin, env=dict(env or {}), limits=limits_patch(limits),
-                       profile=profile, id=id)
+                       profile=profile, id=id, egress=egress)
 
 
 def process_path(session_id: str, process_id: str, *rest: str) -> str:
@@ -256,13 +257,14 @@ def output_query(stream: str, offset: int, limit: int | None, encoding: str, wai
 def one_shot_body(code: str | None, *, path: str | None, command: list[str] | None, language: str | None,
                   files: Mapping[str, str | bytes] | None, outputs: Iterable[str], stdin: str,
                   env: Mapping[str, str] | None, limits: LimitsArg, profile: str | None,
-                  id: str | None) -> OneShotBody:
+                  id: str | None, egress: EgressPolicy | None = None) -> OneShotBody:
     inputs: dict[str, str | Base64File] = {}
     for name, content in (files or {}).items():
         inputs[name] = content if isinstance(content, str) else Base64File(base64=bytes(content))
     return OneShotBody(language=_language(language), code=code, path=path,
                        command=list(command) if command is not None else None, stdin=stdin, env=dict(env or {}),
-                       limits=limits_patch(limits), profile=profile, id=id, files=inputs, outputs=list(outputs))
+                       limits=limits_patch(limits), profile=profile, id=id, files=inputs, outputs=list(outputs),
+                       egress=egress)
 
 
 def edit_body(old_text: str | None, new_text: str | None, *, replace_all: bool,

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import IO, Any, Generic, Literal
 
 import httpx
+from msgspec import UNSET, UnsetType
 
 from wasm_runner_client import calls
 from wasm_runner_client.calls import (
@@ -51,10 +52,12 @@ from wasm_runner_client.wire import (
     SessionCreate,
     SessionInfo,
     SessionList,
+    SessionPatch,
     TextEdit,
     UploadResult,
     WriteResult,
 )
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
@@ -163,10 +166,19 @@ class Client:
     def create_session(self, id: str | None = None, *, profile: str | None = None,
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
                        metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
-                       packages: PackageRequest | None = None) -> SessionInfo:
+                       packages: PackageRequest | None = None, egress: EgressPolicy | None = None) -> SessionInfo:
+        """A new session (cheap: no interpreter or directory until its first use). `egress` narrows its
+        profile's network policy for the session's life (403 if wider); `update_session` changes it."""
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages)
+                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
+                             egress=egress)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
+
+    def update_session(self, session_id: str, *, egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:
+        """Change a live session from its next call on (PATCH): `egress` is its network policy, within its
+        profile's (403 if wider); None goes back to the profile's. Its running background processes follow
+        the new policy from their next connection on."""
+        return self._call(Call("PATCH", session_path(session_id), body=SessionPatch(egress=egress)), SessionInfo)
 
     def get_session(self, session_id: str) -> SessionInfo:
         return self._call(Call("GET", session_path(session_id)), SessionInfo)
@@ -208,16 +220,16 @@ class Client:
     def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
              language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
              limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-             id: str | None = None) -> ExecResult:
+             id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
         """Run `code` (or the workspace file `path`) in the session's kernel."""
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id)
+                               fresh=fresh, profile=profile, id=id, egress=egress)
         return self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
 
     def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                    id: str | None = None) -> ExecStream[ExecResult]:
+                    id: str | None = None, egress: EgressPolicy | None = None) -> ExecStream[ExecResult]:
         """Like `exec`, yielding output as it happens; the result is `stream.result` at the end.
 
             with client.exec_stream(sid, code) as stream:
@@ -226,38 +238,44 @@ class Client:
             print(stream.result.exit_code)
         """
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id)
+                               fresh=fresh, profile=profile, id=id, egress=egress)
         return ExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
 
     def process(self, session_id: str, command: list[str], *, stdin: str = "",
                 env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
-                id: str | None = None) -> ExecResult:
+                id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
         """Run a program natively (bubblewrap) in the session's workspace."""
-        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                  egress=egress)
         return self._call(Call("POST", session_path(session_id, "process"), body=body), ExecResult)
 
     def process_stream(self, session_id: str, command: list[str], *, stdin: str = "",
                        env: Mapping[str, str] | None = None, limits: LimitsArg = None,
-                       profile: str | None = None, id: str | None = None) -> ExecStream[ExecResult]:
-        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                       profile: str | None = None, id: str | None = None,
+                       egress: EgressPolicy | None = None) -> ExecStream[ExecResult]:
+        body = calls.process_body(command, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                  egress=egress)
         return ExecStream(self, Call("POST", session_path(session_id, "process"), body=body), ExecResult)
 
     def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
             command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
             outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
-            limits: LimitsArg = None, profile: str | None = None, id: str | None = None) -> OneShotResult:
+            limits: LimitsArg = None, profile: str | None = None, id: str | None = None,
+            egress: EgressPolicy | None = None) -> OneShotResult:
         """Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for."""
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                   egress=egress)
         return self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
 
     def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                    command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
                    outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, profile: str | None = None,
-                   id: str | None = None) -> ExecStream[OneShotResult]:
+                   id: str | None = None, egress: EgressPolicy | None = None) -> ExecStream[OneShotResult]:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id)
+                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
+                                   egress=egress)
         return ExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
     # -- background processes and preview ports --------------------------------------------------

@@ -52,6 +52,7 @@ from wasm_runner_protocol.wire import (
     SessionCreate,
     SessionInfo,
     SessionList,
+    SessionPatch,
     TextEdit,
     UploadResult,
     WriteResult,
@@ -63,7 +64,7 @@ __all__ = [
     "MountInfo", "OneShotBody", "OneShotResult", "OutputChunk", "OutputFile", "PresignBody", "PresignResult",
     "PreviewLink", "PreviewLinkBody", "ProcessBody", "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput",
     "ProcessSignal", "ProcessStart", "ProcessStdin", "ProcessStdinResult", "ProfileInfo", "ProfileList", "Readiness",
-    "SessionCreate", "SessionInfo", "SessionList", "TextEdit", "UploadResult", "WriteResult",
+    "SessionCreate", "SessionInfo", "SessionList", "SessionPatch", "TextEdit", "UploadResult", "WriteResult",
 ]
 
 

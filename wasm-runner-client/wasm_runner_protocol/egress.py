@@ -3,11 +3,15 @@
 A policy is `deny` (no network: the default), `allowlist` (only the destinations in `allow`)
 or `open` (any public destination). An `allow` entry is one destination:
 
-    api.example.com          an exact host name, any port
+    api.example.com          an exact host name, on the default ports (80 for http, 443 for https)
     *.example.com            any name below example.com (not example.com itself)
-    api.example.com:443      one port only
+    api.example.com:8443     one port only
+    api.example.com:*        any port (a tunnel to any service of the host: name it only on purpose)
     https://api.example.com  one scheme only (http or https), optionally with a port
     203.0.113.7, 10.0.0.0/8  an address or a network (IPv6 in brackets with a port: [::1]:8080)
+
+A CONNECT tunnel (how native tools reach https://) counts as https: without a port it reaches 443
+only. `open` allows any port of any public address.
 
 Private, loopback, link-local and cloud-metadata addresses are refused under every policy, even
 `open`, unless an entry names an address or network that contains them: a name that resolves
@@ -39,7 +43,8 @@ class Credential(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """A secret the host adds to requests bound for `destinations`; the guest never sees it.
 
     The value is read by the host from its own environment (`env`) or a file (`file`) when a request
-    is sent, never from a request. `template` places it in the header (`{secret}`)."""
+    is sent, never from a request. `template` places it in the header (`{secret}`). A destination
+    without a scheme receives it over https only; `http://host` sends it in cleartext, explicitly."""
 
     destinations: tuple[str, ...]
     header: str = "Authorization"

@@ -115,8 +115,9 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     counts by it and computes pass@k over the samples of each group."""
     id: str | None = None
     """Caller's correlation id, echoed in the result (batch runs)."""
-    egress: EgressPolicy = DENY
-    """Where the run may connect (resolved from the profile; a request may only narrow it)."""
+    egress: EgressPolicy | None = None
+    """Where the run may connect; None: the session's policy in a session, else deny. A session's call
+    that names one may only narrow the session's (the service resolves it from the profile)."""
     credentials: tuple[Credential, ...] = ()
     """Secrets the host adds on the way out (from the profile, never from a client)."""
     typecheck: bool = False
@@ -125,6 +126,11 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     either way."""
     typecheck_timeout_s: float = 60.0
     """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
+
+    @property
+    def effective_egress(self) -> EgressPolicy:
+        """The policy the run is held to: `egress`, or deny where it names none."""
+        return self.egress if self.egress is not None else DENY
 
     def __post_init__(self) -> None:
         if not 0 < self.typecheck_timeout_s <= 600:

@@ -113,6 +113,9 @@ class ExecBody(_Body):
     """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
     """The type check's own time limit."""
+    egress: EgressPolicy | None = None
+    """This call's network policy, narrower than the session's (default: the session's); a wider one is
+    refused with 403 network_not_allowed."""
 
 
 class ProcessBody(_Body):
@@ -124,6 +127,9 @@ class ProcessBody(_Body):
     limits: LimitsPatch | None = None
     profile: ProfileName | None = None
     id: Tag | None = None
+    egress: EgressPolicy | None = None
+    """This call's network policy, narrower than the session's (default: the session's); a wider one is
+    refused with 403 network_not_allowed."""
 
 
 class Base64File(_Body):
@@ -154,6 +160,9 @@ class OneShotBody(_Body):
     typecheck: bool = False
     """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
+    egress: EgressPolicy | None = None
+    """This run's network policy, narrower than the profile's (default: the profile's); a wider one is
+    refused with 403 network_not_allowed."""
 
 
 class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):

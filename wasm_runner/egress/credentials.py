@@ -2,7 +2,9 @@
 
 A `Credential` names destinations, a header and where the host reads the secret (its own
 environment or a file); the value is read when a request needs it and never handed to the
-guest. `redact` removes every known secret from text the host records (audit rows, errors).
+guest. A destination without a scheme gets the secret over https only: sending it in cleartext
+takes a destination that says `http://`. `redact` removes every known secret from text the host
+records (audit rows, errors).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from wasm_runner.egress.policy import normalise_host, parse_destination
+from wasm_runner.egress.policy import Destination, normalise_host, parse_destination
 from wasm_runner_protocol.egress import Credential
 
 REDACTED = "[redacted]"
@@ -47,6 +49,14 @@ def check_credential(credential: Credential) -> None:
         raise ValueError(f"{credential.header!r} is not a header name")
 
 
+def carries(destination: Destination, scheme: str, host: str, port: int) -> bool:
+    """Whether a credential bound to `destination` goes with a request to scheme://host:port: a
+    destination without a scheme means https, so a secret is never sent in cleartext by default."""
+    if destination.scheme is None and scheme != "https":
+        return False
+    return destination.matches_name(scheme, host, port)
+
+
 class CredentialBroker:
     """The credentials of one run: which headers go to which destination."""
 
@@ -58,7 +68,7 @@ class CredentialBroker:
         host = normalise_host(host)
         headers: dict[str, str] = {}
         for credential in self.credentials:
-            if any(parse_destination(d).matches_name(scheme, host, port) for d in credential.destinations):
+            if any(carries(parse_destination(d), scheme, host, port) for d in credential.destinations):
                 headers[credential.header] = credential.template.replace("{secret}", secret_value(credential))
         return headers
 

@@ -175,6 +175,8 @@ class HostRun:
     def close(self) -> list[NetworkEvent]:
         """End every response still open; the run's decisions, in order."""
         for exchange in list(self.exchanges.values()):
+            if exchange.event.reason is None and self.remaining() <= 0:  # the guest was stopped mid-read
+                exchange.event.reason = "cut at the run's deadline"
             self._finish(exchange)
         return self.events
 
@@ -302,8 +304,14 @@ class HostRun:
             exchange.event.reason = "cut at the run's deadline"
             self._finish(exchange)
             raise EgressLimit(f"{_where(exchange.event)}: cut at the run's deadline")
+        # What has arrived, waiting no longer than the deadline: read(size) would wait for `size`
+        # bytes, so a server that drips its answer would hold the guest past it.
+        connection = getattr(exchange.response, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            sock.settimeout(remaining)
         try:
-            data = exchange.response.read(size)
+            data = exchange.response.read1(size)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             exchange.event.reason = _failure_text(exc)
             self._finish(exchange)
@@ -316,7 +324,7 @@ class HostRun:
             exchange.event.reason = self.cap_reason()
             self._finish(exchange)
             raise EgressLimit(f"{_where(exchange.event)}: {exchange.event.reason}", LIMIT_HINT)
-        eof = len(data) < size or exchange.response.closed or _is_over(exchange.response)
+        eof = not data or exchange.response.closed or _is_over(exchange.response)
         data = exchange.masker.feed(data)
         if eof:
             data += exchange.masker.flush()

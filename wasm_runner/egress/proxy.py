@@ -2,7 +2,9 @@
 
 Each run gets a Unix socket of its own (`EgressProxy.open`), bridged into its network namespace
 by a relay (providers/native/egress_relay.py), so whatever arrives on it is that run's: its
-policy, its credentials, its byte cap and its deadline. Every request (plain HTTP, absolute
+policy, its credentials, its byte cap and its deadline. An owner that lives for days (a
+background process) has its cap applied to each of its connections instead, and its policy can
+be replaced while it runs (`ProxyRun.set_rules`: the connections made from then on follow it). Every request (plain HTTP, absolute
 form) and every tunnel (CONNECT) is decided by the same rules by name and by resolved address
 (`Resolver.plan`): the proxy connects only to addresses it checked, so what the guest names and
 where the host connects cannot differ, and each redirect the guest follows is a new, checked
@@ -42,6 +44,9 @@ SOCKET_NAME = "proxy.sock"
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                         b"proxy-authenticate", b"te", b"trailer", b"transfer-encoding", b"upgrade"})
 PROXY_NAME = "wasm-runner-egress"
+MAX_HELD_EVENTS = 10_000
+"""Decisions a run holds until they are taken; past it the oldest are dropped (and counted), so an
+owner that runs for days and is never asked keeps bounded memory."""
 Outgoing = h11.Request | h11.InformationalResponse | h11.Response | h11.Data | h11.EndOfMessage
 
 
@@ -67,6 +72,13 @@ class ProxyRun:
     """(secret, mask of the same length) for every secret this run's credentials can add."""
     closed: bool = False
     on_close: Callable[[], None] | None = None
+    per_connection: bool = False
+    """`max_bytes` bounds each guest connection rather than the run as a whole."""
+    on_record: Callable[[int], None] | None = None
+    """Told how many decisions are held after each new one (on the proxy's thread): to take them in batches."""
+    dropped: int = 0
+    """Decisions dropped, oldest first, because MAX_HELD_EVENTS were held and none taken."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -79,11 +91,30 @@ class ProxyRun:
 
     def record(self, started: float, event: NetworkEvent) -> None:
         event.duration_ms = round((time.monotonic() - started) * 1000, 3)
-        self.events.append((started, event))
+        with self.lock:
+            self.events.append((started, event))
+            if len(self.events) > MAX_HELD_EVENTS:
+                del self.events[0]
+                self.dropped += 1
+            held = len(self.events)
+        if self.on_record is not None:
+            self.on_record(held)
 
     def network(self) -> list[NetworkEvent]:
         """The run's decisions in the order they began."""
-        return [event for _, event in sorted(self.events, key=lambda pair: pair[0])]
+        with self.lock:
+            events = list(self.events)
+        return [event for _, event in sorted(events, key=lambda pair: pair[0])]
+
+    def take_events(self) -> list[NetworkEvent]:
+        """The decisions made since the last take, in the order they began (each is given once)."""
+        with self.lock:
+            events, self.events = self.events, []
+        return [event for _, event in sorted(events, key=lambda pair: pair[0])]
+
+    def set_rules(self, rules: EgressRules) -> None:
+        """Decide the connections made from now on by `rules` (those open keep going)."""
+        self.rules = rules
 
     def renew(self, rules: EgressRules, credentials: Sequence[Credential], deadline: float) -> None:
         """Serve the next call of an owner that outlives its calls (a kernel): that call's policy,
@@ -91,7 +122,9 @@ class ProxyRun:
         self.broker = CredentialBroker(credentials)
         self.masks = secret_masks(self.broker)
         self.rules, self.deadline = rules, deadline
-        self.events, self.bytes_total = [], 0
+        with self.lock:
+            self.events = []
+        self.bytes_total = 0
 
 
 def secret_masks(broker: CredentialBroker) -> tuple[tuple[bytes, bytes], ...]:
@@ -116,11 +149,12 @@ class EgressProxy:
             return self._loop
 
     def open(self, rules: EgressRules, credentials: Sequence[Credential], deadline: float, directory: Path,
-             owner: tuple[int, int] | None = None) -> ProxyRun:
-        """Listen on `directory`/proxy.sock for one run (`owner`: the uid/gid that may connect)."""
+             owner: tuple[int, int] | None = None, per_connection: bool = False) -> ProxyRun:
+        """Listen on `directory`/proxy.sock for one run (`owner`: the uid/gid that may connect;
+        `per_connection`: the byte cap bounds each connection, not the run)."""
         broker = CredentialBroker(credentials)
         run = ProxyRun(directory / SOCKET_NAME, rules, broker, deadline, self.settings.max_bytes,
-                       masks=secret_masks(broker))
+                       masks=secret_masks(broker), per_connection=per_connection)
         loop = self._running_loop()
         asyncio.run_coroutine_threadsafe(self._listen(run, owner), loop).result(timeout=10)
         return run
@@ -199,6 +233,17 @@ class Exchange:
         self.reader = reader
         self.writer = writer
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.moved = 0
+        """Bytes this connection moved, both ways (what a per-connection cap counts)."""
+
+    def take(self, size: int) -> int:
+        """How many of `size` bytes the cap still lets through (counted): the run's, or this connection's."""
+        if not self.run.per_connection:
+            return self.run.take(size)
+        allowed = max(min(size, self.run.max_bytes - self.moved), 0)
+        self.moved += allowed
+        self.run.bytes_total += allowed
+        return allowed
 
     async def serve(self) -> None:
         try:
@@ -327,7 +372,7 @@ class Exchange:
             self.run.record(started, record)
 
     async def _pass(self, data: bytes, writer: asyncio.StreamWriter, counter: Counter) -> None:
-        allowed = self.run.take(len(data))
+        allowed = self.take(len(data))
         counter.total += allowed
         writer.write(data[:allowed])
         await writer.drain()
@@ -335,7 +380,8 @@ class Exchange:
             raise _Stop(self.cap_reason())
 
     def cap_reason(self) -> str:
-        return (f"stopped at the run's network cap ({self.run.max_bytes} bytes both ways: the operator's "
+        scope = "connection" if self.run.per_connection else "run"
+        return (f"stopped at the {scope}'s network cap ({self.run.max_bytes} bytes both ways: the operator's "
                 "egress max_bytes)")
 
     async def _relay(self, guest_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
@@ -447,7 +493,7 @@ class Exchange:
             for event in events:
                 data = upstream.send(event)
                 if data:
-                    allowed = self.run.take(len(data))
+                    allowed = self.take(len(data))
                     record.bytes_sent += allowed
                     upstream_writer.write(data[:allowed])
                     if allowed < len(data):
@@ -473,7 +519,7 @@ class Exchange:
                 raise _Stop("the destination closed the connection without an answer")
             break
         record.status = event.status_code
-        record.bytes_received += self.run.take(len(event.reason) + sum(len(n) + len(v) + 4 for n, v in event.headers))
+        record.bytes_received += self.take(len(event.reason) + sum(len(n) + len(v) + 4 for n, v in event.headers))
         response_headers = [(name, masker.header(value)) for name, value in event.headers
                             if name not in HOP_BY_HOP]
         await self._send(h11.Response(status_code=event.status_code, reason=masker.header(event.reason),
@@ -481,7 +527,7 @@ class Exchange:
         while True:
             event = await self._next(upstream, upstream_reader)
             if isinstance(event, h11.Data):
-                allowed = self.run.take(len(event.data))
+                allowed = self.take(len(event.data))
                 record.bytes_received += allowed
                 data = masker.feed(event.data[:allowed])
                 if data:

@@ -68,8 +68,8 @@ class Resolver:
             addresses = self.resolve(host, port)
         except OSError as exc:
             return Plan(host, port, scheme, refusal=f"{host} does not resolve ({exc.strerror or exc})")
-        allowed = tuple(a for a in addresses if rules.address_refusal(a, port) is None)
+        allowed = tuple(a for a in addresses if rules.address_refusal(a, port, scheme) is None)
         if not allowed:
-            reason = rules.address_refusal(addresses[0], port) if addresses else f"{host} has no address"
+            reason = rules.address_refusal(addresses[0], port, scheme) if addresses else f"{host} has no address"
             return Plan(host, port, scheme, addresses=addresses[:1], refusal=reason)
         return Plan(host, port, scheme, addresses=allowed)

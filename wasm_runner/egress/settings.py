@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from wasm_runner.egress.resolver import Resolver
 
@@ -34,3 +35,17 @@ class EgressSettings:
             raise ValueError("connect_timeout_s must be positive")
         if self.extra_ca_file is not None and not Path(self.extra_ca_file).is_file():
             raise ValueError(f"extra_ca_file {self.extra_ca_file} is not a file")
+
+    def to_config(self) -> dict[str, Any]:
+        """JSON-ready fields, for a worker process to rebuild the same settings (`from_config`)."""
+        return {"resolver_overrides": {name: [str(a) for a in addresses]
+                                       for name, addresses in self.resolver.overrides.items()},
+                "extra_ca_file": None if self.extra_ca_file is None else str(self.extra_ca_file),
+                "max_bytes": self.max_bytes, "connect_timeout_s": self.connect_timeout_s}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> EgressSettings:
+        ca = config.get("extra_ca_file")
+        return cls(resolver=Resolver(config.get("resolver_overrides") or {}),
+                   extra_ca_file=None if ca is None else Path(ca), max_bytes=int(config["max_bytes"]),
+                   connect_timeout_s=float(config["connect_timeout_s"]))

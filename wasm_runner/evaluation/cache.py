@@ -108,7 +108,7 @@ class ResultCache:
         material = (KEY_VERSION, request.harness, request.language, request.code, request.tests,
                     [(c.stdin, c.expected, c.timeout_s) for c in request.cases], request.compare, request.tolerance,
                     request.stdin, sorted(request.env.items()), msgspec.to_builtins(request.limits),
-                    msgspec.to_builtins(request.egress), runtime_fingerprint(request.language))
+                    msgspec.to_builtins(request.effective_egress), runtime_fingerprint(request.language))
         return hashlib.sha256(self._encode(material)).hexdigest()
 
     def _path(self, key: str) -> Path:

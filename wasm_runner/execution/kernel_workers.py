@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.execution.containment import Containment, WorkerPolicy, detect_containment
@@ -46,6 +46,9 @@ from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
+
+if TYPE_CHECKING:
+    from wasm_runner.egress.settings import EgressSettings
 
 __all__ = ["HostedSession", "KernelWorkers", "SupervisionStats", "WorkerPolicy"]
 
@@ -151,9 +154,10 @@ class KernelWorkers:
     """The worker processes hosting a Runner's session kernels."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], count: int,
-                 policy: WorkerPolicy = WorkerPolicy()) -> None:
+                 policy: WorkerPolicy = WorkerPolicy(), egress: EgressSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
+        self.egress = egress
         self.count = max(count, 1)
         self.policy = policy
         self.containment: Containment = detect_containment(policy.memory_bytes)
@@ -179,7 +183,8 @@ class KernelWorkers:
     # -- the workers ------------------------------------------------------------------
 
     def _start(self) -> KernelWorker:
-        worker = Worker(self.scratch_dir, self.mounts, self.containment, kernels=True, concurrency=self.policy.threads)
+        worker = Worker(self.scratch_dir, self.mounts, self.containment, self.egress, kernels=True,
+                        concurrency=self.policy.threads)
         host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)
         worker.watch(None, lambda _: self._exited(host))

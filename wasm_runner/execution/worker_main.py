@@ -17,6 +17,7 @@ import time
 
 import msgspec
 
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
 from wasm_runner.execution.kernel_host import KernelHost
 from wasm_runner.execution.lanes import ItemLane
@@ -31,6 +32,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
     config = json.loads(sys.argv[1])
     mounts = tuple(Mount.from_config(m) for m in config["mounts"])
+    egress = EgressSettings.from_config(config["egress"]) if config.get("egress") else None
     # The pipes carry frames only: nothing else in the process (a print, a library, a
     # native sandbox) may read or write them as its standard streams.
     source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
@@ -91,7 +93,7 @@ def main() -> None:
 
     hosts_kernels = bool(config.get("kernels"))
     concurrency = int(config.get("concurrency", 1))
-    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts,
+    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts, egress=egress,
                 ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
         lane = ItemLane(runner.provider_for, runner.scratch)
         kernels = KernelHost(runner, send, exit_retired) if hosts_kernels else None

@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 import wasm_runner_protocol
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.containment import Containment
 from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
@@ -55,11 +56,13 @@ class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
-                 **options: object) -> None:
-        """`containment` puts a memory ceiling on the process; `options` go to the worker's
-        configuration (`worker_main`: e.g. kernel hosting)."""
+                 egress: EgressSettings | None = None, **options: object) -> None:
+        """`containment` puts a memory ceiling on the process; `egress` is the operator's egress
+        settings its providers use; `options` go to the worker's configuration (`worker_main`:
+        e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
-        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts], **options}
+        config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts],
+                  "egress": egress.to_config() if egress is not None else None, **options}
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback.
         env = dict(os.environ)
@@ -142,10 +145,12 @@ class Worker:
 class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
+                 egress: EgressSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
         self.containment = containment
+        self.egress = egress
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -157,7 +162,8 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts, self.containment) for _ in range(count - len(taken))]
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress)
+                  for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
         return taken

@@ -6,6 +6,11 @@ stderr) of a stated size, so a caller that reconnects reads on from the offset i
 The manager holds the session's caps: how many processes may be live at once, and their total
 memory (the sum of their limits, checked at start; where cgroups exist the session's cgroup
 also bounds them together). `close` ends every process (hibernation, deletion, shutdown).
+
+A process whose policy lets it out reaches the network through its own socket on the host's egress
+proxy: `set_egress` changes the policy its new connections follow (a session's policy change), the
+byte cap bounds each of its connections, and its decisions are taken in batches (`take_network`;
+the observer is told "network" when a batch is ready, and "exit" with the rest).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from wasm_runner.processes.ring import Chunk, OutputRing
 from wasm_runner.providers.native.limits import RunCgroup, RunLimits
 from wasm_runner.providers.native.sandboxed_process import MAIN_NS_PID, SandboxProcess
 from wasm_runner.workspace.layout import Workspace
+from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES, ProcessInfo, ProcessState, StreamName
@@ -34,6 +40,8 @@ log = logging.getLogger("wasm_runner.processes")
 MiB = 1024 * 1024
 ENDED_KEPT = 32
 """Ended processes still listed (and readable) per session; older ones are forgotten."""
+NETWORK_BATCH = 256
+"""Egress decisions of a running process handed to the observer at once (its audit row)."""
 START_WAIT_S = 5.0
 
 
@@ -62,7 +70,8 @@ class ProcessLimits:
 
 
 Observer = Callable[[str, "BackgroundProcess"], None]
-"""Told `("start" | "exit", process)`: audit rows and metrics of the service."""
+"""Told `("start" | "network" | "exit", process)`: audit rows and metrics of the service ("network":
+a batch of its egress decisions is ready for `take_network`)."""
 
 
 class BackgroundProcess:
@@ -187,6 +196,11 @@ class BackgroundProcess:
         except BrokenPipeError as exc:
             raise ProcessError(f"process {self.id}: {exc}") from None
 
+    def take_network(self) -> list[NetworkEvent]:
+        """Its egress decisions made since the last take, in order (each is given once)."""
+        egress = self.sandbox.egress if self.sandbox is not None else None
+        return egress.take_decisions() if egress is not None else []
+
     def resize(self, cols: int, rows: int) -> None:
         if self.sandbox is None or not self.pty:
             raise ProcessError(f"process {self.id} has no terminal")
@@ -273,6 +287,8 @@ class ProcessManager:
                 self.observer("exit", process)
             raise ProcessError(str(exc)) from None
         process.sandbox = sandbox
+        if sandbox.egress is not None:
+            sandbox.egress.watch(lambda held: self._decided(process, held))
         sandbox.run(process._sink, lambda _: self._exited(process))
         if self.observer is not None:
             self.observer("start", process)
@@ -285,6 +301,21 @@ class ProcessManager:
                 self.observer("exit", process)
             except Exception:  # noqa: BLE001
                 log.exception("process observer failed")
+
+    def _decided(self, process: BackgroundProcess, held: int) -> None:
+        if held >= NETWORK_BATCH and self.observer is not None and process.running:
+            try:
+                self.observer("network", process)
+            except Exception:  # noqa: BLE001 - the proxy's thread must go on
+                log.exception("process observer failed")
+
+    def set_egress(self, policy: EgressPolicy) -> None:
+        """Hold the live processes' new connections to `policy` (those open keep going). A process
+        started without network has no way out to change: it keeps none."""
+        for process in self.live():
+            sandbox = process.sandbox
+            if sandbox is not None and sandbox.egress is not None:
+                sandbox.egress.set_policy(policy)
 
     def _forget_old(self) -> None:
         ended = [p for p in self._processes.values() if p.state not in ("starting", "running")]

@@ -119,12 +119,14 @@ MCP_PATH = "/mcp"
 INSTRUCTIONS = (
     "A sandbox for running code and working with files. This connection has its own session: files in "
     "its workspace (the current directory, /workspace) and the variables of its Python and JavaScript "
-    "kernels persist from one tool call to the next. Code runs in WebAssembly with no network and hard "
-    "limits on time, memory, output and disk; run_process runs native programs (bubblewrap) where the "
-    "server has them. start_process keeps a program running in the background (a dev server, a long "
-    "job); process_output reads its output by offset, and preview_url gives the user a browser link to a "
-    "port it listens on. Images the code writes (PNG, JPEG, SVG) are returned as images. Pass `session` "
-    "to work in another session; session_new, session_list and session_reset manage them."
+    "kernels persist from one tool call to the next. Code runs in WebAssembly with hard limits on time, "
+    "memory, output and disk, and reaches only the network its session's profile allows (none unless the "
+    "profile says so; the host makes every connection and checks it); run_process runs native programs "
+    "(bubblewrap) where the server has them, under the same network policy. start_process keeps a program "
+    "running in the background (a dev server, a long job); process_output reads its output by offset, and "
+    "preview_url gives the user a browser link to a port it listens on. Images the code writes (PNG, JPEG, "
+    "SVG) are returned as images. Pass `session` to work in another session; session_new, session_list and "
+    "session_reset manage them."
 )
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml",
@@ -159,7 +161,7 @@ class ExecuteCodeArgs(ExecBody, kw_only=True):
 
 
 class RunProcessArgs(ProcessBody, kw_only=True):
-    """Run a program natively (bubblewrap, no network) in the session's workspace."""
+    """Run a program natively (bubblewrap) in the session's workspace, with the network its session's policy allows."""
 
     session: SessionArg | None = None
 
@@ -291,7 +293,8 @@ def _schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
     schema = dict(components.pop(name))
     if components:
         schema["$defs"] = components
-    return ecma_patterns(schema)
+    # as JSON: msgspec gives a tuple default (an empty allowlist) as a tuple, which a client sees as a list
+    return ecma_patterns(msgspec.json.decode(msgspec.json.encode(schema)))
 
 
 def _text(text: str) -> types.TextContent:
@@ -774,7 +777,9 @@ def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
 
 TOOLS: tuple[Tool, ...] = (
     Tool("sandbox_execute_code", "Execute code",
-         "Run Python or JavaScript in the session's sandbox (WebAssembly, no network). Variables persist "
+         "Run Python or JavaScript in the session's sandbox (WebAssembly; the network only as the session's "
+         "profile allows, none by default: urllib/http.client and fetch go through the host, which checks "
+         "each request; `egress` narrows it for this call). Variables persist "
          "between calls (a kernel; the last expression's value is returned); files persist in the workspace, "
          "which is the current directory. Returns stdout, stderr, errors with their line, limits hit, and "
          "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new "
@@ -782,7 +787,8 @@ TOOLS: tuple[Tool, ...] = (
          "a workspace file instead of `code`.",
          ExecuteCodeArgs, ExecOutput, McpTools.execute_code),
     Tool("run_process", "Run a program",
-         "Run a program natively in the session's workspace, sandboxed by bubblewrap with no network: e.g. "
+         "Run a program natively in the session's workspace, sandboxed by bubblewrap, with the network only "
+         "as the session's profile allows (none by default; curl, pip and git go through the host's proxy): e.g. "
          "['python3', 'plot.py'], ['sh', '-c', 'ls -la | head'], ['pandoc', 'in.md', '-o', 'out.pdf']. "
          "Needs the server's native provider. Returns output and images written, like sandbox_execute_code.",
          RunProcessArgs, ExecOutput, McpTools.run_process),
@@ -841,7 +847,8 @@ TOOLS: tuple[Tool, ...] = (
     Tool("install_packages", "Install packages",
          "Install pure-Python packages (wheels from the server's package index) into the session, so that "
          "code run in it later can import them, in the kernel and in fresh runs, also after a restart. The "
-         "host resolves and downloads them (the sandbox itself has no network); packages with native code "
+         "host resolves and downloads them from the server's indexes, within the session's network policy "
+         "(the sandbox never connects to the index itself); packages with native code "
          "are refused with a hint to use the native provider (run_process).",
          InstallPackagesArgs, InstallResult, McpTools.install_packages),
     Tool("session_new", "New session",

@@ -27,7 +27,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS audit (
     ephemeral INTEGER NOT NULL DEFAULT 0,
     mode TEXT,                        -- session | process | oneshot | batch (exec); put | upload | delete | edit (file);
                                       -- publish | delete | expire (artifact, its id in files_changed);
-                                      -- start | exit (process: its id in path, its state in outcome)
+                                      -- start | network | exit (process: its id in path, its state in outcome)
     profile TEXT,
     provider TEXT,
     language TEXT,
@@ -81,7 +81,7 @@ CREATE TABLE IF NOT EXISTS audit (
     status INTEGER,
     started_at REAL,
     finished_at REAL,
-    network TEXT                      -- exec: the run's egress decisions (JSON list, secrets redacted)
+    network TEXT                      -- exec, process: egress decisions (JSON list, secrets redacted)
 );
 CREATE INDEX IF NOT EXISTS audit_by_workspace ON audit (workspace, id);
 CREATE INDEX IF NOT EXISTS audit_by_ts ON audit (ts);
@@ -109,6 +109,18 @@ def cap(text: str | None, limit: int) -> str | None:
     if len(data) <= limit:
         return text
     return data[:limit].decode("utf-8", "ignore") + f"\n…[{len(data) - limit} more bytes]"
+
+
+def network_column(events: list, ephemeral: bool, redact: Callable[[str], str] | None) -> str | None:
+    """Egress decisions as stored: a JSON list with the known secrets removed, or only how many were
+    allowed and denied for an ephemeral session; None when there were none."""
+    if not events:
+        return None
+    if ephemeral:
+        allowed = sum(1 for event in events if event.allowed)
+        return json.dumps({"allowed": allowed, "denied": len(events) - allowed})
+    text = msgspec.json.encode(events).decode()
+    return redact(text) if redact is not None else text
 
 
 @dataclass(frozen=True)
@@ -271,13 +283,7 @@ class AuditLog:
             "fuel": getattr(result, "fuel_used", None), "peak_memory": getattr(result, "memory_peak_bytes", None),
             "started_at": finished_at - duration_ms / 1000, "finished_at": finished_at,
         }
-        events = list(getattr(result, "network", None) or ())
-        if events and ephemeral:
-            allowed = sum(1 for event in events if event.allowed)
-            row["network"] = json.dumps({"allowed": allowed, "denied": len(events) - allowed})
-        elif events:
-            text = msgspec.json.encode(events).decode()
-            row["network"] = redact(text) if redact is not None else text
+        row["network"] = network_column(list(getattr(result, "network", None) or ()), ephemeral, redact)
         if not ephemeral:  # an ephemeral run leaves sizes and outcome only
             row.update(code=cap(source, self.code_bytes), code_sha256=hashlib.sha256(source.encode()).hexdigest(),
                        stdout=cap(stdout, self.output_bytes), stderr=cap(stderr, self.output_bytes),
@@ -308,10 +314,13 @@ class AuditLog:
     def record_process(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, event: str,
                        process_id: str, command: list[str], code: str, language: str, state: str,
                        exit_code: int | None, started_at: float, finished_at: float | None,
-                       stdout_bytes: int, stderr_bytes: int, error: str | None) -> int:
-        """Record a background process's start or end (on disk once this returns); its id."""
+                       stdout_bytes: int, stderr_bytes: int, error: str | None,
+                       network: Sequence[object] = (), redact: Callable[[str], str] | None = None) -> int:
+        """Record a background process's start, end or batch of egress decisions ("network", while it
+        runs) on disk once this returns; its id. `network` is the decisions since its last row, kept as
+        an execution's are."""
         source = code or json.dumps(command)
-        now = finished_at if finished_at is not None else started_at
+        now = finished_at if finished_at is not None else (time.time() if event == "network" else started_at)
         row = {
             "ts": now, "kind": "process", "workspace": workspace, "key_id": key_id, "session": session,
             "ephemeral": int(ephemeral), "mode": event, "provider": "native", "language": language,
@@ -319,6 +328,7 @@ class AuditLog:
             "stdout_bytes": stdout_bytes, "stderr_bytes": stderr_bytes, "limit_hit": None,
             "duration_ms": round((finished_at - started_at) * 1000, 3) if finished_at is not None else None,
             "started_at": started_at, "finished_at": finished_at,
+            "network": network_column(list(network), ephemeral, redact),
         }
         if not ephemeral:
             row.update(code=cap(source, self.code_bytes), code_sha256=hashlib.sha256(source.encode()).hexdigest(),

@@ -235,7 +235,8 @@ class SecurityPolicy(AccessPolicy):
             ok=error is None, error=error)
 
     def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:
-        """Records the process's start or end row (who started it, the command, exit code, duration)."""
+        """Records the process's start or end row (who started it, the command, exit code, duration),
+        and its egress decisions: a "network" row per batch while it runs, the rest on its end row."""
         if self._security is None:
             return
         security = self._security
@@ -249,7 +250,9 @@ class SecurityPolicy(AccessPolicy):
                 command=list(request.command or []), code=request.code if request.command is None else "",
                 language=request.language, state=process.state, exit_code=process.exit_code,
                 started_at=process.started_at, finished_at=process.ended_at if event == "exit" else None,
-                stdout_bytes=process.stdout.end, stderr_bytes=process.stderr.end, error=process.error())
+                stdout_bytes=process.stdout.end, stderr_bytes=process.stderr.end, error=process.error(),
+                network=process.take_network() if event != "start" else (),
+                redact=CredentialBroker(request.credentials).redact if request.credentials else None)
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
 

@@ -1,9 +1,10 @@
-"""A session's own network policy: checked against its profile's, which it may only narrow.
+"""A session's own network policy, and a call's: each may only narrow the one it lives under.
 
 A session starts with its profile's policy; a creation request or a PATCH may give it a
-narrower one (or go back to the profile's with null). A policy wider than the profile's is
-refused with 403, naming the profiles whose policy would allow it, since widening takes a
-session of such a profile.
+narrower one (or go back to the profile's with null). A call may narrow its session's policy
+(or a one-shot run its profile's) for itself. Wider than allowed is 403 network_not_allowed
+everywhere (the request is well formed: it asks for more than it may have), naming the profiles
+whose policy would allow it where that helps; a malformed policy is 422 validation_error.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def within_profile(requested: EgressPolicy, profile_name: str, profile: Profile,
             if allowing else "no profile on this server allows it; ask the operator for one")
     raise ApiError(403, ErrorCode.NETWORK_NOT_ALLOWED,
                    f"a session may only narrow its profile's network policy: {wider} (profile {profile_name!r})", hint)
+
+
+def within_session(requested: EgressPolicy, session_policy: EgressPolicy) -> EgressPolicy:
+    """`requested` (one call's policy) if its shape is valid and it only narrows the session's policy
+    now; else 422 (shape) or 403 saying what is wider."""
+    check_shape(requested)
+    wider = EgressRules(session_policy).wider_entries(requested, "the session's")
+    if wider is None:
+        return requested
+    raise ApiError(403, ErrorCode.NETWORK_NOT_ALLOWED, f"a call may only narrow its session's network policy: {wider}",
+                   "GET /v1/sessions/{id} shows the session's policy; PATCH it (within its profile's) to widen it")
 
 
 def allowing_profiles(profiles: Mapping[str, Profile], requested: EgressPolicy) -> list[str]:

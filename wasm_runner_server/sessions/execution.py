@@ -47,14 +47,19 @@ PROFILES_HINTS = {ErrorCode.UNKNOWN_PROFILE: " (GET /v1/profiles)",
 """Where a client of the service reads the profiles and maxima, added to the core's hint."""
 
 
+REFUSAL_STATUS = {ErrorCode.NETWORK_NOT_ALLOWED: 403}
+"""A well-formed request asking for more network than its profile allows is forbidden, as at sessions."""
+
+
 @contextlib.contextmanager
 def profile_refusal() -> Iterator[None]:
-    """A request its profile refuses (the core's `ProfileError`) is answered with 422 and its code."""
+    """A request its profile refuses (the core's `ProfileError`) is answered with its code: 422, or
+    403 for a network policy wider than the profile's."""
     try:
         yield
     except ProfileError as exc:
         hint = exc.hint + PROFILES_HINTS.get(exc.code, "") if exc.hint is not None else None
-        raise ApiError(422, exc.code, exc.message, hint) from None
+        raise ApiError(REFUSAL_STATUS.get(exc.code, 422), exc.code, exc.message, hint) from None
 
 
 class Execution:

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner import ExecRequest, ExecResult, Limits, Mount, OutputListener, Runner, Session, WorkerPolicy
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.profiles import Profile
@@ -39,7 +40,7 @@ from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
-from wasm_runner_server.sessions.egress import at_start, within_profile
+from wasm_runner_server.sessions.egress import at_start, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
@@ -54,12 +55,14 @@ class RunnerPool:
     """One core Runner per set of read-only mounts (a Runner's mounts are fixed), sharing the data directory."""
 
     def __init__(self, data_dir: Path, concurrency: int, limits: Limits, packages: PackageSettings | None = None,
-                 workers: WorkerSettings = WorkerSettings()) -> None:
+                 workers: WorkerSettings = WorkerSettings(), egress: EgressSettings | None = None) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
         self.limits = limits
         self.packages = packages
         self.workers = workers
+        self.egress = egress
+        """The operator's egress settings (the `[egress]` section), for every runner and its workers."""
         self._runners: dict[tuple[tuple[str, str], ...], Runner] = {}
 
     def get(self, profile: Profile) -> Runner:
@@ -73,7 +76,7 @@ class RunnerPool:
                                   max_rss_bytes=workers.max_rss_bytes, threads=self.concurrency + 2)
             runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
                             one_shot_workers=self.concurrency, kernel_workers=workers.kernel_workers,
-                            worker_policy=policy, packages=self.packages)
+                            worker_policy=policy, packages=self.packages, egress=self.egress)
             self._runners[key] = runner
         return runner
 
@@ -258,13 +261,24 @@ class SessionManager:
         """The session's network policy now: its own, else its profile's."""
         return live.row.egress if live.row.egress is not None else self.profile_of(live).network.policy
 
+    def call_egress(self, live: LiveSession, requested: EgressPolicy | None) -> EgressPolicy | None:
+        """The policy a call of the session asks for: its own when it names one that narrows the
+        session's (422/403 otherwise), else the session's own (None: its profile's)."""
+        if requested is None:
+            return live.row.egress
+        return within_session(requested, self.egress(live))
+
     def set_egress(self, live: LiveSession, policy: EgressPolicy | None) -> EgressPolicy:
-        """Give the session `policy` (None: its profile's) from its next call on, committed before
-        this returns; 422/403 when it is not a policy within the profile's. The policy now."""
+        """Give the session `policy` (None: its profile's) from its next call on, and its live background
+        processes from their next connection on, committed before this returns; 422/403 when it is not
+        a policy within the profile's. The policy now."""
         if policy is not None:
             policy = within_profile(policy, live.row.profile, self.profile_of(live), self.execution.profiles)
         self.store.set_egress(live.row.id, policy)
         live.row.egress = policy
+        session = live.core
+        if session is not None and session.has_processes:  # their next connections follow it too
+            session.processes.set_egress(self.egress(live))
         log.info("session network policy changed", extra={"event": "session_egress", "session": live.row.id,
                                                           "mode": self.egress(live).mode})
         return self.egress(live)
@@ -351,7 +365,7 @@ class SessionManager:
         try:
             if live.deleted:
                 raise session_not_found(live.row.id, "it was deleted while this call waited")
-            egress = at_start(request.egress, live.row.egress)
+            egress = at_start(request.effective_egress, live.row.egress)
             if egress is not request.egress:
                 request = msgspec.structs.replace(request, egress=egress)
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("wasm_runner.server")
 
 ProcessObserver = Callable[[str, str, BackgroundProcess, object], None]
-"""Told `(event "start" | "exit", session id, process, who started it)`: the audit log is one."""
+"""Told `(event "start" | "network" | "exit", session id, process, who started it)`: the audit log is
+one ("network": a batch of the running process's egress decisions is ready)."""
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -129,7 +130,7 @@ class ServiceProcesses:
         owner = process.owner
         if event == "start":
             self.started.inc()
-        else:
+        elif event == "exit":
             self.ended.inc(process.state)
             self._drop_client(session_id, process.id)
         for observer in self.observers:

@@ -56,7 +56,7 @@ class Service:
         execution = Execution(config, gate, metrics, observers)
         store = SessionStore(data_dir / "server.sqlite3")
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
-                          config.workers)
+                          config.workers, config.egress.settings())
         sessions = SessionManager(config, store, pool, execution, metrics, mounts_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)

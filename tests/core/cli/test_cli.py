@@ -218,6 +218,28 @@ def test_allow_net_lets_a_run_reach_only_the_named_destination(tmp_path):
         origin.close()
 
 
+def test_allow_net_with_a_profile_may_only_narrow_the_profiles_policy(tmp_path):
+    from loopback_origin import SMALL_BODY, Origin
+
+    origin = Origin(tmp_path)
+    config = tmp_path / "net.toml"
+    config.write_text(f'[profiles.net]\nlanguage = "python"\n'
+                      f'network = {{ mode = "allowlist", allow = ["127.0.0.1:{origin.port}"] }}\n')
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://127.0.0.1:{origin.port}/small').read().decode(), end='')")
+    try:
+        profile = cli("run", "--config", str(config), "--profile", "net", "-c", code)
+        assert profile.returncode == 0 and profile.stdout == SMALL_BODY.decode(), profile.stderr
+        same = cli("run", "--config", str(config), "--profile", "net", "--allow-net", f"127.0.0.1:{origin.port}",
+                   "-c", code)
+        assert same.returncode == 0, same.stderr
+        wider = cli("run", "--config", str(config), "--profile", "net", "--allow-net", "127.0.0.1:*", "-c", code)
+        assert wider.returncode == 2 and "not within the profile's network policy" in wider.stderr
+        assert f"127.0.0.1:{origin.port}" in wider.stderr  # what the profile allows
+    finally:
+        origin.close()
+
+
 def test_batch_summary_file_has_counts_groups_and_pass_at_k(tmp_path):
     items = tmp_path / "items.jsonl"
     lines = []

@@ -23,7 +23,7 @@ def test_malformed_entries_are_refused_with_the_entry_named(entry):
 def test_names_wildcards_ports_and_schemes():
     r = rules("allowlist", "api.example.com", "*.cdn.example.net", "https://secure.example.org:8443")
     assert r.refusal("https", "API.Example.COM.", 443) is None
-    assert r.refusal("http", "api.example.com", 8080) is None
+    assert r.refusal("http", "api.example.com", 80) is None
     assert r.refusal("https", "a.b.cdn.example.net", 443) is None
     assert r.refusal("https", "cdn.example.net", 443) is not None  # the wildcard is below the suffix only
     assert r.refusal("https", "evilapi.example.com", 443) is not None
@@ -31,6 +31,32 @@ def test_names_wildcards_ports_and_schemes():
     assert r.refusal("http", "secure.example.org", 8443) is not None
     assert r.refusal("https", "secure.example.org", 443) is not None
     assert "allowlist" in (r.refusal("https", "other.test", 443) or "")
+
+
+def test_an_entry_without_a_port_allows_its_schemes_default_port_only():
+    r = rules("allowlist", "api.example.com", "http://plain.example.com", "[2001:db8::1]", "203.0.113.0/24")
+    assert r.refusal("https", "api.example.com", 443) is None and r.refusal("http", "api.example.com", 80) is None
+    assert r.refusal("https", "api.example.com", 22) is not None  # CONNECT to SSH: not through this entry
+    assert r.refusal("http", "api.example.com", 443) is not None
+    assert r.refusal("http", "plain.example.com", 80) is None and r.refusal("http", "plain.example.com", 8080) is not None
+    assert r.refusal("https", "2001:db8::1", 443) is None and r.refusal("https", "2001:db8::1", 5432) is not None
+    assert r.refusal("https", "203.0.113.9", 443) is None and r.refusal("https", "203.0.113.9", 6379) is not None
+    assert rules("open").refusal("https", "any.example", 22) is None  # open: any port of a public address
+
+
+def test_a_star_port_allows_every_port_and_only_it_covers_them():
+    r = rules("allowlist", "git.example.com:*", "[::1]:*")
+    assert r.refusal("https", "git.example.com", 22) is None and r.refusal("http", "git.example.com", 9418) is None
+    assert rules("allowlist", "127.0.0.1:*").address_refusal(ipaddress.ip_address("127.0.0.1"), 5432, "https") is None
+    assert rules("allowlist", "127.0.0.1").address_refusal(ipaddress.ip_address("127.0.0.1"), 5432, "https") is not None
+    assert rules("allowlist", "x.example.com:*").narrowed(EgressPolicy(mode="allowlist", allow=("x.example.com:22",)))
+    with pytest.raises(PolicyError, match="not within"):
+        rules("allowlist", "x.example.com").narrowed(EgressPolicy(mode="allowlist", allow=("x.example.com:*",)))
+    with pytest.raises(PolicyError, match="not within"):
+        rules("allowlist", "x.example.com").narrowed(EgressPolicy(mode="allowlist", allow=("x.example.com:22",)))
+    with pytest.raises(PolicyError, match="not within"):  # :443 is http on 443 too, which the entry does not allow
+        rules("allowlist", "x.example.com").narrowed(EgressPolicy(mode="allowlist", allow=("x.example.com:443",)))
+    assert rules("allowlist", "x.example.com").narrowed(EgressPolicy(mode="allowlist", allow=("https://x.example.com:443",)))
 
 
 def test_deny_refuses_everything_and_open_refuses_only_by_address():
@@ -41,27 +67,39 @@ def test_deny_refuses_everything_and_open_refuses_only_by_address():
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
-                                     "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1"])
+                                     "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1",
+                                     # IPv4 inside IPv6: NAT64 (well-known and local), 6to4, IPv4-compatible
+                                     "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "2002:a00:1::1", "::a00:1",
+                                     # not global, though in no listed range: documentation, IETF, site-local
+                                     "198.51.100.7", "2001:db8::1", "2001::1", "fec0::1"])
 def test_private_loopback_link_local_and_metadata_addresses_need_an_entry_naming_them(address):
     ip = ipaddress.ip_address(address)
-    assert rules("open").address_refusal(ip, 80) is not None
-    assert rules("allowlist", "api.example.com").address_refusal(ip, 80) is not None
+    assert rules("open").address_refusal(ip, 80, "http") is not None
+    assert rules("allowlist", "api.example.com").address_refusal(ip, 80, "http") is not None
     mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
     network = f"{mapped}/{mapped.max_prefixlen}"
-    assert rules("allowlist", network).address_refusal(ip, 80) is None
-    assert rules("allowlist", f"[{mapped}]:81" if mapped.version == 6 else f"{mapped}:81").address_refusal(ip, 80) is not None
+    assert rules("allowlist", network).address_refusal(ip, 80, "http") is None
+    with_port = f"[{mapped}]:81" if mapped.version == 6 else f"{mapped}:81"
+    assert rules("allowlist", with_port).address_refusal(ip, 80, "http") is not None
+
+
+def test_an_open_profile_cannot_be_narrowed_into_naming_a_translated_or_non_global_range():
+    for entry in ("64:ff9b::/96", "2002::/16", "2001:db8::/32", "198.51.100.0/24"):
+        with pytest.raises(PolicyError, match="not within"):
+            rules("open").narrowed(EgressPolicy(mode="open", allow=(entry,)))
+    assert rules("open").narrowed(EgressPolicy(mode="open", allow=("93.184.215.0/24",)))
 
 
 def test_public_addresses_pass_the_address_check():
-    assert rules("open").address_refusal(ipaddress.ip_address("93.184.215.14"), 443) is None
-    assert rules("open").address_refusal(ipaddress.ip_address("2606:4700::1111"), 443) is None
+    assert rules("open").address_refusal(ipaddress.ip_address("93.184.215.14"), 443, "https") is None
+    assert rules("open").address_refusal(ipaddress.ip_address("2606:4700::1111"), 443, "https") is None
 
 
 def test_resolution_is_checked_after_dns_so_a_name_cannot_reach_a_private_address():
     resolver = Resolver({"api.allowed.test": ["127.0.0.1"], "mixed.test": ["127.0.0.1", "93.184.215.14"]})
-    plan = resolver.plan(rules("allowlist", "api.allowed.test"), "http", "api.allowed.test", 8080)
+    plan = resolver.plan(rules("allowlist", "api.allowed.test:8080"), "http", "api.allowed.test", 8080)
     assert not plan.allowed and "127.0.0.1" in (plan.refusal or "")
-    plan = resolver.plan(rules("allowlist", "api.allowed.test", "127.0.0.1"), "http", "api.allowed.test", 8080)
+    plan = resolver.plan(rules("allowlist", "api.allowed.test:8080", "127.0.0.1:8080"), "http", "api.allowed.test", 8080)
     assert plan.allowed and [str(a) for a in plan.addresses] == ["127.0.0.1"]
     plan = resolver.plan(rules("open"), "https", "mixed.test", 443)
     assert plan.allowed and [str(a) for a in plan.addresses] == ["93.184.215.14"]  # only the checked address
@@ -81,7 +119,7 @@ def test_bad_resolver_overrides_are_refused():
 
 @pytest.mark.parametrize(("profile", "requested"), [
     (("allowlist", "api.example.com"), ("deny",)),
-    (("allowlist", "*.example.com"), ("allowlist", "api.example.com:443", "*.cdn.example.com")),
+    (("allowlist", "*.example.com"), ("allowlist", "https://api.example.com:443", "*.cdn.example.com")),
     (("allowlist", "10.0.0.0/8"), ("allowlist", "10.1.0.0/16", "10.2.3.4")),
     (("allowlist", "api.example.com"), ("allowlist", "https://api.example.com")),
     (("open",), ("allowlist", "anything.example")),
@@ -114,6 +152,7 @@ def test_credentials_are_added_only_for_their_destinations_and_redacted(monkeypa
         Credential(destinations=("https://*.store.test",), header="X-Api-Key", template="{secret}", file=str(tmp_path / "key")),
     ])
     assert broker.headers_for("https", "api.github.test", 443) == {"Authorization": "Bearer s3cr3t-value"}
+    assert broker.headers_for("http", "api.github.test", 80) == {}  # no scheme named: never in cleartext
     assert broker.headers_for("https", "eu.store.test", 443) == {"X-Api-Key": "file-secret"}
     assert broker.headers_for("http", "eu.store.test", 80) == {}
     assert broker.headers_for("https", "evil.test", 443) == {}
@@ -121,3 +160,9 @@ def test_credentials_are_added_only_for_their_destinations_and_redacted(monkeypa
     monkeypatch.delenv("TEST_TOKEN")
     with pytest.raises(MissingSecretError, match="TEST_TOKEN"):
         broker.headers_for("https", "api.github.test", 443)
+
+
+def test_a_credential_goes_over_plain_http_only_to_a_destination_that_says_http():
+    cleartext = CredentialBroker([Credential(destinations=("http://api.local.test",), env="PATH")])
+    assert "Authorization" in cleartext.headers_for("http", "api.local.test", 80)
+    assert cleartext.headers_for("https", "api.local.test", 443) == {}  # the scheme named is the only one

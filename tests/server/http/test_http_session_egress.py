@@ -4,14 +4,20 @@ every egress decision in the audit log. A loopback origin stands in for the outs
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
 from tests.helpers.loopback_origin import SMALL_BODY, Origin
-from tests.helpers.server_helpers import assert_error_shape, call, new_session, run
+from tests.helpers.server_helpers import assert_error_shape, call, eventually, new_session, run
+from wasm_runner.providers.native.bwrap import find_bwrap, probe
 
 pytestmark = pytest.mark.asyncio
+
+_bwrap = find_bwrap()
+SANDBOX_PROBLEM = "bubblewrap is not installed" if _bwrap is None else probe(_bwrap)
+needs_sandbox = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
 
 FETCH = "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/small', timeout=5).read().decode())"
 
@@ -92,3 +98,104 @@ async def test_the_narrowed_policy_survives_a_restart(serve, origin, tmp_path):
     assert status == 200 and info["egress"]["mode"] == "deny"
     status, info = await call(again, "PATCH", f"/v1/sessions/{sid}", json={"egress": None})
     assert info["egress"]["mode"] == "allowlist"  # null: back to the profile's
+
+
+async def test_a_call_may_narrow_its_sessions_policy_for_itself_and_never_widen_it(serve, origin):
+    client = await serve(profiles=profiles(origin.port))
+    sid = await new_session(client, profile="net")
+    fetch = FETCH.format(port=origin.port)
+    narrowed = await run(client, sid, fetch, egress={"mode": "deny"})
+    assert narrowed["exit_code"] != 0 and narrowed["network"][0]["allowed"] is False
+    assert "deny" in narrowed["network"][0]["reason"]
+    again = await run(client, sid, fetch)  # the next call is under the session's policy again
+    assert again["exit_code"] == 0 and again["network"][0]["allowed"] is True
+
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec",
+                              json={"code": fetch, "egress": {"mode": "allowlist", "allow": ["127.0.0.1"]}})
+    assert status == 403, data
+    assert_error_shape(data, "network_not_allowed")
+    assert "session's" in data["error"]["message"] and "PATCH" in data["error"]["hint"]
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/exec",
+                              json={"code": fetch, "egress": {"mode": "deny", "allow": ["x.test"]}})
+    assert status == 422, data
+    assert_error_shape(data, "validation_error")
+
+
+async def test_a_one_shot_run_may_narrow_its_profiles_policy_and_a_wider_one_is_403_as_for_sessions(serve, origin):
+    client = await serve(profiles=profiles(origin.port))
+    fetch = FETCH.format(port=origin.port)
+    status, allowed = await call(client, "POST", "/v1/exec", json={"code": fetch, "profile": "net"})
+    assert status == 200 and allowed["exit_code"] == 0, allowed
+    for files in ({}, {"seed.txt": "x"}):  # the core's one-shot path and the seeded workspace's
+        status, narrowed = await call(client, "POST", "/v1/exec",
+                                      json={"code": fetch, "profile": "net", "egress": {"mode": "deny"}, "files": files})
+        assert status == 200 and narrowed["network"][0]["allowed"] is False, narrowed
+        status, data = await call(client, "POST", "/v1/exec", json={
+            "code": fetch, "profile": "net", "files": files, "egress": {"mode": "allowlist", "allow": ["127.0.0.1"]}})
+        assert status == 403, data
+        assert_error_shape(data, "network_not_allowed")
+    status, data = await call(client, "POST", "/v1/exec",
+                              json={"code": fetch, "profile": "net", "egress": {"mode": "allowlist"}})
+    assert status == 422, data
+
+
+async def test_a_brokered_secret_reaches_the_origin_and_no_column_of_the_audit_row(serve, origin, monkeypatch):
+    secret = "http-audit-s3cr3t-51c2"
+    monkeypatch.setenv("HTTP_AUDIT_TOKEN", secret)  # the service's own environment, before its workers start
+    net = profiles(origin.port)["net"]
+    net["network"]["credentials"] = [{"destinations": [f"http://127.0.0.1:{origin.port}"], "env": "HTTP_AUDIT_TOKEN"}]
+    client = await serve(profiles={"net": net})
+    sid = await new_session(client, profile="net")
+    code = ("import urllib.request\n"
+            f"r = urllib.request.urlopen('http://127.0.0.1:{origin.port}/echo-auth', timeout=5)\n"
+            "print(r.read().decode(), r.headers['X-Echo'])")
+    result = await run(client, sid, code)
+    assert result["exit_code"] == 0, result
+    assert origin.requests[-1][2]["Authorization"] == f"Bearer {secret}"
+    assert secret not in json.dumps(result) and result["network"][0]["credential"] is True
+    status, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "exec"})
+    (row,) = rows["entries"]
+    assert row["network"] and json.loads(row["network"])[0]["credential"] is True
+    assert not [name for name, value in row.items() if secret in str(value)]
+
+
+@needs_sandbox
+async def test_a_running_background_process_follows_a_patch_and_its_decisions_are_audited(serve, origin):
+    name = "api.allowed.test"
+    client = await serve(egress={"resolver_overrides": {name: ["127.0.0.1"]}},
+                         profiles={"net": {"language": "bash", "provider": "native", "network": {
+                             "mode": "allowlist", "allow": [f"{name}:{origin.port}", f"127.0.0.1:{origin.port}"]}}},
+                         processes={"stop_grace_s": 0.5})
+    sid = await new_session(client, profile="net")
+    loop = (f"while true; do curl -s -o /dev/null -w '%{{http_code}}\\n' http://{name}:{origin.port}/small; "
+            "sleep 0.1; done")
+    status, info = await call(client, "POST", f"/v1/sessions/{sid}/processes", json={"code": loop})
+    assert status == 201, info
+    output = f"/v1/sessions/{sid}/processes/{info['id']}/output"
+
+    async def printed(code: str) -> bool:
+        _, chunk = await call(client, "GET", output, params={"stream": "stdout"})
+        return code in chunk["data"].split()
+
+    await eventually(lambda: printed("200"), timeout=20)
+    status, _ = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": {"mode": "deny"}})
+    assert status == 200
+    await eventually(lambda: printed("403"), timeout=20)
+    reached = len(origin.requests)
+    await asyncio.sleep(0.5)  # several more turns of the loop, each refused
+    assert len(origin.requests) == reached
+    status, _ = await call(client, "DELETE", f"/v1/sessions/{sid}/processes/{info['id']}")
+    assert status == 200
+
+    async def ended() -> bool:
+        _, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "process"})
+        return any(row["mode"] == "exit" for row in rows["entries"])
+
+    await eventually(ended, timeout=10)
+    _, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "process"})
+    decisions = [event for row in rows["entries"] if row["network"] for event in json.loads(row["network"])]
+    allowed = [e for e in decisions if e["allowed"]]
+    refused = [e for e in decisions if not e["allowed"]]
+    assert allowed and all(e["host"] == name and e["status"] == 200 for e in allowed)
+    assert refused and all("deny" in e["reason"] for e in refused)
+    assert len(allowed) == reached  # every request that reached the origin has its row

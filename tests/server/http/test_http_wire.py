@@ -110,6 +110,21 @@ async def test_openapi_document_is_generated_from_the_wire_structs(client):
     assert {"id", "pattern", "path", "glob", "ignore_case", "max_matches"} <= grep_params
 
 
+async def test_openapi_documents_network_policies_on_sessions_and_calls(client):
+    status, doc = await call(client, "GET", "/openapi.json")
+    assert status == 200
+    patch = doc["paths"]["/v1/sessions/{id}"]["patch"]
+    assert patch["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SessionPatch"}
+    assert {"200", "403", "404", "422"} <= set(patch["responses"])
+    schemas = doc["components"]["schemas"]
+    assert "egress" in schemas["SessionPatch"]["properties"] and "egress" in schemas["SessionCreate"]["properties"]
+    for body in ("ExecBody", "ProcessBody", "OneShotBody"):
+        assert "egress" in schemas[body]["properties"], body
+    for path in ("/v1/sessions/{id}/exec", "/v1/sessions/{id}/process", "/v1/exec"):
+        assert "403" in doc["paths"][path]["post"]["responses"], path  # a policy wider than allowed
+    assert schemas["EgressPolicy"]["properties"]["allow"]["default"] == []
+
+
 async def test_health_readiness_and_metrics(serve):
     client = await serve(server={"prepare_on_start": True})
     assert (await call(client, "GET", "/healthz")) == (200, {"status": "ok"})

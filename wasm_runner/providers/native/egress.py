@@ -15,13 +15,14 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from wasm_runner.egress.policy import EgressRules
 from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
-from wasm_runner_protocol.egress import NetworkEvent
+from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 
 RELAY_PORT = 3128
@@ -75,25 +76,27 @@ class NativeEgress:
             self._bundle = path
             return path
 
-    def open(self, request: ExecRequest, deadline: float, owner: tuple[int, int] | None) -> RunEgress:
+    def open(self, request: ExecRequest, deadline: float, owner: tuple[int, int] | None,
+             per_connection: bool = False) -> RunEgress:
+        """The run's socket on the proxy (`per_connection`: the byte cap bounds each of its connections)."""
         if not os.access(SYSTEM_PYTHON, os.X_OK):
             raise EgressUnavailable(f"native network access needs the system's python3 ({SYSTEM_PYTHON}) for the "
                                     "sandbox's relay: run scripts/install-native.sh (apt-get install python3)")
-        return RunEgress(self, request, deadline, owner)
+        return RunEgress(self, request, deadline, owner, per_connection)
 
 
 class RunEgress:
     """One run's proxy socket, the binds and variables that reach it, and its decisions."""
 
     def __init__(self, egress: NativeEgress, request: ExecRequest, deadline: float,
-                 owner: tuple[int, int] | None) -> None:
+                 owner: tuple[int, int] | None, per_connection: bool = False) -> None:
         self.egress = egress
         self.directory = Path(tempfile.mkdtemp(prefix="wasm-runner-egress-"))
         try:
             if owner is not None:
                 os.chown(self.directory, *owner)
-            self.run: ProxyRun = egress.proxy.open(EgressRules(request.egress), request.credentials, deadline,
-                                                   self.directory, owner)
+            self.run: ProxyRun = egress.proxy.open(EgressRules(request.effective_egress), request.credentials, deadline,
+                                                   self.directory, owner, per_connection)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
@@ -121,11 +124,23 @@ class RunEgress:
     def renew(self, request: ExecRequest, deadline: float) -> None:
         """Serve the next call of the sandbox that keeps this socket (a kernel), under that call's
         policy, credentials and deadline."""
-        self.run.renew(EgressRules(request.egress), request.credentials, deadline)
+        self.run.renew(EgressRules(request.effective_egress), request.credentials, deadline)
+
+    def set_policy(self, policy: EgressPolicy) -> None:
+        """Hold the connections made from now on to `policy` (an owner whose policy changed while it runs)."""
+        self.run.set_rules(EgressRules(policy))
 
     def decisions(self) -> list[NetworkEvent]:
         """The decisions since the socket opened or was last renewed (all of them once closed)."""
         return self.events if self.events is not None else self.run.network()
+
+    def take_decisions(self) -> list[NetworkEvent]:
+        """The decisions made since the last take (each given once), for an owner that runs for long."""
+        return self.run.take_events()
+
+    def watch(self, on_record: Callable[[int], None]) -> None:
+        """Call `on_record(held)` after each decision (on the proxy's thread), `held` those not taken yet."""
+        self.run.on_record = on_record
 
     def close(self) -> list[NetworkEvent]:
         """Stop the run's socket (its connections are cut) and give its decisions, in order."""

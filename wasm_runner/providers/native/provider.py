@@ -286,7 +286,7 @@ class NativeProvider(Provider):
             if not isolated and os.geteuid() == 0 and self.identity is None:
                 raise _Refusal("SandboxUnavailable", "the native provider refuses to run unsandboxed as root "
                                                      f"without its unprivileged sandbox user: {problem}")
-            if request.egress.mode != "deny" and not isolated:
+            if request.effective_egress.mode != "deny" and not isolated:
                 raise _Refusal("NetworkUnavailable", "a network policy other than deny cannot be enforced without "
                                                      f"the sandbox ({problem}); use the wasm provider or install bubblewrap")
             program = self._program(request, isolated)
@@ -417,7 +417,8 @@ class NativeProvider(Provider):
 
 BACKGROUND_LIFETIME_S = 30 * 86400.0
 """The egress deadline of a sandbox that outlives calls (a background process, a kernel between its
-calls): it ends with its session, not at a call's deadline."""
+calls): not a limit of its own, since closing the socket when the sandbox ends (with its session at
+the latest, whose TTL is shorter) cuts every connection."""
 
 
 def kernel_key(limits: Limits, mounts: tuple, network: bool = False) -> tuple:
@@ -487,7 +488,7 @@ class _Run:
         self._next_full_count = 0.0
         self.holder: MountHolder | None = None
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
-        self.egress = egress if request.egress.mode != "deny" and bwrap_path is not None else None
+        self.egress = egress if request.effective_egress.mode != "deny" and bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
 
     def stop(self, reason: LimitName) -> None:
@@ -590,7 +591,7 @@ class _Run:
             if error is not None and error.type == "CommandNotFound":
                 exit_code = 127
         if error is None and exit_code != 0:
-            error = native_network_error(network, request.egress, stderr_text)
+            error = native_network_error(network, request.effective_egress, stderr_text)
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=stderr_text,
@@ -608,11 +609,11 @@ class _Run:
             id=request.id,
         )
 
-    def open_egress(self, egress: NativeEgress, deadline: float) -> RunEgress:
+    def open_egress(self, egress: NativeEgress, deadline: float, per_connection: bool = False) -> RunEgress:
         """The sandbox's socket on the egress proxy, connectable by its user."""
         identity = self.identity
         owner = (identity.uid, identity.gid) if identity is not None and identity.dropped else None
-        return egress.open(self.request, deadline, owner)
+        return egress.open(self.request, deadline, owner, per_connection)
 
     # -- spawning ---------------------------------------------------------------------------
 
@@ -1054,7 +1055,7 @@ class _KernelCall(_Run):
             elif reply.crash is not None:
                 error = GuestError(type="KernelDied", message=f"{reply.crash}; the next call starts a new kernel")
             elif reply.error is not None:
-                error = native_network_error(network, request.egress, self.stderr.text()) or reply.error
+                error = native_network_error(network, request.effective_egress, self.stderr.text()) or reply.error
         return ExecResult(
             stdout=self.stdout.text(),
             stderr=self.stderr.text(),
@@ -1159,9 +1160,10 @@ class _Background(_Run):
         if pty is not None:
             inner = [SYSTEM_PYTHON, "-I", "-S", "-c", CONTROLLING_TTY, *inner]
         self.program = replace(self.program, argv=inner)
-        if self.egress is not None:
+        if self.egress is not None:  # days long: the byte cap bounds each connection, not the process
             try:
-                self.egress_run = self.open_egress(self.egress, time.monotonic() + BACKGROUND_LIFETIME_S)
+                self.egress_run = self.open_egress(self.egress, time.monotonic() + BACKGROUND_LIFETIME_S,
+                                                   per_connection=True)
             except (EgressUnavailable, OSError) as exc:
                 raise ProcessStartError(str(exc)) from None
         run_limits = RunLimits(memory_bytes=self.limits.memory_bytes, max_processes=self.policy.max_processes,
@@ -1237,10 +1239,11 @@ class _Background(_Run):
                 proc.stdin.close()
         return SandboxProcess(proc, status_r=status_r, outputs=outputs, stdin_fd=stdin_w, pty_master=master,
                               cgroup=self.cgroup, enforcement=self.enforcement, cleanup=self._undo,
-                              kill_grace_s=self.policy.kill_grace_s)
+                              kill_grace_s=self.policy.kill_grace_s, egress=self.egress_run)
 
     def _undo(self, process: SandboxProcess | None) -> str | None:
-        """Undo the set-up once the process ended (or failed to start); a problem to report, if any."""
+        """Undo the set-up once the process ended (or failed to start); a problem to report, if any.
+        Its network decisions stay with its egress socket until taken (`SandboxProcess.egress`)."""
         watcher.unwatch(self._quota_key)
         if self.egress_run is not None:
             self.egress_run.close()

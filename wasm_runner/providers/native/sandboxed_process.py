@@ -27,10 +27,13 @@ import termios
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.providers.native.limits import RunCgroup
 from wasm_runner.providers.native.pidfd import open_pidfd
+
+if TYPE_CHECKING:
+    from wasm_runner.providers.native.egress import RunEgress
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -50,8 +53,11 @@ class SandboxProcess:
 
     def __init__(self, proc: subprocess.Popen, *, status_r: int, outputs: dict[int, str], stdin_fd: int | None,
                  pty_master: int | None, cgroup: RunCgroup | None, enforcement: str,
-                 cleanup: Callable[[SandboxProcess], str | None], kill_grace_s: float) -> None:
+                 cleanup: Callable[[SandboxProcess], str | None], kill_grace_s: float,
+                 egress: RunEgress | None = None) -> None:
         self.proc = proc
+        self.egress = egress
+        """Its socket on the host's egress proxy (None: no network): its decisions, its policy."""
         self._status_r = status_r
         self._outputs = dict(outputs)
         """Descriptor -> stream name (a pty's master is `stdout`)."""

@@ -164,7 +164,7 @@ class WasmProvider(Provider):
             self._also_prewarmed += (request.language,)  # languages are few: a tuple swapped whole
         started = time.perf_counter()
         answering = guest_installs.serve(job.install)  # the guest's install requests, on this thread
-        network = guest_http.GuestNetwork(self.http, request.egress, request.credentials,
+        network = guest_http.GuestNetwork(self.http, request.effective_egress, request.credentials,
                                           time.monotonic() + request.limits.timeout_s)
         fetching = guest_http.serve(network)  # and its HTTP requests
         try:
@@ -233,7 +233,7 @@ class WasmProvider(Provider):
             outcome.limit = "disk"
             outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
         if outcome.error is not None:
-            outcome.error = with_hint(outcome.error, network_hint(events, request.egress))
+            outcome.error = with_hint(outcome.error, network_hint(events, request.effective_egress))
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
         if truncated and outcome.limit is None:
             outcome.limit = "output"

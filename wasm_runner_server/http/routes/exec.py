@@ -12,6 +12,7 @@ from aiohttp import web
 
 from wasm_runner import ExecResult
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
@@ -21,12 +22,13 @@ from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.routes.packages import install_options
 from wasm_runner_server.http.streaming import respond
+from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
 from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
 
-_EXEC_ERRORS = (404, 409, 413, 415, 429, 503)
+_EXEC_ERRORS = (403, 404, 409, 413, 415, 429, 503)
 
 
 def _code_or_path(body: ExecBody | OneShotBody, files_dir: Path, service: Service) -> tuple[str | None, str | None]:
@@ -59,7 +61,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
-        network=live.row.egress)
+        network=service.sessions.call_egress(live, body.egress))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="session", listener=listener, on_start=started))
 
@@ -75,7 +77,7 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
     runner, _ = service.sessions.core(live, profile)
     exec_request = service.execution.request(
         profile, language="bash", code=None, command=body.command, stdin=body.stdin, env=body.env,
-        limits=body.limits, fresh=True, id=body.id, network=live.row.egress)
+        limits=body.limits, fresh=True, id=body.id, network=service.sessions.call_egress(live, body.egress))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="process", listener=listener, on_start=started))
 
@@ -99,7 +101,7 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         exec_request = service.execution.request(
             profile, language=body.language, code=body.code, command=body.command, stdin=body.stdin,
             env=body.env, limits=body.limits, fresh=True, id=body.id, typecheck=body.typecheck,
-            typecheck_timeout_s=body.typecheck_timeout_s)
+            typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
 
         async def run_plain(listener, started) -> OneShotResult:
@@ -119,7 +121,7 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         exec_request = service.execution.request(
             profile, language=body.language, code=code, command=body.command, stdin=body.stdin, env=body.env,
             limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
-            typecheck_timeout_s=body.typecheck_timeout_s)
+            typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
 
         async def run(listener, started) -> OneShotResult:
@@ -132,6 +134,14 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         return await respond(request, run)
     finally:
         service.sessions.spawn_blocking(session.destroy)
+
+
+def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
+    """The run's own policy when it names one (its shape checked: 422); the profile then refuses a
+    wider one (403)."""
+    if body.egress is not None:
+        check_shape(body.egress)
+    return body.egress
 
 
 def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:

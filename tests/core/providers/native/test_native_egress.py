@@ -9,6 +9,7 @@ import base64
 import hashlib
 import shutil
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import NATIVE_DENY_HINT
+from wasm_runner.processes import manager as process_manager
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_protocol.egress import Credential, EgressPolicy
@@ -29,10 +31,13 @@ SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" 
 pytestmark = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
 
 CAP = 300_000
+MEDIUM = 200_192
+"""Smaller than the cap; two of them are more."""
 SECRET = "s3cr3t-token-4f9a2c"
 NAMES = {"api.allowed.test": ["127.0.0.1"], "pypi.allowed.test": ["127.0.0.1"], "git.allowed.test": ["127.0.0.1"],
          "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
-ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test:*", "127.0.0.1:*"))
+"""The origins listen on ports of their own: any port, named on purpose."""
 LIMITS = Limits(timeout_s=60)
 
 
@@ -76,6 +81,7 @@ def make_repository(directory: Path) -> None:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("origin")
+    (root / "medium.bin").write_bytes(bytes(range(256)) * (MEDIUM // 256))
     certs = tmp_path_factory.mktemp("certs")
     wheel = make_wheel(root)
     if shutil.which("git"):
@@ -129,6 +135,20 @@ def test_a_denied_destination_is_refused_with_the_policy_and_a_hint(world, schem
     assert f"{scheme}://evil.test:{port}" in result.error.message and "*.allowed.test" in result.error.message
     assert result.error.hint is not None and "network.allow" in result.error.hint and "evil.test" in result.error.hint
     assert not any("evil" in headers.get("Host", "") for _, _, headers in plain.requests + tls.requests)
+
+
+def test_an_entry_without_a_port_does_not_open_a_tunnel_to_another_port_of_the_host(world):
+    runner, _, tls, _ = world
+    before = len(tls.requests)
+    policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1:*"))  # 443 only by name
+    result = run(runner, f"curl -sS -f https://api.allowed.test:{tls.port}/small", policy=policy)
+    assert result.exit_code != 0 and "403" in result.stderr
+    [event] = result.network
+    assert not event.allowed and event.port == tls.port and "not in the allowlist" in (event.reason or "")
+    assert len(tls.requests) == before
+    allowed = run(runner, f"curl -sS -f https://api.allowed.test:{tls.port}/small",
+                  policy=EgressPolicy(mode="allowlist", allow=(f"api.allowed.test:{tls.port}", "127.0.0.1:*")))
+    assert allowed.exit_code == 0, allowed.stderr
 
 
 def test_the_refusal_body_names_the_destination_the_policy_and_the_proxy_status(world):
@@ -186,7 +206,7 @@ def test_a_brokered_secret_reaches_the_server_and_nowhere_the_guest_can_read(wor
     runner, plain, _, _ = world
     monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
     before = len(plain.requests)
-    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="TEST_EGRESS_TOKEN")
     script = (f"curl -sS -f -D - http://api.allowed.test:{plain.port}/echo-auth\n"
               "env\n"
               # everywhere the guest writes or the host puts files for it (the system tree is the image's)
@@ -274,7 +294,7 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     fetch = ("import urllib.request\n"
              f"body = urllib.request.urlopen('{url}/echo-auth', timeout=30).read()\n"
              "calls = globals().get('calls', 0) + 1\n(calls, len(body))")
-    credential = Credential(destinations=("api.allowed.test",), env="TEST_EGRESS_TOKEN")
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="TEST_EGRESS_TOKEN")
 
     def call(policy: EgressPolicy, **fields):
         return session.run_sync(fetch, language="python", provider="native", egress=policy, limits=LIMITS, **fields)
@@ -289,9 +309,59 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     assert second.error is None and not second.kernel_restarted and second.value.startswith("(2, ")
     assert [e.allowed for e in second.network] == [True]
     assert "Authorization" not in plain.requests[-1][2]
-    narrowed = call(EgressPolicy(mode="allowlist", allow=("other.allowed.test", "127.0.0.1")))
+    narrowed = call(EgressPolicy(mode="allowlist", allow=("other.allowed.test:*", "127.0.0.1:*")))
     assert not narrowed.kernel_restarted
     assert narrowed.error is not None and narrowed.error.type == "NetworkDenied"
     assert [(e.allowed, e.host) for e in narrowed.network] == [(False, "api.allowed.test")]
     after = session.run_sync("calls", language="python", provider="native", limits=LIMITS)  # deny: no proxy
     assert after.kernel_restarted and after.error is not None  # a kernel without a way out: state gone
+
+
+def test_a_background_process_has_the_cap_per_connection_follows_a_changed_policy_and_keeps_its_decisions(world):
+    runner, plain, _, _ = world
+    session = runner.session(egress=ALLOW)
+    url = f"http://api.allowed.test:{plain.port}"
+    fetch = "curl -sS -o /dev/null -w '%{http_code} %{size_download}\\n'"
+    script = (f"{fetch} {url}/medium.bin; {fetch} {url}/medium.bin\n"  # together past the cap, each within
+              f"{fetch} {url}/big 2>/dev/null || echo cut\n"
+              "echo ready\n"
+              "while [ ! -e /workspace/go ]; do sleep 0.05; done\n"
+              f"{fetch} {url}/small\n")
+    process = session.start_process(code=script)
+    deadline = time.monotonic() + 30
+    while "ready" not in process.text() and process.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    early = process.take_network()
+    assert [(e.allowed, e.status) for e in early] == [(True, 200)] * 3, process.text("stderr")
+    first, second, big = early
+    assert first.bytes_received > MEDIUM and second.bytes_received > MEDIUM  # 2 x MEDIUM > CAP: not one budget
+    assert "connection's network cap" in (big.reason or "") and big.bytes_sent + big.bytes_received == CAP
+
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("other.allowed.test:*", "127.0.0.1:*")))
+    seen = len(plain.requests)
+    (session.path / "go").touch()
+    assert process.wait(30) == 0, process.text("stderr")
+    lines = process.text().splitlines()
+    assert lines[:2] == [f"200 {MEDIUM}", f"200 {MEDIUM}"] and lines[3] == "cut", lines
+    assert int(lines[2].split()[1]) < CAP  # curl saw the big answer end early
+    assert lines[-1].startswith("403"), lines
+    assert len(plain.requests) == seen  # refused by the new policy before reaching the origin
+    [late] = process.take_network()
+    assert not late.allowed and late.host == "api.allowed.test" and "not in the allowlist" in (late.reason or "")
+    assert process.take_network() == []  # each decision is given once
+
+
+def test_a_running_process_hands_its_decisions_over_in_batches_and_the_rest_at_its_end(world, monkeypatch):
+    runner, plain, _, _ = world
+    monkeypatch.setattr(process_manager, "NETWORK_BATCH", 2)
+    session = runner.session(egress=ALLOW)
+    batches: list[tuple[str, int]] = []
+    session.processes.observer = lambda event, process: batches.append(
+        (event, len(process.take_network())) if event != "start" else (event, 0))
+    script = f"for i in 1 2 3 4 5; do curl -sS -o /dev/null http://api.allowed.test:{plain.port}/small; done"
+    process = session.start_process(code=script)
+    assert process.wait(30) == 0, process.text("stderr")
+    deadline = time.monotonic() + 5
+    while ("exit", 1) not in batches and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [b for b in batches if b[0] != "start"] == [("network", 2), ("network", 2), ("exit", 1)]

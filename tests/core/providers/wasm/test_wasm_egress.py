@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 
 import pytest
-from loopback_origin import SMALL_BODY, Origin, TestCA
+from loopback_origin import SLOW_STEP_S, SMALL_BODY, Origin, TestCA
 
 from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
@@ -24,7 +25,8 @@ MEDIUM = 200_192
 """Larger than the first piece the host sends with the head, smaller than the cap."""
 SECRET = "s3cr3t-wasi-token-7d1e"
 NAMES = {"api.allowed.test": ["127.0.0.1"], "evil.test": ["127.0.0.1"], "private.allowed.test": ["10.1.2.3"]}
-ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+ALLOW = EgressPolicy(mode="allowlist", allow=("*.allowed.test:*", "127.0.0.1:*"))
+"""The origins listen on ports of their own: any port, named on purpose."""
 LIMITS = Limits(timeout_s=30)
 
 
@@ -106,7 +108,7 @@ def test_https_is_verified_by_the_host_with_the_operators_ca(world):
 
 def test_https_to_a_name_the_certificate_does_not_cover_fails_verification(world):
     runner, _, tls = world
-    policy = EgressPolicy(mode="allowlist", allow=("127.0.0.1",))
+    policy = EgressPolicy(mode="allowlist", allow=(f"127.0.0.1:{tls.port}",))
     result = run(runner, "import urllib.request\n"
                          f"urllib.request.urlopen('https://127.0.0.1:{tls.port}/small')", policy=policy)
     assert result.error is not None and result.error.type == "URLError"
@@ -170,7 +172,7 @@ def test_loopback_itself_needs_an_entry_naming_it(world):
     runner, plain, _ = world
     result = run(runner, "import urllib.request\n"
                          f"urllib.request.urlopen('http://api.allowed.test:{plain.port}/small')",
-                 policy=EgressPolicy(mode="allowlist", allow=("*.allowed.test",)))
+                 policy=EgressPolicy(mode="allowlist", allow=("*.allowed.test:*",)))
     [event] = result.network
     assert not event.allowed and event.address == "127.0.0.1"
 
@@ -189,7 +191,7 @@ def test_a_response_over_the_cap_stops_at_the_cap_with_a_clear_limit(world):
 def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="WASI_TEST_TOKEN")  # cleartext
     result = run(runner, "import json, os, urllib.request\n"
                          f"r = urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth')\n"
                          "print(json.dumps({'body': r.read().decode(), 'echo': r.headers['X-Echo'],\n"
@@ -206,11 +208,23 @@ def test_a_brokered_secret_reaches_the_origin_and_the_guest_never_sees_it(world,
     assert event.credential
 
 
+def test_a_secret_whose_destination_names_no_scheme_is_not_sent_over_plain_http(world, monkeypatch):
+    runner, plain, _ = world
+    monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
+    credential = Credential(destinations=("api.allowed.test:*",), env="WASI_TEST_TOKEN")  # any port, no scheme
+    result = run(runner, "import urllib.request\n"
+                         f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/echo-auth').read().decode())",
+                 credentials=(credential,))
+    assert result.ok, result.error
+    assert "Authorization" not in plain.requests[-1][2] and result.stdout == "you sent: \n\n"
+    assert not result.network[0].credential
+
+
 def test_the_secret_is_not_added_for_another_destination_or_a_redirect_there(world, monkeypatch):
     runner, plain, _ = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
-    policy = EgressPolicy(mode="allowlist", allow=("*.allowed.test", "127.0.0.1"))
+    credential = Credential(destinations=(f"http://api.allowed.test:{plain.port}",), env="WASI_TEST_TOKEN")
+    policy = ALLOW
     result = run(runner, "import urllib.request\n"
                          f"print(urllib.request.urlopen('http://127.0.0.1:{plain.port}/echo-auth').read().decode())",
                  policy=policy, credentials=(credential,))
@@ -335,7 +349,7 @@ def test_js_fetch_over_the_cap_stops_with_a_clear_limit(world):
 def test_js_fetch_https_and_a_brokered_secret(world, monkeypatch):
     runner, _, tls = world
     monkeypatch.setenv("WASI_TEST_TOKEN", SECRET)
-    credential = Credential(destinations=("api.allowed.test",), env="WASI_TEST_TOKEN")
+    credential = Credential(destinations=(f"api.allowed.test:{tls.port}",), env="WASI_TEST_TOKEN")
     result = run(runner, f"""
 const r = await fetch('https://api.allowed.test:{tls.port}/echo-auth');
 console.log(await r.text());
@@ -357,10 +371,69 @@ def test_a_session_policy_change_takes_effect_on_the_next_call_and_only_narrows_
     code = ("import urllib.request\n"
             f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
     assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
-    session.set_egress(EgressPolicy(mode="allowlist", allow=("127.0.0.1",)))  # narrower: the name is gone
+    session.set_egress(EgressPolicy(mode="allowlist", allow=("127.0.0.1:*",)))  # narrower: the name is gone
     result = session.run_sync(code, limits=LIMITS)
     assert result.error is not None and "not in the allowlist" in result.error.message
     with pytest.raises(PolicyError, match="evil.test"):
         session.set_egress(EgressPolicy(mode="allowlist", allow=("evil.test",)))
     session.set_egress(ALLOW)
     assert session.run_sync(code, limits=LIMITS).stdout == "200\n"
+
+
+def test_a_calls_explicit_deny_is_kept_and_a_call_naming_nothing_gets_the_sessions_policy(world):
+    from wasm_runner.egress.policy import PolicyError
+
+    runner, plain, _ = world
+    session = runner.session(egress=ALLOW)
+    code = ("import urllib.request\n"
+            f"print(urllib.request.urlopen('http://api.allowed.test:{plain.port}/small').status)")
+    denied = session.run_sync(code, egress=EgressPolicy(mode="deny"), limits=LIMITS)
+    assert denied.error is not None and [e.allowed for e in denied.network] == [False]
+    assert "deny" in (denied.network[0].reason or "")
+    assert session.run_sync(code, limits=LIMITS).stdout == "200\n"  # egress unset: the session's
+    with pytest.raises(PolicyError, match="the session's"):
+        session.run_sync(code, egress=EgressPolicy(mode="open"), limits=LIMITS)
+
+
+def test_the_deadline_cuts_a_response_that_drips_in(world):
+    runner, plain, _ = world
+    started = time.monotonic()
+    code = f"import urllib.request\nurllib.request.urlopen('http://api.allowed.test:{plain.port}/slow?seconds=20').read()"
+    result = runner.run_sync(ExecRequest(code=code, egress=ALLOW, limits=Limits(timeout_s=1.5)))
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0, elapsed  # cut by the host at the deadline, not by the watchdog after its grace
+    assert result.error is not None
+    [event] = result.network
+    assert event.allowed and event.status == 200 and "deadline" in (event.reason or "")
+    assert 0 < event.bytes_received < 20 / SLOW_STEP_S + 200  # some of the drip, headers included
+
+
+def test_a_request_body_over_the_cap_is_refused_before_anything_is_sent(world):
+    runner, plain, _ = world
+    before = len(plain.requests)
+    result = run(runner, "import urllib.request\n"
+                         f"req = urllib.request.Request('http://api.allowed.test:{plain.port}/echo', "
+                         f"data=b'x' * {CAP + 1}, method='POST')\n"
+                         "urllib.request.urlopen(req)")
+    assert result.error is not None and "network cap" in result.error.message
+    assert result.error.hint is not None and "max_bytes" in result.error.hint
+    [event] = result.network
+    assert event.method == "POST" and event.bytes_sent == 0 and "network cap" in (event.reason or "")
+    assert len(plain.requests) == before  # the origin saw nothing
+
+
+def test_js_fetch_takes_a_request_object_with_its_method_headers_and_body(world):
+    runner, plain, _ = world
+    result = run(runner, f"""
+const request = new Request('http://api.allowed.test:{plain.port}/echo', {{
+  method: 'POST', headers: {{'Content-Type': 'application/x-test'}}, body: 'sent in a Request'}});
+const r = await fetch(request);
+console.log(r.status, r.headers.get('X-Content-Type'), await r.text());
+""", language="javascript")
+    assert result.ok, (result.error, result.stderr)
+    assert result.stdout == "200 application/x-test sent in a Request\n"
+    method, path, headers = plain.requests[-1]
+    sent = {name.lower(): value for name, value in headers.items()}
+    assert (method, path, sent["content-type"]) == ("POST", "/echo", "application/x-test")
+    [event] = result.network
+    assert event.method == "POST" and event.bytes_sent == len("sent in a Request")
