@@ -42,6 +42,7 @@ from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import lost_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
@@ -151,9 +152,11 @@ class KernelWorkers:
     """The worker processes hosting a Runner's session kernels."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], count: int,
-                 policy: WorkerPolicy = WorkerPolicy()) -> None:
+                 policy: WorkerPolicy = WorkerPolicy(), packages: PackageSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
+        self.packages = packages
+        """The Runner's package settings, for the native sandboxes the workers start."""
         self.count = max(count, 1)
         self.policy = policy
         self.containment: Containment = detect_containment(policy.memory_bytes)
@@ -179,7 +182,8 @@ class KernelWorkers:
     # -- the workers ------------------------------------------------------------------
 
     def _start(self) -> KernelWorker:
-        worker = Worker(self.scratch_dir, self.mounts, self.containment, kernels=True, concurrency=self.policy.threads)
+        worker = Worker(self.scratch_dir, self.mounts, self.containment, kernels=True, concurrency=self.policy.threads,
+                        packages=self.packages.to_config() if self.packages is not None else None)
         host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)
         worker.watch(None, lambda _: self._exited(host))

@@ -37,6 +37,7 @@ from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.results import lost_result
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 log = logging.getLogger("wasm_runner")
@@ -142,10 +143,13 @@ class Worker:
 class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
-    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None) -> None:
+    def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
+                 packages: PackageSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
         self.containment = containment
+        self.packages = packages.to_config() if packages is not None else None
+        """The Runner's package settings, for the native sandboxes the workers start."""
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -157,7 +161,8 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts, self.containment) for _ in range(count - len(taken))]
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment, packages=self.packages)
+                  for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
         return taken

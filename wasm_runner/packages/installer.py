@@ -68,8 +68,11 @@ class PackageInstaller:
         index = request.index or self.settings.python_index
         try:
             if request.npm:
-                raise WheelRefused("unsupported_ecosystem", "npm packages install in native sessions only, which this "
-                                   "build does not offer yet", "run `npm install` in a native session (profile `node`)")
+                raise WheelRefused("unsupported_ecosystem", "npm packages are not installed by the host: they install "
+                                   "inside the session's native sandbox, into its /workspace/node_modules",
+                                   "run `npm install NAME` (or `bun install NAME`) in the session with a native profile "
+                                   "(`node`, `bun`, `bash`) and a network policy other than deny: the operator's "
+                                   "registry is the default, and later native calls of the session find the package")
             if request.index and not allow_custom_index:
                 raise WheelRefused("index_not_allowed", f"this profile takes packages from its configured index only, "
                                    f"not {request.index}", "leave out `index`, or use a profile that allows other indexes")

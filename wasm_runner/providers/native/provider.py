@@ -26,9 +26,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from wasm_runner.capture import Capture
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import native_network_error
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.egress import (
@@ -67,6 +70,7 @@ from wasm_runner.providers.native.limits import (
     rlimit_prefix,
 )
 from wasm_runner.providers.native.ownership import normalize
+from wasm_runner.providers.native.package_env import GUEST_VENV, PackageTools, package_tools
 from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner.providers.native.sandboxed_process import CONTROLLING_TTY, SandboxProcess, set_window
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -173,6 +177,11 @@ class NativeProvider(Provider):
         self.ready_kernels = ready_kernels
         """Python kernels kept started ahead (data stack imported) for sessions' first calls."""
         self._kernel_pool: KernelPool | None = None
+        self.package_settings: PackageSettings | None = None
+        """Where pip, uv, npm and bun in the sandboxes install from (the Runner's; None: their own defaults)."""
+
+    def use_packages(self, settings: PackageSettings) -> None:
+        self.package_settings = settings
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -294,14 +303,36 @@ class NativeProvider(Provider):
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
+        tools: PackageTools | None = None
+        if isolated:
+            request = self._with_package_sources(request)
+            tools = self._tools(request, workspace if job.kernels is not None else None, program)
+            program = _in_venv(program, tools)
         if isolated and job.kernels is not None and _kernel_call(request):
             call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                               self.identity, self.seccomp_program, self.egress)
+                               self.identity, self.seccomp_program, self.egress, tools)
             return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
-                   self.seccomp_program if isolated else None, self.egress)
+                   self.seccomp_program if isolated else None, self.egress, tools)
         return run.execute()
+
+    def _with_package_sources(self, request: ExecRequest) -> ExecRequest:
+        """The request with the operator's package registries added to a policy that is not deny."""
+        settings = self.package_settings
+        if settings is None or request.egress.mode == "deny":
+            return request
+        return msgspec.structs.replace(request, egress=settings.sandbox_policy(request.egress))
+
+    def _tools(self, request: ExecRequest, session: Workspace | None, program: _Program) -> PackageTools:
+        """The run's package tools; a session's venv is made here on its first run with python-data."""
+        data = program.python_data
+        if data is None and session is not None and _kernel_call(request):
+            data = self._python_data(optional=True)
+        toolchain = program.js_toolchain.path if program.js_toolchain is not None else None
+        return package_tools(self.package_settings, network=request.egress.mode != "deny",
+                             session_files=session.files if session is not None else None,
+                             python_data=data, js_toolchain=toolchain)
 
     def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
               stdin: bool = True, pty: tuple[int, int] | None = None,
@@ -322,8 +353,11 @@ class NativeProvider(Provider):
             program = self._program(request, True)
         except _Refusal as refusal:
             raise ProcessStartError(refusal.message) from None
+        request = self._with_package_sources(request)
+        tools = self._tools(request, workspace, program)
+        program = _in_venv(program, tools)
         launch = _Background(self.policy, request, workspace, Job(request, workspace, mounts=mounts), support,
-                             program, bwrap_path, self.identity, self.seccomp_program, self.egress)
+                             program, bwrap_path, self.identity, self.seccomp_program, self.egress, tools)
         return launch.start(cwd, stdin, pty)
 
     def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
@@ -458,7 +492,7 @@ class _Run:
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
                  support: CgroupSupport, program: _Program, bwrap_path: str | None,
                  identity: SandboxIdentity | None = None, seccomp_program: Path | None = None,
-                 egress: NativeEgress | None = None) -> None:
+                 egress: NativeEgress | None = None, tools: PackageTools | None = None) -> None:
         self.policy = policy
         self.request = request
         self.limits: Limits = request.limits
@@ -489,6 +523,8 @@ class _Run:
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
         self.egress = egress if request.egress.mode != "deny" and bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
+        self.tools = tools or PackageTools()
+        """Where the run's pip, uv, npm and bun install to and from (package_env.py)."""
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -628,7 +664,8 @@ class _Run:
         if self.cgroup is None:
             inner = rlimit_prefix(run_limits) + inner
         if self.bwrap is not None:
-            extra = {**egress.env(), **self.request.env} if egress is not None else self.request.env
+            tools = self.tools
+            extra = {**tools.env, **(egress.env() if egress is not None else {}), **self.request.env}
             env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=extra)
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
@@ -648,6 +685,8 @@ class _Run:
                 binds.append(sandbox.Bind(program.js_toolchain.path, GUEST_JS_TOOLCHAIN))
                 if "PATH" not in self.request.env:
                     env["PATH"] = f"{GUEST_JS_TOOLCHAIN}/bin:{env['PATH']}"
+            if tools.path and "PATH" not in self.request.env:
+                env["PATH"] = ":".join((*tools.path, env["PATH"]))
             policy = self.policy if binds == list(self.policy.binds) else _with_binds(self.policy, binds)
             seccomp_fd = None
             if self.seccomp_program is not None:
@@ -658,7 +697,7 @@ class _Run:
                 policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
                 python_data=data.path if data is not None else None, code_fd=code_fd,
                 code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
-                relay=plan.source if plan is not None else None, data_files=data_files)
+                relay=plan.source if plan is not None else None, data_files=data_files, symlinks=tools.links)
             # The options reach bwrap through a descriptor: the sandbox's init process shows
             # `bwrap --args N -- command`, no host path.
             args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)
@@ -1002,14 +1041,17 @@ class _KernelCall(_Run):
                     slot.kernel = self.start_kernel(key)
             kernel = slot.kernel
             self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
-            extra = request.env
+            extra = {**self.tools.env, **request.env}
             if kernel.egress is not None:
                 kernel.egress.renew(request, time.monotonic() + self.timeout_s + self.policy.kill_grace_s)
-                extra = {**kernel.egress.env(), **request.env}
+                extra = {**self.tools.env, **kernel.egress.env(), **request.env}
             env = sandbox.sandbox_env(python_data=True, extra=extra)
             env["PWD"] = GUEST_WORKSPACE
+            if self.tools.path and "PATH" not in request.env:
+                env["PATH"] = ":".join((*self.tools.path, env["PATH"]))
             payload = {"code": request.code, "env": env, "stdin": request.stdin,
-                       "outputs_budget": max(self.limits.output_bytes, 1 << 20)}
+                       "outputs_budget": max(self.limits.output_bytes, 1 << 20),
+                       "site_dirs": list(self.tools.site_dirs)}
 
             def begin() -> None:
                 self.job.started_at = time.monotonic()
@@ -1284,6 +1326,14 @@ def _visible(prefix: str, policy: sandbox.SandboxPolicy) -> bool:
 
 def _with_binds(policy: sandbox.SandboxPolicy, binds: list[sandbox.Bind]) -> sandbox.SandboxPolicy:
     return replace(policy, binds=tuple(binds))
+
+
+def _in_venv(program: _Program, tools: PackageTools) -> _Program:
+    """A session's Python program run by its venv's python (its installs, then python-data's packages)."""
+    python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python"
+    if tools.venv and program.argv[:1] == [python] and program.code_name == "main.py":
+        return replace(program, argv=[f"{GUEST_VENV}/bin/python", *program.argv[1:]])
+    return program
 
 
 def _python_traceback(stderr: str) -> GuestError | None:
