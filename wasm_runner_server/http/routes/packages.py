@@ -10,8 +10,6 @@ from aiohttp import web
 
 from wasm_runner import Session
 from wasm_runner.egress.policy import PolicyError
-from wasm_runner.packages.installer import PackageInstaller
-from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_server.errors import ApiError
@@ -27,22 +25,15 @@ routes = web.RouteTableDef()
 SHARED_CACHE = "shared"
 
 
-def install_policy(installer: PackageInstaller, network: EgressPolicy) -> EgressPolicy:
-    """Installs reach the operator's configured indexes and file hosts, plus what the session's network
-    policy allows (an `open` one: any public host); a request's own index only through the latter."""
-    configured = installer.settings.default_policy(None).allow
-    if network.mode == "open":
-        return EgressPolicy(mode="open", allow=tuple(network.allow))
-    return EgressPolicy(mode="allowlist", allow=tuple(dict.fromkeys((*configured, *network.allow))))
-
-
 def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
     """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
     session's network policy with the configured indexes, its profile's index permission, the caller's cache."""
     profile = service.sessions.profile_of(live)
     principal = request.get(PRINCIPAL) or LOCAL
     try:
-        policy = install_policy(session.runner.packages, service.sessions.egress(live))
+        # the configured indexes and file hosts whatever the mode (a loopback or private one too), plus
+        # what the session's policy allows (a request's own index only through that)
+        policy = session.runner.packages.settings.install_policy(service.sessions.egress(live))
     except PolicyError as exc:
         raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
     options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
