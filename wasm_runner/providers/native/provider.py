@@ -31,6 +31,7 @@ import msgspec
 from wasm_runner.capture import Capture
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import native_network_error
+from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
@@ -94,6 +95,7 @@ from wasm_runner_protocol.execution import (
     Limits,
 )
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
+from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -264,14 +266,15 @@ class NativeProvider(Provider):
         bwrap_path, problem, support = self.environment()
         if bwrap_path is None or problem is not None:
             raise KernelError(problem or "bubblewrap is unavailable")
-        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts or network
+        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts (but packages) or network
         request = ExecRequest(language="python", provider="native",
                               limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
         try:
             program = self._program(request, True)
         except _Refusal as refusal:
             raise KernelError(refusal.message) from None
-        call = _KernelCall(self.policy, request, workspace, Job(request, workspace), support, program, bwrap_path,
+        job = Job(request, workspace, mounts=(SessionPackages(workspace.root).mount(),))
+        call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
                            self.identity, self.seccomp_program)
         try:
             return call.start_kernel(key, holder, on_close)
@@ -1035,8 +1038,14 @@ class _KernelCall(_Run):
                 slot.kernel, slot.lost = None, True
             if slot.kernel is None:
                 restarted, slot.lost = slot.lost, False
-                ahead = pool is not None and not self.job.mounts and self.egress is None
-                slot.kernel = pool.take(key, self.workspace) if pool is not None and ahead else None
+                packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
+                others = [m for m in self.job.mounts if m not in packages]
+                if pool is not None and not others and self.egress is None:
+                    taken = pool.take(kernel_key(self.limits, ()), self.workspace,
+                                      packages[0].host if packages else None)
+                    if taken is not None:
+                        taken.key = key  # its sandbox shows this session's mounts now
+                    slot.kernel = taken
                 if slot.kernel is None:
                     slot.kernel = self.start_kernel(key)
             kernel = slot.kernel
