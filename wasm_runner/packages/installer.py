@@ -16,10 +16,11 @@ import re
 import ssl
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from packaging.requirements import Requirement
 
-from wasm_runner.egress.policy import EgressRules, PolicyError
+from wasm_runner.egress.policy import DEFAULT_PORTS, EgressRules, PolicyError
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.packages.cache import PackageCache
 from wasm_runner.packages.download import Downloader
@@ -85,6 +86,8 @@ class PackageInstaller:
             with cache.locked():
                 if request.lock is not None:
                     pins = [Pin(p.name, p.version, p.filename, p.url, p.sha256, p.size) for p in request.lock.python]
+                    if not allow_custom_index:
+                        _check_configured_sources(pins, settings)
                 else:
                     pins = self._resolve(packages, request, downloader, cache, started)
                 new = [pin for pin in pins if not packages.has(pin)]
@@ -186,6 +189,20 @@ def trust(ca_bundle: Path | None) -> ssl.SSLContext:
     if ca_bundle is not None:
         context.load_verify_locations(cafile=str(ca_bundle))
     return context
+
+
+def _check_configured_sources(pins: list[Pin], settings: PackageSettings) -> None:
+    """A lock replayed where no other index is allowed downloads from the configured index and file
+    hosts only, whatever else the session's network policy allows."""
+    configured = EgressRules(settings.default_policy())
+    for pin in pins:
+        parts = urlsplit(pin.url)
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+        if not parts.hostname or configured.refusal(parts.scheme, parts.hostname, port) is not None:
+            raise WheelRefused("index_not_allowed", f"the lock's {pin.filename} comes from {parts.scheme}://{parts.netloc}, "
+                               f"not the configured index or its file hosts ({', '.join(configured.policy.allow)})",
+                               "replay the lock in a session whose profile allows other indexes, or install the "
+                               "packages by name", pin.name)
 
 
 def _check_satisfied(requirement: Requirement, pins: list[Pin]) -> None:

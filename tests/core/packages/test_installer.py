@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 from package_index import build_wheel, serve_index
 
@@ -89,6 +90,23 @@ def test_a_lock_replayed_in_a_new_session_gives_the_same_versions_without_resolv
     assert [(p.name, p.version, p.sha256) for p in replayed.lock().python] == \
         [(p.name, p.version, p.sha256) for p in lock.python]
     assert not any(path.startswith("/simple/") for path in fresh_index.requests)  # no resolution
+
+
+def test_a_lock_pointing_elsewhere_is_refused_unless_other_indexes_are_allowed(tmp_path, fresh_index):
+    inst = installer(tmp_path, fresh_index, resolver_overrides={"mirror.test": ("127.0.0.1",)})
+    source = session_dir(tmp_path, "source")
+    assert install(inst, source, "tinydep==2.0").ok
+    [pin] = source.lock().python
+    elsewhere = msgspec.structs.replace(pin, url=pin.url.replace("127.0.0.1", "mirror.test"))  # the same bytes
+    lock = msgspec.structs.replace(source.lock(), python=(elsewhere,))
+    inst.cache().drop(pin.sha256)  # to be downloaded again
+    fresh_index.reset()
+    wide = EgressPolicy(mode="allowlist", allow=("mirror.test", "127.0.0.1"))  # the session's own policy allows both
+    refused = inst.install(session_dir(tmp_path, "a"), PackageRequest(lock=lock), policy=wide)
+    assert not refused.ok and refused.error.kind == "index_not_allowed" and refused.error.package == "tinydep"
+    assert "mirror.test" in refused.error.message and fresh_index.requests == []
+    allowed = inst.install(session_dir(tmp_path, "b"), PackageRequest(lock=lock), policy=wide, allow_custom_index=True)
+    assert allowed.ok and allowed.installed[0].source == "download"
 
 
 def test_an_index_the_policy_does_not_allow_is_refused_before_any_request(tmp_path, fresh_index):
