@@ -62,7 +62,10 @@ class PackageInstaller:
         return cache
 
     def install(self, packages: SessionPackages, request: PackageRequest, *, policy: EgressPolicy | None = None,
-                allow_custom_index: bool = False, workspace: str = DEFAULT_CACHE) -> InstallResult:
+                allow_custom_index: bool = False, workspace: str = DEFAULT_CACHE,
+                max_bytes: int | None = None) -> InstallResult:
+        """Install `request` into `packages`; `max_bytes` is what the install may add to the session (the
+        room its workspace's disk quota leaves): a distribution past it is refused (`quota`)."""
         started = time.monotonic()
         installed: list[InstalledPackage] = []
         downloader: Downloader | None = None
@@ -98,8 +101,11 @@ class PackageInstaller:
                     raise WheelRefused("too_many_packages", f"the session would hold {len(names)} distributions, "
                                        f"more than its {settings.max_packages}", "start a new session, or raise "
                                        "packages.max_packages")
+                room = max_bytes
                 for pin in new:
-                    installed.append(self._place(pin, packages, cache, downloader))
+                    placed, added = self._place(pin, packages, cache, downloader, room)
+                    installed.append(placed)
+                    room = None if room is None else room - added
                 cache.evict(keep=frozenset(p.sha256 for p in pins))
         except WheelRefused as refused:
             return self._result(False, installed, started, downloader, packages, index,
@@ -149,8 +155,9 @@ class PackageInstaller:
             cache.remember(key, [p.as_dict() for p in pins])
         return pins
 
-    def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache,
-               downloader: Downloader) -> InstalledPackage:
+    def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache, downloader: Downloader,
+               room: int | None) -> tuple[InstalledPackage, int]:
+        """The distribution linked into the session, and the bytes it added there (its unpacked size)."""
         wheel = cache.artifact(pin.sha256)
         source = "cache"
         if wheel is None:
@@ -176,10 +183,14 @@ class PackageInstaller:
                 cache.drop(pin.sha256)
                 raise WheelRefused("quota", f"{pin.filename} does not fit the workspace's package cache quota "
                                    f"({cache.quota_bytes} bytes)", "raise packages.cache_quota_bytes", pin.name)
+        if room is not None and unpacked.size > room:
+            raise WheelRefused("quota", f"{pin.filename} unpacks to {unpacked.size} bytes, more than the "
+                               f"{room} bytes the workspace's disk quota leaves", "delete files first, or ask for "
+                               "a larger quota", pin.name)
         size = wheel.stat().st_size
         packages.place(pin, tree, unpacked.files, size)
         return InstalledPackage(name=pin.name, version=pin.version, sha256=pin.sha256, size=size,
-                                source=source, filename=pin.filename)  # type: ignore[arg-type]
+                                source=source, filename=pin.filename), unpacked.size  # type: ignore[arg-type]
 
 
 def trust(ca_bundle: Path | None) -> ssl.SSLContext:

@@ -14,6 +14,7 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
+from wasm_runner_server.http.disk_quota import reserve
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import LOCAL, POLICY, PRINCIPAL
 from wasm_runner_server.sessions.manager import LiveSession
@@ -52,15 +53,31 @@ def record(request: web.Request, session_id: str, body: PackageRequest, result: 
                     "error": result.error.kind if result.error else None})
 
 
+async def workspace_room(service: Service, request: web.Request, live: LiveSession) -> int | None:
+    """The bytes the session's workspace quota leaves now (None: no quota applies); 413 when none."""
+    quota = request.app[POLICY].workspace_quota(live.row.id)
+    if quota is None:
+        return None
+    with await reserve(service.disk, "packages", workspace=quota) as budget:
+        room = budget.room()
+    if room is not None and room <= 0:
+        raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"the workspace's disk quota ({quota[1]} bytes) is used up: "
+                       "installed packages are kept with the session and count against it",
+                       "delete files first, or ask for a larger quota")
+    return room
+
+
 async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
-    """Run one install for the session (calls to the session wait for it), recorded in the audit log."""
+    """Run one install for the session (calls to the session wait for it), within the room its workspace's
+    disk quota leaves, recorded in the audit log (which refreshes the workspace's usage)."""
     runner, session = service.sessions.core(live)
     options = install_options(service, request, live, session)
     async with live.lock:
+        room = await workspace_room(service, request, live)
         session.packages.ensure()
         result = await asyncio.to_thread(runner.packages.install, session.packages, body, policy=options["network"],
                                          allow_custom_index=options["allow_custom_index"],
-                                         workspace=options["workspace"])
+                                         workspace=options["workspace"], max_bytes=room)
     service.sessions.touch(live)
     record(request, live.row.id, body, result)
     return result
