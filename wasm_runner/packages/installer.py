@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import ssl
@@ -29,7 +30,9 @@ from wasm_runner.packages.session_dir import SessionPackages, normalise_name
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION, PackageSettings
 from wasm_runner.packages.wheels import WheelRefused, check_filename
 from wasm_runner_protocol.egress import EgressPolicy
-from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageRequest
+from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageLock, PackageRequest
+
+log = logging.getLogger("wasm_runner")
 
 DEFAULT_CACHE = "default"
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -114,6 +117,13 @@ class PackageInstaller:
         except PolicyError as exc:
             return self._result(False, installed, started, downloader, packages, index,
                                 PackageError(kind="denied_by_policy", message=str(exc)))
+        except (OSError, ValueError) as exc:  # the host's side failed (a full disk, a damaged state file)
+            log.exception("an install into %s failed on the host", packages.session_root)
+            return self._result(False, installed, started, downloader, packages, index,
+                                PackageError(kind="resolver_failed",
+                                             message=f"the host could not complete the install: {exc}",
+                                             hint="the session keeps what is listed as installed; retry, and if "
+                                                  "it fails again the operator's log says why"))
         finally:
             if downloader is not None:
                 downloader.close()
@@ -121,10 +131,13 @@ class PackageInstaller:
 
     def _result(self, ok: bool, installed: list[InstalledPackage], started: float, downloader: Downloader | None,
                 packages: SessionPackages, index: str, error: PackageError | None) -> InstallResult:
+        try:
+            lock = packages.lock(index)
+        except (OSError, ValueError):  # a state file that cannot be read: the error says what failed
+            lock = PackageLock(index=index)
         return InstallResult(ok=ok, installed=installed, error=error,
                              duration_ms=round((time.monotonic() - started) * 1000, 3),
-                             index_requests=downloader.requests if downloader else 0,
-                             lock=packages.lock(index))
+                             index_requests=downloader.requests if downloader else 0, lock=lock)
 
     def _resolve(self, packages: SessionPackages, request: PackageRequest, downloader: Downloader,
                  cache: PackageCache, started: float) -> list[Pin]:
