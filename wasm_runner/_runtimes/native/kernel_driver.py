@@ -196,8 +196,9 @@ def _exit_code(exc):
 
 
 def _add_site_dirs(directories):
-    """The session's own site-packages (its venv), ahead of the kernel's, once it exists: what the
-    session installed since the kernel started imports without a restart."""
+    """The session's own site-packages (its venv) once it exists, where a venv has it: after the
+    standard library, ahead of the kernel's own site-packages. What the session installed since the
+    kernel started then imports without a restart."""
     for directory in directories:
         if directory in sys.path or not os.path.isdir(directory):
             continue
@@ -206,7 +207,9 @@ def _add_site_dirs(directories):
         added = [entry for entry in sys.path if entry not in before]
         for entry in added:
             sys.path.remove(entry)
-        sys.path[1:1] = added
+        own = set(site.getsitepackages())
+        at = next((i for i, entry in enumerate(sys.path) if entry in own), len(sys.path))
+        sys.path[at:at] = added
 
 
 def _run(request):

@@ -329,13 +329,10 @@ class NativeProvider(Provider):
 
     def _tools(self, request: ExecRequest, session: Workspace | None, program: _Program) -> PackageTools:
         """The run's package tools; a session's venv is made here on its first run with python-data."""
-        data = program.python_data
-        if data is None and session is not None and _kernel_call(request):
-            data = self._python_data(optional=True)
         toolchain = program.js_toolchain.path if program.js_toolchain is not None else None
         return package_tools(self.package_settings, network=request.egress.mode != "deny",
                              session_files=session.files if session is not None else None,
-                             python_data=data, js_toolchain=toolchain)
+                             python_data=program.python_data, js_toolchain=toolchain)
 
     def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
               stdin: bool = True, pty: tuple[int, int] | None = None,

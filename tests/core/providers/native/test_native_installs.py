@@ -78,11 +78,14 @@ def test_pip_install_goes_into_the_sessions_venv_and_later_calls_import_it(world
         assert data is not None and not list(data.path.glob("lib/python3.*/site-packages/tinyapp"))
 
         index.reset()
-        same_kernel = session.run_sync("import tinyapp\n(state, tinyapp.hello())", language="python",
-                                       provider="native", limits=LIMITS)
+        where = ("import os, sys, tinyapp\n"
+                 "at = sys.path.index(os.path.dirname(os.path.dirname(tinyapp.__file__)))\n"
+                 "stdlib = sys.path.index(os.path.dirname(os.__file__))\n"
+                 "(state, tinyapp.hello(), stdlib < at)")  # a venv's order: the standard library first
+        same_kernel = session.run_sync(where, language="python", provider="native", limits=LIMITS)
         assert same_kernel.error is None, same_kernel.stderr
         assert not same_kernel.kernel_restarted
-        assert same_kernel.value == "('kept', 'hello from tinyapp, tinydep 2.1')"
+        assert same_kernel.value == "('kept', 'hello from tinyapp, tinydep 2.1', True)"
         fresh = session.run_sync("import tinyapp, numpy\nprint(tinyapp.hello())", language="python", provider="native",
                                  fresh=True, limits=LIMITS)
         assert fresh.stdout == "hello from tinyapp, tinydep 2.1\n", fresh.stderr
