@@ -52,7 +52,8 @@ def site_packages(data: PythonData) -> str:
 
 
 def ensure_venv(files: Path, data: PythonData) -> bool:
-    """Make the session's venv at files/.venv unless something is there already; True if it exists now.
+    """Make the session's venv at files/.venv unless something is there already; True if a venv is
+    there now (a directory with a pyvenv.cfg: whatever else is there is left alone, and not used).
 
     Built beside it under a random name and renamed in, each file created relative to a directory
     descriptor with O_NOFOLLOW|O_EXCL: a link the guest made cannot redirect a write."""
@@ -63,21 +64,31 @@ def ensure_venv(files: Path, data: PythonData) -> bool:
     try:
         try:
             os.lstat(VENV_NAME, dir_fd=parent)
-            return True  # the session's own (made earlier, or by the guest): never touched
         except FileNotFoundError:
-            pass
-        staging = f".venv-{uuid.uuid4().hex}.part"
-        try:
-            _build(parent, staging, data)
-            os.rename(staging, VENV_NAME, src_dir_fd=parent, dst_dir_fd=parent)
-        except OSError:
-            _remove(parent, staging)
-        with contextlib.suppress(OSError):
-            os.lstat(VENV_NAME, dir_fd=parent)
-            return True
-        return False
+            staging = f".venv-{uuid.uuid4().hex}.part"
+            try:
+                _build(parent, staging, data)
+                os.rename(staging, VENV_NAME, src_dir_fd=parent, dst_dir_fd=parent)
+            except OSError:
+                _remove(parent, staging)
+        return _is_venv(parent)
     finally:
         os.close(parent)
+
+
+def _is_venv(parent: int) -> bool:
+    """files/.venv is a directory (not a link) holding a pyvenv.cfg (links not followed)."""
+    try:
+        venv = _open_dir(parent, VENV_NAME)
+    except OSError:
+        return False
+    try:
+        os.lstat("pyvenv.cfg", dir_fd=venv)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(venv)
 
 
 def _build(parent: int, name: str, data: PythonData) -> None:

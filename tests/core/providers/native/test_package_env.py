@@ -41,13 +41,18 @@ def test_whatever_the_session_has_at_venv_is_left_alone_and_links_are_not_follow
     files = tmp_path / "files"
     files.mkdir()
     os.symlink(outside, files / ".venv")
-    assert ensure_venv(files, data)
+    assert not ensure_venv(files, data)  # not made, and not used
     assert list(outside.iterdir()) == [] and os.readlink(files / ".venv") == str(outside)
     other = tmp_path / "other"
     other.mkdir()
     (other / ".venv").write_text("mine")
-    assert ensure_venv(other, data)
+    assert not ensure_venv(other, data)
     assert (other / ".venv").read_text() == "mine"
+    own = tmp_path / "own"
+    (own / ".venv").mkdir(parents=True)
+    (own / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert ensure_venv(own, data)  # the session's own venv: used as it is
+    assert sorted(p.name for p in (own / ".venv").iterdir()) == ["pyvenv.cfg"]
 
 
 def test_a_workspace_that_is_a_link_gets_no_venv(tmp_path, data):
