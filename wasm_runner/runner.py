@@ -115,7 +115,10 @@ class Runner:
         self.concurrency = concurrency or os.cpu_count() or 2
         self.mounts = mounts
         self.egress_settings = egress
+        self.package_settings = packages or PackageSettings()
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts, egress)
+        for provider in self.providers:
+            provider.use_packages(self.package_settings)
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self._rebuildable = providers is None
@@ -126,7 +129,7 @@ class Runner:
             from wasm_runner.execution.kernel_workers import KernelWorkers
 
             self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
-                                                worker_policy or WorkerPolicy(), egress=egress)
+                                                worker_policy or WorkerPolicy(), egress, self.package_settings)
         self.one_shot_workers: OneShotWorkers | None = None
         if one_shot_workers > 0 and self.worker_pool is not None:
             from wasm_runner.execution.workers import OneShotWorkers
@@ -134,7 +137,6 @@ class Runner:
             self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
-        self.package_settings = packages or PackageSettings()
         self._packages: PackageInstaller | None = None
         self._clusters: dict[tuple[str, int | None, str | None], NodeActors] = {}
 
@@ -155,7 +157,8 @@ class Runner:
             from wasm_runner.execution.workers import WorkerPool
 
             containment = self.kernel_workers.containment if self.kernel_workers is not None else None
-            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment, egress=self.egress_settings)
+            self._worker_pool = WorkerPool(self.scratch_dir, self.mounts, containment, self.egress_settings,
+                                           self.package_settings)
         return self._worker_pool
 
     @property

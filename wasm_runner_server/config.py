@@ -39,7 +39,7 @@ from pydantic import Field, model_validator
 from wasm_runner.cluster import RayCluster
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.egress.settings import EgressSettings
-from wasm_runner.packages.settings import PYPI_FILES, PYPI_SIMPLE, PackageSettings
+from wasm_runner.packages.settings import NPM_REGISTRY, PYPI_FILES, PYPI_SIMPLE, PackageSettings
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
 from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
@@ -102,8 +102,9 @@ class PackagesSection(ConfigModel):
     extra_indexes: list[str] = []
     file_hosts: list[str] = [PYPI_FILES]
     """Hosts the indexes serve their files from (reachable by installs like the indexes)."""
-    npm_registry: str = "https://registry.npmjs.org/"
-    """For native npm installs (not offered by this build yet)."""
+    npm_registry: str = NPM_REGISTRY
+    """Where npm and bun in native sandboxes install from by default (allowed, like the Python indexes, to
+    native runs whose network policy is not deny)."""
     cache_quota_bytes: Annotated[int, Field(ge=0)] = 2 * 1024 * MiB
     """Per workspace; least recently used artifacts are evicted past it."""
     shared_cache: bool = False
@@ -119,7 +120,8 @@ class PackagesSection(ConfigModel):
 
     def settings(self) -> PackageSettings:
         return PackageSettings(python_index=self.python_index, extra_indexes=tuple(self.extra_indexes),
-                               file_hosts=tuple(self.file_hosts), cache_quota_bytes=self.cache_quota_bytes,
+                               file_hosts=tuple(self.file_hosts), npm_registry=self.npm_registry,
+                               cache_quota_bytes=self.cache_quota_bytes,
                                max_install_bytes=self.max_install_bytes, max_install_s=self.max_install_s,
                                max_packages=self.max_packages, ca_bundle=self.ca_bundle,
                                resolver_overrides={k: tuple(v) for k, v in self.resolver_overrides.items()})

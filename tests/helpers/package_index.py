@@ -1,4 +1,5 @@
-"""A PEP 503 package index on loopback, serving wheels the test builds; it counts its requests."""
+"""A PEP 503 package index on loopback, serving wheels (and source distributions) the test builds; it
+counts its requests."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 import hashlib
 import http.server
 import io
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -41,6 +43,20 @@ def build_wheel(directory: Path, name: str, version: str, files: dict[str, str],
     return out
 
 
+def build_sdist(directory: Path, name: str, version: str) -> Path:
+    """A source distribution (PKG-INFO and a setup.py that must never run on the host)."""
+    base = f"{name}-{version}"
+    entries = {f"{base}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+               f"{base}/setup.py": b"raise SystemExit('a build ran')\n"}
+    out = directory / f"{base}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for path, data in entries.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
 @dataclass
 class LocalIndex:
     """What the running index serves and has been asked."""
@@ -66,7 +82,7 @@ def _normalise(name: str) -> str:
 @contextmanager
 def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex]:
     wheels: dict[str, list[Path]] = {}
-    for wheel in sorted(wheel_dir.glob("*.whl")):
+    for wheel in sorted(wheel_dir.glob("*.whl")) + sorted(wheel_dir.glob("*.tar.gz")):
         wheels.setdefault(_normalise(wheel.name.split("-")[0]), []).append(wheel)
     index: LocalIndex
 
@@ -104,7 +120,7 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
             if not self._head:
                 self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    server = _QuietServer((host, 0), Handler)
     index = LocalIndex(f"http://{host}:{server.server_address[1]}", wheels)
     index.open.set()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -115,6 +131,11 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
         index.open.set()
         server.shutdown()
         server.server_close()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up on a held request (a test's time limit) is expected: nothing to print."""
 
 
 def demo_wheels(directory: Path) -> Path:

@@ -42,6 +42,7 @@ from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import lost_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
@@ -154,10 +155,13 @@ class KernelWorkers:
     """The worker processes hosting a Runner's session kernels."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], count: int,
-                 policy: WorkerPolicy = WorkerPolicy(), egress: EgressSettings | None = None) -> None:
+                 policy: WorkerPolicy = WorkerPolicy(), egress: EgressSettings | None = None,
+                 packages: PackageSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
         self.egress = egress
+        self.packages = packages
+        """The Runner's package settings, for the native sandboxes the workers start."""
         self.count = max(count, 1)
         self.policy = policy
         self.containment: Containment = detect_containment(policy.memory_bytes)
@@ -183,7 +187,7 @@ class KernelWorkers:
     # -- the workers ------------------------------------------------------------------
 
     def _start(self) -> KernelWorker:
-        worker = Worker(self.scratch_dir, self.mounts, self.containment, self.egress, kernels=True,
+        worker = Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages, kernels=True,
                         concurrency=self.policy.threads)
         host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)

@@ -24,6 +24,7 @@ from wasm_runner.execution.lanes import ItemLane
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.execution import ExecResult
 
@@ -93,7 +94,8 @@ def main() -> None:
 
     hosts_kernels = bool(config.get("kernels"))
     concurrency = int(config.get("concurrency", 1))
-    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts, egress=egress,
+    packages = PackageSettings.from_config(config["packages"]) if config.get("packages") else None
+    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts, egress=egress, packages=packages,
                 ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
         lane = ItemLane(runner.provider_for, runner.scratch)
         kernels = KernelHost(runner, send, exit_retired) if hosts_kernels else None

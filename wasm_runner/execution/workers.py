@@ -38,6 +38,7 @@ from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.results import lost_result
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 log = logging.getLogger("wasm_runner")
@@ -56,13 +57,15 @@ class Worker:
     """One worker process, seen from the parent: orders out, answers in (on a reader thread)."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
-                 egress: EgressSettings | None = None, **options: object) -> None:
-        """`containment` puts a memory ceiling on the process; `egress` is the operator's egress
-        settings its providers use; `options` go to the worker's configuration (`worker_main`:
-        e.g. kernel hosting)."""
+                 egress: EgressSettings | None = None, packages: PackageSettings | None = None,
+                 **options: object) -> None:
+        """`containment` puts a memory ceiling on the process; `egress` and `packages` are the
+        Runner's settings its providers use; `options` go to the worker's configuration
+        (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
         config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts],
-                  "egress": egress.to_config() if egress is not None else None, **options}
+                  "egress": egress.to_config() if egress is not None else None,
+                  "packages": packages.to_config() if packages is not None else None, **options}
         # The parent's own way to the package comes first (inherited environment and working
         # directory); its location is the fallback.
         env = dict(os.environ)
@@ -146,11 +149,13 @@ class WorkerPool:
     """A Runner's worker processes; each serves one batch, or the one-shot runs, at a time."""
 
     def __init__(self, scratch_dir: Path, mounts: tuple[Mount, ...], containment: Containment | None = None,
-                 egress: EgressSettings | None = None) -> None:
+                 egress: EgressSettings | None = None, packages: PackageSettings | None = None) -> None:
         self.scratch_dir = scratch_dir
         self.mounts = mounts
         self.containment = containment
         self.egress = egress
+        self.packages = packages
+        """The Runner's package settings, for the native sandboxes the workers start."""
         self.idle: list[Worker] = []
         self.lent: set[Worker] = set()
         """Workers a batch is using."""
@@ -162,7 +167,7 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress)
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages)
                   for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)

@@ -11,15 +11,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import ssl
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from packaging.requirements import Requirement
 
-from wasm_runner.egress.policy import EgressRules, PolicyError
+from wasm_runner.egress.policy import DEFAULT_PORTS, EgressRules, PolicyError
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.packages.cache import PackageCache
 from wasm_runner.packages.download import Downloader
@@ -28,7 +30,9 @@ from wasm_runner.packages.session_dir import SessionPackages, normalise_name
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION, PackageSettings
 from wasm_runner.packages.wheels import WheelRefused, check_filename
 from wasm_runner_protocol.egress import EgressPolicy
-from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageRequest
+from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageLock, PackageRequest
+
+log = logging.getLogger("wasm_runner")
 
 DEFAULT_CACHE = "default"
 _CACHE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -61,15 +65,21 @@ class PackageInstaller:
         return cache
 
     def install(self, packages: SessionPackages, request: PackageRequest, *, policy: EgressPolicy | None = None,
-                allow_custom_index: bool = False, workspace: str = DEFAULT_CACHE) -> InstallResult:
+                allow_custom_index: bool = False, workspace: str = DEFAULT_CACHE,
+                max_bytes: int | None = None) -> InstallResult:
+        """Install `request` into `packages`; `max_bytes` is what the install may add to the session (the
+        room its workspace's disk quota leaves): a distribution past it is refused (`quota`)."""
         started = time.monotonic()
         installed: list[InstalledPackage] = []
         downloader: Downloader | None = None
         index = request.index or self.settings.python_index
         try:
             if request.npm:
-                raise WheelRefused("unsupported_ecosystem", "npm packages install in native sessions only, which this "
-                                   "build does not offer yet", "run `npm install` in a native session (profile `node`)")
+                raise WheelRefused("unsupported_ecosystem", "npm packages are not installed by the host: they install "
+                                   "inside the session's native sandbox, into its /workspace/node_modules",
+                                   "run `npm install NAME` (or `bun install NAME`) in the session with a native profile "
+                                   "(`node`, `bun`, `bash`) and a network policy other than deny: the operator's "
+                                   "registry is the default, and later native calls of the session find the package")
             if request.index and not allow_custom_index:
                 raise WheelRefused("index_not_allowed", f"this profile takes packages from its configured index only, "
                                    f"not {request.index}", "leave out `index`, or use a profile that allows other indexes")
@@ -82,6 +92,8 @@ class PackageInstaller:
             with cache.locked():
                 if request.lock is not None:
                     pins = [Pin(p.name, p.version, p.filename, p.url, p.sha256, p.size) for p in request.lock.python]
+                    if not allow_custom_index:
+                        _check_configured_sources(pins, settings)
                 else:
                     pins = self._resolve(packages, request, downloader, cache, started)
                 new = [pin for pin in pins if not packages.has(pin)]
@@ -92,8 +104,11 @@ class PackageInstaller:
                     raise WheelRefused("too_many_packages", f"the session would hold {len(names)} distributions, "
                                        f"more than its {settings.max_packages}", "start a new session, or raise "
                                        "packages.max_packages")
+                room = max_bytes
                 for pin in new:
-                    installed.append(self._place(pin, packages, cache, downloader))
+                    placed, added = self._place(pin, packages, cache, downloader, room)
+                    installed.append(placed)
+                    room = None if room is None else room - added
                 cache.evict(keep=frozenset(p.sha256 for p in pins))
         except WheelRefused as refused:
             return self._result(False, installed, started, downloader, packages, index,
@@ -102,6 +117,13 @@ class PackageInstaller:
         except PolicyError as exc:
             return self._result(False, installed, started, downloader, packages, index,
                                 PackageError(kind="denied_by_policy", message=str(exc)))
+        except (OSError, ValueError) as exc:  # the host's side failed (a full disk, a damaged state file)
+            log.exception("an install into %s failed on the host", packages.session_root)
+            return self._result(False, installed, started, downloader, packages, index,
+                                PackageError(kind="resolver_failed",
+                                             message=f"the host could not complete the install: {exc}",
+                                             hint="the session keeps what is listed as installed; retry, and if "
+                                                  "it fails again the operator's log says why"))
         finally:
             if downloader is not None:
                 downloader.close()
@@ -109,10 +131,13 @@ class PackageInstaller:
 
     def _result(self, ok: bool, installed: list[InstalledPackage], started: float, downloader: Downloader | None,
                 packages: SessionPackages, index: str, error: PackageError | None) -> InstallResult:
+        try:
+            lock = packages.lock(index)
+        except (OSError, ValueError):  # a state file that cannot be read: the error says what failed
+            lock = PackageLock(index=index)
         return InstallResult(ok=ok, installed=installed, error=error,
                              duration_ms=round((time.monotonic() - started) * 1000, 3),
-                             index_requests=downloader.requests if downloader else 0,
-                             lock=packages.lock(index))
+                             index_requests=downloader.requests if downloader else 0, lock=lock)
 
     def _resolve(self, packages: SessionPackages, request: PackageRequest, downloader: Downloader,
                  cache: PackageCache, started: float) -> list[Pin]:
@@ -143,8 +168,9 @@ class PackageInstaller:
             cache.remember(key, [p.as_dict() for p in pins])
         return pins
 
-    def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache,
-               downloader: Downloader) -> InstalledPackage:
+    def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache, downloader: Downloader,
+               room: int | None) -> tuple[InstalledPackage, int]:
+        """The distribution linked into the session, and the bytes it added there (its unpacked size)."""
         wheel = cache.artifact(pin.sha256)
         source = "cache"
         if wheel is None:
@@ -170,10 +196,14 @@ class PackageInstaller:
                 cache.drop(pin.sha256)
                 raise WheelRefused("quota", f"{pin.filename} does not fit the workspace's package cache quota "
                                    f"({cache.quota_bytes} bytes)", "raise packages.cache_quota_bytes", pin.name)
+        if room is not None and unpacked.size > room:
+            raise WheelRefused("quota", f"{pin.filename} unpacks to {unpacked.size} bytes, more than the "
+                               f"{room} bytes the workspace's disk quota leaves", "delete files first, or ask for "
+                               "a larger quota", pin.name)
         size = wheel.stat().st_size
         packages.place(pin, tree, unpacked.files, size)
         return InstalledPackage(name=pin.name, version=pin.version, sha256=pin.sha256, size=size,
-                                source=source, filename=pin.filename)  # type: ignore[arg-type]
+                                source=source, filename=pin.filename), unpacked.size  # type: ignore[arg-type]
 
 
 def trust(ca_bundle: Path | None) -> ssl.SSLContext:
@@ -183,6 +213,20 @@ def trust(ca_bundle: Path | None) -> ssl.SSLContext:
     if ca_bundle is not None:
         context.load_verify_locations(cafile=str(ca_bundle))
     return context
+
+
+def _check_configured_sources(pins: list[Pin], settings: PackageSettings) -> None:
+    """A lock replayed where no other index is allowed downloads from the configured index and file
+    hosts only, whatever else the session's network policy allows."""
+    configured = EgressRules(settings.default_policy())
+    for pin in pins:
+        parts = urlsplit(pin.url)
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
+        if not parts.hostname or configured.refusal(parts.scheme, parts.hostname, port) is not None:
+            raise WheelRefused("index_not_allowed", f"the lock's {pin.filename} comes from {parts.scheme}://{parts.netloc}, "
+                               f"not the configured index or its file hosts ({', '.join(configured.policy.allow)})",
+                               "replay the lock in a session whose profile allows other indexes, or install the "
+                               "packages by name", pin.name)
 
 
 def _check_satisfied(requirement: Requirement, pins: list[Pin]) -> None:

@@ -124,6 +124,7 @@ def _is_pure_url(url: str) -> bool:
 
 
 _NOT_FOUND = re.compile(r"Because (\S+) was not found in the package registry")
+_NO_WHEEL = re.compile(r"Wheels are required for `([^`]+)`|Because ([^\s=<>!~]+)\S* has no usable wheels")
 
 
 def _failure(stderr: str, requirements: list[str]) -> WheelRefused:
@@ -134,10 +135,12 @@ def _failure(stderr: str, requirements: list[str]) -> WheelRefused:
         return WheelRefused("not_found", f"{found.group(1)} was not found on the index", package=found.group(1))
     if "no wheels" in text or "has no usable wheels" in text or "only source distributions" in text.lower() \
             or "--only-binary" in text or "Building source distributions is disabled" in text:
-        return WheelRefused("no_compatible_wheel", f"no wheel for CPython {GUEST_PYTHON_VERSION} "
-                            f"(a source distribution is never built on the host): {short}",
-                            "use a version that ships a py3-none-any wheel, or install it in a native session "
-                            "(profile `python-data`)")
+        named = _NO_WHEEL.search(text)
+        package = (named.group(1) or named.group(2)) if named else None
+        return WheelRefused("no_compatible_wheel", f"no wheel{f' of {package}' if package else ''} for CPython "
+                            f"{GUEST_PYTHON_VERSION} (a source distribution is never built on the host): {short}",
+                            "use a version that ships a py3-none-any wheel, or `pip install` it in a native session "
+                            "(profile `python-data`), which builds it inside the sandbox", package)
     if "timed out" in text or "operation timed out" in text.lower():
         return WheelRefused("timeout", f"the index did not answer in time: {short}")
     if "Failed to fetch" in text or "error sending request" in text or "Connection refused" in text:

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.guest import Mount
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult
 
@@ -120,6 +121,9 @@ class Provider(ABC):
 
     def discard(self, workspace: Workspace) -> None:  # noqa: B027 - an optional hook: none by default
         """Drop what `prewarm` made for a scratch workspace that goes away."""
+
+    def use_packages(self, settings: PackageSettings) -> None:  # noqa: B027 - an optional hook: none by default
+        """Take the Runner's package settings (where installs inside the provider's sandboxes come from)."""
 
     def close(self) -> None:  # noqa: B027 - an optional hook: none by default
         """Release what the provider holds (the Runner is closing)."""

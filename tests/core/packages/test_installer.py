@@ -3,8 +3,9 @@
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
-from package_index import build_wheel, serve_index
+from package_index import build_sdist, build_wheel, serve_index
 
 from wasm_runner.packages import PackageSettings, SessionPackages
 from wasm_runner.packages.installer import PackageInstaller
@@ -91,6 +92,23 @@ def test_a_lock_replayed_in_a_new_session_gives_the_same_versions_without_resolv
     assert not any(path.startswith("/simple/") for path in fresh_index.requests)  # no resolution
 
 
+def test_a_lock_pointing_elsewhere_is_refused_unless_other_indexes_are_allowed(tmp_path, fresh_index):
+    inst = installer(tmp_path, fresh_index, resolver_overrides={"mirror.test": ("127.0.0.1",)})
+    source = session_dir(tmp_path, "source")
+    assert install(inst, source, "tinydep==2.0").ok
+    [pin] = source.lock().python
+    elsewhere = msgspec.structs.replace(pin, url=pin.url.replace("127.0.0.1", "mirror.test"))  # the same bytes
+    lock = msgspec.structs.replace(source.lock(), python=(elsewhere,))
+    inst.cache().drop(pin.sha256)  # to be downloaded again
+    fresh_index.reset()
+    wide = EgressPolicy(mode="allowlist", allow=("mirror.test", "127.0.0.1"))  # the session's own policy allows both
+    refused = inst.install(session_dir(tmp_path, "a"), PackageRequest(lock=lock), policy=wide)
+    assert not refused.ok and refused.error.kind == "index_not_allowed" and refused.error.package == "tinydep"
+    assert "mirror.test" in refused.error.message and fresh_index.requests == []
+    allowed = inst.install(session_dir(tmp_path, "b"), PackageRequest(lock=lock), policy=wide, allow_custom_index=True)
+    assert allowed.ok and allowed.installed[0].source == "download"
+
+
 def test_an_index_the_policy_does_not_allow_is_refused_before_any_request(tmp_path, fresh_index):
     result = install(installer(tmp_path, fresh_index), session_dir(tmp_path, "a"), "tinyapp",
                      policy=EgressPolicy(mode="allowlist", allow=("pypi.org", "files.pythonhosted.org")))
@@ -162,3 +180,61 @@ def test_a_hash_that_does_not_match_the_index_bytes_is_refused(tmp_path):
 def test_url_requirements_and_garbage_are_refused(tmp_path, fresh_index, text):
     result = install(installer(tmp_path, fresh_index), session_dir(tmp_path, "a"), text)
     assert not result.ok and result.error.kind in ("index_not_allowed", "not_found") and fresh_index.requests == []
+
+
+def test_an_index_with_only_a_source_distribution_is_refused_with_the_native_hint(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_sdist(wheels, "onlysrc", "1.0")
+    with serve_index(wheels) as served:
+        result = install(installer(tmp_path, served), session_dir(tmp_path, "a"), "onlysrc==1.0")
+        assert not any(path.startswith("/files/") for path in served.requests)  # never fetched, never built
+    assert not result.ok and result.error.kind in ("sdist_only", "no_compatible_wheel")
+    assert result.error.package == "onlysrc" and "source distribution" in result.error.message
+    assert "native session" in result.error.hint and "python-data" in result.error.hint
+
+
+def test_the_install_time_limit_stops_an_index_that_does_not_answer(tmp_path, fresh_index):
+    fresh_index.open.clear()  # the index holds every request
+    try:
+        result = install(installer(tmp_path, fresh_index, max_install_s=1.0), session_dir(tmp_path, "a"), "tinydep")
+    finally:
+        fresh_index.open.set()
+    assert not result.ok and result.error.kind == "timeout"
+    assert fresh_index.requests and result.duration_ms < 15_000
+
+
+def test_a_recently_reused_artifact_survives_the_eviction_of_an_older_one(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("pkga", "pkgb", "pkgc"):  # same sizes
+        build_wheel(wheels, name, "1.0", {f"{name}/__init__.py": "VALUE = 1\n" * 20})
+    with serve_index(wheels) as served:
+        probe = installer(tmp_path / "probe", served)
+        assert install(probe, session_dir(tmp_path / "probe", "p"), "pkga==1.0").ok
+        one = probe.cache().usage()
+        inst = installer(tmp_path, served, cache_quota_bytes=2 * one + one // 2)  # two fit, not three
+        [a] = install(inst, session_dir(tmp_path, "s1"), "pkga==1.0").installed
+        [b] = install(inst, session_dir(tmp_path, "s2"), "pkgb==1.0").installed
+        reused = install(inst, session_dir(tmp_path, "s3"), "pkga==1.0")  # a: older, but used last
+        assert [p.source for p in reused.installed] == ["cache"]
+        [c] = install(inst, session_dir(tmp_path, "s4"), "pkgc==1.0").installed
+    cache = inst.cache()
+    assert cache.usage() <= inst.settings.cache_quota_bytes
+    assert cache.artifact(a.sha256) is not None and cache.artifact(c.sha256) is not None
+    assert not (cache.artifacts / f"{b.sha256}.whl").exists()
+
+
+def test_a_failure_on_the_hosts_side_is_a_result_not_an_exception(tmp_path, fresh_index):
+    inst = installer(tmp_path, fresh_index)
+    blocked = session_dir(tmp_path, "blocked")
+    blocked.session_root.mkdir(parents=True)
+    blocked.directory.write_text("not a directory")  # where the package directory must be
+    result = install(inst, blocked, "tinydep==2.0")
+    assert not result.ok and result.error.kind == "resolver_failed"
+    assert "could not complete the install" in result.error.message and "packages" in result.error.message
+    damaged = session_dir(tmp_path, "damaged")
+    damaged.session_root.mkdir(parents=True)
+    damaged.state_file.write_text("{not json")
+    result = install(inst, damaged, "tinydep==2.0")
+    assert not result.ok and result.error.kind == "resolver_failed" and result.error.hint

@@ -113,6 +113,15 @@ async def test_a_custom_index_the_network_policy_does_not_allow_is_refused(serve
     assert allowed["ok"], allowed
 
 
+async def test_the_configured_loopback_index_stays_reachable_under_an_open_policy(serve, index, packages):
+    profiles = {"open": {"language": "python", "network": "open"}}
+    client = await serve(packages=packages, profiles=profiles)
+    sid = await new_session(client, profile="open")
+    status, result = await call(client, "POST", f"/v1/sessions/{sid}/packages", json={"python": ["tinyapp==1.0"]})
+    assert status == 200 and result["ok"], result  # an open policy alone refuses loopback addresses
+    assert index.requests and (await run(client, sid, HELLO))["value"] == EXPECTED
+
+
 async def test_the_guest_installs_through_the_host_under_the_profiles_policy(serve, index, packages):
     client = await serve(packages=packages)
     sid = await new_session(client)

@@ -20,6 +20,7 @@ import json
 import linecache
 import os
 import signal
+import site
 import sys
 import traceback
 
@@ -194,6 +195,23 @@ def _exit_code(exc):
     return 1
 
 
+def _add_site_dirs(directories):
+    """The session's own site-packages (its venv) once it exists, where a venv has it: after the
+    standard library, ahead of the kernel's own site-packages. What the session installed since the
+    kernel started then imports without a restart."""
+    for directory in directories:
+        if directory in sys.path or not os.path.isdir(directory):
+            continue
+        before = set(sys.path)
+        site.addsitedir(directory)  # its .pth files too
+        added = [entry for entry in sys.path if entry not in before]
+        for entry in added:
+            sys.path.remove(entry)
+        own = set(site.getsitepackages())
+        at = next((i for i, entry in enumerate(sys.path) if entry in own), len(sys.path))
+        sys.path[at:at] = added
+
+
 def _run(request):
     env = request.get("env")
     if env is not None and env != _applied_env[0]:
@@ -201,6 +219,7 @@ def _run(request):
         os.environ.update(env)
         _applied_env[0] = env
     os.chdir("/workspace")  # again each call: the directory may have been bound since the last one
+    _add_site_dirs(request.get("site_dirs") or ())
     importlib.invalidate_caches()  # modules written since the last call
     sys.stdin = io.StringIO(request.get("stdin", ""))
     _outputs.clear()

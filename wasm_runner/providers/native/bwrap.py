@@ -255,10 +255,12 @@ def options(
     seccomp_fd: int | None = None,
     relay: Callable[[str], str] | None = None,
     data_files: Sequence[tuple[int, str]] = (),
+    symlinks: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """bwrap's options for `policy` (everything before `--` and the command).
 
-    `data_files` are (descriptor, guest path) pairs shown read-only, like the code file.
+    `data_files` are (descriptor, guest path) pairs shown read-only, like the code file;
+    `symlinks` are (target, guest path) links made in the sandbox's read-only root.
     `relay` maps each host source path to the path bwrap mounts it from (see identity.py);
     the provider passes these options through `--args FD`, so the sandbox's view of its own
     init process (/proc/1/cmdline) holds none of them.
@@ -301,6 +303,8 @@ def options(
         args += ["--ro-bind-data", str(code_fd), f"{GUEST_CODE_DIR}/{code_name}"]
     for fd, guest in data_files:
         args += ["--ro-bind-data", str(fd), guest]
+    for target, guest in symlinks:
+        args += ["--symlink", target, guest]
     if status_fd is not None:
         args += ["--json-status-fd", str(status_fd)]
     if seccomp_fd is not None:

@@ -2,11 +2,11 @@
 
 Importing numpy, pandas and matplotlib takes about a second and a half; a session's first call
 should not wait for it. So the provider keeps a few kernels started ahead, each in a sandbox of
-its own whose /workspace and /tmp are empty *slot* directories, and gives one to the first
-call of a session: the host then binds the session's directories onto the slots, and the
-binds propagate into the running sandbox (the driver changes into /workspace again at each
-call). A kernel made ahead serves one session only, for its whole life, and is killed with it:
-no kernel ever sees two sessions' files or state.
+its own whose /workspace, /tmp and /packages are empty *slot* directories, and gives one to the
+first call of a session: the host then binds the session's directories onto the slots (its
+package directory read-only), and the binds propagate into the running sandbox (the driver
+changes into /workspace again at each call). A kernel made ahead serves one session only, for
+its whole life, and is killed with it: no kernel ever sees two sessions' files, packages or state.
 
 The binds happen in a mount namespace of the provider's own, held by a small process (the
 *holder*, a slave of the host's mounts, so session directories made later are visible in it):
@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.native.identity import SandboxIdentity, helper
 from wasm_runner.providers.native.kernel import KernelError, NativeKernel
 from wasm_runner.workspace.layout import Workspace
@@ -77,27 +78,40 @@ class MountHolder:
 
 
 class Slot:
-    """The empty /workspace and /tmp a kernel is made with, shared mounts in the holder's namespace."""
+    """The empty /workspace, /tmp and /packages a kernel is made with, shared mounts in the holder's
+    namespace (the packages one laid out as a session's, `SessionPackages`, so the sandbox mounts it
+    as it mounts a session's)."""
 
     def __init__(self, holder: MountHolder, parent: Path, identity: SandboxIdentity) -> None:
         self.holder = holder
         self.workspace = Workspace(Path(tempfile.mkdtemp(prefix="slot-", dir=parent)))
         self.workspace.ensure()
-        for path in (self.workspace.root, self.workspace.files, self.workspace.tmp):
+        self.packages = SessionPackages(self.workspace.root)
+        self.packages.ensure()
+        self._read_only_source = self.workspace.root / "packages-source"
+        """Where the session's package directory is first bound read-only (not shared): its bind onto
+        the shared slot, and the copy that propagates into the sandbox, keep that flag."""
+        self._read_only_source.mkdir()
+        for path in (self.workspace.root, self.workspace.files, self.workspace.tmp, self.packages.directory):
             path.chmod(0o755)
         for path in (self.workspace.files, self.workspace.tmp):
             os.chown(path, identity.uid, identity.gid)
         mount = helper("mount")
         holder.run(f'for d in "$@"; do {mount} --bind "$d" "$d" && {mount} --make-shared "$d" || exit 1; done',
-                   str(self.workspace.files), str(self.workspace.tmp))
+                   str(self.workspace.files), str(self.workspace.tmp), str(self.packages.directory))
         self.bound: Workspace | None = None
 
-    def bind(self, workspace: Workspace) -> None:
-        """Show `workspace` in the sandbox made on this slot (once: a slot serves one session)."""
+    def bind(self, workspace: Workspace, packages: Path | None = None) -> None:
+        """Show `workspace`, and read-only its `packages` directory, in the sandbox made on this slot
+        (once: a slot serves one session)."""
         assert self.bound is None
         mount = helper("mount")
         self.holder.run(f'{mount} --bind -- "$1" "$2" && {mount} --bind -- "$3" "$4"',
                         str(workspace.files), str(self.workspace.files), str(workspace.tmp), str(self.workspace.tmp))
+        if packages is not None:
+            self.holder.run(f'{mount} --bind -- "$1" "$2" && {mount} -o remount,bind,ro -- "$2" && '
+                            f'{mount} --bind -- "$2" "$3"',
+                            str(packages), str(self._read_only_source), str(self.packages.directory))
         self.bound = workspace
 
     def remove(self) -> None:
@@ -106,15 +120,17 @@ class Slot:
         if self.holder.alive():
             try:
                 self.holder.run(f'for d in "$@"; do while {helper("umount")} -l "$d" 2>/dev/null; do :; done; done',
-                                str(self.workspace.files), str(self.workspace.tmp))
+                                str(self.workspace.files), str(self.workspace.tmp), str(self.packages.directory),
+                                str(self._read_only_source))
             except (MountError, OSError, subprocess.SubprocessError) as exc:
                 log.warning("could not unmount a kernel slot: %s", exc)
         shutil.rmtree(self.workspace.root, ignore_errors=True)
 
 
 KernelFactory = Callable[[Workspace, tuple, MountHolder, Callable[[], None]], NativeKernel]
-"""Starts a kernel on a slot's workspace for a key, in the holder's namespace, calling the last
-argument once the kernel is closed (the provider's sandbox command)."""
+"""Starts a kernel on a slot's workspace (its package directory at /packages) for a key, in the
+holder's namespace, calling the last argument once the kernel is closed (the provider's sandbox
+command)."""
 
 
 class KernelPool:
@@ -155,8 +171,9 @@ class KernelPool:
         with self._lock:
             return len(self._ready)
 
-    def take(self, key: tuple, workspace: Workspace) -> NativeKernel | None:
-        """A ready kernel for `key`, bound to `workspace` (None: none ready, start one now)."""
+    def take(self, key: tuple, workspace: Workspace, packages: Path | None = None) -> NativeKernel | None:
+        """A ready kernel for `key`, bound to `workspace` and its `packages` directory (None: none
+        ready, start one now)."""
         with self._lock:
             found = next((pair for pair in self._ready if pair[0].key == key and not pair[0].closed), None)
             if found is not None:
@@ -164,7 +181,7 @@ class KernelPool:
         kernel = found[0] if found is not None else None
         if found is not None and kernel is not None:
             try:
-                found[1].bind(workspace)
+                found[1].bind(workspace, packages)
             except (MountError, OSError, subprocess.SubprocessError) as exc:
                 log.warning("could not bind a session to a kernel made ahead: %s", exc)
                 kernel.close()

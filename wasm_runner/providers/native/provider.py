@@ -26,9 +26,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from wasm_runner.capture import Capture
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import native_network_error
+from wasm_runner.packages.session_dir import SessionPackages
+from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.egress import (
@@ -67,6 +71,7 @@ from wasm_runner.providers.native.limits import (
     rlimit_prefix,
 )
 from wasm_runner.providers.native.ownership import normalize
+from wasm_runner.providers.native.package_env import GUEST_VENV, PackageTools, package_tools
 from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner.providers.native.sandboxed_process import CONTROLLING_TTY, SandboxProcess, set_window
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -90,6 +95,7 @@ from wasm_runner_protocol.execution import (
     Limits,
 )
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
+from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -173,6 +179,11 @@ class NativeProvider(Provider):
         self.ready_kernels = ready_kernels
         """Python kernels kept started ahead (data stack imported) for sessions' first calls."""
         self._kernel_pool: KernelPool | None = None
+        self.package_settings: PackageSettings | None = None
+        """Where pip, uv, npm and bun in the sandboxes install from (the Runner's; None: their own defaults)."""
+
+    def use_packages(self, settings: PackageSettings) -> None:
+        self.package_settings = settings
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -255,14 +266,15 @@ class NativeProvider(Provider):
         bwrap_path, problem, support = self.environment()
         if bwrap_path is None or problem is not None:
             raise KernelError(problem or "bubblewrap is unavailable")
-        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts or network
+        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts (but packages) or network
         request = ExecRequest(language="python", provider="native",
                               limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
         try:
             program = self._program(request, True)
         except _Refusal as refusal:
             raise KernelError(refusal.message) from None
-        call = _KernelCall(self.policy, request, workspace, Job(request, workspace), support, program, bwrap_path,
+        job = Job(request, workspace, mounts=(SessionPackages(workspace.root).mount(),))
+        call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
                            self.identity, self.seccomp_program)
         try:
             return call.start_kernel(key, holder, on_close)
@@ -294,14 +306,33 @@ class NativeProvider(Provider):
             return ExecResult(exit_code=refusal.exit_code, language=request.language, id=request.id,
                               isolation="bubblewrap" if isolated or not self.allow_unsandboxed else "none",
                               error=GuestError(type=refusal.type, message=refusal.message))
+        tools: PackageTools | None = None
+        if isolated:
+            request = self._with_package_sources(request)
+            tools = self._tools(request, workspace if job.kernels is not None else None, program)
+            program = _in_venv(program, tools)
         if isolated and job.kernels is not None and _kernel_call(request):
             call = _KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                               self.identity, self.seccomp_program, self.egress)
+                               self.identity, self.seccomp_program, self.egress, tools)
             return call.execute(slot_of(job.kernels), self.kernel_pool())
         run = _Run(self.policy, request, workspace, job, support, program,
                    bwrap_path if isolated else None, self.identity,
-                   self.seccomp_program if isolated else None, self.egress)
+                   self.seccomp_program if isolated else None, self.egress, tools)
         return run.execute()
+
+    def _with_package_sources(self, request: ExecRequest) -> ExecRequest:
+        """The request with the operator's package registries added to a policy that is not deny."""
+        settings = self.package_settings
+        if settings is None or request.egress.mode == "deny":
+            return request
+        return msgspec.structs.replace(request, egress=settings.sandbox_policy(request.egress))
+
+    def _tools(self, request: ExecRequest, session: Workspace | None, program: _Program) -> PackageTools:
+        """The run's package tools; a session's venv is made here on its first run with python-data."""
+        toolchain = program.js_toolchain.path if program.js_toolchain is not None else None
+        return package_tools(self.package_settings, network=request.egress.mode != "deny",
+                             session_files=session.files if session is not None else None,
+                             python_data=program.python_data, js_toolchain=toolchain)
 
     def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
               stdin: bool = True, pty: tuple[int, int] | None = None,
@@ -322,8 +353,11 @@ class NativeProvider(Provider):
             program = self._program(request, True)
         except _Refusal as refusal:
             raise ProcessStartError(refusal.message) from None
+        request = self._with_package_sources(request)
+        tools = self._tools(request, workspace, program)
+        program = _in_venv(program, tools)
         launch = _Background(self.policy, request, workspace, Job(request, workspace, mounts=mounts), support,
-                             program, bwrap_path, self.identity, self.seccomp_program, self.egress)
+                             program, bwrap_path, self.identity, self.seccomp_program, self.egress, tools)
         return launch.start(cwd, stdin, pty)
 
     def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
@@ -459,7 +493,7 @@ class _Run:
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
                  support: CgroupSupport, program: _Program, bwrap_path: str | None,
                  identity: SandboxIdentity | None = None, seccomp_program: Path | None = None,
-                 egress: NativeEgress | None = None) -> None:
+                 egress: NativeEgress | None = None, tools: PackageTools | None = None) -> None:
         self.policy = policy
         self.request = request
         self.limits: Limits = request.limits
@@ -490,6 +524,8 @@ class _Run:
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
         self.egress = egress if request.effective_egress.mode != "deny" and bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
+        self.tools = tools or PackageTools()
+        """Where the run's pip, uv, npm and bun install to and from (package_env.py)."""
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -629,7 +665,8 @@ class _Run:
         if self.cgroup is None:
             inner = rlimit_prefix(run_limits) + inner
         if self.bwrap is not None:
-            extra = {**egress.env(), **self.request.env} if egress is not None else self.request.env
+            tools = self.tools
+            extra = {**tools.env, **(egress.env() if egress is not None else {}), **self.request.env}
             env = sandbox.sandbox_env(python_data=program.python_data is not None, extra=extra)
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
@@ -649,6 +686,8 @@ class _Run:
                 binds.append(sandbox.Bind(program.js_toolchain.path, GUEST_JS_TOOLCHAIN))
                 if "PATH" not in self.request.env:
                     env["PATH"] = f"{GUEST_JS_TOOLCHAIN}/bin:{env['PATH']}"
+            if tools.path and "PATH" not in self.request.env:
+                env["PATH"] = ":".join((*tools.path, env["PATH"]))
             policy = self.policy if binds == list(self.policy.binds) else _with_binds(self.policy, binds)
             seccomp_fd = None
             if self.seccomp_program is not None:
@@ -659,7 +698,7 @@ class _Run:
                 policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
                 python_data=data.path if data is not None else None, code_fd=code_fd,
                 code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
-                relay=plan.source if plan is not None else None, data_files=data_files)
+                relay=plan.source if plan is not None else None, data_files=data_files, symlinks=tools.links)
             # The options reach bwrap through a descriptor: the sandbox's init process shows
             # `bwrap --args N -- command`, no host path.
             args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)
@@ -997,20 +1036,29 @@ class _KernelCall(_Run):
                 slot.kernel, slot.lost = None, True
             if slot.kernel is None:
                 restarted, slot.lost = slot.lost, False
-                ahead = pool is not None and not self.job.mounts and self.egress is None
-                slot.kernel = pool.take(key, self.workspace) if pool is not None and ahead else None
+                packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
+                others = [m for m in self.job.mounts if m not in packages]
+                if pool is not None and not others and self.egress is None:
+                    taken = pool.take(kernel_key(self.limits, ()), self.workspace,
+                                      packages[0].host if packages else None)
+                    if taken is not None:
+                        taken.key = key  # its sandbox shows this session's mounts now
+                    slot.kernel = taken
                 if slot.kernel is None:
                     slot.kernel = self.start_kernel(key)
             kernel = slot.kernel
             self.enforcement = self.support.enforcement if kernel.cgroup is not None else "rlimit"
-            extra = request.env
+            extra = {**self.tools.env, **request.env}
             if kernel.egress is not None:
                 kernel.egress.renew(request, time.monotonic() + self.timeout_s + self.policy.kill_grace_s)
-                extra = {**kernel.egress.env(), **request.env}
+                extra = {**self.tools.env, **kernel.egress.env(), **request.env}
             env = sandbox.sandbox_env(python_data=True, extra=extra)
             env["PWD"] = GUEST_WORKSPACE
+            if self.tools.path and "PATH" not in request.env:
+                env["PATH"] = ":".join((*self.tools.path, env["PATH"]))
             payload = {"code": request.code, "env": env, "stdin": request.stdin,
-                       "outputs_budget": max(self.limits.output_bytes, 1 << 20)}
+                       "outputs_budget": max(self.limits.output_bytes, 1 << 20),
+                       "site_dirs": list(self.tools.site_dirs)}
 
             def begin() -> None:
                 self.job.started_at = time.monotonic()
@@ -1287,6 +1335,14 @@ def _visible(prefix: str, policy: sandbox.SandboxPolicy) -> bool:
 
 def _with_binds(policy: sandbox.SandboxPolicy, binds: list[sandbox.Bind]) -> sandbox.SandboxPolicy:
     return replace(policy, binds=tuple(binds))
+
+
+def _in_venv(program: _Program, tools: PackageTools) -> _Program:
+    """A session's Python program run by its venv's python (its installs, then python-data's packages)."""
+    python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python"
+    if tools.venv and program.argv[:1] == [python] and program.code_name == "main.py":
+        return replace(program, argv=[f"{GUEST_VENV}/bin/python", *program.argv[1:]])
+    return program
 
 
 def _python_traceback(stderr: str) -> GuestError | None:

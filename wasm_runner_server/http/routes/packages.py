@@ -10,12 +10,11 @@ from aiohttp import web
 
 from wasm_runner import Session
 from wasm_runner.egress.policy import PolicyError
-from wasm_runner.packages.installer import PackageInstaller
-from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
+from wasm_runner_server.http.disk_quota import reserve
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import LOCAL, POLICY, PRINCIPAL
 from wasm_runner_server.sessions.manager import LiveSession
@@ -27,22 +26,15 @@ routes = web.RouteTableDef()
 SHARED_CACHE = "shared"
 
 
-def install_policy(installer: PackageInstaller, network: EgressPolicy) -> EgressPolicy:
-    """Installs reach the operator's configured indexes and file hosts, plus what the session's network
-    policy allows (an `open` one: any public host); a request's own index only through the latter."""
-    configured = installer.settings.default_policy(None).allow
-    if network.mode == "open":
-        return EgressPolicy(mode="open", allow=tuple(network.allow))
-    return EgressPolicy(mode="allowlist", allow=tuple(dict.fromkeys((*configured, *network.allow))))
-
-
 def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
     """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
     session's network policy with the configured indexes, its profile's index permission, the caller's cache."""
     profile = service.sessions.profile_of(live)
     principal = request.get(PRINCIPAL) or LOCAL
     try:
-        policy = install_policy(session.runner.packages, service.sessions.egress(live))
+        # the configured indexes and file hosts whatever the mode (a loopback or private one too), plus
+        # what the session's policy allows (a request's own index only through that)
+        policy = session.runner.packages.settings.install_policy(service.sessions.egress(live))
     except PolicyError as exc:
         raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
     options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
@@ -61,15 +53,31 @@ def record(request: web.Request, session_id: str, body: PackageRequest, result: 
                     "error": result.error.kind if result.error else None})
 
 
+async def workspace_room(service: Service, request: web.Request, live: LiveSession) -> int | None:
+    """The bytes the session's workspace quota leaves now (None: no quota applies); 413 when none."""
+    quota = request.app[POLICY].workspace_quota(live.row.id)
+    if quota is None:
+        return None
+    with await reserve(service.disk, "packages", workspace=quota) as budget:
+        room = budget.room()
+    if room is not None and room <= 0:
+        raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"the workspace's disk quota ({quota[1]} bytes) is used up: "
+                       "installed packages are kept with the session and count against it",
+                       "delete files first, or ask for a larger quota")
+    return room
+
+
 async def install_into(service: Service, request: web.Request, live: LiveSession, body: PackageRequest) -> InstallResult:
-    """Run one install for the session (calls to the session wait for it), recorded in the audit log."""
+    """Run one install for the session (calls to the session wait for it), within the room its workspace's
+    disk quota leaves, recorded in the audit log (which refreshes the workspace's usage)."""
     runner, session = service.sessions.core(live)
     options = install_options(service, request, live, session)
     async with live.lock:
+        room = await workspace_room(service, request, live)
         session.packages.ensure()
         result = await asyncio.to_thread(runner.packages.install, session.packages, body, policy=options["network"],
                                          allow_custom_index=options["allow_custom_index"],
-                                         workspace=options["workspace"])
+                                         workspace=options["workspace"], max_bytes=room)
     service.sessions.touch(live)
     record(request, live.row.id, body, result)
     return result

@@ -40,7 +40,11 @@ async def create_session(request: web.Request) -> web.Response:
         profile = service.sessions.profile_of(live)
         policy.on_egress_change(request, live.row.id, live.row.profile, profile.network.policy, body.egress, None)
     if body.packages is not None:  # e.g. another session's lock: the same environment before the first call
-        result = await install_into(service, request, live, body.packages)
+        try:
+            result = await install_into(service, request, live, body.packages)
+        except ApiError:  # refused before installing (the workspace's quota): no session either
+            await service.sessions.delete(live)
+            raise
         if not result.ok:
             await service.sessions.delete(live)
             error = result.error

@@ -169,9 +169,9 @@ def test_two_sessions_kernels_see_only_their_own_files_and_variables(runner):
     run(first, "mine = 'first'\nopen('/tmp/t1', 'w').write('1')")
     time.sleep(0.1)
     seen = run(second, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), 'mine' in globals())")
-    assert seen.value == "(['b.txt'], False, False)", seen.stderr
+    assert seen.value == "(['.venv', 'b.txt'], False, False)", seen.stderr  # .venv: the session's own installs
     own = run(first, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), mine)")
-    assert own.value == "(['a.txt'], True, 'first')"
+    assert own.value == "(['.venv', 'a.txt'], True, 'first')"
 
 
 def test_hibernation_drops_the_kernel_and_the_next_call_rebuilds_it_with_files_intact(runner):
@@ -189,13 +189,24 @@ def test_a_kernel_made_ahead_serves_a_new_session_with_the_data_stack_imported(r
     if pool is None:
         pytest.skip("kernels are made ahead only by a root service with a usable sandbox")
     new_session(runner)  # the pool is filled for the default limits
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not pool.ready_count():
-        time.sleep(0.2)
-    assert pool.ready_count() == 1, pool.broken
-    session = new_session(runner)
-    (session.path / "own.txt").write_text("mine")
-    result = run(session, "import sys, os\n('pandas' in sys.modules, os.listdir('.'))", limits=Limits())
-    assert result.value == "(True, ['own.txt'])", result.stderr
+    seen = []
+    for name in ("first", "second"):  # the second from the kernel made ahead after the first was taken
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not pool.ready_count():
+            time.sleep(0.2)
+        assert pool.ready_count() == 1, pool.broken
+        session = new_session(runner)
+        (session.path / "own.txt").write_text("mine")
+        (session.packages.ensure() / f"{name}_module.py").write_text(f"NAME = {name!r}\n")
+        code = ("import sys, os\n"
+                "try:\n    open('/packages/written', 'w')\nexcept OSError as exc:\n    refused = exc.strerror\n"
+                "('pandas' in sys.modules, sorted(os.listdir('.')), os.listdir('/packages'), refused)")
+        result = run(session, code, limits=Limits())
+        assert pool.ready_count() == 0  # the ready kernel served it (a new one takes seconds to make)
+        seen.append(result.value)
+        assert not list(session.packages.directory.glob("written"))
+    # each session's own files and packages, read-only, never the other's
+    assert seen == [f"(True, ['.venv', 'own.txt'], ['{name}_module.py'], 'Read-only file system')"
+                    for name in ("first", "second")]
     # (a kernel serves one session only: the pool refills with a new one in the background, so its
     # count says nothing here; the isolation test shows two sessions never share a kernel)
