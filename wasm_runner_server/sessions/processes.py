@@ -59,6 +59,9 @@ class ServiceProcesses:
         self.sessions = sessions
         self.observers = list(observers)
         self._clients: dict[tuple[str, str], aiohttp.ClientSession] = {}
+        self._listeners: dict[tuple[str, int], BackgroundProcess] = {}
+        """The process last found listening on a session's port, kept while it runs: reading the
+        kernel's socket tables under /proc costs milliseconds, too much for every proxied request."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = Counter("wasm_runner_processes_started_total", "Background processes and terminals started.")
@@ -132,6 +135,9 @@ class ServiceProcesses:
         else:
             self.ended.inc(process.state)
             self._drop_client(session_id, process.id)
+            for key, listener in list(self._listeners.items()):
+                if listener is process:
+                    self._listeners.pop(key, None)
         for observer in self.observers:
             try:
                 observer(event, session_id, process, owner)
@@ -140,8 +146,21 @@ class ServiceProcesses:
 
     # -- ports --------------------------------------------------------------------------------
 
-    def listener(self, live: LiveSession, port: int) -> BackgroundProcess:
-        """The session's live process listening on `port` inside its sandbox; 502 when none does."""
+    async def listener(self, live: LiveSession, port: int, *, fresh: bool = False) -> BackgroundProcess:
+        """The session's live process listening on `port` inside its sandbox; 502 when none does.
+
+        The answer is remembered while that process runs; `fresh` looks again (the remembered one
+        refused a connection: it stopped listening, and another process may listen there now)."""
+        key = (live.row.id, port)
+        known = self._listeners.get(key)
+        if known is not None and known.running and not fresh:
+            return known
+        self._listeners.pop(key, None)
+        process = await asyncio.to_thread(self._find_listener, live, port)
+        self._listeners[key] = process
+        return process
+
+    def _find_listener(self, live: LiveSession, port: int) -> BackgroundProcess:
         session = live.core
         processes = session.processes.live() if session is not None and session.has_processes else []
         for process in processes:
