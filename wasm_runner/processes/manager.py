@@ -84,6 +84,8 @@ class BackgroundProcess:
         self.start_error: str | None = None
         self.attached = 0
         """Terminal WebSockets attached now (a closed terminal is ended after its grace only when none is)."""
+        self.watchers = 0
+        """Clients following its output now (terminals and output streams): its session is in use."""
         self.owner: object = None
         """Who started it, for the host's own records (the service's audit row names the key)."""
         self._done = threading.Event()
@@ -184,6 +186,15 @@ class BackgroundProcess:
         raw = data.encode() if isinstance(data, str) else data
         try:
             return self.sandbox.write_stdin(raw, eof)
+        except BrokenPipeError as exc:
+            raise ProcessError(f"process {self.id}: {exc}") from None
+
+    def write_some(self, data: bytes) -> int:
+        """Write what its stdin (or terminal) takes now, without waiting: the bytes written (0: full)."""
+        if self.sandbox is None:
+            raise ProcessError(f"process {self.id} has not started")
+        try:
+            return self.sandbox.write_some(data)
         except BrokenPipeError as exc:
             raise ProcessError(f"process {self.id}: {exc}") from None
 

@@ -174,6 +174,7 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     ring = process.ring(query.stream)
+    process.watchers += 1  # a client following the output keeps the session from hibernating
     try:
         with ring_wakeups(ring) as event:
             while True:
@@ -197,6 +198,8 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                     await response.write(b": keep-alive\n\n")
     except ConnectionResetError:
         pass  # the client went away: it resumes from the last id it saw
+    finally:
+        process.watchers -= 1
     return response
 
 
