@@ -49,6 +49,11 @@ class ProcessNotFound(ProcessError):
     pass
 
 
+class ProcessesClosed(ProcessError):
+    """The session's processes are being ended (hibernation) or ended for good (deletion, shutdown):
+    a start is refused, or killed at once when it was already under way."""
+
+
 @dataclass(frozen=True)
 class ProcessLimits:
     """A session's caps on its background processes."""
@@ -227,7 +232,10 @@ class ProcessManager:
         self._processes: dict[str, BackgroundProcess] = {}
         self._seq = 0
         self._cgroup: RunCgroup | None = None
-        self._closed_reason: str | None = None
+        self._closing: list[str] = []
+        """The reasons of the `close` calls running now: starts are refused meanwhile."""
+        self._ended_for_good: str | None = None
+        """Set by a final close (deletion, shutdown): starts are refused from then on."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -255,6 +263,9 @@ class ProcessManager:
         if request.command is not None and (not request.command or not all(request.command)):
             raise ProcessError("command must be a non-empty list of non-empty strings")
         with self._lock:
+            refusal = self._refusal()
+            if refusal is not None:
+                raise ProcessesClosed(refusal)
             live = [p for p in self._processes.values() if p.state in ("starting", "running")]
             if len(live) >= self.limits.max_live:
                 raise ProcessLimitError(
@@ -283,11 +294,24 @@ class ProcessManager:
             if self.observer is not None:
                 self.observer("exit", process)
             raise ProcessError(str(exc)) from None
-        process.sandbox = sandbox
+        with self._lock:
+            process.sandbox = sandbox
+            refusal = self._refusal()
         sandbox.run(process._sink, lambda _: self._exited(process))
         if self.observer is not None:
             self.observer("start", process)
+        if refusal is not None:  # a close began while this sandbox was set up: it waits for this end
+            sandbox.terminate(0, "stopped as it started: " + refusal)
+            raise ProcessesClosed(f"{refusal} (it was stopped as it started)")
         return process
+
+    def _refusal(self) -> str | None:
+        """Why no process may start now, if so (the caller holds the lock)."""
+        if self._ended_for_good is not None:
+            return f"the session's processes were ended for good ({self._ended_for_good})"
+        if self._closing:
+            return f"the session's processes are being ended ({self._closing[0]}); start it again once that is done"
+        return None
 
     def _exited(self, process: BackgroundProcess) -> None:
         process._ended()
@@ -321,18 +345,31 @@ class ProcessManager:
 
     # -- end --------------------------------------------------------------------------------
 
-    def close(self, reason: str = "stopped: the session ended", grace_s: float | None = None) -> None:
-        """End every live process (TERM, then KILL after the grace period), in parallel."""
-        live = self.live()
-        threads = [threading.Thread(target=p.kill, args=(grace_s, reason), daemon=True) for p in live]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(15)
+    def close(self, reason: str = "stopped: the session ended", grace_s: float | None = None,
+              final: bool = True) -> None:
+        """End every live process (TERM, then KILL after the grace period), in parallel.
+
+        Starts are refused while it runs, and for good when `final` (deletion, shutdown); a start
+        already setting its sandbox up ends it at once, and this waits for that end. Afterwards
+        (`final` false: hibernation) processes may start again."""
         with self._lock:
-            cgroup, self._cgroup = self._cgroup, None
-        if cgroup is not None:
-            cgroup.remove()
+            self._closing.append(reason)
+            if final and self._ended_for_good is None:
+                self._ended_for_good = reason
+        try:
+            live = self.live()
+            threads = [threading.Thread(target=p.kill, args=(grace_s, reason), daemon=True) for p in live]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(15)
+            with self._lock:
+                cgroup, self._cgroup = self._cgroup, None
+            if cgroup is not None:
+                cgroup.remove()
+        finally:
+            with self._lock:
+                self._closing.remove(reason)
 
 
 def guest_directory(cwd: str) -> str:

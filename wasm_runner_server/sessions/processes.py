@@ -20,14 +20,21 @@ import aiohttp
 import msgspec
 
 from wasm_runner import Session
-from wasm_runner.processes import BackgroundProcess, ProcessError, ProcessLimitError, ProcessLimits, ProcessNotFound
+from wasm_runner.processes import (
+    BackgroundProcess,
+    ProcessError,
+    ProcessesClosed,
+    ProcessLimitError,
+    ProcessLimits,
+    ProcessNotFound,
+)
 from wasm_runner.processes.netns import listening_ports, socket_in
 from wasm_runner.processes.ring import OutputRing
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import ProcessStart
 from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import ProcessSettings
-from wasm_runner_server.errors import ApiError
+from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.metrics import Counter, Metrics
 
 if TYPE_CHECKING:
@@ -108,6 +115,8 @@ class ServiceProcesses:
                            'e.g. {"command": ["python3", "-m", "http.server", "8000"]}')
         if body.command is not None and body.code:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give either command or code, not both")
+        if live.deleted:
+            raise session_not_found(live.row.id, "it was deleted")
         execution = self.sessions.execution
         profile = self.sessions.profile_of(live)
         limits = LimitsPatch(memory_bytes=body.memory_bytes) if body.memory_bytes is not None else None
@@ -124,6 +133,11 @@ class ServiceProcesses:
                                            stdin=body.stdin, pty=pty, ring_bytes=body.output_bytes, owner=owner)
         except ProcessLimitError as exc:
             raise ApiError(409, ErrorCode.PROCESS_LIMIT, str(exc), "stop a process of this session first") from None
+        except ProcessesClosed as exc:
+            if live.deleted:
+                raise session_not_found(live.row.id, "it was deleted while the process started") from None
+            raise ApiError(409, ErrorCode.SESSION_BUSY, f"the process could not start: {exc}",
+                           "the session is hibernating or shutting down: try again in a moment") from None
         except ProcessError as exc:
             raise ApiError(422, ErrorCode.PROCESS_FAILED, f"the process could not start: {exc}",
                            "check the command, or the server's native sandbox (wasm-runner doctor)") from None
@@ -206,8 +220,8 @@ class ServiceProcesses:
         """End every session's processes (in parallel) and close the clients: nothing outlives the service."""
         sessions = [live.core for live in self.sessions.sessions.values() if live.core is not None]
         grace = self.settings.stop_grace_s
-        await asyncio.gather(*(asyncio.to_thread(s.stop_processes, "stopped: the server shut down", grace)
-                               for s in sessions if s.live_process_count))
+        await asyncio.gather(*(asyncio.to_thread(s.stop_processes, "stopped: the server shut down", grace, True)
+                               for s in sessions))
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()

@@ -50,6 +50,12 @@ async def test_http_server_through_the_port_route_with_the_key_and_a_preview_lin
     assert status == 403
     # its log, read by offset across a "reconnect": no byte lost or repeated
     path = f"/v1/sessions/{sid}/processes/{info['id']}/output?stream=stderr"
+
+    async def both_logged() -> bool:  # the server logs a request after answering it
+        _, whole, _ = await secure.call("GET", path, "a_member")
+        return whole["data"].count('"GET /index.html HTTP/1.1" 200') == 2
+
+    await eventually(both_logged, timeout=5)
     _, first, _ = await secure.call("GET", path + "&offset=0&limit=20", "a_member")
     _, rest, _ = await secure.call("GET", path + f"&offset={first['next_offset']}", "a_member")
     log = first["data"] + rest["data"]
