@@ -117,4 +117,3 @@ def add_audit_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     _data_options(prune)
     prune.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "prune_audit"))
     return parser
-

@@ -23,6 +23,7 @@ from multidict import CIMultiDict
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.processes import not_listening
 from wasm_runner_server.sessions.service import SERVICE
@@ -46,6 +47,13 @@ def check_port(text: str) -> int:
 
 
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}/{path:.*}")
+@operation(summary="The server listening on this port in the session's sandbox (a preview): the request is "
+                   "passed on and the answer streamed back; WebSocket upgrades are relayed", tag="processes",
+           response="*/*", errors=(404, 422, 502),
+           description="Any method; the body and the answer stream both ways as they come. 502 "
+                       "`port_not_listening` when no process of the session listens on the port (start the server "
+                       "first), `port_unreachable` when it does not answer. The caller's Authorization header never "
+                       "reaches the sandbox; a redirect to an absolute path stays under this route.")
 async def port_with_key(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
