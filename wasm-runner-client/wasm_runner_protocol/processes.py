@@ -145,6 +145,16 @@ class PreviewLink(msgspec.Struct, kw_only=True):
     expires_in: float
 
 
+class TerminalLink(msgspec.Struct, kw_only=True):
+    """A short-lived link that opens a session's terminal WebSocket without a key (a browser cannot
+    send one on a WebSocket); the socket stays open past the link's expiry."""
+
+    url: str
+    """Path of the terminal WebSocket on this server; add the terminal's query (cols, rows, command, …)."""
+    expires_at: float
+    expires_in: float
+
+
 class TerminalQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The query of GET /v1/sessions/{id}/pty, the terminal WebSocket."""
 

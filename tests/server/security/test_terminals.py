@@ -147,3 +147,28 @@ async def test_an_open_terminal_keeps_its_session_from_hibernating(secure) -> No
         return info["state"] == "killed" and "hibernated" in info["error"]
 
     await eventually(hibernated, timeout=5)
+
+
+async def test_a_terminal_link_opens_the_terminal_without_a_key_and_only_for_its_session(secure) -> None:
+    sid = await new_session(secure)
+    other = await new_session(secure)
+    status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/pty:presign", "a_member", json={})
+    assert status == 200 and 0 < link["expires_in"] <= 61  # a minute (the expiry is a whole second)
+    assert link["url"].startswith("/v1/pty-links/") and secure.keys["a_member"] not in link["url"]
+    async with secure.client.ws_connect(link["url"] + "?command=bash&command=--norc&command=-i") as ws:  # no key
+        terminal = Terminal(ws)
+        pid = (await terminal.hello())["id"]
+        await ws.send_bytes(b"echo $((6*7))\r")
+        await terminal.read_until(b"42")
+    assert (await processes(secure, sid))[pid]["argv"] == ["bash", "--norc", "-i"]
+    token = link["url"].split("/")[3]
+    for url in (link["url"].replace(sid, other),  # another session: the signature names this one
+                link["url"].replace(token, token[:-1] + ("0" if token[-1] != "0" else "1"))):  # forged
+        status, data, _ = await secure.call("GET", url)
+        assert status == 403, data
+        assert_error_shape(data, "link_invalid")
+    assert await processes(secure, other) == {}
+    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/pty:presign", "a_member",
+                                        json={"expires_in": 10 ** 9})
+    assert status == 422
+    assert_error_shape(data, "limit_exceeds_maximum")
