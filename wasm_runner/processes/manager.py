@@ -91,6 +91,8 @@ class BackgroundProcess:
         """Terminal WebSockets attached now (a closed terminal is ended after its grace only when none is)."""
         self.watchers = 0
         """Clients following its output now (terminals and output streams): its session is in use."""
+        self.kept = False
+        """A terminal asked to keep running when its sockets close (reattached later), not ended after a grace."""
         self.owner: object = None
         """Who started it, for the host's own records (the service's audit row names the key)."""
         self._done = threading.Event()

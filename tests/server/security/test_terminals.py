@@ -119,6 +119,8 @@ async def test_a_kept_terminal_is_reattached_and_replays_its_output_from_an_offs
         await ws.send_bytes(b"echo two-$((2*3)); stty size\r")
         await replay.read_until(b"30 100")  # the attach's size was applied
         assert b"two-6" in replay.seen
+    await asyncio.sleep(SECTIONS["processes"]["pty_grace_s"] + 0.4)  # a reattach without keep=true: still kept
+    assert (await processes(secure, sid))[pid]["state"] == "running"
     async with secure.client.ws_connect(attach + f"&offset={offset}", headers=secure.auth("a_member")) as ws:
         later = Terminal(ws)
         await later.hello()

@@ -11,8 +11,9 @@ client: the terminal's output); a *text* frame carries one JSON control message:
                       {"type": "error", "message": "..."}     (a control message refused, input dropped)
                       {"type": "exit", "exit_code": 0, "state": "exited"}   (then the socket closes)
 The terminal is a background process of the session (same confinement, same caps). When the
-socket closes the shell is ended after `[processes] pty_grace_s`, unless `keep=true` (it keeps
-running, listed among the processes) or another socket attached (`process=p3`) in the meantime;
+socket closes the shell is ended after `[processes] pty_grace_s`, unless it was opened (or once
+reattached) with `keep=true` (it keeps running, listed among the processes) or another socket
+attached (`process=p3`) in the meantime;
 an attach replays the output the ring still holds from `offset` (default: all of it).
 """
 
@@ -88,6 +89,7 @@ async def terminal(request: web.Request) -> web.StreamResponse:
     # handshake, a client gone before the first frame, a cancelled task) starts its grace timer.
     process.attached += 1
     process.watchers += 1
+    process.kept = process.kept or query.keep  # once kept, a reattach without keep=true does not undo it
     pump: asyncio.Future | None = None
     typed: TerminalInput | None = None
     try:
@@ -109,15 +111,15 @@ async def terminal(request: web.Request) -> web.StreamResponse:
     finally:
         process.attached -= 1
         process.watchers -= 1
-        if pump is not None:
+        if not process.attached and not process.kept and process.running:
+            grace = service.config.processes.pty_grace_s
+            asyncio.get_running_loop().call_later(grace, _end_unless_attached, process)
+        if typed is not None:
+            typed.close()
+        if pump is not None:  # last: awaiting it may be cut short when this handler is cancelled
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
-        if typed is not None:
-            typed.close()
-        if not process.attached and not query.keep and process.running:
-            grace = service.config.processes.pty_grace_s
-            asyncio.get_running_loop().call_later(grace, _end_unless_attached, process)
     return ws
 
 
