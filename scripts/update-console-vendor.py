@@ -29,6 +29,8 @@ FILES = [  # (package, version, path in the package, vendored name, license)
     ("pdfjs-dist", "6.5.438", "build/pdf.worker.min.mjs", "pdf.worker.min.mjs", "Apache-2.0"),
     ("papaparse", "5.7.1", "papaparse.min.js", "papaparse.min.js", "MIT"),
     ("xlsx", "0.18.5", "dist/xlsx.mini.min.js", "xlsx.mini.min.js", "Apache-2.0"),
+    ("@xterm/xterm", "6.0.0", "lib/xterm.mjs", "xterm.mjs", "MIT"),
+    ("@xterm/xterm", "6.0.0", "css/xterm.css", "xterm.css", "MIT"),
 ]
 
 

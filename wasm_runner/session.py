@@ -238,14 +238,17 @@ class Session:
     @property
     def processes(self) -> ProcessManager:
         """The session's background processes (native sandboxes that outlive a call)."""
-        self._ensure_packages()  # the sandbox mounts the packages directory
         with self._processes_lock:
             if self._processes is None:
-                def native() -> Any:
-                    return self.runner.provider_for(ExecRequest(command=["true"], provider="native"))
-
-                self._processes = ProcessManager(native, self.workspace, self.mounts, self.process_limits)
+                self._ensure_packages()  # the sandbox mounts the packages directory
+                self._processes = self._new_process_manager()
             return self._processes
+
+    def _new_process_manager(self) -> ProcessManager:
+        def native() -> Any:
+            return self.runner.provider_for(ExecRequest(command=["true"], provider="native"))
+
+        return ProcessManager(native, self.workspace, self.mounts, self.process_limits)
 
     def start_process(self, command: list[str] | tuple[str, ...] | None = None, *, code: str = "",
                       language: str = "bash", env: dict[str, str] | None = None, cwd: str = "",
@@ -265,7 +268,7 @@ class Session:
 
     @property
     def has_processes(self) -> bool:
-        """Whether a background process was ever started here (the manager exists)."""
+        """Whether its process manager exists (a process was started, or the session ended)."""
         return self._processes is not None
 
     @property
@@ -273,11 +276,16 @@ class Session:
         manager = self._processes
         return len(manager.live()) if manager is not None else 0
 
-    def stop_processes(self, reason: str = "stopped: the session ended", grace_s: float | None = None) -> None:
-        """End every live background process of the session (TERM, then KILL after `grace_s`)."""
-        manager = self._processes
+    def stop_processes(self, reason: str = "stopped: the session ended", grace_s: float | None = None,
+                       final: bool = False) -> None:
+        """End every live background process of the session (TERM, then KILL after `grace_s`); starts
+        are refused meanwhile, and from then on when `final` (the session is going away)."""
+        with self._processes_lock:
+            manager = self._processes
+            if manager is None and final:  # none started yet: none may start from now on either
+                manager = self._processes = self._new_process_manager()
         if manager is not None:
-            manager.close(reason, grace_s)
+            manager.close(reason, grace_s, final=final)
 
     def hibernate(self) -> None:
         """Drop the kernels and end the background processes (files kept); the next call rebuilds
@@ -298,7 +306,7 @@ class Session:
 
     def destroy(self) -> None:
         """End the background processes, drop the kernels and remove the session's files."""
-        self.stop_processes("stopped: the session was deleted")
+        self.stop_processes("stopped: the session was deleted", final=True)
         workers = self.runner.kernel_workers
         if workers is not None:
             workers.forget(self)

@@ -27,7 +27,7 @@ from aiohttp import web
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.console import routes as console
 from wasm_runner_server.errors import error_middleware
-from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX
+from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
@@ -78,7 +78,7 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
             service.metrics.http_seconds.observe(elapsed, request.method, route)
         if access.isEnabledFor(logging.INFO):
             path = request.path
-            for prefix in (LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX):
+            for prefix in (LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX):
                 if path.startswith(prefix):
                     path = prefix + "…"  # a link is a credential
             access.info("request", extra={"event": "request", "method": request.method, "path": path,

@@ -4,7 +4,9 @@
 
 GET /chunked streams three chunks (Transfer-Encoding: chunked); POST /echo answers its body;
 GET /redirect answers 302 to /chunked; GET /ws upgrades to a WebSocket that echoes each text or
-binary frame; HTTP/1.1 with keep-alive.
+binary frame; HTTP/1.1 with keep-alive. GET /connections answers how many connections it has
+accepted; GET /hold sends a first chunk, then the last one only once GET /release came (or
+after 10 s); GET /cut announces 100 bytes, sends 10 and closes the connection.
 """
 
 import base64
@@ -13,30 +15,66 @@ import http.server
 import socketserver
 import struct
 import sys
+import threading
 import time
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+CONNECTIONS = [0]
+RELEASED = threading.Event()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = -1
+    """Answers go out whole (flushed at their end or by the handler): written in two parts, a body
+    would wait behind its headers for the client's delayed ACK (Nagle), about 40 ms on every
+    keep-alive request, whoever the client is."""
 
     def log_message(self, *args):
         pass
 
+    def setup(self):
+        CONNECTIONS[0] += 1
+        super().setup()
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
     def do_GET(self):
         if self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
             return self.websocket()
-        if self.path == "/chunked":
+        if self.path in ("/chunked", "/hold"):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for part in (b"one ", b"two ", b"three"):
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
-                self.wfile.flush()
-                time.sleep(0.05)
+            if self.path == "/hold":
+                self.chunk(b"first ")
+                RELEASED.wait(10)
+                self.chunk(b"last")
+            else:
+                for part in (b"one ", b"two ", b"three"):
+                    self.chunk(part)
+                    time.sleep(0.05)
             self.wfile.write(b"0\r\n\r\n")
+            return
+        if self.path == "/cut":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"0123456789")
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        if self.path == "/release":
+            RELEASED.set()
+        if self.path == "/connections":
+            body = str(CONNECTIONS[0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         if self.path == "/redirect":
             self.send_response(302)

@@ -145,6 +145,31 @@ class PreviewLink(msgspec.Struct, kw_only=True):
     expires_in: float
 
 
+class TerminalLink(msgspec.Struct, kw_only=True):
+    """A short-lived link that opens a session's terminal WebSocket without a key (a browser cannot
+    send one on a WebSocket); the socket stays open past the link's expiry."""
+
+    url: str
+    """Path of the terminal WebSocket on this server; add the terminal's query (cols, rows, command, …)."""
+    expires_at: float
+    expires_in: float
+
+
+class TerminalQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The query of GET /v1/sessions/{id}/pty, the terminal WebSocket."""
+
+    cols: Annotated[int, Meta(ge=1, le=1000)] = 80
+    rows: Annotated[int, Meta(ge=1, le=1000)] = 24
+    command: list[str] = []
+    """The program to run on the terminal, one `command=` per argument (default: `bash -l`)."""
+    keep: bool = False
+    """Keep it running when the socket closes (reattach with `process=`); else it ends after a grace period."""
+    process: str | None = None
+    """Reattach to this terminal (kept, or still in its grace period) instead of starting one."""
+    offset: Annotated[int, Meta(ge=0)] = 0
+    """With `process`: replay its output from this byte offset (as far back as its ring still holds)."""
+
+
 class PtyControl(msgspec.Struct, tag_field="type", forbid_unknown_fields=True):
     """A text frame on the terminal WebSocket (binary frames carry terminal bytes)."""
 

@@ -3,6 +3,7 @@
 from wasm_runner.processes.manager import (
     BackgroundProcess,
     ProcessError,
+    ProcessesClosed,
     ProcessLimitError,
     ProcessLimits,
     ProcessManager,
@@ -11,4 +12,4 @@ from wasm_runner.processes.manager import (
 from wasm_runner.processes.ring import Chunk, OutputRing
 
 __all__ = ["BackgroundProcess", "Chunk", "OutputRing", "ProcessError", "ProcessLimitError", "ProcessLimits",
-           "ProcessManager", "ProcessNotFound"]
+           "ProcessManager", "ProcessNotFound", "ProcessesClosed"]

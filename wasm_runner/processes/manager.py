@@ -57,6 +57,11 @@ class ProcessNotFound(ProcessError):
     pass
 
 
+class ProcessesClosed(ProcessError):
+    """The session's processes are being ended (hibernation) or ended for good (deletion, shutdown):
+    a start is refused, or killed at once when it was already under way."""
+
+
 @dataclass(frozen=True)
 class ProcessLimits:
     """A session's caps on its background processes."""
@@ -93,6 +98,10 @@ class BackgroundProcess:
         self.start_error: str | None = None
         self.attached = 0
         """Terminal WebSockets attached now (a closed terminal is ended after its grace only when none is)."""
+        self.watchers = 0
+        """Clients following its output now (terminals and output streams): its session is in use."""
+        self.kept = False
+        """A terminal asked to keep running when its sockets close (reattached later), not ended after a grace."""
         self.owner: object = None
         """Who started it, for the host's own records (the service's audit row names the key)."""
         self._done = threading.Event()
@@ -201,6 +210,15 @@ class BackgroundProcess:
         egress = self.sandbox.egress if self.sandbox is not None else None
         return egress.take_decisions() if egress is not None else []
 
+    def write_some(self, data: bytes) -> int:
+        """Write what its stdin (or terminal) takes now, without waiting: the bytes written (0: full)."""
+        if self.sandbox is None:
+            raise ProcessError(f"process {self.id} has not started")
+        try:
+            return self.sandbox.write_some(data)
+        except BrokenPipeError as exc:
+            raise ProcessError(f"process {self.id}: {exc}") from None
+
     def resize(self, cols: int, rows: int) -> None:
         if self.sandbox is None or not self.pty:
             raise ProcessError(f"process {self.id} has no terminal")
@@ -230,7 +248,10 @@ class ProcessManager:
         self._processes: dict[str, BackgroundProcess] = {}
         self._seq = 0
         self._cgroup: RunCgroup | None = None
-        self._closed_reason: str | None = None
+        self._closing: list[str] = []
+        """The reasons of the `close` calls running now: starts are refused meanwhile."""
+        self._ended_for_good: str | None = None
+        """Set by a final close (deletion, shutdown): starts are refused from then on."""
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -258,6 +279,9 @@ class ProcessManager:
         if request.command is not None and (not request.command or not all(request.command)):
             raise ProcessError("command must be a non-empty list of non-empty strings")
         with self._lock:
+            refusal = self._refusal()
+            if refusal is not None:
+                raise ProcessesClosed(refusal)
             live = [p for p in self._processes.values() if p.state in ("starting", "running")]
             if len(live) >= self.limits.max_live:
                 raise ProcessLimitError(
@@ -286,13 +310,26 @@ class ProcessManager:
             if self.observer is not None:
                 self.observer("exit", process)
             raise ProcessError(str(exc)) from None
-        process.sandbox = sandbox
+        with self._lock:
+            process.sandbox = sandbox
+            refusal = self._refusal()
         if sandbox.egress is not None:
             sandbox.egress.watch(lambda held: self._decided(process, held))
         sandbox.run(process._sink, lambda _: self._exited(process))
         if self.observer is not None:
             self.observer("start", process)
+        if refusal is not None:  # a close began while this sandbox was set up: it waits for this end
+            sandbox.terminate(0, "stopped as it started: " + refusal)
+            raise ProcessesClosed(f"{refusal} (it was stopped as it started)")
         return process
+
+    def _refusal(self) -> str | None:
+        """Why no process may start now, if so (the caller holds the lock)."""
+        if self._ended_for_good is not None:
+            return f"the session's processes were ended for good ({self._ended_for_good})"
+        if self._closing:
+            return f"the session's processes are being ended ({self._closing[0]}); start it again once that is done"
+        return None
 
     def _exited(self, process: BackgroundProcess) -> None:
         process._ended()
@@ -341,18 +378,31 @@ class ProcessManager:
 
     # -- end --------------------------------------------------------------------------------
 
-    def close(self, reason: str = "stopped: the session ended", grace_s: float | None = None) -> None:
-        """End every live process (TERM, then KILL after the grace period), in parallel."""
-        live = self.live()
-        threads = [threading.Thread(target=p.kill, args=(grace_s, reason), daemon=True) for p in live]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(15)
+    def close(self, reason: str = "stopped: the session ended", grace_s: float | None = None,
+              final: bool = True) -> None:
+        """End every live process (TERM, then KILL after the grace period), in parallel.
+
+        Starts are refused while it runs, and for good when `final` (deletion, shutdown); a start
+        already setting its sandbox up ends it at once, and this waits for that end. Afterwards
+        (`final` false: hibernation) processes may start again."""
         with self._lock:
-            cgroup, self._cgroup = self._cgroup, None
-        if cgroup is not None:
-            cgroup.remove()
+            self._closing.append(reason)
+            if final and self._ended_for_good is None:
+                self._ended_for_good = reason
+        try:
+            live = self.live()
+            threads = [threading.Thread(target=p.kill, args=(grace_s, reason), daemon=True) for p in live]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(15)
+            with self._lock:
+                cgroup, self._cgroup = self._cgroup, None
+            if cgroup is not None:
+                cgroup.remove()
+        finally:
+            with self._lock:
+                self._closing.remove(reason)
 
 
 def guest_directory(cwd: str) -> str:

@@ -1,4 +1,4 @@
-"""The `wasm-runner` command: the core's commands plus the service's (serve, mcp, keys, audit).
+"""The `wasm-runner` command: the core's commands plus the service's (serve, mcp, keys, audit, processes).
 
 The parsers come from light modules (argparse definitions only); a command's module,
 and what it needs (the service, aiohttp, pydantic), is imported only when it runs.
@@ -6,6 +6,7 @@ and what it needs (the service, aiohttp, pydantic), is imported only when it run
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import sys
@@ -13,6 +14,15 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from wasm_runner_server.cli.process_commands import add_processes_command
+
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["processes"]:  # a client of a running service: the core is not even imported
+        parser = argparse.ArgumentParser(prog="wasm-runner")
+        add_processes_command(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(arguments)
+        return args.handler(args)
+
     from wasm_runner.cli.commands import add_commands, build_parser
     from wasm_runner_server.cli.commands import add_audit_command, add_keys_command, add_mcp_command, add_serve_command
 
@@ -22,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_mcp_command(sub)
     add_keys_command(sub)
     add_audit_command(sub)
-    args = parser.parse_args(argv)
+    add_processes_command(sub)
+    args = parser.parse_args(arguments)
     return args.handler(args)
 
 

@@ -50,14 +50,24 @@ def operation(**kwargs: Any) -> Callable:
     return attach
 
 
+ANY_METHOD = ("get", "post", "put", "patch", "delete", "options")
+"""The methods listed for a route that takes any (the preview proxy passes each on)."""
+
+
 def _path_params(path: str) -> list[dict]:
     params = []
-    for name in re.findall(r"\{(\w+)\}", path):  # also `{path}:presign`
+    for name in re.findall(r"\{(\w+)", path):  # also `{path}:presign` and `{port:\d+}`
         schema: dict = {"type": "string"}
+        description = "a path inside the workspace"
         if name == "id":
-            schema = {"type": "string", "pattern": SESSION_ID_PATTERN}
-        params.append({"name": name, "in": "path", "required": True, "schema": schema,
-                       "description": "session id" if name == "id" else "a path inside the workspace"})
+            schema, description = {"type": "string", "pattern": SESSION_ID_PATTERN}, "session id"
+        elif name == "port":
+            schema, description = {"type": "integer", "minimum": 1, "maximum": 65535}, "a TCP port in the sandbox"
+        elif name == "pid":
+            description = "a process id of the session (p1, p2, …)"
+        elif name == "path" and "/ports/" in path:
+            description = "the path on the server in the sandbox"
+        params.append({"name": name, "in": "path", "required": True, "schema": schema, "description": description})
     return params
 
 
@@ -83,7 +93,8 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
         spec = getattr(route.handler, "__openapi__", None)
         if spec is None or route.method == "HEAD" or route.resource is None:
             continue
-        operations.append((route.resource.canonical, route.method.lower(), spec))
+        methods = ANY_METHOD if route.method == "*" else (route.method.lower(),)
+        operations.extend((route.resource.canonical, method, spec) for method in methods)
 
     types: list[Any] = [ErrorResponse]
     for _, _, spec in operations:

@@ -41,6 +41,7 @@ from wasm_runner_server.http.paths import (
     EXEC_ROUTES,
     LINK_PREFIX,
     PREVIEW_LINK_PREFIX,
+    PTY_LINK_PREFIX,
     SESSION_ROUTE_PREFIX,
 )
 from wasm_runner_server.http.policy import (
@@ -94,7 +95,7 @@ class SecurityPolicy(AccessPolicy):
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX))
+        if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX))
                 or path in self.config.auth.public_paths
                 or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")):
             return await handler(request)  # links carry their credential; the console page holds no data

@@ -458,6 +458,9 @@ class SessionManager:
             core = live.core
             if core is None or live.busy or not (core.kernels or core.live_process_count):
                 continue
+            if core.has_processes and any(p.watchers for p in core.processes.live()):
+                self.touch(live)  # a terminal or an output stream is open on it: the session is in use
+                continue
             if now - live.row.last_used_at >= live.row.idle_timeout_s:
                 async with live.lock:
                     await asyncio.to_thread(core.hibernate)

@@ -20,14 +20,21 @@ import aiohttp
 import msgspec
 
 from wasm_runner import Session
-from wasm_runner.processes import BackgroundProcess, ProcessError, ProcessLimitError, ProcessLimits, ProcessNotFound
+from wasm_runner.processes import (
+    BackgroundProcess,
+    ProcessError,
+    ProcessesClosed,
+    ProcessLimitError,
+    ProcessLimits,
+    ProcessNotFound,
+)
 from wasm_runner.processes.netns import listening_ports, socket_in
 from wasm_runner.processes.ring import OutputRing
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import ProcessStart
 from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import ProcessSettings
-from wasm_runner_server.errors import ApiError
+from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.metrics import Counter, Metrics
 
 if TYPE_CHECKING:
@@ -60,6 +67,9 @@ class ServiceProcesses:
         self.sessions = sessions
         self.observers = list(observers)
         self._clients: dict[tuple[str, str], aiohttp.ClientSession] = {}
+        self._listeners: dict[tuple[str, int], BackgroundProcess] = {}
+        """The process last found listening on a session's port, kept while it runs: reading the
+        kernel's socket tables under /proc costs milliseconds, too much for every proxied request."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = Counter("wasm_runner_processes_started_total", "Background processes and terminals started.")
@@ -106,6 +116,8 @@ class ServiceProcesses:
                            'e.g. {"command": ["python3", "-m", "http.server", "8000"]}')
         if body.command is not None and body.code:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give either command or code, not both")
+        if live.deleted:
+            raise session_not_found(live.row.id, "it was deleted")
         execution = self.sessions.execution
         profile = self.sessions.profile_of(live)
         limits = LimitsPatch(memory_bytes=body.memory_bytes) if body.memory_bytes is not None else None
@@ -122,6 +134,11 @@ class ServiceProcesses:
                                            stdin=body.stdin, pty=pty, ring_bytes=body.output_bytes, owner=owner)
         except ProcessLimitError as exc:
             raise ApiError(409, ErrorCode.PROCESS_LIMIT, str(exc), "stop a process of this session first") from None
+        except ProcessesClosed as exc:
+            if live.deleted:
+                raise session_not_found(live.row.id, "it was deleted while the process started") from None
+            raise ApiError(409, ErrorCode.SESSION_BUSY, f"the process could not start: {exc}",
+                           "the session is hibernating or shutting down: try again in a moment") from None
         except ProcessError as exc:
             raise ApiError(422, ErrorCode.PROCESS_FAILED, f"the process could not start: {exc}",
                            "check the command, or the server's native sandbox (wasm-runner doctor)") from None
@@ -133,6 +150,9 @@ class ServiceProcesses:
         elif event == "exit":
             self.ended.inc(process.state)
             self._drop_client(session_id, process.id)
+            for key, listener in list(self._listeners.items()):
+                if listener is process:
+                    self._listeners.pop(key, None)
         for observer in self.observers:
             try:
                 observer(event, session_id, process, owner)
@@ -141,8 +161,21 @@ class ServiceProcesses:
 
     # -- ports --------------------------------------------------------------------------------
 
-    def listener(self, live: LiveSession, port: int) -> BackgroundProcess:
-        """The session's live process listening on `port` inside its sandbox; 502 when none does."""
+    async def listener(self, live: LiveSession, port: int, *, fresh: bool = False) -> BackgroundProcess:
+        """The session's live process listening on `port` inside its sandbox; 502 when none does.
+
+        The answer is remembered while that process runs; `fresh` looks again (the remembered one
+        refused a connection: it stopped listening, and another process may listen there now)."""
+        key = (live.row.id, port)
+        known = self._listeners.get(key)
+        if known is not None and known.running and not fresh:
+            return known
+        self._listeners.pop(key, None)
+        process = await asyncio.to_thread(self._find_listener, live, port)
+        self._listeners[key] = process
+        return process
+
+    def _find_listener(self, live: LiveSession, port: int) -> BackgroundProcess:
         session = live.core
         processes = session.processes.live() if session is not None and session.has_processes else []
         for process in processes:
@@ -188,8 +221,8 @@ class ServiceProcesses:
         """End every session's processes (in parallel) and close the clients: nothing outlives the service."""
         sessions = [live.core for live in self.sessions.sessions.values() if live.core is not None]
         grace = self.settings.stop_grace_s
-        await asyncio.gather(*(asyncio.to_thread(s.stop_processes, "stopped: the server shut down", grace)
-                               for s in sessions if s.live_process_count))
+        await asyncio.gather(*(asyncio.to_thread(s.stop_processes, "stopped: the server shut down", grace, True)
+                               for s in sessions))
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()

@@ -1,6 +1,6 @@
 """The console in a real headless Chromium (Debian's, driven by Playwright): sign in, a session's files
-in their views, a diff after a PATCH, a Python cell, publishing and downloading an artifact, and
-guest-written HTML, SVG and Markdown whose scripts never run in the console. Screenshots go to
+in their views, a diff after a PATCH, a Python cell, publishing and downloading an artifact, a terminal,
+and guest-written HTML, SVG and Markdown whose scripts never run in the console. Screenshots go to
 test-output/console/ (gitignored)."""
 
 from __future__ import annotations
@@ -289,3 +289,28 @@ async def test_guest_written_html_svg_and_markdown_cannot_run_script_in_the_cons
     frame = page.frame_locator("iframe.preview")
     assert await frame.locator("h1").text_content() == "Evil"  # the Markdown was rendered, its script dropped
     assert await frame.locator("script").count() == 0
+
+
+async def test_the_terminal_runs_a_shell_in_the_session_over_a_link_without_the_key(console):
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    bwrap = find_bwrap()
+    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
+    if problem is not None:
+        pytest.skip(f"no usable sandbox: {problem}")
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    page = console.page
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    await console.go(f"#/session/{sid}")
+    await page.click("button.terminal-open")
+    await page.wait_for_selector(".terminal-screen[data-process]")
+    await page.keyboard.type("echo $((6*7))\n")
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('.terminal-screen .xterm-rows > div')].some(r => r.textContent.trim() === '42')")
+    await console.shot("terminal")
+    assert len(sockets) == 1 and "/v1/pty-links/" in sockets[0] and console.key not in sockets[0]
+    processes = await console.api("GET", f"/v1/sessions/{sid}/processes")
+    assert [p["state"] for p in processes["processes"]] == ["running"]
+    await page.click("button.terminal-close")
+    await page.wait_for_selector('.terminal[data-state="closed"]', state="attached")

@@ -13,9 +13,10 @@ from wasm_runner_server.app import create_app
 
 _APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
 ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})
-# presigned links name their session inside the signature (download and preview links are tested
-# with their own forgeries: tests/server/security/test_keys_and_links.py, test_processes_and_ports.py)
-SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1] and not r[1].startswith(("/v1/links/", "/v1/preview-links/"))]
+# presigned links name their session inside the signature (download, preview and terminal links are
+# tested with their own forgeries: test_keys_and_links.py, test_processes_and_ports.py, test_terminals.py)
+SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1]
+                  and not r[1].startswith(("/v1/links/", "/v1/preview-links/", "/v1/pty-links/"))]
 
 NOT_SESSION_SCOPED = {
     # public

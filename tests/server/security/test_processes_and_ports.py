@@ -7,64 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from pathlib import Path
 
 import aiohttp
 import pytest
-from host_processes import host_processes_running, host_processes_with
+from host_processes import host_processes_running
+from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, devserver, listening, new_session, start, until_gone
 from server_helpers import assert_error_shape, eventually
 
-from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_server.security.audit import AuditFilter
 from wasm_runner_server.security.state import SECURITY
 
-_path = find_bwrap()
-SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
-pytestmark = [
-    pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="preview ports enter the sandbox's network namespace (root service)"),
-]
-
-DEVSERVER = (Path(__file__).parents[2] / "helpers" / "sandbox_devserver.py").read_text()
-SECTIONS = {"workers": {"kernel_workers": 0}, "processes": {"max_live": 3, "stop_grace_s": 0.5, "pty_grace_s": 0.2}}
-
-
-async def until_gone(marker: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while host_processes_with(marker) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    assert host_processes_with(marker) == []
-
-
-async def new_session(secure, key: str = "a_member") -> str:
-    status, data, _ = await secure.call("POST", "/v1/sessions", key, json={})
-    assert status == 201, data
-    return data["id"]
-
-
-async def start(secure, sid: str, key: str = "a_member", **body) -> dict:
-    status, data, _ = await secure.call("POST", f"/v1/sessions/{sid}/processes", key, json=body)
-    assert status == 201, data
-    return data
-
-
-async def listening(secure, sid: str, pid: str, port: int, key: str = "a_member") -> None:
-    async def check() -> bool:
-        _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/{pid}", key)
-        assert info["state"] in ("starting", "running"), info
-        return port in info.get("ports", [])
-
-    await eventually(check, timeout=10, interval=0.02)
-
-
-async def devserver(secure, sid: str, port: int) -> str:
-    status, _, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/devserver.py", "a_member", data=DEVSERVER)
-    assert status in (200, 201)
-    info = await start(secure, sid, command=["python3", "devserver.py", str(port)], name="dev")
-    await listening(secure, sid, info["id"], port)
-    return info["id"]
+pytestmark = NATIVE_ROOT_SERVICE
 
 
 async def test_http_server_through_the_port_route_with_the_key_and_a_preview_link(secure) -> None:
@@ -96,6 +50,12 @@ async def test_http_server_through_the_port_route_with_the_key_and_a_preview_lin
     assert status == 403
     # its log, read by offset across a "reconnect": no byte lost or repeated
     path = f"/v1/sessions/{sid}/processes/{info['id']}/output?stream=stderr"
+
+    async def both_logged() -> bool:  # the server logs a request after answering it
+        _, whole, _ = await secure.call("GET", path, "a_member")
+        return whole["data"].count('"GET /index.html HTTP/1.1" 200') == 2
+
+    await eventually(both_logged, timeout=5)
     _, first, _ = await secure.call("GET", path + "&offset=0&limit=20", "a_member")
     _, rest, _ = await secure.call("GET", path + f"&offset={first['next_offset']}", "a_member")
     log = first["data"] + rest["data"]

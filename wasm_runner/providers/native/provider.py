@@ -1293,6 +1293,11 @@ class _Background(_Run):
         """Undo the set-up once the process ended (or failed to start); a problem to report, if any.
         Its network decisions stay with its egress socket until taken (`SandboxProcess.egress`)."""
         watcher.unwatch(self._quota_key)
+        with self._stop_lock:  # the wake pipe every run makes; a background process's has no reader
+            if self._wake_r >= 0:
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
         if self.egress_run is not None:
             self.egress_run.close()
         if self.cgroup is not None:

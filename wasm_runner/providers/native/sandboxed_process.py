@@ -75,9 +75,15 @@ class SandboxProcess:
         self.stop_reason: str | None = None
         """Set by whoever ends it (session ended, disk quota, …), reported as the process's error."""
         self.memory_exceeded = False
+        self._owned_fds = {fd for fd in (*outputs, status_r, stdin_fd, pty_master) if fd is not None}
+        """Every descriptor this object closes once, when the sandbox ended (an output's too after its EOF)."""
         self._started = threading.Event()
         self._exited = threading.Event()
         self._stdin_lock = threading.Lock()
+        """Held around each use of the input descriptor, so it is never used once closed (or reused)."""
+        self._input_closed = False
+        self._message_lock = threading.Lock()
+        """Keeps one `write_stdin` call's bytes together against another's."""
         self._sink: Sink = lambda stream, data: None
         self._on_exit: Callable[[SandboxProcess], None] = lambda process: None
         self._thread: threading.Thread | None = None
@@ -183,16 +189,14 @@ class SandboxProcess:
         self.proc.returncode = self.exit_code if self.exit_code is not None else -1
         if self.cgroup is not None and self.cgroup.oom_killed():
             self.memory_exceeded = True
-        for fd in [*self._outputs, self._status_r, self.pty_master]:
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        with self._stdin_lock:  # no writer holds the input descriptor now, and none will
+            self._input_closed = True
+            self.stdin_fd = None
+            owned, self._owned_fds = self._owned_fds, set()
+        for fd in owned:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._outputs.clear()
-        with self._stdin_lock:
-            if self.stdin_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self.stdin_fd)
-                self.stdin_fd = None
         try:
             problem = self._cleanup(self)
             if problem and self.stop_reason is None:
@@ -279,41 +283,60 @@ class SandboxProcess:
         if not self.wait(5.0):
             log.warning("a background sandbox (pid %s) did not end after SIGKILL", self.proc.pid)
 
-    def write_stdin(self, data: bytes, eof: bool = False) -> int:
-        """Write to the program's stdin (or its terminal); raises BrokenPipeError once it is closed."""
+    def write_some(self, data: bytes | memoryview) -> int:
+        """Write what the program's stdin (or terminal) takes now, without waiting: the bytes written,
+        0 when its buffer is full; raises BrokenPipeError once it is closed."""
         with self._stdin_lock:
-            fd = self.pty_master if self.pty_master is not None else self.stdin_fd
-            if fd is None or not self.running:
-                raise BrokenPipeError("the process's stdin is closed")
+            fd = self._input_fd()
+            try:
+                return os.write(fd, data)
+            except BlockingIOError:
+                return 0
+            except OSError as exc:
+                raise BrokenPipeError(f"the process's stdin is closed ({exc.strerror})") from None
+
+    def write_stdin(self, data: bytes, eof: bool = False) -> int:
+        """Write all of `data` to the program's stdin (or its terminal), waiting up to a few seconds
+        for it to read; raises BrokenPipeError once it is closed or when the program does not read."""
+        with self._message_lock:
             view = memoryview(data)
             written = 0
             deadline = time.monotonic() + 5.0
             while view:
-                try:
-                    n = os.write(fd, view)
-                except BlockingIOError:
+                n = self.write_some(view)
+                if n == 0:
                     if time.monotonic() > deadline:
-                        raise BrokenPipeError("the process does not read its stdin") from None
+                        raise BrokenPipeError("the process does not read its stdin")
                     time.sleep(0.005)
                     continue
-                except OSError as exc:
-                    raise BrokenPipeError(f"the process's stdin is closed ({exc.strerror})") from None
                 view = view[n:]
                 written += n
             if eof:
-                if self.pty_master is not None:
-                    os.write(fd, b"\x04")
-                elif self.stdin_fd is not None:
-                    os.close(self.stdin_fd)
-                    self.stdin_fd = None
+                with self._stdin_lock:
+                    fd = self._input_fd()
+                    if self.pty_master is not None:
+                        os.write(fd, b"\x04")
+                    else:
+                        self._owned_fds.discard(fd)
+                        self.stdin_fd = None
+                        os.close(fd)
             return written
+
+    def _input_fd(self) -> int:
+        """The descriptor input goes to (the caller holds `_stdin_lock`)."""
+        fd = self.pty_master if self.pty_master is not None else self.stdin_fd
+        if fd is None or self._input_closed:
+            raise BrokenPipeError("the process's stdin is closed")
+        return fd
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the terminal's size (the program gets SIGWINCH); only for a terminal."""
         if self.pty_master is None:
             raise ValueError("this process has no terminal")
-        with contextlib.suppress(OSError):
-            fcntl.ioctl(self.pty_master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        with self._stdin_lock:
+            if not self._input_closed:
+                with contextlib.suppress(OSError):
+                    fcntl.ioctl(self.pty_master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     # -- the network namespace ---------------------------------------------------------------
 

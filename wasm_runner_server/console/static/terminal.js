@@ -1,9 +1,74 @@
-// The session's terminal (xterm.js over the processes API's PTY WebSocket) joins here once that API is
-// served; until then this view says so. `renderTerminal(container, sessionId)` is the one entry point.
+// The session's terminal: xterm.js over the PTY WebSocket (GET /v1/sessions/{id}/pty, framing in the
+// README: binary frames carry terminal bytes, text frames JSON control messages). A browser cannot send
+// the key on a WebSocket, so the console first asks, with the key, for a terminal link that lives a
+// minute (POST /v1/sessions/{id}/pty:presign) and opens the socket on it: the key never enters a URL.
 
-import { el } from "./api.js";
+import { Terminal } from "/console/vendor/xterm.mjs";
+import { api, el, sessionPath } from "./api.js";
 
-export function renderTerminal(container) {
-  container.replaceChildren(el("p", { class: "hint terminal-pending" },
-    "The terminal needs the processes API's PTY WebSocket, which this server does not serve yet."));
+const COLS = 100;
+const ROWS = 24;
+
+export function renderTerminal(container, sessionId) {
+  const open = el("button", { type: "button", class: "terminal-open" }, "Open a terminal");
+  const close = el("button", { type: "button", class: "terminal-close", hidden: true }, "Close");
+  const status = el("span", { class: "hint terminal-status" });
+  const screen = el("div", { class: "terminal-screen" });
+  container.replaceChildren(el("div", { class: "toolbar" }, open, close, status), screen);
+  let socket = null;
+
+  open.addEventListener("click", async () => {
+    open.disabled = true;
+    status.textContent = "opening…";
+    try {
+      const link = await api(sessionPath(sessionId, "pty:presign"), { method: "POST", json: {} });
+      socket = connect(link.url, screen, status, () => {
+        open.disabled = false;
+        close.hidden = true;
+        container.dataset.state = "closed";
+      });
+      close.hidden = false;
+      container.dataset.state = "open";
+    } catch (error) {
+      status.textContent = String(error.message || error);
+      open.disabled = false;
+    }
+  });
+  close.addEventListener("click", () => { if (socket) socket.close(); });
+}
+
+function connect(path, screen, status, onClosed) {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  const socket = new WebSocket(`${scheme}://${location.host}${path}?cols=${COLS}&rows=${ROWS}`);
+  socket.binaryType = "arraybuffer";
+  const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000 });
+  const encoder = new TextEncoder();
+  screen.replaceChildren();
+  terminal.open(screen);
+  terminal.onData((data) => { if (socket.readyState === WebSocket.OPEN) socket.send(encoder.encode(data)); });
+  terminal.onResize(({ cols, rows }) => {
+    if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "resize", cols, rows }));
+  });
+  socket.addEventListener("message", (event) => {
+    if (typeof event.data !== "string") {
+      terminal.write(new Uint8Array(event.data));
+      return;
+    }
+    const message = JSON.parse(event.data);
+    if (message.type === "process") {
+      status.textContent = `process ${message.id}`;
+      screen.dataset.process = message.id;
+      terminal.focus();
+    } else if (message.type === "exit") {
+      status.textContent = `exited (${message.state}, exit code ${message.exit_code})`;
+    } else if (message.type === "error") {
+      status.textContent = message.message;
+    }
+  });
+  socket.addEventListener("close", () => {
+    if (!status.textContent.startsWith("exited")) status.textContent = "closed";
+    terminal.options.disableStdin = true;
+    onClosed();
+  });
+  return socket;
 }

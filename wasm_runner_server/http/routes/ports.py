@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 import aiohttp
 from aiohttp import web
@@ -22,11 +23,13 @@ from multidict import CIMultiDict
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.processes import not_listening
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
+log = logging.getLogger("wasm_runner.server")
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
@@ -44,6 +47,13 @@ def check_port(text: str) -> int:
 
 
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}/{path:.*}")
+@operation(summary="The server listening on this port in the session's sandbox (a preview): the request is "
+                   "passed on and the answer streamed back; WebSocket upgrades are relayed", tag="processes",
+           response="*/*", errors=(404, 422, 502),
+           description="Any method; the body and the answer stream both ways as they come. 502 "
+                       "`port_not_listening` when no process of the session listens on the port (start the server "
+                       "first), `port_unreachable` when it does not answer. The caller's Authorization header never "
+                       "reaches the sandbox; a redirect to an absolute path stays under this route.")
 async def port_with_key(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
@@ -61,9 +71,8 @@ async def port_root(request: web.Request) -> web.StreamResponse:
 async def proxy(request: web.Request, live: LiveSession, port: int, path: str, prefix: str) -> web.StreamResponse:
     """Send `request` to `port` inside the session's sandbox and stream the answer back."""
     service = request.app[SERVICE]
-    process = service.processes.listener(live, port)
+    process = await service.processes.listener(live, port)
     service.sessions.touch(live)
-    client = service.processes.client(live, process)
     target = f"http://127.0.0.1:{port}/{path}"
     if request.query_string:
         target += "?" + request.query_string
@@ -73,14 +82,20 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
     if request.headers.get("Upgrade", "").lower() == "websocket":
-        return await _websocket(request, client, target, headers, live, port)
+        return await _websocket(request, service.processes.client(live, process), target, headers, live, port)
     body = request.content if request.body_exists else None
-    try:
+    for retry in (True, False):
+        client = service.processes.client(live, process)
         upstream_cm = client.request(request.method, target, headers=headers, data=body, allow_redirects=False,
                                      compress=None)
-        upstream = await upstream_cm.__aenter__()
-    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError) as exc:
-        raise unreachable(live, port, exc) from None
+        try:
+            upstream = await upstream_cm.__aenter__()
+            break
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError) as exc:
+            if retry and _refused(exc):  # nothing was sent: look for the port's listener again
+                process = await service.processes.listener(live, port, fresh=True)
+                continue
+            raise unreachable(live, port, exc) from None
     try:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
@@ -95,15 +110,27 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
         else:
             response.headers.popall("Content-Length", None)
             response.enable_chunked_encoding()
-        await response.prepare(request)
-        async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        except aiohttp.ClientPayloadError as exc:
+            # The headers are out: an error answer is no longer possible. The body ends short,
+            # and the caller's connection is closed so that it cannot take it for a whole one.
+            log.info("a preview's upstream ended mid-body", extra={"event": "preview_body_cut",
+                                                                   "session": live.row.id, "port": port,
+                                                                   "error": str(exc)})
+            if request.transport is not None:
+                request.transport.close()
+            return response
         await response.write_eof()
         return response
-    except aiohttp.ClientPayloadError as exc:
-        raise unreachable(live, port, exc) from None
     finally:
         await upstream_cm.__aexit__(None, None, None)
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
 
 
 async def _websocket(request: web.Request, client: aiohttp.ClientSession, target: str, headers: CIMultiDict,
@@ -150,7 +177,7 @@ async def _websocket(request: web.Request, client: aiohttp.ClientSession, target
 
 
 def unreachable(live: LiveSession, port: int, exc: BaseException) -> ApiError:
-    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError):
+    if _refused(exc):
         return not_listening(live.row.id, port, True)
     return ApiError(502, ErrorCode.PORT_UNREACHABLE, f"the server on port {port} of session {live.row.id!r} "
                     f"did not answer ({type(exc).__name__}: {exc})",

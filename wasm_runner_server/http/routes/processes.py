@@ -38,6 +38,12 @@ KEEPALIVE_S = 15.0
 """A comment line on an idle SSE stream this often (proxies keep it open, dead clients are noticed)."""
 
 
+async def info_of(process: BackgroundProcess) -> ProcessInfo:
+    """The process's description, made on a thread: its listening ports are read from the kernel's
+    socket tables under /proc, which takes milliseconds."""
+    return await asyncio.to_thread(process.info)
+
+
 def _lookup(request: web.Request) -> tuple[Service, LiveSession, BackgroundProcess]:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
@@ -54,7 +60,7 @@ async def start_process(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ProcessStart)
     process = await service.processes.start(live, body, principal_of(request))
-    return json_response(process.info(), status=201,
+    return json_response(await info_of(process), status=201,
                          headers={"Location": f"/v1/sessions/{live.row.id}/processes/{process.id}"})
 
 
@@ -76,7 +82,7 @@ async def list_processes(request: web.Request) -> web.Response:
            tag="processes", response=ProcessInfo, errors=(404,))
 async def get_process(request: web.Request) -> web.Response:
     _, _, process = _lookup(request)
-    return json_response(process.info())
+    return json_response(await info_of(process))
 
 
 @routes.delete("/v1/sessions/{id}/processes/{pid}")
@@ -85,7 +91,7 @@ async def get_process(request: web.Request) -> web.Response:
 async def stop_process(request: web.Request) -> web.Response:
     service, _, process = _lookup(request)
     await asyncio.to_thread(process.kill, service.config.processes.stop_grace_s)
-    return json_response(process.info())
+    return json_response(await info_of(process))
 
 
 @routes.post("/v1/sessions/{id}/processes/{pid}/stdin")
@@ -113,7 +119,7 @@ async def signal_process(request: web.Request) -> web.Response:
     body = await read_json(request, ProcessSignal)
     if not await asyncio.to_thread(process.signal, body.signal, body.tree):
         raise not_running(process, f"process {process.id} is not running")
-    return json_response(process.info())
+    return json_response(await info_of(process))
 
 
 @routes.get("/v1/sessions/{id}/processes/{pid}/output")
@@ -168,6 +174,7 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     ring = process.ring(query.stream)
+    process.watchers += 1  # a client following the output keeps the session from hibernating
     try:
         with ring_wakeups(ring) as event:
             while True:
@@ -191,6 +198,8 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                     await response.write(b": keep-alive\n\n")
     except ConnectionResetError:
         pass  # the client went away: it resumes from the last id it saw
+    finally:
+        process.watchers -= 1
     return response
 
 

@@ -8,15 +8,16 @@ from aiohttp import web
 
 from wasm_runner.workspace import files as wf
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.processes import PreviewLink, PreviewLinkBody
+from wasm_runner_protocol.processes import PreviewLink, PreviewLinkBody, TerminalLink
 from wasm_runner_protocol.wire import PresignBody, PresignResult
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.paths import PREVIEW_LINK_PREFIX
-from wasm_runner_server.http.policy import CURRENT, Principal, principal_of
+from wasm_runner_server.http.paths import PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
+from wasm_runner_server.http.policy import CURRENT, PRINCIPAL, Principal, principal_of
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import ports as routes_ports
+from wasm_runner_server.http.routes import pty as routes_pty
 from wasm_runner_server.security.presign import altered
 from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.sessions.manager import LiveSession
@@ -152,5 +153,59 @@ async def follow_preview(request: web.Request) -> web.StreamResponse:
         live = service.sessions.get(session_id)
         prefix = f"{PREVIEW_LINK_PREFIX}{request.match_info['token']}/{session_id}/{port}"
         return await routes_ports.proxy(request, live, port, request.match_info["path"], prefix)
+    finally:
+        CURRENT.reset(token)
+
+
+# -- terminal links: a browser's WebSocket to one session's terminal, opened within a short time ---
+
+TERMINAL_METHOD = "TERMINAL"
+"""What a terminal link's signature names instead of an HTTP method."""
+TERMINAL_SUBJECT = "pty"
+TERMINAL_LINK_DEFAULT_S = 60.0
+"""A terminal link is for opening the socket now: it lives a minute unless asked otherwise."""
+
+
+@routes.post("/v1/sessions/{id}/pty:presign")
+@operation(summary="A short-lived link that opens this session's terminal WebSocket without a key (a browser "
+                   "cannot send one on a WebSocket)", tag="processes", body=PreviewLinkBody, body_required=False,
+           response=TerminalLink, errors=(404, 422))
+async def presign_terminal(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    security = request.app[SECURITY]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, PreviewLinkBody, empty_ok=True)
+    settings = security.settings
+    expires_in = body.expires_in if body.expires_in is not None else TERMINAL_LINK_DEFAULT_S
+    if expires_in > settings.presign_get_max_s:
+        raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM, f"expires_in = {expires_in:g} exceeds the maximum "
+                       f"{settings.presign_get_max_s:g} for terminal links",
+                       f"ask for at most {settings.presign_get_max_s:g} seconds")
+    principal = principal_of(request)
+    token, expires = security.signer.token(TERMINAL_METHOD, principal.workspace, live.row.id, TERMINAL_SUBJECT,
+                                           expires_in, incarnation=incarnation(live), key_id=principal.key_id)
+    return json_response(TerminalLink(url=f"{PTY_LINK_PREFIX}{token}/{live.row.id}", expires_at=expires,
+                                      expires_in=round(expires - time.time(), 3)))
+
+
+# Not in /openapi.json: a link is an opaque URL handed out by :presign.
+@routes.get(PTY_LINK_PREFIX + "{token}/{id}")
+async def follow_terminal(request: web.Request) -> web.StreamResponse:
+    security = request.app[SECURITY]
+    session_id = request.match_info["id"]
+    owner = security.tenants.owner(session_id)
+    workspace = owner.workspace if owner is not None else security.authenticator.unowned_workspace
+    service = request.app[SERVICE]
+    live = service.sessions.sessions.get(session_id)
+    key_id = security.signer.verify(request.match_info["token"], TERMINAL_METHOD, workspace or "", session_id,
+                                    TERMINAL_SUBJECT, incarnation=incarnation(live) if live is not None else "")
+    if workspace is None:
+        raise session_not_found(session_id)
+    security.authenticator.admit_link(key_id)
+    principal = Principal(workspace, f"link:{key_id}", "link")
+    request[PRINCIPAL] = principal  # the terminal it starts is the link's, like a call with its key
+    token = CURRENT.set(principal)
+    try:
+        return await routes_pty.terminal(request)
     finally:
         CURRENT.reset(token)
