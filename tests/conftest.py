@@ -78,7 +78,9 @@ def ray_cluster():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    from wasm_runner.cluster.connection import connect
+
+    connect(cluster.address)  # as a driver joins, keeping wasmtime's trap handlers for this process's guests
     yield cluster
     ray.shutdown()
     cluster.shutdown()

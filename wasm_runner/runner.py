@@ -81,6 +81,7 @@ class Runner:
         packages: PackageSettings | None = None,
         kernel_workers: int = 0,
         worker_policy: WorkerPolicy | None = None,
+        process_lanes: bool = False,
         egress: EgressSettings | None = None,
     ) -> None:
         """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
@@ -98,7 +99,10 @@ class Runner:
 
         `egress` is the operator's egress settings (resolver overrides, extra CA, byte cap,
         connect timeout) for the default providers and the worker processes; providers of the
-        caller's own carry their own."""
+        caller's own carry their own.
+
+        `process_lanes` runs batch lanes in worker processes even when there is one lane (by
+        default a single lane runs on a thread of this process)."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
@@ -122,6 +126,7 @@ class Runner:
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self._rebuildable = providers is None
+        self.process_lanes = process_lanes
         """Providers of the caller's own cannot be rebuilt in a worker process."""
         self._worker_pool: WorkerPool | None = None
         self.kernel_workers: KernelWorkers | None = None
@@ -328,7 +333,7 @@ class Runner:
     def _lanes_for(self, batch: Batch) -> Lanes:
         """Worker processes where this Runner has them, else its worker threads."""
         workers = self.worker_pool
-        if batch.lane_count > 1 and workers is not None and not workers.broken:
+        if (batch.lane_count > 1 or self.process_lanes) and workers is not None and not workers.broken:
             from wasm_runner.execution.workers import ProcessLanes
 
             return ProcessLanes(batch, workers, fallback=self._thread_lanes)

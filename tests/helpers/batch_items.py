@@ -20,6 +20,9 @@ MIXED = {
     "memory": (ExecRequest(code="x = [bytearray(64 << 20) for _ in range(64)]", harness="check", tests=TESTS), "limit"),
     "flood": (ExecRequest(code="while True: print('x' * 1000)", harness="check", tests=TESTS,
                           limits=Limits(output_bytes=10_000)), "limit"),
+    # A trap through wasmtime's signal handlers: QuickJS runs out of wasm stack.
+    "overflow": (ExecRequest(code="function add(a, b) { return add(a, b) + 1 }\nadd(1, 2)", language="javascript",
+                             harness="check", tests="assert.strictEqual(add(1, 2), 3)"), "limit"),
     "io-pass": (ExecRequest(code=SUM_LINE, harness="io", cases=[IoCase(stdin="1 2", expected="3\n"),
                                                                 IoCase(stdin="40 2", expected="42\n")]), "passed"),
     "io-fail": (ExecRequest(code=SUM_LINE, harness="io", cases=[IoCase(stdin="1 2", expected="3\n"),

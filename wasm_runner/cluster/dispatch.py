@@ -202,6 +202,8 @@ class ClusterBatch:
             future.add_done_callback(functools.partial(self._chunk_done, chunk, actor))
 
     def _chunk_done(self, chunk: list[_Item], actor: NodeActor, future: asyncio.Future[bytes]) -> None:
+        if not future.cancelled():
+            future.exception()  # looked at: once the batch is over, nothing else does (a chunk ended with it)
         if actor in self.chunks:
             self.chunks[actor] -= 1
         self.answered.append((chunk, actor, future))

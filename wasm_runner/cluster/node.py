@@ -75,7 +75,10 @@ class NodeRunner:
 
     def __init__(self, lanes: int, data_dir: str | None, mounts: list[dict]) -> None:
         self.own_dir = Path(data_dir) / f"node-{uuid.uuid4().hex}" if data_dir else None
-        self.runner = Runner(self.own_dir, concurrency=lanes, mounts=tuple(Mount.from_config(m) for m in mounts))
+        # Guests run in the Runner's worker processes, never in this one: a crash of one costs its
+        # worker, and Ray's own handlers of the trap signals stay out of wasmtime's way.
+        self.runner = Runner(self.own_dir, concurrency=lanes, mounts=tuple(Mount.from_config(m) for m in mounts),
+                             process_lanes=True)
         self.runner.prepare()  # once per node: the compiled modules are cached on the node's disk
         self.lanes = lanes
         self.numbers = itertools.count()
