@@ -78,6 +78,8 @@ class Session:
         packages_mount = self.packages.mount()
         self.mounts = mounts if any(m.guest == packages_mount.guest for m in mounts) else mounts + (packages_mount,)
         self._packages_ready = False
+        self._removed = False
+        """Destroyed: its files are gone, and nothing of it is made again."""
         self.install_options: dict[str, Any] = {}
         """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
         profile's network policy, whether another index is allowed and the workspace's cache."""
@@ -262,7 +264,8 @@ class Session:
         request = self._with_egress(self.runner.request(
             code, language=language, command=list(command) if command is not None else None, env=dict(env or {}),
             limits=limits, provider="native", **fields))
-        self._ensure_packages()
+        if not self._removed:  # else the manager refuses it, and nothing is made again on disk
+            self._ensure_packages()
         self.last_used = time.monotonic()
         return self.processes.start(request, cwd=cwd, name=name, stdin=stdin, pty=pty, ring_bytes=ring_bytes)
 
@@ -311,5 +314,6 @@ class Session:
         if workers is not None:
             workers.forget(self)
         self._close_kernels()
+        self._removed = True
         self.workspace.remove()
         self.runner.forget(self.id)

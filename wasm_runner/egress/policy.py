@@ -30,8 +30,9 @@ RESTRICTED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n
 """Reachable only when an entry names them: private, loopback, link-local (169.254.169.254, the
 cloud metadata service, among them), shared, benchmarking, multicast and reserved ranges, and the
 IPv6 ranges that carry an IPv4 address to a translator or relay (NAT64, 6to4, IPv4-compatible),
-which could reach a private IPv4 address behind it. Any other address Python does not call global
-(documentation, IETF protocol ranges) is refused the same way (`restricted`)."""
+which could reach a private IPv4 address behind it. The documentation ranges are not among them:
+routed nowhere on the internet, they are where some networks put the proxies of the services they
+let through."""
 SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -168,11 +169,9 @@ def parse_port(text: str, port_text: str) -> int:
 
 
 def restricted(address: IPAddress) -> bool:
-    """Refused unless an entry names it: in RESTRICTED_NETWORKS, or not a global address."""
+    """Refused unless an entry names it: in RESTRICTED_NETWORKS."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    if not address.is_global:
-        return True
     return any(address in network for network in RESTRICTED_NETWORKS if network.version == address.version)
 
 
@@ -237,10 +236,8 @@ class EgressRules:
 
 
 def names_restricted(entry: Destination) -> bool:
-    """The entry names an address or network overlapping a restricted range (or not wholly global)."""
+    """The entry names an address or network overlapping a restricted range."""
     if entry.network is None:
         return False
-    if not (entry.network.network_address.is_global and entry.network.broadcast_address.is_global):
-        return True
     return any(entry.network.version == network.version and entry.network.overlaps(network)
                for network in RESTRICTED_NETWORKS)

@@ -125,6 +125,8 @@ class KernelWorker:
     """Why it takes no more sessions (its cause in RESTART_CAUSES)."""
     killed_for: int | None = None
     """The call whose deadline made the supervisor kill it."""
+    retired_because: str | None = None
+    """What its sessions' next calls are told, once it is retired."""
 
     @property
     def pid(self) -> int:
@@ -232,16 +234,20 @@ class KernelWorkers:
         elif host is self.spare:
             self.spare = self._start() if not self.closed else None
         self.leaving.append(host)
+        host.retired_because = f"{reason}; its files are untouched"
         for session in host.sessions:
             if self.placement.get(session) is host:
                 del self.placement[session]
-                languages = set(host.kernels.get(session, ()))
-                earlier = self.moved.get(session)
-                if earlier is not None:
-                    languages |= earlier.languages
-                if languages:
-                    self.moved[session] = Moved(f"{reason}; its files are untouched", languages)
+                self._moved(session, set(host.kernels.get(session, ())), host.retired_because)
         log.warning("kernel worker %d retired: %s", host.pid, reason)
+
+    def _moved(self, session: str, languages: set[str], reason: str) -> None:
+        """(lock held) The session's kernels of these languages went with a retired worker."""
+        earlier = self.moved.get(session)
+        if earlier is not None:
+            languages |= earlier.languages
+        if languages:
+            self.moved[session] = Moved(reason, languages)
 
     def _exited(self, host: KernelWorker) -> None:
         """A worker process ended (reader thread): answer its calls, replace it."""
@@ -285,8 +291,11 @@ class KernelWorkers:
             return
         with self.lock:
             call = host.pending.pop(answer.seq, None)
-            if call is not None and answer.kernels is not None and self.placement.get(call.session) is host:
-                host.kernels[call.session] = answer.kernels
+            if call is not None and answer.kernels is not None:
+                if self.placement.get(call.session) is host:
+                    host.kernels[call.session] = answer.kernels
+                elif host.retired_because is not None:  # the kernels this call made left with the worker
+                    self._moved(call.session, set(answer.kernels), host.retired_because)
         if call is not None:
             result = answer.result
             if call.budgets and result.limit is None and (call.over_budget or _over(call.budgets)):

@@ -70,8 +70,7 @@ def test_deny_refuses_everything_and_open_refuses_only_by_address():
                                      "::1", "fc00::1", "fe80::1", "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1",
                                      # IPv4 inside IPv6: NAT64 (well-known and local), 6to4, IPv4-compatible
                                      "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "2002:a00:1::1", "::a00:1",
-                                     # not global, though in no listed range: documentation, IETF, site-local
-                                     "198.51.100.7", "2001:db8::1", "2001::1", "fec0::1"])
+                                     "fec0::1", "198.18.0.1", "224.0.0.1", "ff02::1"])
 def test_private_loopback_link_local_and_metadata_addresses_need_an_entry_naming_them(address):
     ip = ipaddress.ip_address(address)
     assert rules("open").address_refusal(ip, 80, "http") is not None
@@ -83,8 +82,14 @@ def test_private_loopback_link_local_and_metadata_addresses_need_an_entry_naming
     assert rules("allowlist", with_port).address_refusal(ip, 80, "http") is not None
 
 
-def test_an_open_profile_cannot_be_narrowed_into_naming_a_translated_or_non_global_range():
-    for entry in ("64:ff9b::/96", "2002::/16", "2001:db8::/32", "198.51.100.0/24"):
+def test_documentation_addresses_are_reachable_like_public_ones():
+    """Routed nowhere on the internet; some networks put the proxies of the services they let through there."""
+    for address in ("203.0.113.80", "198.51.100.7", "2001:db8::1"):
+        assert rules("open").address_refusal(ipaddress.ip_address(address), 443, "https") is None
+
+
+def test_an_open_profile_cannot_be_narrowed_into_naming_a_translated_or_restricted_range():
+    for entry in ("64:ff9b::/96", "2002::/16", "100.64.0.0/10", "fec0::/10"):
         with pytest.raises(PolicyError, match="not within"):
             rules("open").narrowed(EgressPolicy(mode="open", allow=(entry,)))
     assert rules("open").narrowed(EgressPolicy(mode="open", allow=("93.184.215.0/24",)))

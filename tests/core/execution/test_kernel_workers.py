@@ -188,10 +188,11 @@ def test_a_worker_past_its_private_resident_size_is_retired(tmp_path):
         workers = started(runner)
         session = runner.session()
         assert session.run_sync("kept = 1").ok
-        first = workers.placement[session.id]
+        first = workers.placement.get(session.id)  # none if its worker was retired already
         deadline = time.monotonic() + 10
-        while first.retiring is None and time.monotonic() < deadline:
+        while first is not None and first.retiring is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert first.retiring == "memory" and workers.stats.restarts["memory"] >= 1
+        assert first is None or first.retiring == "memory"
+        assert workers.stats.restarts["memory"] >= 1
         result = session.run_sync("'kept' in globals()")
         assert result.kernel_restarted and "MiB resident" in result.restart_reason, result

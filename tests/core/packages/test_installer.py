@@ -101,7 +101,7 @@ def test_a_lock_pointing_elsewhere_is_refused_unless_other_indexes_are_allowed(t
     lock = msgspec.structs.replace(source.lock(), python=(elsewhere,))
     inst.cache().drop(pin.sha256)  # to be downloaded again
     fresh_index.reset()
-    wide = EgressPolicy(mode="allowlist", allow=("mirror.test", "127.0.0.1"))  # the session's own policy allows both
+    wide = EgressPolicy(mode="allowlist", allow=("mirror.test:*", "127.0.0.1:*"))  # the session's own policy allows both
     refused = inst.install(session_dir(tmp_path, "a"), PackageRequest(lock=lock), policy=wide)
     assert not refused.ok and refused.error.kind == "index_not_allowed" and refused.error.package == "tinydep"
     assert "mirror.test" in refused.error.message and fresh_index.requests == []

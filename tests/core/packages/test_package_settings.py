@@ -13,7 +13,7 @@ def allowed(policy: EgressPolicy, scheme: str, host: str, port: int, address: st
 
     rules = EgressRules(policy)
     return rules.refusal(scheme, host, port) is None and \
-        rules.address_refusal(ipaddress.ip_address(address), port) is None
+        rules.address_refusal(ipaddress.ip_address(address), port, scheme) is None
 
 
 def test_a_sandbox_under_deny_gets_no_registry():

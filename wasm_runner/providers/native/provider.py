@@ -323,14 +323,14 @@ class NativeProvider(Provider):
     def _with_package_sources(self, request: ExecRequest) -> ExecRequest:
         """The request with the operator's package registries added to a policy that is not deny."""
         settings = self.package_settings
-        if settings is None or request.egress.mode == "deny":
+        if settings is None or request.effective_egress.mode == "deny":
             return request
-        return msgspec.structs.replace(request, egress=settings.sandbox_policy(request.egress))
+        return msgspec.structs.replace(request, egress=settings.sandbox_policy(request.effective_egress))
 
     def _tools(self, request: ExecRequest, session: Workspace | None, program: _Program) -> PackageTools:
         """The run's package tools; a session's venv is made here on its first run with python-data."""
         toolchain = program.js_toolchain.path if program.js_toolchain is not None else None
-        return package_tools(self.package_settings, network=request.egress.mode != "deny",
+        return package_tools(self.package_settings, network=request.effective_egress.mode != "deny",
                              session_files=session.files if session is not None else None,
                              python_data=program.python_data, js_toolchain=toolchain)
 
