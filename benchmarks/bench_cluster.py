@@ -7,7 +7,7 @@ repeated to `--items`) through `Runner.run_many` on this machine's lanes, and th
 backend on a local Ray of one node with the same CPUs, alternating, `--rounds` times each;
 checks/s are medians. Each path runs a warm-up batch first: worker processes and the node's
 actor are made once and kept, as they are for a Runner that runs batch after batch. Then the
-result cache: a batch with an empty cache, and the same batch again (every item a hit).
+result cache: the batch with an empty cache, and the same batch again (every item a hit).
 Prints one JSON object.
 """
 
@@ -39,8 +39,9 @@ TARGET_RATIO = 0.8
 
 def checks(count: int) -> list[ExecRequest]:
     problems = [p for p in humaneval_problems.problems() if p.kind != "loop"]
-    return [ExecRequest(code=humaneval_problems.candidate(p), harness="check", tests=p.tests, group=p.id,
-                        limits=Limits(timeout_s=5), id=f"{i}:{humaneval_problems.expected_verdict(p)}")
+    # Each item its own sample (as a model's completions are): the cache sees distinct keys.
+    return [ExecRequest(code=f"{humaneval_problems.candidate(p)}\n# sample {i}", harness="check", tests=p.tests,
+                        group=p.id, limits=Limits(timeout_s=5), id=f"{i}:{humaneval_problems.expected_verdict(p)}")
             for i, p in ((i, problems[i % len(problems)]) for i in range(count))]
 
 

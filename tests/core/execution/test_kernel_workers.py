@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,8 @@ def test_the_supervisor_kills_a_worker_whose_call_is_unanswered_past_the_deadlin
     assert session.run_sync("x = 1").ok
     host = workers.placement[session.id]
     os.kill(host.pid, signal.SIGSTOP)  # neither the guest nor the worker's own watchdog can answer now
+    while Path(f"/proc/{host.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)  # stopped (the signal is delivered when the kernel next schedules it)
     began = time.monotonic()
     result = session.run_sync("x")
     assert result.limit == "timeout" and time.monotonic() - began < 1 + 3 + 0.5, result
