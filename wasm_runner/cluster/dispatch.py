@@ -118,11 +118,13 @@ class ClusterBatch:
         self.looking += 1
         try:
             problem = await self.pool.refresh()
-            if problem is not None:
-                self.start_error = problem
+        except ClusterUnavailableError as exc:  # the cluster's head is gone: no node to add
+            problem = str(exc)
         finally:
             self.looking -= 1
             self.wakeup.set()
+        if problem is not None:
+            self.start_error = problem
         for actor in self.pool.live():
             if actor not in self.chunks and actor not in self.starting:
                 self.starting.add(actor)
