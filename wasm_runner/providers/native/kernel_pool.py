@@ -197,9 +197,12 @@ class KernelPool:
             slot = Slot(holder, parent, self.identity)
             kernel = self._make(slot.workspace, key, holder, slot.remove)
         except (KernelError, MountError, OSError, subprocess.SubprocessError) as exc:
-            log.warning("could not make a native kernel ahead: %s", exc)
             with self._lock:
-                self.broken = str(exc)
+                closing = self._closed  # the pool's namespace went away under it: nothing to report
+                if not closing:
+                    self.broken = str(exc)
+            if not closing:
+                log.warning("could not make a native kernel ahead: %s", exc)
             if slot is not None:
                 slot.remove()
         finally:
