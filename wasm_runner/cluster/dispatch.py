@@ -107,19 +107,21 @@ class ClusterBatch:
 
     async def _first_ready(self) -> None:
         """Until one actor is ready (the others join the batch as they get ready)."""
-        await self._look_for_nodes()
+        await self._look_for_nodes(first=True)
         while not self.chunks:
             if not self.starting and not self.looking:
                 raise ClusterUnavailableError(f"no actor could start on the Ray cluster: {self.start_error}")
             self.wakeup.clear()
             await self.wakeup.wait()
 
-    async def _look_for_nodes(self) -> None:
+    async def _look_for_nodes(self, first: bool = False) -> None:
         self.looking += 1
         try:
             problem = await self.pool.refresh()
-        except ClusterUnavailableError as exc:  # the cluster's head is gone: no node to add
-            problem = str(exc)
+        except ClusterUnavailableError as exc:
+            if first:  # the cluster cannot be reached: the batch's own error, said as it is
+                raise
+            problem = str(exc)  # the cluster's head went away mid-batch: no node to add
         finally:
             self.looking -= 1
             self.wakeup.set()

@@ -111,11 +111,11 @@ def main() -> None:
                     answer(seq, runner.executor.replace_stuck_worker(job))
                     os._exit(70)
 
-        threading.Thread(target=read_orders, daemon=True).start()
-        threading.Thread(target=watch, daemon=True).start()
         gc.collect()
         gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
-        write_frame(out, READY)
+        write_frame(out, READY)  # before any answer: orders the parent sent early are read from now on
+        threading.Thread(target=read_orders, daemon=True).start()
+        threading.Thread(target=watch, daemon=True).start()
         while (order := orders.get()) is not None and not parent_gone.is_set():
             with order_lock:
                 running[:] = [order.seq, False]

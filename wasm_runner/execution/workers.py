@@ -117,7 +117,10 @@ class Worker:
 
     def _read(self) -> None:
         try:
-            if read_frame(self.proc.stdout) == READY:
+            first = read_frame(self.proc.stdout)
+            if first is not None:
+                if first != READY:
+                    raise ValueError(f"its first frame is not {READY!r}")
                 self.ready_at = time.monotonic()
                 self.ready.set()
                 while (frame := read_frame(self.proc.stdout)) is not None:
@@ -126,6 +129,11 @@ class Worker:
                         self.on_answer(self, answer)
                     elif self.on_result is not None and answer.result is not None:
                         self.on_result(self, answer.seq, answer.result)
+        except Exception:
+            # Nobody else reads its answers: a worker this thread cannot follow any more is
+            # ended, so that its calls get a result (lost) instead of waiting forever.
+            log.exception("the answers of worker process %d could not be read; ending it", self.proc.pid)
+            self.kill()
         finally:
             self.proc.wait()
             shutil.rmtree(self.data_dir, ignore_errors=True)
