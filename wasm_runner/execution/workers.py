@@ -170,6 +170,7 @@ class WorkerPool:
         self.lock = threading.Lock()
         self.broken = False
         """A worker could not start: batches run their lanes as threads."""
+        self.closed = False
 
     def take(self, count: int) -> list[Worker]:
         with self.lock:
@@ -193,6 +194,7 @@ class WorkerPool:
     def close(self) -> None:
         """Kill every worker, idle or in use (a batch's, or the one-shot runs')."""
         with self.lock:
+            self.closed = True
             workers, self.idle = self.idle + list(self.lent), []
         for worker in workers:
             worker.kill()
@@ -265,6 +267,8 @@ class ProcessLanes:
             self.workers.remove(worker)
         elif worker in self.starting:  # it could not start: no worker will
             self.starting.remove(worker)
+            if self.pool.closed:  # killed by the Runner's close, not a failure to start
+                return
             log.error("a batch worker could not start (exit code %s); batches run in threads",
                       worker.proc.returncode)
             self.pool.broken = True
@@ -344,7 +348,7 @@ class OneShotWorkers:
             _settle(future, result)
 
     def _exited(self, worker: Worker) -> None:
-        if not worker.ready.is_set():
+        if not worker.ready.is_set() and not self.pool.closed:  # not one the pool's closing killed
             log.error("a worker process could not start (exit code %s); one-shot runs stay in-process",
                       worker.proc.returncode)
             self.pool.broken = True
