@@ -30,7 +30,11 @@ from wasm_runner_protocol.execution import ExecResult
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
+    # Default handling, whatever the parent ignores (a service started in the background ignores
+    # INT and QUIT): the native sandboxes started here inherit it. A terminal's Ctrl-C does not
+    # reach this process group.
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
     config = json.loads(sys.argv[1])
     mounts = tuple(Mount.from_config(m) for m in config["mounts"])
     egress = EgressSettings.from_config(config["egress"]) if config.get("egress") else None

@@ -70,8 +70,9 @@ class Worker:
         # directory); its location is the fallback.
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
+        # Its own process group: a terminal's Ctrl-C reaches the parent, which decides.
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, process_group=0)
         self.cgroup = containment.apply(self.proc.pid) if containment is not None else None
         self.ready = threading.Event()
         self.ready_at: float | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -106,6 +107,20 @@ def test_int_reaches_the_program(runner: Runner) -> None:
     assert process.signal("INT")
     assert process.wait(10) == 0
     assert "interrupted" in process.text()
+
+
+def test_a_service_that_ignores_int_quit_and_hup_does_not_pass_that_on(runner: Runner) -> None:
+    # A service started in the background (`&`, nohup) ignores them; ignored signals survive exec.
+    numbers = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+    before = [signal.signal(number, signal.SIG_IGN) for number in numbers]
+    try:
+        process = runner.session("ignoring").start_process(["grep", "SigIgn", "/proc/self/status"])
+    finally:
+        for number, handler in zip(numbers, before, strict=True):
+            signal.signal(number, handler)
+    assert process.wait(10) == 0, process.text()
+    ignored = int(process.text().split()[-1], 16)
+    assert ignored & sum(1 << (number - 1) for number in numbers) == 0, hex(ignored)
 
 
 def test_the_cap_on_live_processes_refuses_the_next_start_with_a_clear_error(runner: Runner) -> None:

@@ -94,6 +94,9 @@ class _Spawner:
         return done.result()
 
     def _loop(self) -> None:
+        # A blocked signal stays blocked across exec: whichever thread made this one (some
+        # libraries' threads block INT and TERM), the processes it starts block none.
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         while True:
             start, done = self._jobs.get()
             try:

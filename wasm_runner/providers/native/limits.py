@@ -13,11 +13,13 @@ falls back to rlimits set inside the sandbox, and the result says `enforcement: 
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import logging
 import os
 import queue
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -435,6 +437,36 @@ def rlimit_prefix(limits: RunLimits) -> list[str]:
 
 def shell_quote_path(path: str) -> str:
     return "'" + path.replace("'", "'\\''") + "'"
+
+
+RESET_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+"""Signals a service started in the background (`&`, nohup) ignores, and would pass on ignored."""
+
+
+def default_signals() -> list[str]:
+    """A prefix that gives the sandbox default handling of the signals this process ignores.
+
+    An ignored signal stays ignored across exec, so without it a program's answer to an INT
+    (a background process's `signal`, Ctrl-C in a terminal) would depend on how the service
+    was started. Empty when nothing is ignored, the usual case: no extra exec then.
+    """
+    names = [s.name.removeprefix("SIG") for s in RESET_SIGNALS if signal.getsignal(s) is signal.SIG_IGN]
+    if not names or not _env_resets_signals():
+        return []
+    return ["/usr/bin/env", f"--default-signal={','.join(names)}"]
+
+
+@functools.cache
+def _env_resets_signals() -> bool:
+    try:
+        done = subprocess.run(["/usr/bin/env", "--default-signal=INT", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        log.warning("this process ignores SIGINT, SIGQUIT or SIGHUP and /usr/bin/env cannot reset them "
+                    "(GNU coreutils 8.31 or later can): sandboxed programs inherit them ignored")
+        return False
+    return True
 
 
 def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: SandboxIdentity | None = None,

@@ -65,6 +65,7 @@ from wasm_runner.providers.native.limits import (
     CgroupSupport,
     RunCgroup,
     RunLimits,
+    default_signals,
     detect,
     launcher,
     nested,
@@ -713,7 +714,7 @@ class _Run:
                 prefix = self.holder.enter() + prefix
             # bwrap itself runs with a fixed minimal environment: the caller's variables reach
             # only the sandboxed program (through --setenv), never a host-side process.
-            return prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
+            return default_signals() + prefix + argv, {"PATH": sandbox.BASE_PATH, "LANG": "C.UTF-8"}, "/"
         # Unsandboxed (explicit opt-in): host paths, same allowlisted environment; a root
         # service still drops to its sandbox user (the program keeps the workspace as its cwd).
         prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity)
@@ -732,7 +733,7 @@ class _Run:
                 for path in (self._scratch, code_path):
                     os.chown(path, self.identity.uid, self.identity.gid)
             inner = [str(code_path) if a == f"{sandbox.GUEST_CODE_DIR}/{program.code_name}" else a for a in inner]
-        return prefix + inner, env, str(files)
+        return default_signals() + prefix + inner, env, str(files)
 
     def _spawn_and_wait(self, run_limits: RunLimits) -> tuple[int | None, Any]:
         code_fd = status_r = status_w = None
