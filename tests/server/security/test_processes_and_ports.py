@@ -179,10 +179,14 @@ async def test_a_closed_terminal_ends_after_its_grace_unless_kept(secure) -> Non
         await ws.receive(timeout=5)
     async with secure.client.ws_connect(url + "&keep=true", headers=secure.auth("a_member")) as ws:
         kept = json.loads((await ws.receive(timeout=5)).data)["id"]
-    await asyncio.sleep(0.6)
-    _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
-    states = {p["id"]: p["state"] for p in listing["processes"]}
-    assert states[kept] == "running" and list(states.values()).count("killed") == 1
+    deadline = asyncio.get_running_loop().time() + 10  # the grace, then TERM (KILL after its own grace)
+    while True:
+        _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
+        states = {p["id"]: p["state"] for p in listing["processes"]}
+        if list(states.values()).count("killed") == 1 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    assert states[kept] == "running" and list(states.values()).count("killed") == 1, states
 
 
 async def test_deleting_the_session_and_shutting_the_server_down_leave_no_process(start_secure) -> None:
