@@ -98,6 +98,13 @@ def test_term_then_kill_of_a_process_tree_leaves_nothing_on_the_host(runner: Run
     assert until(lambda: host_processes_with(marker) == [], 5)
 
 
+def test_a_process_stopped_while_its_sandbox_starts_does_not_wait_out_the_grace(runner: Runner) -> None:
+    process = runner.session("early").start_process(["sleep", "60"])
+    started = time.monotonic()
+    process.kill(grace_s=30)  # TERM would reach nobody yet: KILL at once
+    assert time.monotonic() - started < 10 and process.info().state == "killed"
+
+
 def test_int_reaches_the_program(runner: Runner) -> None:
     session = runner.session("int")
     process = session.start_process(["python3", "-u", "-c",

@@ -274,11 +274,12 @@ class SandboxProcess:
         if reason is not None and self.stop_reason is None:
             self.stop_reason = reason
         grace = self.kill_grace_s if grace_s is None else grace_s
-        if grace > 0:
-            for pid in self.sandbox_pids():
-                _signal(pid, signal.SIGTERM)
-            if self.wait(grace):
-                return
+        pids = self.sandbox_pids() if grace > 0 else set()
+        for pid in pids:
+            _signal(pid, signal.SIGTERM)
+        # No process yet (the sandbox is still being set up): nothing would use a grace period.
+        if pids and self.wait(grace):
+            return
         self.kill()
         if not self.wait(5.0):
             log.warning("a background sandbox (pid %s) did not end after SIGKILL", self.proc.pid)
