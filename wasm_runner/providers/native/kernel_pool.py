@@ -30,6 +30,7 @@ from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.native.identity import SandboxIdentity, helper
 from wasm_runner.providers.native.kernel import KernelError, NativeKernel
 from wasm_runner.workspace.layout import Workspace
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -182,8 +183,10 @@ class KernelPool:
         if found is not None and kernel is not None:
             try:
                 found[1].bind(workspace, packages)
+                if not _shows(kernel, workspace.files):
+                    raise MountError("its sandbox does not show the session's files after the bind")
             except (MountError, OSError, subprocess.SubprocessError) as exc:
-                log.warning("could not bind a session to a kernel made ahead: %s", exc)
+                log.warning("could not bind a session to a kernel made ahead (one is started for it): %s", exc)
                 kernel.close()
                 kernel = None
         self.fill(key)
@@ -233,3 +236,15 @@ class KernelPool:
             self._holder.close()
         if self._parent is not None:
             shutil.rmtree(self._parent, ignore_errors=True)
+
+
+def _shows(kernel: NativeKernel, files: Path) -> bool:
+    """Whether the kernel's sandbox has `files` at /workspace, as the host sees it through the
+    sandbox's root (the driver's word is not needed, nor trusted)."""
+    if kernel.init_pid is None:
+        return False
+    try:
+        inside, own = os.stat(f"/proc/{kernel.init_pid}/root{GUEST_WORKSPACE}"), os.stat(files)
+    except OSError:
+        return False
+    return (inside.st_dev, inside.st_ino) == (own.st_dev, own.st_ino)

@@ -10,6 +10,7 @@ import pytest
 from wasm_runner import Limits, Runner
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.kernel import KERNEL_KEY
+from wasm_runner.providers.native.kernel_pool import Slot
 from wasm_runner.providers.native.toolchain import find_python_data
 
 needs_python_data = pytest.mark.skipif(
@@ -182,6 +183,22 @@ def test_hibernation_drops_the_kernel_and_the_next_call_rebuilds_it_with_files_i
     assert session.kernels == []
     result = run(session, "import pandas as pd\n(pd.read_csv('data.csv').a.sum(), 'x' in globals())")
     assert result.kernel_restarted and result.value == "(np.int64(1), False)"
+
+
+def test_a_kernel_made_ahead_that_does_not_show_the_session_is_not_used(runner, provider, monkeypatch):
+    pool = provider.kernel_pool()
+    if pool is None:
+        pytest.skip("kernels are made ahead only by a root service with a usable sandbox")
+    new_session(runner)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not pool.ready_count():
+        time.sleep(0.2)
+    assert pool.ready_count() == 1, pool.broken
+    monkeypatch.setattr(Slot, "bind", lambda self, workspace, packages=None: None)  # a bind that reached nothing
+    session = new_session(runner)
+    (session.path / "own.txt").write_text("mine")
+    result = run(session, "import os\nsorted(os.listdir('.'))", limits=Limits())
+    assert result.value == "['.venv', 'own.txt']", result  # a kernel started for the session, not the empty slot's
 
 
 def test_a_kernel_made_ahead_serves_a_new_session_with_the_data_stack_imported(runner, provider):
