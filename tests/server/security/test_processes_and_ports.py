@@ -155,11 +155,20 @@ async def test_a_terminal_runs_bash_answers_resizes_and_exits(secure) -> None:
             nonlocal seen
             while needle not in seen:
                 message = await ws.receive(timeout=10)
-                assert message.type == aiohttp.WSMsgType.BINARY, message
+                assert message.type == aiohttp.WSMsgType.BINARY, (message, seen)
                 seen += message.data
 
+        async def prompt() -> None:  # the shell reads its next line (as a person waits to type it)
+            nonlocal seen
+            while not seen.endswith((b"$ ", b"# ")):
+                message = await ws.receive(timeout=10)
+                assert message.type == aiohttp.WSMsgType.BINARY, (message, seen)
+                seen += message.data
+
+        await prompt()
         await ws.send_bytes(b"echo $((6*7))\r")
         await read_until(b"42")
+        await prompt()
         await ws.send_str(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
         await ws.send_bytes(b"stty size\r")
         await read_until(b"43 132")
