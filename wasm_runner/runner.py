@@ -126,8 +126,8 @@ class Runner:
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self._rebuildable = providers is None
-        self.process_lanes = process_lanes
         """Providers of the caller's own cannot be rebuilt in a worker process."""
+        self.process_lanes = process_lanes
         self._worker_pool: WorkerPool | None = None
         self.kernel_workers: KernelWorkers | None = None
         if kernel_workers > 0 and self._rebuildable:

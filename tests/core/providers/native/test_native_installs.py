@@ -185,7 +185,7 @@ def test_npm_install_goes_into_the_sessions_node_modules_and_later_calls_require
 def test_bun_install_goes_into_the_session_and_bun_runs_code_that_imports_it(world):
     toolchain = find_js_toolchain()
     if toolchain is None or "bun" not in toolchain.versions:
-        pytest.skip("the JavaScript toolchain has no bun")
+        pytest.skip("the JavaScript toolchain has no bun (wasm-runner prepare installs it)")
     with runner_for(world) as runner:
         session = runner.session()
         session.workspace.ensure()
