@@ -164,14 +164,21 @@ class KernelHost:
                 return
             self.running[seq] = session
         try:
-            result = session.run_sync(order.request, listener=listener, on_job=lambda job: self._started(seq, job))
+            try:
+                result = session.run_sync(order.request, listener=listener,
+                                          on_job=lambda job: self._started(seq, job))
+            except Exception as exc:  # noqa: BLE001 - the parent must get an answer
+                log.exception("a kernel turn failed on the host")
+                result = host_error_result(order.request, exc)
+            self.send(Answer(seq, result, kernels=session.kernels))
         finally:
+            # Left only once answered: a retiring worker exits when the last call leaves, and
+            # an answer still being written would be lost with the process.
             with self.lock:
                 self.running.pop(seq, None)
                 self.jobs.pop(seq, None)
                 self.cancelled.discard(seq)
                 done = self.retiring and not self.running
-        self.send(Answer(seq, result, kernels=session.kernels))
         if done:
             self.exit_process()
 

@@ -123,8 +123,8 @@ class KernelWorker:
     seq: int = 0
     retiring: str | None = None
     """Why it takes no more sessions (its cause in RESTART_CAUSES)."""
-    killed_for: int | None = None
-    """The call whose deadline made the supervisor kill it."""
+    overdue: set[int] = field(default_factory=set)
+    """The calls past their deadline when the supervisor killed it: they get a timeout, not a loss."""
     retired_because: str | None = None
     """What its sessions' next calls are told, once it is retired."""
 
@@ -263,7 +263,7 @@ class KernelWorkers:
                 self.leaving.remove(host)
             pending, host.pending = host.pending, {}
         for seq, call in pending.items():
-            if seq == host.killed_for:
+            if seq in host.overdue:
                 printed = (b"".join(call.printed["stdout"]).decode(errors="replace"),
                            b"".join(call.printed["stderr"]).decode(errors="replace"))
                 _settle(call.future, stuck_result(call.request, *printed))
@@ -347,22 +347,19 @@ class KernelWorkers:
             with self.lock:
                 for host in [*self.active, *self.leaving]:
                     ready_at = host.worker.ready_at
-                    if ready_at is None or host.killed_for is not None:
+                    if ready_at is None or host.overdue:
                         continue
-                    for seq, call in host.pending.items():
-                        started = max(call.sent_at, ready_at)
-                        if now - started > call.request.limits.timeout_s + WATCHDOG_GRACE_S + KILL_MARGIN_S:
-                            host.killed_for = seq
-                            self.stats.deadline_kills["supervisor"] += 1
-                            self._retire(host, "deadline", "another guest on its worker process was stopped "
-                                                           "at its deadline, stuck in a host call")
-                            kill.append(host)
-                            break
-                    else:
-                        if host.retiring is not None and not host.pending:
-                            kill.append(host)  # retired, and nothing in flight: its sessions moved already
-                        elif host.retiring is None and host.runs >= self.policy.max_runs:
-                            self._retire(host, "runs", f"its worker process was replaced after {host.runs} runs")
+                    late = {seq: _late_by(call, ready_at, now) for seq, call in host.pending.items()}
+                    if any(by > WATCHDOG_GRACE_S + KILL_MARGIN_S for by in late.values()):
+                        host.overdue = {seq for seq, by in late.items() if by > 0}
+                        self.stats.deadline_kills["supervisor"] += 1
+                        self._retire(host, "deadline", "another guest on its worker process was stopped "
+                                                       "at its deadline, stuck in a host call")
+                        kill.append(host)
+                    elif host.retiring is not None and not host.pending:
+                        kill.append(host)  # retired, and nothing in flight: its sessions moved already
+                    elif host.retiring is None and host.runs >= self.policy.max_runs:
+                        self._retire(host, "runs", f"its worker process was replaced after {host.runs} runs")
                 check_sizes = now >= next_size_check and self.policy.max_rss_bytes is not None
                 serving = list(self.active) if check_sizes else []
             for host in kill:
@@ -494,6 +491,11 @@ def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: M
 
     future.add_done_callback(relay)
     return noticed
+
+
+def _late_by(call: Pending, ready_at: float, now: float) -> float:
+    """How far past its deadline the call is (negative: not yet), from when its worker could start it."""
+    return now - max(call.sent_at, ready_at) - call.request.limits.timeout_s
 
 
 def _over(budgets: list[DiskBudget]) -> bool:

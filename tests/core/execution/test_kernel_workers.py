@@ -108,6 +108,24 @@ def test_the_supervisor_kills_a_worker_whose_call_is_unanswered_past_the_deadlin
     assert session.run_sync("1").ok
 
 
+def test_every_call_past_its_deadline_on_a_killed_worker_gets_timeout_not_a_loss(runner):
+    workers = started(runner)
+    host, (first, second), _ = place_two_together(runner)
+    os.kill(host.pid, signal.SIGSTOP)
+    while Path(f"/proc/{host.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)
+
+    async def both():
+        late = asyncio.create_task(asyncio.sleep(0.5, None))
+        early_call = asyncio.create_task(first.run("1"))
+        await late
+        return await asyncio.gather(early_call, second.run("2"))  # 0.5 s later: past its deadline at the kill
+
+    results = asyncio.run(both())
+    assert [r.limit for r in results] == ["timeout", "timeout"], results
+    assert host.worker.exited.wait(5) and workers.stats.deadline_kills["supervisor"] == 1
+
+
 def test_a_worker_is_retired_after_its_runs_and_the_spare_takes_its_place(tmp_path):
     with Runner(tmp_path, kernel_workers=1, worker_policy=WorkerPolicy(max_runs=3)) as runner:
         workers = started(runner)

@@ -36,6 +36,8 @@ routes = web.RouteTableDef()
 
 KEEPALIVE_S = 15.0
 """A comment line on an idle SSE stream this often (proxies keep it open, dead clients are noticed)."""
+KILL_WAIT_S = 5.0
+"""How long a KILL waits for the process to be reaped before answering."""
 
 
 async def info_of(process: BackgroundProcess) -> ProcessInfo:
@@ -112,13 +114,16 @@ async def write_stdin(request: web.Request) -> web.Response:
 
 
 @routes.post("/v1/sessions/{id}/processes/{pid}/signal")
-@operation(summary="Send a signal (TERM, INT, KILL, HUP, QUIT, USR1, USR2) to the process, or its whole tree",
-           tag="processes", body=ProcessSignal, response=ProcessInfo, errors=(404, 409, 422))
+@operation(summary="Send a signal (TERM, INT, KILL, HUP, QUIT, USR1, USR2) to the process, or its whole tree; "
+                   "KILL answers once the process has ended", tag="processes", body=ProcessSignal,
+           response=ProcessInfo, errors=(404, 409, 422))
 async def signal_process(request: web.Request) -> web.Response:
     _, _, process = _lookup(request)
     body = await read_json(request, ProcessSignal)
     if not await asyncio.to_thread(process.signal, body.signal, body.tree):
         raise not_running(process, f"process {process.id} is not running")
+    if body.signal == "KILL":  # it cannot be caught: its end is a moment away, and the answer shows it
+        await asyncio.to_thread(process.wait, KILL_WAIT_S)
     return json_response(await info_of(process))
 
 
