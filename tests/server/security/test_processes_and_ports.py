@@ -192,7 +192,8 @@ async def test_a_closed_terminal_ends_after_its_grace_unless_kept(secure) -> Non
     while True:
         _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
         states = {p["id"]: p["state"] for p in listing["processes"]}
-        if list(states.values()).count("killed") == 1 or asyncio.get_running_loop().time() > deadline:
+        settled = list(states.values()).count("killed") == 1 and states[kept] != "starting"
+        if settled or asyncio.get_running_loop().time() > deadline:  # a kept sandbox may still be setting up
             break
         await asyncio.sleep(0.1)
     assert states[kept] == "running" and list(states.values()).count("killed") == 1, states
