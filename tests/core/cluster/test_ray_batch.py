@@ -76,7 +76,8 @@ async def test_cancelling_the_batch_stops_the_cluster_guests_within_seconds(ray_
     marker = str(tmp_path)  # in the command line of those (their data directories are under it)
     busy = _guest_cpu_ticks(marker)
     await asyncio.sleep(1)
-    assert _guest_cpu_ticks(marker) - busy > os.sysconf("SC_CLK_TCK") // 2, "the cluster's guests were not running"
+    # a tenth of a core at least (they share it with whatever else this machine runs); idle is about 0
+    assert _guest_cpu_ticks(marker) - busy > os.sysconf("SC_CLK_TCK") // 10, "the cluster's guests were not running"
 
     cancelled = time.monotonic()
     consumer.cancel()
