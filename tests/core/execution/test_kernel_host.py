@@ -4,18 +4,12 @@ every call it ran is answered."""
 import threading
 import time
 
+from stuck_guest import REAL_SLEEP
+
 from wasm_runner import Limits, Runner
 from wasm_runner.execution.kernel_host import KernelHost
 from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner_protocol.execution import ExecRequest
-
-REAL_SLEEP = """
-import time
-print("before the sleep", flush=True)
-real = [c.cell_contents for c in time.sleep.__func__.__closure__
-        if getattr(c.cell_contents, "__name__", "") == "sleep"][0]
-real(10**6)
-"""
 
 
 def test_a_retiring_worker_exits_only_after_every_stuck_call_is_answered(tmp_path):

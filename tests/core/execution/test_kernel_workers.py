@@ -9,19 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from stuck_guest import REAL_SLEEP
 
 from wasm_runner import Limits, Runner, WorkerPolicy
 from wasm_runner.execution.containment import detect_containment
 from wasm_runner.execution.kernel_workers import KernelWorkers
-
-REAL_SLEEP = """
-import time
-print("before the sleep", flush=True)
-real = [c.cell_contents for c in time.sleep.__func__.__closure__
-        if getattr(c.cell_contents, "__name__", "") == "sleep"][0]
-real(10**6)
-"""
-"""A guest that reaches the unbounded host sleep kept in the bounded wrapper's closure."""
 
 
 def started(runner: Runner) -> KernelWorkers:

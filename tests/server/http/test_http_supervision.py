@@ -9,17 +9,9 @@ import time
 from pathlib import Path
 
 from server_helpers import call, new_session, run
+from stuck_guest import REAL_SLEEP
 
 from wasm_runner_server.sessions.service import SERVICE
-
-REAL_SLEEP = """
-import time
-print("before the sleep", flush=True)
-real = [c.cell_contents for c in time.sleep.__func__.__closure__
-        if getattr(c.cell_contents, "__name__", "") == "sleep"][0]
-real(10**6)
-"""
-"""A guest that reaches the unbounded host sleep kept in the bounded wrapper's closure."""
 
 
 def own_status(field: str) -> int:
