@@ -1,3 +1,4 @@
+import faulthandler
 import inspect
 import os
 import secrets
@@ -29,6 +30,9 @@ SERVICE_DIRS = ("server/", "client/")
 """Their asynchronous tests start a service (in-process or as a subprocess)."""
 
 NATIVE_DIRS = ("core/providers/native/",)
+
+EXIT_GRACE_S = 120
+"""How long the interpreter may take to exit once the run is over."""
 
 
 def needs_runtimes(item: pytest.Item, where: str) -> bool:
@@ -84,3 +88,10 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread a test left stuck would keep the process from exiting, and CI would wait out its
+    whole limit: past the grace, every thread's stack is printed and the run fails."""
+    faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
