@@ -42,7 +42,8 @@ class WarmPool:
         """Instances given back after a run, waiting to be reset."""
         self._taken: set[Key] = set()
         """Views a run is using: a request for one is stale (its instance comes back)."""
-        self._wanted: queue.SimpleQueue[Key] = queue.SimpleQueue()
+        self._wanted: queue.SimpleQueue[Key | None] = queue.SimpleQueue()
+        """Views to make or reset an instance for; None once closed, which ends the thread."""
         self._lock = threading.Lock()
         self._active = 0
         self._free_below = os.cpu_count() or 1
@@ -122,11 +123,10 @@ class WarmPool:
             kernel.close()
 
     def _fill(self) -> None:
-        while True:
-            key = self._wanted.get()
+        while (key := self._wanted.get()) is not None:
             with self._lock:
                 kernel = self._returned.pop(key, None)
-                while kernel is None and key not in self._replace and self._active >= self._free_below:
+                while kernel is None and key not in self._replace and self._active >= self._free_below and not self._closed:
                     self._core_free.wait()  # (a reset is cheap: no wait)
                 self._replace.discard(key)
                 if key in self._ready or key in self._taken or key in self._busy or self._closed:
@@ -206,8 +206,10 @@ class WarmPool:
     def close(self, timeout: float = 15.0) -> None:
         """Drop the ready sandboxes, after the one being made (a process that exits while a
         thread is inside wasmtime can abort)."""
+        self._wanted.put(None)
         with self._lock:
             self._closed = True
+            self._core_free.notify_all()
             self._made.wait_for(lambda: not self._busy, timeout)
             kernels = [*self._ready.values(), *self._returned.values()]
             self._ready, self._returned = {}, {}

@@ -2,6 +2,7 @@
 
 import asyncio
 import ctypes
+import os
 import platform
 import threading
 import time
@@ -466,6 +467,27 @@ def test_the_pool_tells_a_view_whose_instance_is_being_made_from_a_ready_one(tmp
     finally:
         release.set()
         pool.close()
+
+
+def test_a_closed_pool_ends_its_thread_also_one_waiting_for_a_free_core(tmp_path):
+    (tmp_path / "w").mkdir()
+    view = View(workspace=tmp_path / "w", tmp=tmp_path)
+
+    def pool_threads():
+        return [t for t in threading.enumerate() if t.name == "wasm-warm-pool"]
+
+    before = set(pool_threads())
+    idle, waiting = WarmPool(lambda *_: _Instance(), Limits()), WarmPool(lambda *_: _Instance(), Limits())
+    for _ in range(os.cpu_count() or 1):
+        waiting.busy()  # every core busy: its request waits for one
+    waiting.request("python", view)
+    threads = set(pool_threads()) - before
+    assert len(threads) == 2
+    idle.close()
+    waiting.close()
+    for thread in threads:
+        thread.join(5)
+    assert not any(t.is_alive() for t in threads)
 
 
 def test_a_one_shot_run_takes_the_first_scratch_workspace_whose_instance_is_ready(tmp_path, monkeypatch):
