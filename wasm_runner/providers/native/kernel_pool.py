@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -46,9 +47,23 @@ class MountHolder:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [helper("unshare"), "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", "read -r _"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [helper("unshare"), "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", "echo ready && read -r _"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin"}, close_fds=True)
+        # Until `unshare` has made the namespace, /proc/PID/ns/mnt is the service's own: a bind
+        # entered there would land in the host's mount table, never to be removed, and slow
+        # down every later sandbox's start (each copies the whole table).
+        assert self.proc.stdout is not None
+        started = select.select([self.proc.stdout], [], [], MOUNT_TIMEOUT_S)[0]
+        if not started or self.proc.stdout.readline() != b"ready\n" or not self._own_namespace():
+            self.close()
+            raise MountError("could not make the kernel pool's own mount namespace")
+
+    def _own_namespace(self) -> bool:
+        try:
+            return os.readlink(self.namespace) != os.readlink("/proc/self/ns/mnt")
+        except OSError:
+            return False
 
     @property
     def namespace(self) -> str:
@@ -76,6 +91,8 @@ class MountHolder:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class Slot:

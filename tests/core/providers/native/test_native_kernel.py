@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import time
+from pathlib import Path
 
 import pytest
 
 from wasm_runner import Limits, Runner
 from wasm_runner.providers.native import NativeProvider
+from wasm_runner.providers.native.identity import SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.kernel import KERNEL_KEY
-from wasm_runner.providers.native.kernel_pool import Slot
+from wasm_runner.providers.native.kernel_pool import MountHolder, Slot
 from wasm_runner.providers.native.toolchain import find_python_data
 
 needs_python_data = pytest.mark.skipif(
@@ -183,6 +185,21 @@ def test_hibernation_drops_the_kernel_and_the_next_call_rebuilds_it_with_files_i
     assert session.kernels == []
     result = run(session, "import pandas as pd\n(pd.read_csv('data.csv').a.sum(), 'x' in globals())")
     assert result.kernel_restarted and result.value == "(np.int64(1), False)"
+
+
+def test_a_slot_is_mounted_in_the_pool_namespace_only_never_in_the_service_own(tmp_path):
+    identity = sandbox_identity()
+    if not isinstance(identity, SandboxIdentity) or not identity.dropped:
+        pytest.skip("kernels are made ahead only by a root service with a usable sandbox")
+    holder = MountHolder()
+    try:
+        slot = Slot(holder, tmp_path, identity)  # at once: the holder's namespace must exist by now
+        assert str(slot.workspace.files) in Path(f"/proc/{holder.proc.pid}/mountinfo").read_text()
+        assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
+        slot.remove()
+        assert not slot.workspace.root.exists()
+    finally:
+        holder.close()
 
 
 def test_a_kernel_made_ahead_that_does_not_show_the_session_is_not_used(runner, provider, monkeypatch):
