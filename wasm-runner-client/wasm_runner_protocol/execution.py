@@ -13,6 +13,8 @@ import msgspec
 from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkEvent
 
 MiB = 1024 * 1024
+MAX_LIMIT = 2**63 - 1
+"""The largest value of an integer limit: it must cross the worker pipes and reach wasmtime (64 bits)."""
 
 Language = Literal["python", "javascript", "typescript", "bash", "sh"]
 ProviderName = Literal["wasm", "native"]
@@ -62,6 +64,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_
         for name in ("output_bytes", "disk_bytes", "disk_files"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
+        for name in ("fuel", "memory_bytes", "output_bytes", "disk_bytes", "disk_files"):
+            if (getattr(self, name) or 0) > MAX_LIMIT:
+                raise ValueError(f"{name} must be at most 2**63 - 1")
 
 
 class IoCase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, frozen=True):

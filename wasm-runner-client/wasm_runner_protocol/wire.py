@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner_protocol.egress import EgressPolicy
-from wasm_runner_protocol.execution import ExecResult, Harness, Language, Limits
+from wasm_runner_protocol.execution import MAX_LIMIT, ExecResult, Harness, Language, Limits
 from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
@@ -77,12 +77,12 @@ class LimitsPatch(_Body):
     Each must stay within the server's maxima (GET /v1/profiles shows them)."""
 
     timeout_s: Annotated[float, Meta(gt=0, le=3600)] | UnsetType = UNSET
-    fuel: Annotated[int, Meta(gt=0)] | None | UnsetType = UNSET
+    fuel: Annotated[int, Meta(gt=0, le=MAX_LIMIT)] | None | UnsetType = UNSET
     """null runs unmetered."""
-    memory_bytes: Annotated[int, Meta(ge=32 * 1024 * 1024)] | UnsetType = UNSET
-    output_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
-    disk_bytes: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
-    disk_files: Annotated[int, Meta(ge=0)] | UnsetType = UNSET
+    memory_bytes: Annotated[int, Meta(ge=32 * 1024 * 1024, le=MAX_LIMIT)] | UnsetType = UNSET
+    output_bytes: Annotated[int, Meta(ge=0, le=MAX_LIMIT)] | UnsetType = UNSET
+    disk_bytes: Annotated[int, Meta(ge=0, le=MAX_LIMIT)] | UnsetType = UNSET
+    disk_files: Annotated[int, Meta(ge=0, le=MAX_LIMIT)] | UnsetType = UNSET
 
     @classmethod
     def from_limits(cls, limits: Limits) -> LimitsPatch:

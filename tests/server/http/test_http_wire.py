@@ -24,6 +24,8 @@ pytestmark = pytest.mark.asyncio
     (b'{"code": "1", "limits": {"memory": 1}}', 422, "validation_error"),
     (b'{"code": "1", "env": {"A": 1}}', 422, "validation_error"),
     (b'{"code": "1", "files": {"a.bin": {"base64": "***"}}}', 422, "validation_error"),
+    (b'{"code": "1", "limits": {"fuel": 4010031555484538372096}}', 422, "validation_error"),
+    (b'{"code": "1", "limits": {"disk_bytes": 18446744073709551616}}', 422, "validation_error"),
 ])
 async def test_bad_json_bodies_are_4xx_in_the_error_shape(client, payload, status, code):
     async with client.post("/v1/exec", data=payload, headers={"Content-Type": "application/json"}) as response:
@@ -39,6 +41,9 @@ async def test_bad_bodies_on_other_endpoints(client):
         ("POST", "/v1/sessions", b'{"bogus": 1}'),
         ("POST", f"/v1/sessions/{sid}/exec", b'{"fresh": "yes"}'),
         ("POST", f"/v1/sessions/{sid}/process", b'{"command": []}'),
+        # past 64 bits: it could not cross to the worker process (it was a 500)
+        ("POST", f"/v1/sessions/{sid}/process", b'{"command": ["true"], "limits": {"fuel": 4010031555484538372096}}'),
+        ("POST", f"/v1/sessions/{sid}/exec", b'{"code": "1", "limits": {"output_bytes": 9223372036854775808}}'),
         ("PATCH", f"/v1/sessions/{sid}/files/x.txt", b'{"old_text": 1}'),
     ]:
         async with client.request(method, path, data=payload, headers={"Content-Type": "application/json"}) as response:
