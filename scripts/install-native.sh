@@ -8,6 +8,8 @@
 set -eu
 
 PACKAGES="bubblewrap python3-seccomp util-linux mount pandoc tesseract-ocr tesseract-ocr-eng imagemagick poppler-utils fonts-dejavu-core python3 python3-venv ca-certificates"
+# The command-line tools an agent's first scripts reach for (Debian calls fd `fdfind`, httpie `http`).
+PACKAGES="$PACKAGES tree jq ripgrep fd-find git curl wget zip unzip sqlite3 file make httpie"
 OPTIONAL="nodejs"
 # A root service runs every native sandbox as this unprivileged system user (never as root).
 SANDBOX_USER="${WASM_RUNNER_SANDBOX_USER:-wasm-runner-sandbox}"

@@ -30,6 +30,20 @@ TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
     ("imagemagick", ("magick", "convert-im6.q16", "convert"), ["-version"], "imagemagick"),
     ("pdftotext", ("pdftotext",), ["-v"], "poppler-utils"),
     ("node", ("node",), ["--version"], "nodejs"),
+    # What an agent's first scripts reach for (installed by scripts/install-native.sh).
+    ("tree", ("tree",), ["--version"], "tree"),
+    ("jq", ("jq",), ["--version"], "jq"),
+    ("ripgrep", ("rg",), ["--version"], "ripgrep"),
+    ("fd", ("fdfind", "fd"), ["--version"], "fd-find"),
+    ("git", ("git",), ["--version"], "git"),
+    ("curl", ("curl",), ["--version"], "curl"),
+    ("wget", ("wget",), ["--version"], "wget"),
+    ("zip", ("zip",), ["-v"], "zip"),
+    ("unzip", ("unzip",), ["-v"], "unzip"),
+    ("sqlite3", ("sqlite3",), ["--version"], "sqlite3"),
+    ("file", ("file",), ["--version"], "file"),
+    ("make", ("make",), ["--version"], "make"),
+    ("httpie", ("http",), ["--version"], "httpie"),
 )
 OPTIONAL_TOOLS = {"node"}
 

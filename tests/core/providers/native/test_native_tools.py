@@ -199,6 +199,29 @@ def test_bash_pipeline_over_workspace_files(native_runner):
     assert result.files.created == ["summary.txt"]
 
 
+@needs_tool("tree", "jq", "rg", "fdfind", "git", "sqlite3", "zip", "unzip", "file", package="the shell tools")
+def test_a_first_shell_script_finds_the_tools_agents_reach_for(native_runner):
+    session = _session(native_runner)
+    (session.path / "src").mkdir()
+    (session.path / "src" / "app.py").write_text("print('hi')  # TODO: greet\n")
+    result = session.run_sync(
+        "set -euo pipefail\n"
+        "whoami; hostname; uname -s; pwd; tree --noreport\n"
+        "echo '{\"a\": [1, 2]}' | jq -c '.a | add'\n"
+        "rg -n TODO src; fdfind -e py\n"
+        "git init -q repo && git -C repo -c user.email=a@b -c user.name=a commit -q --allow-empty -m first "
+        "&& git -C repo log --format=%s\n"
+        "sqlite3 :memory: 'select 6*7'\n"
+        "zip -q -r src.zip src && unzip -l src.zip | grep -c app.py; file -b src/app.py",
+        language="bash", limits=TIMEOUT)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:4] == ["sandbox", "sandbox", "Linux", "/workspace"], lines
+    assert ".\n└── src\n    └── app.py" in result.stdout
+    assert lines[-7:] == ["3", "src/app.py:1:print('hi')  # TODO: greet", "src/app.py", "first", "42", "1",
+                          "ASCII text"], lines
+
+
 @needs_tool("node", package="nodejs")
 def test_node_profile_runs_javascript_natively(native_runner):
     session = _session(native_runner)
