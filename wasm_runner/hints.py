@@ -20,6 +20,17 @@ ENV_HINT = ("the sandbox sees only a few standard variables plus those passed in
 OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} are writable; other paths do not exist here"
 
 
+DATA_MODULES = frozenset({"numpy", "pandas", "scipy", "sklearn", "matplotlib", "seaborn", "PIL", "openpyxl",
+                          "contourpy", "joblib", "threadpoolctl", "cloudpickle", "narwhals"})
+"""Import names the python-data profile has and the WebAssembly tier's Python does not (native code)."""
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def data_module_hint(module: str) -> str:
+    return (f"{module} is not in the WebAssembly tier's Python (it needs native code); the python-data profile "
+            f"has it: run this with profile 'python-data' (it runs natively, in bubblewrap, on the same files)")
+
+
 SOCKET_HINT = ("raw sockets and name lookups are not available in WebAssembly; use urllib.request or "
                "http.client (fetch in JavaScript): the host makes those requests, as the run's network policy allows")
 LIMIT_HINT = "fetch less, or ask the operator to raise the service's [egress] max_bytes"
@@ -51,6 +62,9 @@ def with_hint(error: GuestError, network: str | None = NETWORK_HINT) -> GuestErr
     hint = None
     if error.type in _NETWORK_ERRORS and (error.type.startswith("Network") or _NETWORK.search(text)):
         hint = network
+    elif error.type == "ModuleNotFoundError" and (missing := _MISSING_MODULE.search(error.message)) \
+            and missing.group(1).split(".")[0] in DATA_MODULES:
+        hint = data_module_hint(missing.group(1).split(".")[0])
     elif error.type == "KeyError" and _ENV_LOOKUP.search(error.source or text):
         hint = ENV_HINT
     elif error.type in ("FileNotFoundError", "PermissionError", "NotADirectoryError", "OSError") and \
