@@ -19,8 +19,10 @@ import io
 import json
 import linecache
 import os
+import shlex
 import signal
 import site
+import subprocess
 import sys
 import traceback
 
@@ -39,6 +41,9 @@ _outputs = []
 _spent = [0]
 _cells = [0]
 _applied_env = [None]
+_site_dirs = [()]
+_saved_figures = set()
+"""Figures saved to a file during the call: the file is their output, not a second copy inline."""
 
 
 class _Interrupt:
@@ -143,14 +148,20 @@ def display(*objects):
 
 
 def _flush_figures():
-    """Figures open now become PNG outputs and are closed (a figure is shown once)."""
+    """Figures open now become PNG outputs and are closed (a figure is shown once: not at all inline
+    when it was saved to a file). Returns the ids of the figures shown or saved."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
-        return
+        return set()
+    done = set(_saved_figures)
     for number in pyplot.get_fignums():
         figure = pyplot.figure(number)
-        _add("image/png", _figure_png(figure), f"<Figure {number}>")
+        if id(figure) not in done:
+            _add("image/png", _figure_png(figure), f"<Figure {number}>")
+            done.add(id(figure))
     pyplot.close("all")
+    _saved_figures.clear()
+    return done
 
 
 def _patch_show():
@@ -159,6 +170,64 @@ def _patch_show():
         def show(*args, **kwargs):
             _flush_figures()
         pyplot.show = show
+        figure_class = sys.modules["matplotlib.figure"].Figure
+        savefig = figure_class.savefig
+
+        def savefig_noting_files(self, fname, *args, **kwargs):
+            if isinstance(fname, (str, os.PathLike)):
+                _saved_figures.add(id(self))
+            return savefig(self, fname, *args, **kwargs)
+        figure_class.savefig = savefig_noting_files
+
+
+def _shell(command, shell="/bin/sh"):
+    """`!command` and `%%bash` cells: the command's output joins the cell's, as in Jupyter."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    done = subprocess.run([shell, "-c", command], stdin=subprocess.DEVNULL, check=False)
+    if done.returncode:
+        print(f"[exit status {done.returncode}]", file=sys.stderr)
+
+
+def _pip(arguments):
+    """`%pip install x`: the session's pip (as in a shell), then what it installed imports at once."""
+    _shell("pip " + arguments)
+    _add_site_dirs(_site_dirs[0])
+    importlib.invalidate_caches()
+
+
+def _magic(name):
+    raise SyntaxError(f"%{name} is not supported here: use !command for a shell command, %pip for installs, "
+                      "or start the cell with %%bash")
+
+
+builtins._wr_shell, builtins._wr_pip, builtins._wr_magic = _shell, _pip, _magic
+
+
+def _translate_magics(code):
+    """Jupyter's habits as Python (`!cmd`, `%pip ...`, a `%%bash` cell); only for code that is not valid
+    Python as written, so that no valid program changes meaning."""
+    try:
+        ast.parse(code)
+        return code
+    except SyntaxError:
+        pass
+    lines = code.split("\n")
+    if lines[0].strip() in ("%%bash", "%%sh"):
+        body = "\n".join(lines[1:])
+        return f"_wr_shell({body!r}, {'/bin/bash' if lines[0].strip() == '%%bash' else '/bin/sh'!r})"
+    translated = []
+    for line in lines:
+        stripped = line.lstrip()
+        indent = line[:len(line) - len(stripped)]
+        if stripped.startswith("!"):
+            line = f"{indent}_wr_shell({stripped[1:]!r})"
+        elif stripped == "%pip" or stripped.startswith("%pip "):
+            line = f"{indent}_wr_pip({stripped[4:].strip()!r})"
+        elif stripped.startswith("%") and len(stripped) > 1 and stripped[1].isalpha():
+            line = f"{indent}_wr_magic({shlex.split(stripped[1:])[0]!r})"
+        translated.append(line)
+    return "\n".join(translated)
 
 
 builtins.display = display
@@ -219,7 +288,8 @@ def _run(request):
         os.environ.update(env)
         _applied_env[0] = env
     os.chdir("/workspace")  # again each call: the directory may have been bound since the last one
-    _add_site_dirs(request.get("site_dirs") or ())
+    _site_dirs[0] = tuple(request.get("site_dirs") or ())
+    _add_site_dirs(_site_dirs[0])
     importlib.invalidate_caches()  # modules written since the last call
     sys.stdin = io.StringIO(request.get("stdin", ""))
     _outputs.clear()
@@ -227,7 +297,7 @@ def _run(request):
     OUTPUT_BUDGET[0] = int(request.get("outputs_budget", OUTPUT_BUDGET[0]))
     _cells[0] += 1
     filename = f"<cell {_cells[0]}>"
-    code = request["code"]
+    code = _translate_magics(request["code"])
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     reply = {"exit_code": 0}
     try:
@@ -237,11 +307,12 @@ def _run(request):
         exec(body, _namespace)
         value = eval(last, _namespace) if last is not None else None
         _patch_show()
-        _flush_figures()
+        shown = _flush_figures()
         if value is not None:
             _namespace["_"] = value
             reply["value"] = _short_repr(value)
-            _rich(value)
+            if id(value) not in shown:
+                _rich(value)
     except SystemExit as exc:
         reply["exit_code"] = _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - everything becomes a result

@@ -76,6 +76,35 @@ def test_a_matplotlib_plot_comes_back_as_a_png_output_without_a_file(runner):
     assert run(session, "plt.get_fignums()").value == "[]"  # a figure is shown once, then closed
 
 
+def test_a_figure_comes_back_once_whether_it_is_the_last_expression_or_saved_to_a_file(runner):
+    session = new_session(runner)
+    shown = run(session, "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig")
+    assert shown.error is None, shown.stderr
+    assert [o.type for o in shown.outputs] == ["image/png"]
+    saved = run(session, "fig, ax = plt.subplots()\nax.plot([1, 2])\nfig.savefig('chart.png')")
+    assert saved.files.created == ["chart.png"]
+    assert saved.outputs == []  # the file is the figure's one copy
+    assert run(session, "plt.plot([3, 1]); plt.savefig('other.png')").outputs == []
+
+
+def test_jupyter_shell_and_pip_habits_work_in_a_data_kernel(runner):
+    session = new_session(runner)
+    (session.path / "notes.txt").write_text("x")
+    lines = run(session, "!ls\nfor i in range(2):\n    !echo line $HOME\nprint('python again')")
+    assert lines.error is None, lines.stderr
+    assert lines.stdout == "notes.txt\nline /workspace\nline /workspace\npython again\n"
+    cell = run(session, "%%bash\nfor n in 1 2; do printf 'n%s ' $n; done; [[ -f notes.txt ]] && echo bash")
+    assert cell.stdout == "n1 n2 bash\n"
+    pip = run(session, "%pip --version")
+    assert pip.error is None and pip.stdout.startswith("pip "), pip.stderr
+    failing = run(session, "!exit 3")
+    assert failing.stderr.endswith("[exit status 3]\n")
+    unknown = run(session, "%timeit 1")
+    assert unknown.error is not None and "%timeit is not supported here" in unknown.error.message
+    # Valid Python that merely looks like a magic keeps its meaning.
+    assert run(session, "s = '!ls'\ns").value == "'!ls'"
+
+
 def test_a_dataframe_comes_back_as_an_html_table_with_a_plain_text_fallback(runner):
     session = new_session(runner)
     result = run(session, "import pandas as pd\npd.DataFrame({'city': ['Paris', 'Oslo'], 'n': [3, 4]})")
