@@ -46,7 +46,7 @@ from wasm_runner.errors import InvalidRequestError
 from wasm_runner.guest import Mount
 from wasm_runner_protocol.egress import Credential, EgressMode, EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB
+from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB, TypeCheck
 from wasm_runner_protocol.guest import check_guest_path
 from wasm_runner_protocol.wire import LimitsPatch
 
@@ -351,7 +351,7 @@ class Profiles:
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "",
-                network: EgressPolicy | None = None, typecheck: bool = False,
+                network: EgressPolicy | None = None, typecheck: TypeCheck = False,
                 typecheck_timeout_s: float = 60.0) -> ExecRequest:
         """The core request for these fields under `profile` (a command always runs natively)."""
         if language is msgspec.UNSET or language is None:

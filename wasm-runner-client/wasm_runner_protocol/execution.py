@@ -22,6 +22,8 @@ LimitName = Literal["timeout", "fuel", "memory", "output", "disk", "stack", "can
 Harness = Literal["script", "check", "io"]
 Verdict = Literal["passed", "failed", "timeout", "error", "limit"]
 Comparison = Literal["exact", "whitespace", "numeric"]
+TypeCheck = bool | Literal["block"]
+"""`true`: check, then run whatever it found; `"block"`: a program with type errors does not run."""
 """How the `io` harness compares a case's stdout with its expected output: byte for byte;
 as whitespace-separated tokens; as tokens where numbers match within `tolerance`."""
 
@@ -125,10 +127,10 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     that names one may only narrow the session's (the service resolves it from the profile)."""
     credentials: tuple[Credential, ...] = ()
     """Secrets the host adds on the way out (from the profile, never from a client)."""
-    typecheck: bool = False
+    typecheck: TypeCheck = False
     """TypeScript: type-check the program with the TypeScript compiler (tsc, natively, in its own
-    sandbox) before it runs; the result's `diagnostics` lists what it found. The program runs
-    either way."""
+    sandbox) before it runs; the result's `diagnostics` lists what it found. With `true` the program
+    runs either way; with `"block"` a program with type errors does not run (error `TypeCheckError`)."""
     typecheck_timeout_s: float = 60.0
     """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
 

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner_protocol.egress import EgressPolicy
-from wasm_runner_protocol.execution import MAX_LIMIT, ExecResult, Harness, Language, Limits
+from wasm_runner_protocol.execution import MAX_LIMIT, ExecResult, Harness, Language, Limits, TypeCheck
 from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
@@ -109,8 +109,9 @@ class ExecBody(_Body):
     tests: Annotated[str, Meta(max_length=4 * 1024 * 1024)] = ""
     id: Tag | None = None
     """Correlation id echoed in the result."""
-    typecheck: bool = False
-    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck: TypeCheck = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings.
+    `"block"`: a program with type errors does not run."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
     """The type check's own time limit."""
     egress: EgressPolicy | None = None
@@ -157,8 +158,9 @@ class OneShotBody(_Body):
     """Workspace path -> text, or {"base64": ...} for bytes."""
     outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
     """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv")."""
-    typecheck: bool = False
-    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings."""
+    typecheck: TypeCheck = False
+    """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings.
+    `"block"`: a program with type errors does not run."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
     egress: EgressPolicy | None = None
     """This run's network policy, narrower than the profile's (default: the profile's); a wider one is

@@ -14,7 +14,7 @@ from wasm_runner.capture import OutputListener
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.workspace.layout import Workspace
-from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult
+from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, GuestError
 
 
 @dataclass
@@ -80,6 +80,9 @@ class Provider(ABC):
                                               "(bubblewrap and `wasm-runner prepare`), which this Runner lacks")]
         else:
             diagnostics = self.typechecker(request.code, request.typecheck_timeout_s)
+        errors = [d for d in diagnostics if d.category in ("error", "checker")]
+        if request.typecheck == "block" and errors:
+            return blocked_by_typecheck(request, diagnostics, errors)
         result = self._run_harness(job)
         result.diagnostics = diagnostics
         return result
@@ -127,3 +130,15 @@ class Provider(ABC):
 
     def close(self) -> None:  # noqa: B027 - an optional hook: none by default
         """Release what the provider holds (the Runner is closing)."""
+
+
+def blocked_by_typecheck(request: ExecRequest, diagnostics: list[Diagnostic], errors: list[Diagnostic]) -> ExecResult:
+    """The result of a `typecheck: "block"` program that did not run: its findings, and the first as the error."""
+    first = errors[0]
+    where = f"line {first.line}: " if first.line else ""
+    message = f"{len(errors)} type error{'s' if len(errors) > 1 else ''}, the program did not run; {where}{first.message}"
+    return ExecResult(exit_code=1, language=request.language, id=request.id, group=request.group,
+                      diagnostics=diagnostics,
+                      error=GuestError(type="TypeCheckError", message=message, traceback="",
+                                       line=first.line or None, hint="fix the findings in `diagnostics`, or "
+                                       "send typecheck: true to run the program whatever they are"))

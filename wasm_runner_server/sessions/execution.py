@@ -26,7 +26,7 @@ from wasm_runner.cluster import ClusterUnavailableError, RayCluster
 from wasm_runner.profiles import Profile, ProfileError, Profiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.execution import Harness
+from wasm_runner_protocol.execution import Harness, TypeCheck
 from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError
@@ -96,7 +96,7 @@ class Execution:
     def request(self, profile: Profile, *, language: object, code: str | None, command: list[str] | None,
                 stdin: str, env: dict[str, str], limits: LimitsPatch | None, fresh: bool, id: str | None,
                 path_language: str | None = None, harness: Harness = "script", tests: str = "",
-                typecheck: bool = False, typecheck_timeout_s: float = 60.0,
+                typecheck: TypeCheck = False, typecheck_timeout_s: float = 60.0,
                 network: EgressPolicy | None = None) -> ExecRequest:
         """The core request; `network` (a session's own policy) must stay within the profile's, which
         applies when it is None."""

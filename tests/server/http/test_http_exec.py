@@ -100,6 +100,10 @@ async def test_one_shot_typecheck_returns_the_diagnostics_with_the_result(client
     assert status == 200, data
     assert data["stdout"] == "two\n"
     assert [(d["file"], d["line"], d["code"]) for d in data["diagnostics"]] == [("<input>", 1, 2322)]
+    status, data = await call(client, "POST", "/v1/exec", json={"code": code, "language": "typescript",
+                                                                "typecheck": "block"})
+    assert status == 200, data
+    assert data["stdout"] == "" and data["error"]["type"] == "TypeCheckError"
 
 
 async def test_typecheck_of_a_python_program_is_refused(client):

@@ -95,6 +95,18 @@ def test_typecheck_reports_a_type_error_with_its_line_and_code(js_runner):
 
 
 @needs_js_toolchain
+def test_typecheck_block_keeps_a_program_with_type_errors_from_running(js_runner):
+    code = "const n: number = 'two';\nconsole.log('ran');\n"
+    blocked = js_runner.run_sync(ExecRequest(code=code, language="typescript", typecheck="block"))
+    assert blocked.stdout == "" and blocked.exit_code == 1
+    assert blocked.error is not None and blocked.error.type == "TypeCheckError" and blocked.error.line == 1
+    assert "1 type error, the program did not run; line 1:" in blocked.error.message
+    assert [d.code for d in blocked.diagnostics] == [2322]
+    clean = js_runner.run_sync(ExecRequest(code="console.log('ran');", language="typescript", typecheck="block"))
+    assert (clean.stdout, clean.diagnostics, clean.error) == ("ran\n", [], None)
+
+
+@needs_js_toolchain
 def test_typecheck_of_a_correct_program_returns_no_diagnostics(js_runner):
     code = "const xs: number[] = [1, 2];\nconst total: number = xs.reduce((a, b) => a + b, 0);\nawait 0;\nconsole.log(total);\n"
     result = js_runner.run_sync(ExecRequest(code=code, language="typescript", typecheck=True))
