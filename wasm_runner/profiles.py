@@ -206,6 +206,10 @@ class Profile(ConfigModel):
         return tuple(Mount(Path(host), guest) for host, guest in self.mount_key)
 
 
+NATIVE_TOOL_LIMITS = LimitsConfig(memory_bytes=1 * GiB)
+"""Native tools need more than the 256 MiB default: tsc about 285 MB, a Node build more (the built-ins that
+carry it are capped at the operator's `limits.max`). python-data keeps the default, which its kernels made
+ahead are made for."""
 NATIVE_ENV = ["LANG", "LC_*", "TZ", "TERM", "COLUMNS", "LINES", "PYTHON*", "NODE_ENV", "OMP_NUM_THREADS"]
 
 BUILTIN_PROFILES: dict[str, Profile] = {
@@ -216,17 +220,18 @@ BUILTIN_PROFILES: dict[str, Profile] = {
                            "(needs the native provider)", language="python", provider="native",
                            env_allowlist=NATIVE_ENV),
     "node": Profile(description="native Node.js sandboxed by bubblewrap (needs the native provider)",
-                    language="javascript", provider="native", env_allowlist=NATIVE_ENV),
+                    language="javascript", provider="native", limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
     "typescript": Profile(description="TypeScript in WebAssembly (WASI): transpiled in the sandbox, run by QuickJS",
                           language="typescript"),
     "typescript-native": Profile(description="TypeScript run by native Node.js (type stripping), sandboxed by "
                                  "bubblewrap (needs the native provider and its JavaScript toolchain)",
-                                 language="typescript", provider="native", env_allowlist=NATIVE_ENV),
+                                 language="typescript", provider="native", limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
     "bun": Profile(description="TypeScript and JavaScript run by native bun, sandboxed by bubblewrap (needs the "
                    "native provider and its JavaScript toolchain)", language="typescript", provider="native",
-                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, env_allowlist=NATIVE_ENV),
+                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
     "bash": Profile(description="a shell and command-line tools sandboxed by bubblewrap "
-                    "(needs the native provider)", language="bash", provider="native", env_allowlist=NATIVE_ENV),
+                    "(needs the native provider)", language="bash", provider="native", limits=NATIVE_TOOL_LIMITS,
+                    env_allowlist=NATIVE_ENV),
 }
 
 
@@ -258,7 +263,16 @@ class ProfilesConfig(ConfigModel):
         return self
 
     def all_profiles(self) -> dict[str, Profile]:
-        return {**BUILTIN_PROFILES, **self.profiles}
+        return {**{name: self._within_maxima(profile) for name, profile in BUILTIN_PROFILES.items()},
+                **self.profiles}
+
+    def _within_maxima(self, builtin: Profile) -> Profile:
+        """A built-in profile's limits lowered to `limits.max` (an operator's maxima never make a built-in invalid)."""
+        lowered = {name: min(value, cap) for name, value in builtin.limits.values().items()
+                   if (cap := getattr(self.limits.max, name)) is not None and value > cap}
+        if not lowered:
+            return builtin
+        return builtin.model_copy(update={"limits": builtin.limits.model_copy(update=lowered)})
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -26,6 +26,15 @@ def test_limits_are_the_defaults_then_the_profile_then_the_request():
     assert profiles.limits(small, None).memory_bytes == Limits().memory_bytes
 
 
+def test_native_tool_profiles_get_memory_for_their_tools_within_the_operators_maximum():
+    default = Profiles(ProfilesConfig())
+    for name in ("bash", "node", "typescript-native", "bun"):
+        assert default.limits(default.get(name)[1], None).memory_bytes == 1024 * 1024 * 1024, name
+    assert default.limits(default.get("python")[1], None).memory_bytes == Limits().memory_bytes
+    capped = Profiles(ProfilesConfig.model_validate({"limits": {"max": {"memory_bytes": 512 * 1024 * 1024}}}))
+    assert capped.limits(capped.get("bash")[1], None).memory_bytes == 512 * 1024 * 1024
+
+
 @pytest.mark.parametrize("patch, code", [
     (LimitsPatch(timeout_s=21), "limit_exceeds_maximum"),
     (LimitsPatch(fuel=None), "limit_exceeds_maximum"),  # unmetered, where fuel has a cap
