@@ -217,6 +217,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     truncated: list[Literal["stdout", "stderr"]] = []
     """Streams whose capture hit `limits.output_bytes`."""
     duration_ms: float = 0.0
+    queued_ms: float | None = None
+    """How long the call waited for an execution slot of the service, when it had to wait (null: it did not)."""
     fuel_used: int | None = None
     memory_peak_bytes: int | None = None
     files: FileChanges = msgspec.field(default_factory=FileChanges)

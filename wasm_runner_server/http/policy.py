@@ -106,6 +106,12 @@ class AccessPolicy(ABC):
         """What each item of the caller's batch holds while it runs, as an execution of its own."""
         return None
 
+    def execution_share(self) -> str:
+        """Whose turn the current request's executions queue in: its workspace (the service serves
+        workspaces' queued calls in turn, so one workspace cannot starve another)."""
+        principal = CURRENT.get()
+        return principal.workspace if principal is not None else LOCAL_WORKSPACE
+
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         """Mounts a session gets besides its profile's."""
         return ()

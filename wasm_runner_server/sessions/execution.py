@@ -129,13 +129,15 @@ class Execution:
         language = metric_language(request)
         try:
             async with self.gate.slot() as waited:
-                self.metrics.queue_wait_seconds.observe(waited)
+                self.metrics.queue_wait_seconds.observe(waited or 0.0)
                 if on_start is not None:
                     on_start()
                 started = time.perf_counter()
                 result = None
                 try:
                     result = await self._run_task(target, request, listener, on_task)
+                    if waited is not None:
+                        result.queued_ms = round(waited * 1000, 3)
                 finally:
                     self._finished(target, request, result, mode, started)
         except ApiError as exc:
@@ -193,7 +195,7 @@ class Execution:
                 except BaseException:
                     await stack.aclose()
                     raise
-                self.metrics.queue_wait_seconds.observe(waited)
+                self.metrics.queue_wait_seconds.observe(waited or 0.0)
                 number += 1
                 key = str(number)  # the item's own id may repeat; the result is matched by this one
                 admitted[key] = _Admitted(item, stack, time.perf_counter())

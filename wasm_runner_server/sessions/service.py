@@ -44,15 +44,17 @@ class Service:
     @classmethod
     async def open(cls, config: ServiceConfig, *, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
                    observers: Sequence[ExecutionObserver] = (),
-                   process_observers: Sequence[ProcessObserver] = ()) -> Service:
+                   process_observers: Sequence[ProcessObserver] = (),
+                   share_of: Callable[[], str] = lambda: "") -> Service:
         """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
         session by id, `observers` see every execution and `process_observers` every background
-        process's start and end (all from the access policy)."""
+        process's start and end, and `share_of` names the share a queued call waits its turn in (all
+        from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
         metrics = Metrics()
-        gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s)
+        gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s, share_of)
         execution = Execution(config, gate, metrics, observers)
         store = SessionStore(data_dir / "server.sqlite3")
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
