@@ -231,7 +231,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     id: str
     profile: str
     state: Literal["new", "running", "live", "hibernated"]
-    """new: never used (no files, no kernel); live: a kernel holds state; hibernated: files only."""
+    """new: never used (no files, no kernel); live: a kernel or a background process holds state;
+    hibernated: files only."""
     kernels: list[str]
     """Languages with a live kernel."""
     created_at: datetime

@@ -322,8 +322,8 @@ class SessionManager:
         kernels = live.core.kernels if live.core is not None else []
         if live.busy:
             state = "running"
-        elif kernels:
-            state = "live"
+        elif kernels or (live.core is not None and live.core.live_process_count):
+            state = "live"  # a kernel or a background process (a dev server) holds state
         elif row.executions == 0 and not (self.sessions_dir / row.id / "files").is_dir():
             state = "new"
         else:
