@@ -151,10 +151,17 @@ class BackgroundProcess:
         return end - self.started_at
 
     def ports(self) -> list[int]:
+        """The ports the guest's own servers listen on (never the egress relay's: reached from outside,
+        it would hand the session's network policy and brokered credentials to whoever calls the port)."""
         from wasm_runner.processes.netns import listening_ports
+        from wasm_runner.providers.native.egress import RELAY_PORT
 
-        pid = self.sandbox.netns_pid() if self.sandbox is not None else None
-        return sorted(listening_ports(pid)) if pid is not None else []
+        sandbox = self.sandbox
+        pid = sandbox.netns_pid() if sandbox is not None else None
+        if sandbox is None or pid is None:
+            return []
+        internal = {RELAY_PORT} if sandbox.egress is not None else set()
+        return sorted(listening_ports(pid) - internal)
 
     def error(self) -> str | None:
         if self.start_error is not None:

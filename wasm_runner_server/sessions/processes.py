@@ -28,7 +28,7 @@ from wasm_runner.processes import (
     ProcessLimits,
     ProcessNotFound,
 )
-from wasm_runner.processes.netns import listening_ports, socket_in
+from wasm_runner.processes.netns import socket_in
 from wasm_runner.processes.ring import OutputRing
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import ProcessStart
@@ -179,8 +179,7 @@ class ServiceProcesses:
         session = live.core
         processes = session.processes.live() if session is not None and session.has_processes else []
         for process in processes:
-            pid = process.sandbox.netns_pid() if process.sandbox is not None else None
-            if pid is not None and port in listening_ports(pid):
+            if port in process.ports():
                 return process
         raise not_listening(live.row.id, port, bool(processes))
 

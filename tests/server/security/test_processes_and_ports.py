@@ -63,6 +63,19 @@ async def test_http_server_through_the_port_route_with_the_key_and_a_preview_lin
     assert log.count('"GET /index.html HTTP/1.1" 200') == 2
 
 
+async def test_the_egress_relay_of_a_networked_session_is_neither_listed_nor_reachable_as_a_preview(start_secure):
+    net = {"language": "bash", "provider": "native", "network": {"mode": "allowlist", "allow": ["127.0.0.1:9"]}}
+    secure = await start_secure(profiles={"net": net}, **SECTIONS)
+    sid = await new_session(secure, profile="net")
+    info = await start(secure, sid, command=["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"])
+    await listening(secure, sid, info["id"], 8000)
+    _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/{info['id']}", "a_member")
+    assert info["ports"] == [8000]  # the relay to the host's egress proxy listens too, on 3128
+    status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/3128/", "a_member")
+    assert status == 502, data  # a preview link to it would hand out the session's network and credentials
+    assert_error_shape(data, "port_not_listening")
+
+
 async def test_streaming_keepalive_redirects_and_a_websocket_echo_inside_the_sandbox(secure) -> None:
     sid = await new_session(secure)
     await devserver(secure, sid, 8080)
