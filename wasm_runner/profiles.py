@@ -135,14 +135,13 @@ class CredentialConfig(ConfigModel):
                           env=self.env, file=None if self.file is None else str(self.file))
 
 
-class NetworkConfig(ConfigModel):
-    """A profile's network policy: `deny`, an `allowlist` of destinations, or `open` (any public
-    destination: private and metadata addresses still need an entry naming them). A string
-    ("deny", "open") is short for the mode alone."""
+class NetworkPolicyConfig(ConfigModel):
+    """A network policy: `deny`, an `allowlist` of destinations, or `open` (any public destination:
+    private and metadata addresses still need an entry naming them). A string ("deny", "open") is
+    short for the mode alone."""
 
     mode: EgressMode = "deny"
     allow: list[str] = []
-    credentials: list[CredentialConfig] = []
 
     @model_validator(mode="before")
     @classmethod
@@ -150,7 +149,7 @@ class NetworkConfig(ConfigModel):
         return {"mode": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _check(self) -> NetworkConfig:
+    def _check_policy(self) -> NetworkPolicyConfig:
         if self.mode == "deny" and self.allow:
             raise ValueError("a deny policy takes no allow entries (use mode = \"allowlist\")")
         if self.mode == "allowlist" and not self.allow:
@@ -165,6 +164,29 @@ class NetworkConfig(ConfigModel):
     @property
     def rules(self) -> EgressRules:
         return EgressRules(self.policy)
+
+
+class NetworkConfig(NetworkPolicyConfig):
+    """A profile's network: the policy its sessions and runs start with, the widest one a session's
+    key holder may switch to (`session_max`), and the credentials the host adds."""
+
+    credentials: list[CredentialConfig] = []
+    session_max: NetworkPolicyConfig | None = None
+    """The widest policy a session (or one run) may ask for, e.g. "open": the network stays off until
+    the work needs it, and the caller turns it on without the operator. Null: the profile's own policy."""
+
+    @model_validator(mode="after")
+    def _within_max(self) -> NetworkConfig:
+        if self.session_max is not None:
+            wider = self.session_max.rules.wider_entries(self.policy, "session_max's")
+            if wider is not None:
+                raise ValueError(f"the profile's policy must lie within session_max: {wider}")
+        return self
+
+    @property
+    def ceiling(self) -> EgressRules:
+        """The widest policy a session or run of the profile may have."""
+        return (self.session_max or self).rules
 
 
 class PackagesConfig(ConfigModel):
@@ -206,6 +228,9 @@ class Profile(ConfigModel):
         return tuple(Mount(Path(host), guest) for host, guest in self.mount_key)
 
 
+OFF_UNTIL_ASKED = NetworkConfig(session_max=NetworkPolicyConfig(mode="open"))
+"""The built-ins' network: off (deny) until a session's key holder switches it to an allowlist or to
+`open` (public destinations only); an operator caps it by redefining the profile."""
 NATIVE_TOOL_LIMITS = LimitsConfig(memory_bytes=1 * GiB)
 """Native tools need more than the 256 MiB default: tsc about 285 MB, a Node build more (the built-ins that
 carry it are capped at the operator's `limits.max`). python-data keeps the default, which its kernels made
@@ -214,24 +239,28 @@ NATIVE_ENV = ["LANG", "LC_*", "TZ", "TERM", "COLUMNS", "LINES", "PYTHON*", "NODE
 
 BUILTIN_PROFILES: dict[str, Profile] = {
     "python": Profile(description="CPython in WebAssembly (WASI): fast fresh instances, persistent kernels",
-                      language="python"),
-    "javascript": Profile(description="JavaScript in WebAssembly (WASI)", language="javascript"),
+                      language="python", network=OFF_UNTIL_ASKED),
+    "javascript": Profile(description="JavaScript in WebAssembly (WASI)", language="javascript",
+                          network=OFF_UNTIL_ASKED),
     "python-data": Profile(description="native CPython with the data stack, sandboxed by bubblewrap "
                            "(needs the native provider)", language="python", provider="native",
-                           env_allowlist=NATIVE_ENV),
+                           env_allowlist=NATIVE_ENV, network=OFF_UNTIL_ASKED),
     "node": Profile(description="native Node.js sandboxed by bubblewrap (needs the native provider)",
-                    language="javascript", provider="native", limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
+                    language="javascript", provider="native", limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV,
+                    network=OFF_UNTIL_ASKED),
     "typescript": Profile(description="TypeScript in WebAssembly (WASI): transpiled in the sandbox, run by QuickJS",
-                          language="typescript"),
+                          language="typescript", network=OFF_UNTIL_ASKED),
     "typescript-native": Profile(description="TypeScript run by native Node.js (type stripping), sandboxed by "
                                  "bubblewrap (needs the native provider and its JavaScript toolchain)",
-                                 language="typescript", provider="native", limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
+                                 language="typescript", provider="native", limits=NATIVE_TOOL_LIMITS,
+                                 env_allowlist=NATIVE_ENV, network=OFF_UNTIL_ASKED),
     "bun": Profile(description="TypeScript and JavaScript run by native bun, sandboxed by bubblewrap (needs the "
                    "native provider and its JavaScript toolchain)", language="typescript", provider="native",
-                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV),
+                   env={"WASM_RUNNER_JS_RUNTIME": "bun"}, limits=NATIVE_TOOL_LIMITS, env_allowlist=NATIVE_ENV,
+                   network=OFF_UNTIL_ASKED),
     "bash": Profile(description="a shell and command-line tools sandboxed by bubblewrap "
                     "(needs the native provider)", language="bash", provider="native", limits=NATIVE_TOOL_LIMITS,
-                    env_allowlist=NATIVE_ENV),
+                    env_allowlist=NATIVE_ENV, network=OFF_UNTIL_ASKED),
 }
 
 
@@ -386,12 +415,12 @@ class Profiles:
 
     @staticmethod
     def egress(profile: Profile, requested: EgressPolicy | None) -> EgressPolicy:
-        """The profile's network policy, or the request's if it only narrows it."""
+        """The profile's network policy, or the request's if it stays within the profile's ceiling."""
         if requested is None:
             return profile.network.policy
         try:
-            return profile.network.rules.narrowed(requested)
+            return profile.network.ceiling.narrowed(requested)
         except PolicyError as exc:
             raise ProfileError(ErrorCode.NETWORK_NOT_ALLOWED, str(exc),
-                               "a request may only narrow its profile's network policy; "
+                               "a request may not go past its profile's network policy (or its session_max); "
                                "use a profile whose policy allows it") from None

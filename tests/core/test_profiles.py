@@ -127,3 +127,16 @@ def test_a_profiles_credentials_reach_the_request_as_references_only(monkeypatch
     request = resolve_network(profiles, None)
     assert request.credentials[0].env == "NET_TOKEN"
     assert "never-in-the-request" not in repr(request)
+
+
+def test_a_profiles_policy_must_lie_within_its_session_max():
+    with pytest.raises(ValueError, match="within session_max"):
+        ProfilesConfig.model_validate({"profiles": {"p": {"network": {
+            "mode": "allowlist", "allow": ["10.0.0.1"], "session_max": {"mode": "allowlist", "allow": ["10.0.0.2"]}}}}})
+    one_line = ProfilesConfig.model_validate({"profiles": {"p": {"network": {"mode": "deny", "session_max": "open"}}}})
+    profiles = Profiles(one_line)
+    _, profile = profiles.get("p")
+    assert profiles.egress(profile, None) == EgressPolicy(mode="deny")
+    assert profiles.egress(profile, EgressPolicy(mode="open")) == EgressPolicy(mode="open")
+    _, python = profiles.get("python")  # the built-ins: off until a session asks
+    assert python.network.policy.mode == "deny" and python.network.ceiling.policy.mode == "open"

@@ -1,8 +1,8 @@
-"""A session's own network policy, and a call's: each may only narrow the one it lives under.
+"""A session's own network policy, and a call's: each stays within the one it lives under.
 
-A session starts with its profile's policy; a creation request or a PATCH may give it a
-narrower one (or go back to the profile's with null). A call may narrow its session's policy
-(or a one-shot run its profile's) for itself. Wider than allowed is 403 network_not_allowed
+A session starts with its profile's policy; a creation request or a PATCH may give it another
+within the profile's ceiling (its `session_max`, else its policy), or go back to the profile's with
+null. A call may narrow its session's policy (or a one-shot run its profile's ceiling) for itself. Wider than allowed is 403 network_not_allowed
 everywhere (the request is well formed: it asks for more than it may have), naming the profiles
 whose policy would allow it where that helps; a malformed policy is 422 validation_error.
 """
@@ -38,14 +38,15 @@ def within_profile(requested: EgressPolicy, profile_name: str, profile: Profile,
     """`requested` if its shape is valid and it only narrows `profile`'s policy; else 422 (shape)
     or 403 saying what is wider and which of `profiles` allow it."""
     check_shape(requested)
-    wider = profile.network.rules.wider_entries(requested)
+    wider = profile.network.ceiling.wider_entries(requested)
     if wider is None:
         return requested
     allowing = allowing_profiles(profiles, requested)
     hint = (f"a session of a profile that allows it can: {', '.join(allowing)} (POST /v1/sessions with profile)"
             if allowing else "no profile on this server allows it; ask the operator for one")
     raise ApiError(403, ErrorCode.NETWORK_NOT_ALLOWED,
-                   f"a session may only narrow its profile's network policy: {wider} (profile {profile_name!r})", hint)
+                   f"a session's network policy must stay within what its profile allows: {wider} "
+                   f"(profile {profile_name!r})", hint)
 
 
 def within_session(requested: EgressPolicy, session_policy: EgressPolicy) -> EgressPolicy:
@@ -61,7 +62,7 @@ def within_session(requested: EgressPolicy, session_policy: EgressPolicy) -> Egr
 
 def allowing_profiles(profiles: Mapping[str, Profile], requested: EgressPolicy) -> list[str]:
     """The profiles whose network policy `requested` stays within, by name."""
-    return sorted(name for name, profile in profiles.items() if profile.network.rules.wider_entries(requested) is None)
+    return sorted(name for name, profile in profiles.items() if profile.network.ceiling.wider_entries(requested) is None)
 
 
 def at_start(built: EgressPolicy, current: EgressPolicy | None) -> EgressPolicy:

@@ -86,7 +86,37 @@ async def test_widening_is_refused_naming_the_profile_that_allows_it(serve, orig
     assert info["egress"]["allow"] == [f"127.0.0.1:{origin.port}"]  # unchanged
     status, rows = await call(client, "GET", "/v1/audit", params={"session": sid, "kind": "policy"})
     (row,) = rows["entries"]
-    assert row["outcome"] == "refused" and "narrow" in row["stderr"]
+    assert row["outcome"] == "refused" and "stay within" in row["stderr"]
+
+
+async def test_a_session_switches_its_network_on_within_the_profiles_session_max_without_the_operator(serve, origin):
+    off = {"language": "python", "network": {"mode": "deny",
+                                             "session_max": {"mode": "open", "allow": [f"127.0.0.1:{origin.port}"]}}}
+    client = await serve(profiles={"off": off})
+    sid = await new_session(client, profile="off")
+    fetch = FETCH.format(port=origin.port)
+    first = await run(client, sid, fetch)
+    assert first["exit_code"] != 0 and first["network"][0]["allowed"] is False  # off until asked
+    status, info = await call(client, "PATCH", f"/v1/sessions/{sid}",
+                              json={"egress": {"mode": "allowlist", "allow": [f"127.0.0.1:{origin.port}"]}})
+    assert status == 200, info
+    on = await run(client, sid, fetch)
+    assert on["exit_code"] == 0 and SMALL_BODY.decode() in on["stdout"], on
+    status, data = await call(client, "PATCH", f"/v1/sessions/{sid}",
+                              json={"egress": {"mode": "allowlist", "allow": ["127.0.0.1"]}})
+    assert status == 403, data  # past session_max: every loopback port
+    assert_error_shape(data, "network_not_allowed")
+
+
+async def test_a_builtin_profiles_session_may_turn_to_open_which_still_refuses_private_addresses(client, origin):
+    sid = await new_session(client)  # the built-in python profile: deny until asked
+    status, info = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": {"mode": "open"}})
+    assert status == 200 and info["egress"] == {"mode": "open", "allow": []}, info
+    result = await run(client, sid, FETCH.format(port=origin.port))
+    assert result["network"][0]["allowed"] is False  # open means public destinations only
+    status, data = await call(client, "PATCH", f"/v1/sessions/{sid}",
+                              json={"egress": {"mode": "allowlist", "allow": [f"127.0.0.1:{origin.port}"]}})
+    assert status == 403, data  # a private address needs the operator's entry
 
 
 async def test_the_narrowed_policy_survives_a_restart(serve, origin, tmp_path):
