@@ -3,8 +3,9 @@
 A session starts with its profile's policy; a creation request or a PATCH may give it another
 within the profile's ceiling (its `session_max`, else its policy), or go back to the profile's with
 null. A call may narrow its session's policy (or a one-shot run its profile's ceiling) for itself.
-Wider than allowed is 403 network_not_allowed everywhere (the request is well formed: it asks for more than it may have), naming the profiles
-whose policy would allow it where that helps; a malformed policy is 422 validation_error.
+Wider than allowed is 403 network_not_allowed everywhere (the request is well formed: it asks for
+more than it may have), naming the profiles whose policy would allow it where that helps; a
+malformed policy is 422 validation_error.
 """
 
 from __future__ import annotations
