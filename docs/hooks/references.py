@@ -208,7 +208,7 @@ def _text(node: ast.AST | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(part.value if isinstance(part, ast.Constant) else "…" for part in node.values)
+        return "".join(str(part.value) if isinstance(part, ast.Constant) else "…" for part in node.values)
     return None
 
 
@@ -240,11 +240,19 @@ def error_sites() -> dict[str, dict[str, set[str]]]:
         entry["module"].add(module)
 
     file_status: dict[str, int] = {}
+    default_hints: dict[str, str] = {}  # helpers whose `hint` has a default, used where a call gives none
     errors_tree = ast.parse((ROOT / "wasm_runner_server" / "errors.py").read_text())
     for node in ast.walk(errors_tree):
+        if isinstance(node, ast.FunctionDef) and node.name in _CALLS:
+            names = [a.arg for a in node.args.args]
+            defaults = dict(zip(names[len(names) - len(node.args.defaults):], node.args.defaults, strict=True))
+            hint = _text(defaults.get("hint"))
+            if hint:
+                default_hints[node.name] = hint
         if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if isinstance(key, ast.Attribute) and isinstance(value, ast.Constant) and key.attr.endswith("Error"):
+                if isinstance(key, ast.Attribute) and isinstance(value, ast.Constant) and isinstance(value.value, int) \
+                        and key.attr.endswith("Error"):
                     file_status[key.attr] = value.value
                 elif isinstance(key, ast.Constant) and isinstance(key.value, int) and _member(value):
                     add(_member(value) or "", key.value, None, "wasm_runner_server.errors")  # aiohttp's HTTP errors
@@ -258,8 +266,9 @@ def error_sites() -> dict[str, dict[str, set[str]]]:
             for node in ast.walk(tree):
                 if isinstance(node, ast.ClassDef):  # FileOpError subclasses: `code = ErrorCode.X`
                     for statement in node.body:
-                        targets = statement.targets if isinstance(statement, ast.Assign) else \
-                            [statement.target] if isinstance(statement, ast.AnnAssign) else []
+                        if not isinstance(statement, ast.Assign | ast.AnnAssign):
+                            continue
+                        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
                         if any(isinstance(t, ast.Name) and t.id == "code" for t in targets):
                             member = _member(statement.value)
                             if member:
@@ -279,8 +288,9 @@ def error_sites() -> dict[str, dict[str, set[str]]]:
                     status = given.value if isinstance(given, ast.Constant) and isinstance(given.value, int) else None
                 elif isinstance(status_at, int):
                     status = status_at
+                given_hint = _argument(node, hint_at, "hint")
                 hint = "retry after the number of seconds in Retry-After" if name == "overloaded" else \
-                    _text(_argument(node, hint_at, "hint"))
+                    _text(given_hint) if given_hint is not None else default_hints.get(name)
                 add(member, status, hint, module)
     return sites
 
@@ -337,7 +347,8 @@ def cli_parser() -> argparse.ArgumentParser:
     raise RuntimeError("the console built no parser")
 
 
-def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def subcommands(parser: argparse.ArgumentParser,
+                path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """Every (sub)command of `parser`, depth first, with its words."""
     yield path, parser
     for action in parser._actions:
@@ -398,7 +409,7 @@ def http_page(document: dict) -> str:
         lines += ["", f"## {tag}", "", "| method | path | summary | body | answer |", "|---|---|---|---|---|"]
         for path, method, operation in by_tag[tag]:
             body = ", ".join(operation.get("requestBody", {}).get("content", {})) or ""
-            ok = next(iter(operation.get("responses", {}).values()), {})
+            ok: Any = next(iter(operation.get("responses", {}).values()), {})
             answer = ", ".join(ok.get("content", {})) if isinstance(ok, dict) else ""
             summary = operation.get("summary", "")
             if operation.get("description"):
