@@ -25,8 +25,9 @@ def test_the_guides_have_python_snippets() -> None:
 
 
 @pytest.mark.runtimes
-def test_the_library_quick_start_prints_what_it_says(tmp_path: Path) -> None:
-    (snippet,) = code_blocks(DOCS / "guides" / "quick-start.md", "python")
+@pytest.mark.parametrize("page", [DOCS / "guides" / "quick-start.md", ROOT / "README.md"], ids=lambda p: p.name)
+def test_the_library_quick_start_prints_what_it_says(page: Path, tmp_path: Path) -> None:
+    (snippet,) = code_blocks(page, "python")
     done = run_snippet(snippet, tmp_path)
     assert done.returncode == 0, done.stderr
     # print(result.stdout, result.exit_code, result.duration_ms): "45\n", then " 0 <ms>"
