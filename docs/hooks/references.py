@@ -84,7 +84,11 @@ def _type_name(annotation: Any) -> str:
 
 def _constraints(field: Any) -> str:
     words = []
-    for item in field.metadata:
+    metadata = list(field.metadata)
+    for argument in get_args(field.annotation):  # an optional value's constraints sit on its Annotated member
+        for item in getattr(argument, "__metadata__", ()):
+            metadata += list(getattr(item, "metadata", [item]))  # a Field(...) there holds its constraints
+    for item in metadata:
         for attribute, sign in (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "length ≥"),
                                 ("pattern", "matches")):
             value = getattr(item, attribute, None)
@@ -120,22 +124,22 @@ def config_keys(model: type | None = None, prefix: str = "") -> list[tuple[str, 
     model = model or ServiceConfig
     docs, defaults = _field_sources(model)
     rows: list[tuple[str, str, str, str, str]] = []
+    sections: list[tuple[str, str, str, str, str]] = []  # after the section's own keys, so each heading is once
     for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         key = f"{prefix}{name}"
         annotation = field.annotation
         description = docs.get(name) or field.description or ""
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             own = inspect.cleandoc(annotation.__dict__.get("__doc__") or "")
-            rows.append((key, "section", "", "", description or own.split("\n\n")[0]))
-            rows += config_keys(annotation, f"{key}.")
+            sections.append((key, "section", "", "", description or own.split("\n\n")[0]))
+            sections += config_keys(annotation, f"{key}.")
             continue
         if get_origin(annotation) is dict and get_args(annotation)[1] is Profile:
-            rows.append((key, "table of profiles", "built-ins", "", description))
-            rows += config_keys(Profile, f"{key}.NAME.")
+            sections.append((key, "table of profiles", "built-ins", "", description))
+            sections += config_keys(Profile, f"{key}.NAME.")
             continue
         rows.append((key, _type_name(annotation), _default(field, defaults.get(name)), _constraints(field), description))
-    # Nested models that appear only inside a list (mounts, credentials) are described under their own key.
-    return rows
+    return rows + sections
 
 
 def _list_item_models() -> list[tuple[str, type]]:
@@ -159,7 +163,7 @@ def config_page() -> str:
              "modules). Unknown keys are errors. `wasm-runner run --config FILE` reads the same file's "
              "`default_profile`, `[limits.*]` and `[profiles.*]`. How to use it: [Operations](../guides/operations.md).",
              "", "```text", _config_example(config.__doc__ or ""), "```", ""]
-    section = None
+    section: str | None = None
     header = ["", "| key | type | default | allowed | description |", "|---|---|---|---|---|"]
     table = False
     rows = config_keys() + [row for key, model in _list_item_models() for row in config_keys(model, f"{key}.")]
@@ -169,7 +173,7 @@ def config_page() -> str:
             section, table = key, False
             continue
         head, _, leaf = key.rpartition(".")
-        if head != (section or ""):
+        if head != section:
             lines += ["", f"## `[{head}]`" if head else "## Top level"]
             section, table = head, False
         if not table:
@@ -310,7 +314,8 @@ def errors_page() -> str:
     for member in ErrorCode:
         if families.get(member.name) != family:
             family = families.get(member.name)
-            lines += ["", f"## {(family or 'other').capitalize()}", "", "| code | HTTP | hint | raised in |",
+            title = family or "other"
+            lines += ["", f"## {title[0].upper()}{title[1:]}", "", "| code | HTTP | hint | raised in |",
                       "|---|---|---|---|"]
         entry = sites.get(member.name, {"status": set(), "hint": set(), "module": set()})
         status = ", ".join(sorted(entry["status"])) or "—"
