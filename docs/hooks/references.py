@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import inspect
 import json
 import os
@@ -231,6 +232,7 @@ def _argument(call: ast.Call, position: int | None, keyword: str) -> ast.AST | N
     return None
 
 
+@functools.cache  # one read of the whole source tree per process
 def error_sites() -> dict[str, dict[str, set[str]]]:
     """Per code name: the HTTP statuses, hints and modules of the places that raise it (read from the source)."""
     sites: dict[str, dict[str, set[str]]] = {}
