@@ -47,8 +47,18 @@ def ecma_patterns(schema: T) -> T:
     return schema
 
 
+EgressShorthand = Literal["deny", "open"]
+"""A network policy's mode alone, as the config file writes it: `"egress": "open"`."""
+
+
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """Request bodies: unknown fields are an error, not silently ignored."""
+
+    def __post_init__(self) -> None:
+        # An `egress` given as its mode alone is the policy of that mode: readers see a policy only.
+        egress = getattr(self, "egress", None)
+        if egress == "deny" or egress == "open":
+            setattr(self, "egress", EgressPolicy(mode=egress))  # noqa: B010 - the field is the subclass's
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -114,7 +124,7 @@ class ExecBody(_Body):
     `"block"`: a program with type errors does not run."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
     """The type check's own time limit."""
-    egress: EgressPolicy | None = None
+    egress: EgressPolicy | EgressShorthand | None = None
     """This call's network policy, narrower than the session's (default: the session's); a wider one is
     refused with 403 network_not_allowed."""
 
@@ -128,7 +138,7 @@ class ProcessBody(_Body):
     limits: LimitsPatch | None = None
     profile: ProfileName | None = None
     id: Tag | None = None
-    egress: EgressPolicy | None = None
+    egress: EgressPolicy | EgressShorthand | None = None
     """This call's network policy, narrower than the session's (default: the session's); a wider one is
     refused with 403 network_not_allowed."""
 
@@ -162,7 +172,7 @@ class OneShotBody(_Body):
     """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings.
     `"block"`: a program with type errors does not run."""
     typecheck_timeout_s: Annotated[float, Meta(gt=0, le=600)] = 60.0
-    egress: EgressPolicy | None = None
+    egress: EgressPolicy | EgressShorthand | None = None
     """This run's network policy, narrower than the profile's (default: the profile's); a wider one is
     refused with 403 network_not_allowed."""
 
@@ -214,7 +224,7 @@ class SessionCreate(_Body):
     packages: PackageRequest | None = None
     """Installed before the session is answered (e.g. `{"lock": ...}` exported from another session);
     a failed install answers 422 packages_failed and leaves no session."""
-    egress: EgressPolicy | None = None
+    egress: EgressPolicy | EgressShorthand | None = None
     """Where the session's runs may connect: within the profile's network policy (default: the profile's);
     a wider one is refused with 403 network_not_allowed."""
 
@@ -222,7 +232,7 @@ class SessionCreate(_Body):
 class SessionPatch(_Body):
     """A change to a live session, effective from its next call."""
 
-    egress: EgressPolicy | None | UnsetType = UNSET
+    egress: EgressPolicy | EgressShorthand | None | UnsetType = UNSET
     """The session's network policy: within its profile's (a wider one is refused with 403
     network_not_allowed, naming the profiles that allow it); null goes back to the profile's."""
 

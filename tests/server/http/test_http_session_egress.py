@@ -110,13 +110,17 @@ async def test_a_session_switches_its_network_on_within_the_profiles_session_max
 
 async def test_a_builtin_profiles_session_may_turn_to_open_which_still_refuses_private_addresses(client, origin):
     sid = await new_session(client)  # the built-in python profile: deny until asked
-    status, info = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": {"mode": "open"}})
+    status, info = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": "open"})  # as the config writes it
     assert status == 200 and info["egress"] == {"mode": "open", "allow": []}, info
     result = await run(client, sid, FETCH.format(port=origin.port))
     assert result["network"][0]["allowed"] is False  # open means public destinations only
     status, data = await call(client, "PATCH", f"/v1/sessions/{sid}",
                               json={"egress": {"mode": "allowlist", "allow": [f"127.0.0.1:{origin.port}"]}})
     assert status == 403, data  # a private address needs the operator's entry
+    status, data = await call(client, "PATCH", f"/v1/sessions/{sid}", json={"egress": "allowlist"})
+    assert status == 422, data  # an allowlist needs its entries
+    status, info = await call(client, "POST", "/v1/sessions", json={"egress": "deny"})
+    assert status == 201 and info["egress"]["mode"] == "deny", info
 
 
 async def test_the_narrowed_policy_survives_a_restart(serve, origin, tmp_path):
