@@ -39,9 +39,10 @@ SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-b
 RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """What tools would otherwise reach inside the sandbox itself (NO_PROXY), unless the policy allows it."""
-MAX_SOCKET_PATH = 100
-"""A Unix socket's path must fit sun_path (108 bytes with its NUL); past this the system's
-temporary directory holds the run's socket directory instead (removed all the same)."""
+MAX_SOCKET_PATH = 107
+"""A Unix socket's path must fit sun_path (108 bytes with its NUL): when a run's socket under the
+given directory would be longer, the system's temporary directory holds its directory instead
+(removed all the same)."""
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
                 "NODE_EXTRA_CA_CERTS")
 
@@ -66,12 +67,13 @@ class NativeEgress:
         """Make what comes next under `directory` (a Runner's scratch directory, removed with it)."""
         self.directory = directory
 
-    def temporary(self, prefix: str) -> Path:
+    def temporary(self, prefix: str, socket: bool = False) -> Path:
         """A new private directory under `directory` (made if missing), named `prefix`-…; in the
-        system's temporary directory, named wasm-runner-`prefix`-…, when there is none or a
-        socket's path under it would be too long."""
+        system's temporary directory, named wasm-runner-`prefix`-…, when there is none or (for a
+        `socket`'s directory) the socket's path under it would be too long."""
         parent = self.directory
-        if parent is not None and len(str(parent)) + len(prefix) + len(SOCKET_NAME) + 11 <= MAX_SOCKET_PATH:
+        too_long = socket and len(f"{parent}/{prefix}-12345678/{SOCKET_NAME}") > MAX_SOCKET_PATH
+        if parent is not None and not too_long:
             parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=parent))
         return Path(tempfile.mkdtemp(prefix=f"wasm-runner-{prefix}-"))
@@ -123,7 +125,7 @@ class RunEgress:
     def __init__(self, egress: NativeEgress, request: ExecRequest, deadline: float,
                  owner: tuple[int, int] | None, per_connection: bool = False) -> None:
         self.egress = egress
-        self.directory = egress.temporary("egress")
+        self.directory = egress.temporary("net", socket=True)
         try:
             if owner is not None:
                 os.chown(self.directory, *owner)

@@ -186,6 +186,9 @@ class NativeProvider(Provider):
     def use_packages(self, settings: PackageSettings) -> None:
         self.package_settings = settings
 
+    def use_scratch(self, directory: Path) -> None:
+        self.egress.use_directory(directory)
+
     # -- set-up ------------------------------------------------------------------------------
 
     def environment(self) -> tuple[str | None, str | None, CgroupSupport]:
@@ -285,6 +288,7 @@ class NativeProvider(Provider):
     def close(self) -> None:
         if self._kernel_pool is not None:
             self._kernel_pool.close()
+        self.egress.close()
 
     # -- execution ---------------------------------------------------------------------------
 
