@@ -23,7 +23,8 @@ def encodings(value: str) -> list[bytes]:
     data = value.encode()
     return [data, base64.b64encode(data), base64.urlsafe_b64encode(data), base64.b64encode(data).rstrip(b"="),
             base64.urlsafe_b64encode(data).rstrip(b"="), quote(value, safe="").encode(), quote_plus(value).encode(),
-            re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(value, safe="")).encode(), data.hex().encode(), data.hex().upper().encode()]
+            re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(value, safe="")).encode(),
+            data.hex().encode(), data.hex().upper().encode()]
 
 
 @pytest.mark.parametrize("prefix", ["", "B", "Be", "Bearer ", "token="])
