@@ -84,5 +84,16 @@ class CredentialBroker:
                 continue
         return sorted((v for v in values if v), key=len, reverse=True)
 
+    def sensitive(self) -> list[str]:
+        """The secrets and the header values made of them (whose full encodings mask the secret to its
+        last bit): what masking and redaction look for."""
+        values = set(self.secrets())
+        for credential in self.credentials:
+            try:
+                values.add(credential.template.replace("{secret}", secret_value(credential)))
+            except MissingSecretError:
+                continue
+        return sorted((v for v in values if v), key=len, reverse=True)
+
     def redact(self, text: str) -> str:
-        return Masker(self.secrets(), REDACTED_BYTES).text(text)
+        return Masker(self.sensitive(), REDACTED_BYTES).text(text)

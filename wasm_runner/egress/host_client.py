@@ -280,7 +280,7 @@ class HostRun:
                 failure = exc
                 continue
             event.address, event.status = str(address), response.status
-            masker = Masker((*self.broker.secrets(), *added.values()))
+            masker = Masker((*self.broker.sensitive(), *added.values()))
             exchange = Exchange(response, event, started, masker, handle=self.next_handle)
             self.next_handle += 1
             self.exchanges[exchange.handle] = exchange

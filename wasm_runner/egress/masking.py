@@ -84,8 +84,8 @@ def _lower_escapes(text: str) -> str:
 class Masker:
     """Replaces every form of the given secrets with asterisks of the same length.
 
-    `feed` works on a stream: it holds back the bytes a secret could still be completing
-    (the longest form, less one) until the next chunk or `flush`."""
+    `feed` works on a stream: it holds back a tail that begins some form (at most the longest
+    form, less one byte) until the next chunk or `flush`, and passes everything else at once."""
 
     def __init__(self, secrets: Iterable[str | bytes], replacement: bytes | None = None) -> None:
         """`replacement`: what a match becomes (None: asterisks of its length)."""
@@ -133,15 +133,23 @@ class Masker:
         return self.mask(value.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
 
     def feed(self, data: bytes) -> bytes:
-        """The masked part of what was held plus `data` that no later byte can change."""
+        """The masked part of what was held plus `data` that no later byte can change: all of it
+        but a tail that is the start of some form (a secret the next chunk may complete)."""
         if not self.forms:
             return data
         buffer = self.mask(self.carry + data)
-        if self.keep == 0:
-            self.carry = b""
-            return buffer
-        self.carry = buffer[-self.keep:]
-        return buffer[:-self.keep]
+        cut = self._pending(buffer)
+        self.carry = buffer[cut:]
+        return buffer[:cut]
+
+    def _pending(self, buffer: bytes) -> int:
+        """Where the longest tail of `buffer` that begins some form starts (len(buffer): none)."""
+        window = max(len(buffer) - self.keep, 0)
+        for start in range(window, len(buffer)):
+            tail = buffer[start:]
+            if any(form.startswith(tail) for form in self.forms):
+                return start
+        return len(buffer)
 
     def flush(self) -> bytes:
         """What is held back (masked already): the stream is over."""

@@ -122,7 +122,7 @@ class ProxyRun:
         """Serve the next call of an owner that outlives its calls (a kernel): that call's policy,
         credentials and deadline, its decisions and bytes counted afresh."""
         self.broker = CredentialBroker(credentials)
-        self.secrets = tuple(self.broker.secrets())
+        self.secrets = tuple(self.broker.sensitive())
         self.rules, self.deadline = rules, deadline
         with self.lock:
             self.events = []
@@ -151,7 +151,7 @@ class EgressProxy:
         `per_connection`: the byte cap bounds each connection, not the run)."""
         broker = CredentialBroker(credentials)
         run = ProxyRun(directory / SOCKET_NAME, rules, broker, deadline, self.settings.max_bytes,
-                       secrets=tuple(broker.secrets()), per_connection=per_connection)
+                       secrets=tuple(broker.sensitive()), per_connection=per_connection)
         loop = self._running_loop()
         asyncio.run_coroutine_threadsafe(self._listen(run, owner), loop).result(timeout=10)
         return run

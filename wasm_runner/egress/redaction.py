@@ -34,7 +34,7 @@ class RunRedactor:
         """None when the request holds no credential whose secret the host can read."""
         if not request.credentials:
             return None
-        secrets = CredentialBroker(request.credentials).secrets()
+        secrets = CredentialBroker(request.credentials).sensitive()
         return cls(secrets) if secrets else None
 
     def text(self, value: str) -> str:
