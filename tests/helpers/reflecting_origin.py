@@ -2,8 +2,9 @@
 
 GET /reflect?as=FORM answers the header's value in FORM: exact, base64, base64url, base64-nopad,
 url (percent-encoded), hex, HEX, gzip (the exact value, gzip-compressed whatever Accept-Encoding
-says), reason (in the status line's reason phrase) or header (in an X-Echo header). GET
-/redirect?to=URL answers 302 to URL. Every request is recorded as (path, headers by lower-case name).
+says), reason (in the status line's reason phrase), header (in an X-Echo header) or header-name
+(its last word as the name of a header). GET /redirect?to=URL answers 302 to URL. Every request
+is recorded as (path, headers by lower-case name).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import http.server
 import threading
 from urllib.parse import parse_qs, quote, urlsplit
 
-FORMS = ("exact", "base64", "base64url", "base64-nopad", "url", "hex", "HEX", "gzip", "reason", "header")
+FORMS = ("exact", "base64", "base64url", "base64-nopad", "url", "hex", "HEX", "gzip", "reason", "header",
+         "header-name")
 
 
 def reflected(form: str, value: str) -> tuple[bytes, dict[str, str], str]:
@@ -28,6 +30,8 @@ def reflected(form: str, value: str) -> tuple[bytes, dict[str, str], str]:
         return bodies[form], headers, "OK"
     if form == "reason":
         return b"see the reason", {}, f"OK {value}"
+    if form == "header-name":
+        return b"see the header's name", {f"X-{value.split()[-1]}": "1"}, "OK"
     return b"see the header", {"X-Echo": value}, "OK"
 
 

@@ -303,7 +303,9 @@ class HostRun:
     def _answer(self, exchange: Exchange, url: str, redirected: bool) -> Answer:
         response = exchange.response
         dropped = DROPPED_RESPONSE_HEADERS | ({"content-encoding", "content-length"} if exchange.decoder else set())
-        headers = [(name, exchange.masker.mask(value.encode("latin-1", "replace")).decode("latin-1"))
+        mask = exchange.masker.mask
+        headers = [(mask(name.encode("latin-1", "replace")).decode("latin-1"),  # a name may reflect it too
+                    mask(value.encode("latin-1", "replace")).decode("latin-1"))
                    for name, value in response.headers.iteritems() if name.lower() not in dropped]
         exchange.event.bytes_received += self._take(sum(len(n) + len(v) + 4 for n, v in headers))
         reason = exchange.masker.mask((response.reason or "").encode("latin-1", "replace")).decode("latin-1")

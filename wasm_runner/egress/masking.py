@@ -84,7 +84,7 @@ def _lower_escapes(text: str) -> str:
 class Masker:
     """Replaces every form of the given secrets with asterisks of the same length.
 
-    `feed` works on a stream: it holds back a tail that begins some form (at most the longest
+    Matching ignores ASCII case. `feed` works on a stream: it holds back a tail that begins some form (at most the longest
     form, less one byte) until the next chunk or `flush`, and passes everything else at once."""
 
     def __init__(self, secrets: Iterable[str | bytes], replacement: bytes | None = None) -> None:
@@ -93,7 +93,9 @@ class Masker:
         forms: set[bytes] = set()
         for secret in secrets:
             forms |= secret_forms(secret.encode() if isinstance(secret, str) else secret)
-        self.forms = sorted(forms, key=len, reverse=True)
+        # Compared without case: a destination (or h11, for header names) may change it, and hex
+        # comes in either; ASCII case folding keeps every byte where it was.
+        self.forms = sorted({form.lower() for form in forms}, key=len, reverse=True)
         self.keep = max((len(form) for form in self.forms), default=1) - 1
         self.carry = b""
 
@@ -105,11 +107,12 @@ class Masker:
         if not self.forms:
             return data
         spans = []
+        folded = data.lower()
         for form in self.forms:
-            start = data.find(form)
+            start = folded.find(form)
             while start >= 0:
                 spans.append((start, start + len(form)))
-                start = data.find(form, start + 1)
+                start = folded.find(form, start + 1)
         if not spans:
             return data
         merged: list[list[int]] = []
@@ -145,8 +148,9 @@ class Masker:
     def _pending(self, buffer: bytes) -> int:
         """Where the longest tail of `buffer` that begins some form starts (len(buffer): none)."""
         window = max(len(buffer) - self.keep, 0)
+        folded = buffer.lower()
         for start in range(window, len(buffer)):
-            tail = buffer[start:]
+            tail = folded[start:]
             if any(form.startswith(tail) for form in self.forms):
                 return start
         return len(buffer)

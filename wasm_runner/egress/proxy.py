@@ -517,7 +517,8 @@ class Exchange:
             break
         record.status = event.status_code
         record.bytes_received += self.take(len(event.reason) + sum(len(n) + len(v) + 4 for n, v in event.headers))
-        response_headers = [(name, masker.mask(value)) for name, value in event.headers if name not in HOP_BY_HOP]
+        response_headers = [(masker.mask(name), masker.mask(value)) for name, value in event.headers
+                            if name not in HOP_BY_HOP]  # a secret may be reflected in a header's name too
         decoder: BodyDecoder | None = None
         coding = b", ".join(value for name, value in event.headers if name == b"content-encoding")
         if masker and BodyDecoder.needed(coding.decode("latin-1")):

@@ -39,7 +39,7 @@ def leaks(text: str) -> list[str]:
         data = value.encode()
         for form in (value, base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode(),
                      base64.b64encode(data).decode().rstrip("="), quote(value, safe=""), data.hex(), data.hex().upper()):
-            if form in text:
+            if form.lower() in text.lower():
                 found.append(form)
     return found
 

@@ -33,7 +33,7 @@ def leaked_forms(value: str) -> list[str]:
 
 
 def leaks(text: str) -> list[str]:
-    return [form for value in (HEADER, SECRET) for form in leaked_forms(value) if form in text]
+    return [form for value in (HEADER, SECRET) for form in leaked_forms(value) if form.lower() in text.lower()]
 
 
 @pytest.fixture(scope="module")
