@@ -155,6 +155,17 @@ class Masker:
                 return start
         return len(buffer)
 
+    def cut_end(self, data: bytes, least: int = 4) -> bytes:
+        """`data` with a tail of at least `least` bytes that begins some form masked too: the end of
+        a text cut short (a capped stream) may hold a secret's first part."""
+        if not self.forms:
+            return data
+        data = self.mask(data)
+        cut = self._pending(data)
+        if len(data) - cut < least:
+            return data
+        return data[:cut] + (self.replacement if self.replacement is not None else b"*" * (len(data) - cut))
+
     def flush(self) -> bytes:
         """What is held back (masked already): the stream is over."""
         tail, self.carry = self.carry, b""

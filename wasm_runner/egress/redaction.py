@@ -23,9 +23,12 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult, RichOutput
 class RunRedactor:
     """The secrets of one run's credentials, masked in its output and result."""
 
-    def __init__(self, secrets: list[str]) -> None:
-        self.secrets = tuple(secrets)
+    def __init__(self, secrets: list[str], rendered: list[str] | tuple[str, ...] = ()) -> None:
+        """`rendered`: the header values made of the secrets (masked whole as well)."""
+        self.secrets = (*secrets, *rendered)
         self.masker = Masker(self.secrets, REDACTED)
+        self.ends = Masker(secrets, REDACTED)
+        """For the end of a stream cut short: a header's fixed start ("Bearer") is not a secret's."""
         self._streams: dict[Stream, tuple[Masker, OutputListener]] = {}
         self._lock = threading.Lock()
 
@@ -34,11 +37,19 @@ class RunRedactor:
         """None when the request holds no credential whose secret the host can read."""
         if not request.credentials:
             return None
-        secrets = CredentialBroker(request.credentials).sensitive()
-        return cls(secrets) if secrets else None
+        broker = CredentialBroker(request.credentials)
+        secrets = broker.secrets()
+        return cls(secrets, [value for value in broker.sensitive() if value not in secrets]) if secrets else None
 
     def text(self, value: str) -> str:
         return self.masker.text(value)
+
+    def _stream(self, value: str, cut: bool) -> str:
+        """A stream's text; one cut at its cap may end in a secret's first part, masked too."""
+        if not cut or not value:
+            return self.masker.text(value)
+        data = self.ends.cut_end(self.masker.mask(value.encode("utf-8", "surrogateescape")))
+        return data.decode("utf-8", "surrogateescape")
 
     def listener(self, inner: OutputListener) -> OutputListener:
         """`inner`, told each chunk with the secrets masked (call `flush` when the run ends)."""
@@ -56,14 +67,15 @@ class RunRedactor:
         with self._lock:
             streams, self._streams = dict(self._streams), {}
         for stream, (masker, inner) in streams.items():
-            tail = masker.flush()
+            tail = self.ends.cut_end(masker.flush())
             if tail:
                 inner(stream, tail)
 
     def result(self, result: ExecResult) -> ExecResult:
         """`result` with every text it carries masked."""
         mask = self.masker.text
-        result.stdout, result.stderr = mask(result.stdout), mask(result.stderr)
+        result.stdout, result.stderr = self._stream(result.stdout, "stdout" in result.truncated), \
+            self._stream(result.stderr, "stderr" in result.truncated)
         if result.value is not None:
             result.value = mask(result.value)
         if result.error is not None:

@@ -85,3 +85,17 @@ def test_a_runs_result_and_stream_are_redacted():
     text = repr(result)
     assert SECRET not in text and base64.b64encode(SECRET.encode()).decode() not in text
     assert result.stdout == "[redacted]" and result.error is not None and result.error.message == "[redacted]"
+
+
+def test_a_stream_cut_short_in_a_secret_does_not_keep_its_first_part():
+    redactor = RunRedactor([SECRET])
+    chunks: list[bytes] = []
+    listen = redactor.listener(lambda stream, data: chunks.append(data))
+    listen("stdout", b"ok\n" + SECRET[:12].encode())  # the cap cut the secret after 12 characters
+    redactor.flush()
+    assert b"".join(chunks) == b"ok\n[redacted]"
+    result = redactor.result(ExecResult(stdout="ok\n" + SECRET[:12], truncated=["stdout"]))
+    assert result.stdout == "ok\n[redacted]"
+    assert redactor.result(ExecResult(stdout="ends in sk-l")).stdout == "ends in sk-l"  # not cut: kept as it is
+    bearer = RunRedactor([SECRET], [f"Bearer {SECRET}"])
+    assert bearer.result(ExecResult(stdout="a Bearer", truncated=["stdout"])).stdout == "a Bearer"
