@@ -130,10 +130,10 @@ class Masker:
         return bytes(out)
 
     def text(self, value: str) -> str:
-        """`value` with every form masked (undecodable bytes kept as they were)."""
+        """`value` with every form masked (lone surrogates kept as they were)."""
         if not self.forms or not value:
             return value
-        return self.mask(value.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+        return self.mask(value.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
 
     def feed(self, data: bytes) -> bytes:
         """The masked part of what was held plus `data` that no later byte can change: all of it

@@ -48,8 +48,8 @@ class RunRedactor:
         """A stream's text; one cut at its cap may end in a secret's first part, masked too."""
         if not cut or not value:
             return self.masker.text(value)
-        data = self.ends.cut_end(self.masker.mask(value.encode("utf-8", "surrogateescape")))
-        return data.decode("utf-8", "surrogateescape")
+        data = self.ends.cut_end(self.masker.mask(value.encode("utf-8", "surrogatepass")))
+        return data.decode("utf-8", "surrogatepass")
 
     def listener(self, inner: OutputListener) -> OutputListener:
         """`inner`, told each chunk with the secrets masked (call `flush` when the run ends)."""
