@@ -123,6 +123,7 @@ class Runner:
         self.providers: list[Provider] = providers if providers is not None else default_providers(mounts, egress)
         for provider in self.providers:
             provider.use_packages(self.package_settings)
+            provider.use_scratch(self.scratch_dir)
         self.executor = Executor(self.concurrency)
         self.scratch = ScratchPool(self.scratch_dir, self.providers, max_idle=2 * self.concurrency, ready=ready_scratch)
         self._rebuildable = providers is None

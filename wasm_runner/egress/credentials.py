@@ -3,8 +3,8 @@
 A `Credential` names destinations, a header and where the host reads the secret (its own
 environment or a file); the value is read when a request needs it and never handed to the
 guest. A destination without a scheme gets the secret over https only: sending it in cleartext
-takes a destination that says `http://`. `redact` removes every known secret from text the host
-records (audit rows, errors).
+takes a destination that says `http://`. `redact` masks every known secret, as it is and in its
+common encodings (egress/masking.py), in text the host records (audit rows, errors).
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from wasm_runner.egress.masking import Masker
 from wasm_runner.egress.policy import Destination, normalise_host, parse_destination
 from wasm_runner_protocol.egress import Credential
 
 REDACTED = "[redacted]"
+REDACTED_BYTES = REDACTED.encode()
 
 
 class MissingSecretError(RuntimeError):
@@ -82,7 +84,16 @@ class CredentialBroker:
                 continue
         return sorted((v for v in values if v), key=len, reverse=True)
 
+    def sensitive(self) -> list[str]:
+        """The secrets and the header values made of them (whose full encodings mask the secret to its
+        last bit): what masking and redaction look for."""
+        values = set(self.secrets())
+        for credential in self.credentials:
+            try:
+                values.add(credential.template.replace("{secret}", secret_value(credential)))
+            except MissingSecretError:
+                continue
+        return sorted((v for v in values if v), key=len, reverse=True)
+
     def redact(self, text: str) -> str:
-        for secret in self.secrets():
-            text = text.replace(secret, REDACTED)
-        return text
+        return Masker(self.sensitive(), REDACTED_BYTES).text(text)

@@ -10,7 +10,9 @@ requests too. The run's byte cap counts request and response bodies both ways, a
 ends at the run's deadline. Each request becomes one `NetworkEvent`.
 
 Secrets never flow back: the headers the host added are not in what the guest sees, and a
-response echoing a secret is masked byte for byte (lengths stay valid).
+response echoing a secret (status line, headers, body; as sent or encoded: egress/masking.py)
+is masked byte for byte; a compressed body is decoded first (or withheld when the host cannot
+decode it). A request the guest sends without a User-Agent goes out as `wasm-runner`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 
 from wasm_runner.egress.credentials import CredentialBroker, MissingSecretError
+from wasm_runner.egress.masking import BodyDecoder, DecodedTooLarge, Masker, UndecodableBody
 from wasm_runner.egress.policy import DEFAULT_PORTS, EgressRules, PolicyError, normalise_host
-from wasm_runner.egress.proxy import Masker
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import LIMIT_HINT, allow_hint
 from wasm_runner_protocol.egress import Credential, EgressPolicy, NetworkEvent
@@ -42,6 +44,8 @@ DROPPED_RESPONSE_HEADERS = frozenset({"connection", "keep-alive", "proxy-connect
 """urllib3 undoes the transfer coding; the guest gets the body as sent, its length or its end."""
 CROSS_ORIGIN_DROPPED = frozenset({"authorization", "cookie", "proxy-authorization"})
 """Headers the guest set that a redirect to another origin does not carry (as browsers do)."""
+USER_AGENT = "wasm-runner"
+"""Sent when the guest names none (rather than the host library's own name and version)."""
 
 
 class EgressError(Exception):
@@ -102,6 +106,7 @@ class Exchange:
     event: NetworkEvent
     started: float
     masker: Masker
+    decoder: BodyDecoder | None = None
     handle: int = 0
     done: bool = False
 
@@ -244,6 +249,8 @@ class HostRun:
                 headers.add(name, value)
         for name, value in added.items():
             headers.add(name, value)
+        if "user-agent" not in headers:
+            headers["User-Agent"] = USER_AGENT
         if added:  # the masking must see the body as sent
             headers["Accept-Encoding"] = "identity"
         if self._take(len(body)) < len(body):
@@ -273,11 +280,18 @@ class HostRun:
                 failure = exc
                 continue
             event.address, event.status = str(address), response.status
-            masker = Masker(tuple((s.encode(), b"*" * len(s.encode())) for s in self.broker.secrets()),
-                            [value.encode() for value in added.values()])
+            masker = Masker((*self.broker.sensitive(), *added.values()))
             exchange = Exchange(response, event, started, masker, handle=self.next_handle)
             self.next_handle += 1
             self.exchanges[exchange.handle] = exchange
+            coding = response.headers.get("content-encoding")
+            if masker and BodyDecoder.needed(coding):
+                try:  # the masking must see the body as the destination wrote it
+                    exchange.decoder = BodyDecoder(coding or "", self.settings.max_bytes)
+                except UndecodableBody as exc:
+                    event.reason = str(exc)
+                    self._finish(exchange)
+                    raise EgressError(f"{scheme}://{plan.host}:{port}: {exc}") from None
             return exchange
         reason = _failure_text(failure)
         event.reason = reason
@@ -288,12 +302,15 @@ class HostRun:
 
     def _answer(self, exchange: Exchange, url: str, redirected: bool) -> Answer:
         response = exchange.response
-        headers = [(name, exchange.masker.header(value.encode("latin-1", "replace")).decode("latin-1"))
-                   for name, value in response.headers.iteritems()
-                   if name.lower() not in DROPPED_RESPONSE_HEADERS]
+        dropped = DROPPED_RESPONSE_HEADERS | ({"content-encoding", "content-length"} if exchange.decoder else set())
+        mask = exchange.masker.mask
+        headers = [(mask(name.encode("latin-1", "replace")).decode("latin-1"),  # a name may reflect it too
+                    mask(value.encode("latin-1", "replace")).decode("latin-1"))
+                   for name, value in response.headers.iteritems() if name.lower() not in dropped]
         exchange.event.bytes_received += self._take(sum(len(n) + len(v) + 4 for n, v in headers))
+        reason = exchange.masker.mask((response.reason or "").encode("latin-1", "replace")).decode("latin-1")
         body, eof = self._read(exchange, FIRST_CHUNK)
-        return Answer(handle=exchange.handle, status=response.status, reason=response.reason or "",
+        return Answer(handle=exchange.handle, status=response.status, reason=reason,
                       headers=headers, url=url, redirected=redirected, body=body, eof=eof)
 
     def _read(self, exchange: Exchange, size: int) -> tuple[bytes, bool]:
@@ -325,6 +342,13 @@ class HostRun:
             self._finish(exchange)
             raise EgressLimit(f"{_where(exchange.event)}: {exchange.event.reason}", LIMIT_HINT)
         eof = not data or exchange.response.closed or _is_over(exchange.response)
+        if exchange.decoder is not None:
+            try:
+                data = exchange.decoder.feed(data) + (exchange.decoder.flush() if eof else b"")
+            except (UndecodableBody, DecodedTooLarge) as exc:
+                exchange.event.reason = str(exc)
+                self._finish(exchange)
+                raise EgressError(f"{_where(exchange.event)}: {exc}") from None
         data = exchange.masker.feed(data)
         if eof:
             data += exchange.masker.flush()

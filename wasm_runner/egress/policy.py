@@ -24,13 +24,14 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 RESTRICTED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
     "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-    "::/96", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "fc00::/7", "fe80::/10", "fec0::/10",
-    "ff00::/8",
+    "::/96", "::1/128", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "2001::/32", "2002::/16", "fc00::/7",
+    "fe80::/10", "fec0::/10", "ff00::/8",
 ))
 """Reachable only when an entry names them: private, loopback, link-local (169.254.169.254, the
 cloud metadata service, among them), shared, benchmarking, multicast and reserved ranges, and the
-IPv6 ranges that carry an IPv4 address to a translator or relay (NAT64, 6to4, IPv4-compatible),
-which could reach a private IPv4 address behind it. The documentation ranges are not among them:
+IPv6 ranges that carry an IPv4 address to a translator or relay (NAT64, SIIT's IPv4-translated
+`::ffff:0:0:0/96`, 6to4, Teredo, IPv4-compatible), which could reach a private IPv4 address behind
+it. (IPv4-mapped `::ffff:0:0/96` is checked as the IPv4 address it maps.) The documentation ranges are not among them:
 routed nowhere on the internet, they are where some networks put the proxies of the services they
 let through."""
 SCHEMES = ("http", "https")

@@ -13,8 +13,9 @@ request. A refusal is a 403 whose body names the destination and the policy, wit
 
 Brokered credentials are added to plain-HTTP requests only: a tunnel's content is TLS between
 the guest and the destination, which the proxy does not terminate. Secrets reflected in a
-response (headers or body) are masked byte for byte before the guest sees it, so lengths stay
-valid; brokered requests ask for an uncompressed response so the masking can see the body.
+response (status line, headers or body, as sent or encoded: egress/masking.py) are masked byte
+for byte before the guest sees it; brokered requests ask for an uncompressed response, and a
+compressed one is decoded before the masking (or withheld when the host cannot decode it).
 
 One asyncio loop on a daemon thread serves every run of a process; h11 parses HTTP/1.1.
 """
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 import h11
 
 from wasm_runner.egress.credentials import CredentialBroker, MissingSecretError
+from wasm_runner.egress.masking import BodyDecoder, DecodedTooLarge, Masker, UndecodableBody
 from wasm_runner.egress.policy import EgressRules, PolicyError, normalise_host
 from wasm_runner.egress.resolver import Plan
 from wasm_runner.egress.settings import EgressSettings
@@ -68,8 +70,8 @@ class ProxyRun:
     bytes_total: int = 0
     server: asyncio.AbstractServer | None = None
     tasks: set[asyncio.Task] = field(default_factory=set)
-    masks: tuple[tuple[bytes, bytes], ...] = ()
-    """(secret, mask of the same length) for every secret this run's credentials can add."""
+    secrets: tuple[str, ...] = ()
+    """Every secret this run's credentials can add: what responses hide (egress/masking.py)."""
     closed: bool = False
     on_close: Callable[[], None] | None = None
     per_connection: bool = False
@@ -120,16 +122,11 @@ class ProxyRun:
         """Serve the next call of an owner that outlives its calls (a kernel): that call's policy,
         credentials and deadline, its decisions and bytes counted afresh."""
         self.broker = CredentialBroker(credentials)
-        self.masks = secret_masks(self.broker)
+        self.secrets = tuple(self.broker.sensitive())
         self.rules, self.deadline = rules, deadline
         with self.lock:
             self.events = []
         self.bytes_total = 0
-
-
-def secret_masks(broker: CredentialBroker) -> tuple[tuple[bytes, bytes], ...]:
-    """(secret, mask of the same length) for every secret `broker` can add: what responses hide."""
-    return tuple((secret.encode(), b"*" * len(secret.encode())) for secret in broker.secrets())
 
 
 class EgressProxy:
@@ -154,7 +151,7 @@ class EgressProxy:
         `per_connection`: the byte cap bounds each connection, not the run)."""
         broker = CredentialBroker(credentials)
         run = ProxyRun(directory / SOCKET_NAME, rules, broker, deadline, self.settings.max_bytes,
-                       masks=secret_masks(broker), per_connection=per_connection)
+                       secrets=tuple(broker.sensitive()), per_connection=per_connection)
         loop = self._running_loop()
         asyncio.run_coroutine_threadsafe(self._listen(run, owner), loop).result(timeout=10)
         return run
@@ -510,7 +507,7 @@ class Exchange:
                 break
             else:
                 return False
-        masker = Masker(self.run.masks, self.rendered(added))
+        masker = Masker((*self.run.secrets, *added.values()))
         while True:
             event = await self._next(upstream, upstream_reader)
             if isinstance(event, h11.InformationalResponse):
@@ -520,22 +517,35 @@ class Exchange:
             break
         record.status = event.status_code
         record.bytes_received += self.take(len(event.reason) + sum(len(n) + len(v) + 4 for n, v in event.headers))
-        response_headers = [(name, masker.header(value)) for name, value in event.headers
-                            if name not in HOP_BY_HOP]
-        await self._send(h11.Response(status_code=event.status_code, reason=masker.header(event.reason),
+        response_headers = [(masker.mask(name), masker.mask(value)) for name, value in event.headers
+                            if name not in HOP_BY_HOP]  # a secret may be reflected in a header's name too
+        decoder: BodyDecoder | None = None
+        coding = b", ".join(value for name, value in event.headers if name == b"content-encoding")
+        if masker and BodyDecoder.needed(coding.decode("latin-1")):
+            try:  # the masking must see the body as the destination wrote it
+                decoder = BodyDecoder(coding.decode("latin-1"), self.run.max_bytes)
+            except UndecodableBody as exc:
+                record.reason = str(exc)
+                await self._answer(502, f"{PROXY_NAME}: {exc}\n", proxy_status("http_response_content_coding",
+                                                                               str(exc)))
+                return False
+            response_headers = [(name, value) for name, value in response_headers
+                                if name not in (b"content-encoding", b"content-length")]
+        await self._send(h11.Response(status_code=event.status_code, reason=masker.mask(event.reason),
                                       headers=response_headers))
         while True:
             event = await self._next(upstream, upstream_reader)
             if isinstance(event, h11.Data):
                 allowed = self.take(len(event.data))
                 record.bytes_received += allowed
-                data = masker.feed(event.data[:allowed])
+                data = self._decoded(decoder, event.data[:allowed])
+                data = masker.feed(data)
                 if data:
                     await self._send(h11.Data(data=data))
                 if allowed < len(event.data):  # what the masker still holds is dropped: it may end in a secret's start
                     raise _Stop(self.cap_reason())
             elif isinstance(event, h11.EndOfMessage):
-                tail = masker.flush()
+                tail = masker.feed(self._decoded(decoder, None)) + masker.flush()
                 if tail:
                     await self._send(h11.Data(data=tail))
                 await self._send(h11.EndOfMessage())
@@ -543,8 +553,15 @@ class Exchange:
             else:
                 raise _Stop("the destination closed the connection mid-answer")
 
-    def rendered(self, added: dict[str, str]) -> list[bytes]:
-        return [value.encode() for value in added.values()]
+    @staticmethod
+    def _decoded(decoder: BodyDecoder | None, data: bytes | None) -> bytes:
+        """`data` decoded (None: the body is over); a body the host cannot decode ends the exchange."""
+        if decoder is None:
+            return data or b""
+        try:
+            return decoder.feed(data) if data is not None else decoder.flush()
+        except (UndecodableBody, DecodedTooLarge) as exc:
+            raise _Stop(str(exc)) from None
 
 
 class Counter:
@@ -552,41 +569,6 @@ class Counter:
 
     def __init__(self) -> None:
         self.total = 0
-
-
-class Masker:
-    """Replaces every secret in a stream with asterisks of the same length (lengths stay valid)."""
-
-    def __init__(self, masks: tuple[tuple[bytes, bytes], ...], extra: list[bytes]) -> None:
-        pairs = dict(masks)
-        for value in extra:
-            pairs.setdefault(value, b"*" * len(value))
-        self.pairs = sorted(((s, m) for s, m in pairs.items() if s), key=lambda pair: len(pair[0]), reverse=True)
-        self.keep = max((len(s) for s, _ in self.pairs), default=1) - 1
-        self.carry = b""
-
-    def _mask(self, data: bytes) -> bytes:
-        for secret, mask in self.pairs:
-            data = data.replace(secret, mask)
-        return data
-
-    def header(self, value: bytes) -> bytes:
-        return self._mask(value) if self.pairs else value
-
-    def feed(self, data: bytes) -> bytes:
-        """The masked part of carry + data that no later byte can change."""
-        if not self.pairs:
-            return data
-        buffer = self._mask(self.carry + data)
-        if self.keep == 0:
-            self.carry = b""
-            return buffer
-        self.carry = buffer[-self.keep:]
-        return buffer[:-self.keep]
-
-    def flush(self) -> bytes:
-        tail, self.carry = self.carry, b""
-        return tail
 
 
 def split_authority(target: str) -> tuple[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from wasm_runner.egress.redaction import redact_result
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
 
 __all__ = ["host_error_result", "invalid_request_result", "lost_result", "stuck_result"]
@@ -9,13 +10,13 @@ __all__ = ["host_error_result", "invalid_request_result", "lost_result", "stuck_
 
 def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> ExecResult:
     """The guest was blocked in a host call past its deadline; its worker was given up. The
-    output it printed until then is kept."""
-    return ExecResult(
+    output it printed until then is kept (its credentials' secrets masked)."""
+    return redact_result(request, ExecResult(
         stdout=stdout, stderr=stderr, exit_code=137, limit="timeout", language=request.language,
         id=request.id, group=request.group,
         error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
                          "(the guest was blocked in a host call)"),
-    )
+    ))
 
 
 def lost_result(request: ExecRequest, exit_code: int | None, why: str = "") -> ExecResult:

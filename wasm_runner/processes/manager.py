@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wasm_runner.capture import Stream
+from wasm_runner.egress.redaction import RunRedactor
 from wasm_runner.processes.ring import Chunk, OutputRing
 from wasm_runner.providers.native.limits import RunCgroup, RunLimits
 from wasm_runner.providers.native.sandboxed_process import MAIN_NS_PID, SandboxProcess
@@ -105,6 +107,9 @@ class BackgroundProcess:
         self.owner: object = None
         """Who started it, for the host's own records (the service's audit row names the key)."""
         self._done = threading.Event()
+        self._redactor = RunRedactor.for_request(request)
+        """Masks the secrets of its brokered credentials in what it prints (egress/redaction.py)."""
+        self._to_rings = self._redactor.listener(self._store) if self._redactor is not None else self._store
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -232,10 +237,15 @@ class BackgroundProcess:
         self.sandbox.resize(cols, rows)
 
     def _sink(self, stream: str, data: bytes) -> None:
+        self._to_rings("stdout" if stream == "stdout" else "stderr", data)
+
+    def _store(self, stream: Stream, data: bytes) -> None:
         (self.stdout if stream == "stdout" else self.stderr).write(data)
 
     def _ended(self) -> None:
         self.ended_at = time.time()
+        if self._redactor is not None:
+            self._redactor.flush()
         self.stdout.close()
         self.stderr.close()
         self._done.set()

@@ -8,9 +8,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from wasm_runner.capture import OutputListener
+from wasm_runner.egress.redaction import RunRedactor
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.workspace.layout import Workspace
@@ -70,7 +72,22 @@ class Provider(ABC):
 
     def run(self, job: Job) -> ExecResult:
         """`execute` (once per case with the `io` harness), preceded by the program's type
-        check when the request asks for one."""
+        check when the request asks for one. A run that holds brokered credentials has their
+        secrets masked in what it streams and returns (egress/redaction.py)."""
+        redactor = RunRedactor.for_request(job.request)
+        if redactor is None:
+            return self._run_checked(job)
+        listener = job.listener
+        if listener is not None:
+            job.listener = redactor.listener(listener)
+        try:
+            result = self._run_checked(job)
+        finally:
+            job.listener = listener
+            redactor.flush()
+        return redactor.result(result)
+
+    def _run_checked(self, job: Job) -> ExecResult:
         request = job.request
         if not request.typecheck:
             return self._run_harness(job)
@@ -124,6 +141,9 @@ class Provider(ABC):
 
     def discard(self, workspace: Workspace) -> None:  # noqa: B027 - an optional hook: none by default
         """Drop what `prewarm` made for a scratch workspace that goes away."""
+
+    def use_scratch(self, directory: Path) -> None:  # noqa: B027 - an optional hook: none by default
+        """Keep the provider's temporary files under `directory` (the Runner's own, removed when it closes)."""
 
     def use_packages(self, settings: PackageSettings) -> None:  # noqa: B027 - an optional hook: none by default
         """Take the Runner's package settings (where installs inside the provider's sandboxes come from)."""

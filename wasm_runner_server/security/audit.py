@@ -263,11 +263,14 @@ class AuditLog:
                          command: list[str] | None, result, outcome: str, finished_at: float,
                          redact: Callable[[str], str] | None = None) -> int:
         """Record the row of an execution (on disk once this returns); its id. Its network decisions are
-        kept with the secrets `redact` knows removed (an ephemeral run's as counts only)."""
+        kept with the secrets `redact` knows removed (an ephemeral run's as counts only), and so are its
+        code, stdout and stderr."""
         source = code if command is None else json.dumps(command)
         source = source or ""
         stdout = getattr(result, "stdout", "") or ""
         stderr = getattr(result, "stderr", "") or ""
+        if redact is not None:
+            source, stdout, stderr = redact(source), redact(stdout), redact(stderr)
         duration_ms = float(getattr(result, "duration_ms", 0.0) or 0.0)
         files = getattr(result, "files", None)
         changed = None
@@ -318,8 +321,10 @@ class AuditLog:
                        network: Sequence[object] = (), redact: Callable[[str], str] | None = None) -> int:
         """Record a background process's start, end or batch of egress decisions ("network", while it
         runs) on disk once this returns; its id. `network` is the decisions since its last row, kept as
-        an execution's are."""
+        an execution's are (its code and error too)."""
         source = code or json.dumps(command)
+        if redact is not None:
+            source, error = redact(source), redact(error) if error else error
         now = finished_at if finished_at is not None else (time.time() if event == "network" else started_at)
         row = {
             "ts": now, "kind": "process", "workspace": workspace, "key_id": key_id, "session": session,

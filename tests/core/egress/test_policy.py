@@ -171,3 +171,17 @@ def test_a_credential_goes_over_plain_http_only_to_a_destination_that_says_http(
     cleartext = CredentialBroker([Credential(destinations=("http://api.local.test",), env="PATH")])
     assert "Authorization" in cleartext.headers_for("http", "api.local.test", 80)
     assert cleartext.headers_for("https", "api.local.test", 443) == {}  # the scheme named is the only one
+
+
+@pytest.mark.parametrize("address", [
+    "::ffff:0:a01:203",  # SIIT (IPv4-translated) of 10.1.2.3
+    "::ffff:0:7f00:1",  # SIIT of 127.0.0.1
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
+    "2002:a01:203::1",  # 6to4 embedding 10.1.2.3
+    "2002:7f00:1::1",  # 6to4 embedding 127.0.0.1
+    "64:ff9b::a01:203",  # NAT64 of 10.1.2.3
+    "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata address 169.254.169.254
+])
+def test_ipv6_ranges_that_carry_an_ipv4_address_are_refused_unless_named(address):
+    assert rules("open").address_refusal(ipaddress.ip_address(address), 443, "https") is not None
+    assert rules("allowlist", f"[{address}]").address_refusal(ipaddress.ip_address(address), 443, "https") is None

@@ -4,9 +4,14 @@ The sandbox keeps its own network namespace (loopback only). When its policy is 
 the run gets a Unix socket on the proxy (egress/proxy.py) in a directory of its own, shown in
 the sandbox at /run/egress; the relay (egress_relay.py, run by the system's python3 before the
 program) listens on 127.0.0.1:3128 there and forwards each connection to that socket. The
-standard proxy variables point every usual tool (curl, pip, uv, npm, git, Python, Node.js) at
-it; a program that ignores them has nothing else to connect to. Under `deny` none of this
-exists.
+standard proxy variables point every usual tool (curl, pip, uv, npm, git, Python, Node.js with
+NODE_USE_ENV_PROXY) at it; a program that ignores them has nothing else to connect to. NO_PROXY
+names only the loopback names the policy does not allow: inside the sandbox those are the
+sandbox's own (a server the guest started), while an allowed loopback or private address is the
+host's, reached through the proxy. Under `deny` none of this exists.
+
+The CA bundle's directory and each run's socket directory live under the directory the Runner
+gives (`use_directory`: its scratch directory) and are removed by `close` and at each run's end.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from wasm_runner.egress.policy import EgressRules
+from wasm_runner.egress.policy import EgressRules, ip_or_none
 from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
@@ -32,7 +37,12 @@ RELAY_NAME = "egress-relay.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 RELAY_SOURCE = Path(__file__).with_name("egress_relay.py")
-NO_PROXY = "localhost,127.0.0.1,::1"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""What tools would otherwise reach inside the sandbox itself (NO_PROXY), unless the policy allows it."""
+MAX_SOCKET_PATH = 107
+"""A Unix socket's path must fit sun_path (108 bytes with its NUL): when a run's socket under the
+given directory would be longer, the system's temporary directory holds its directory instead
+(removed all the same)."""
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
                 "NODE_EXTRA_CA_CERTS")
 
@@ -44,12 +54,36 @@ class EgressUnavailable(RuntimeError):
 class NativeEgress:
     """The provider's proxy and the CA bundle its sandboxes trust, shared by its runs."""
 
-    def __init__(self, settings: EgressSettings | None = None) -> None:
+    def __init__(self, settings: EgressSettings | None = None, directory: Path | None = None) -> None:
         self.settings = settings or EgressSettings()
         self.proxy = EgressProxy(self.settings)
         self._lock = threading.Lock()
         self._bundle: Path | None = None
         self._relay_code: bytes | None = None
+        self.directory = directory
+        """Where the CA bundle and the runs' socket directories are made (None: the system's temporary directory)."""
+
+    def use_directory(self, directory: Path) -> None:
+        """Make what comes next under `directory` (a Runner's scratch directory, removed with it)."""
+        self.directory = directory
+
+    def temporary(self, prefix: str, socket: bool = False) -> Path:
+        """A new private directory under `directory` (made if missing), named `prefix`-…; in the
+        system's temporary directory, named wasm-runner-`prefix`-…, when there is none or (for a
+        `socket`'s directory) the socket's path under it would be too long."""
+        parent = self.directory
+        too_long = socket and len(f"{parent}/{prefix}-12345678/{SOCKET_NAME}") > MAX_SOCKET_PATH
+        if parent is not None and not too_long:
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=parent))
+        return Path(tempfile.mkdtemp(prefix=f"wasm-runner-{prefix}-"))
+
+    def close(self) -> None:
+        """Remove the CA bundle's directory (made again by the next run that needs it)."""
+        with self._lock:
+            if self._bundle is not None:
+                shutil.rmtree(self._bundle.parent, ignore_errors=True)
+                self._bundle = None
 
     def relay_code(self) -> bytes:
         if self._relay_code is None:
@@ -68,7 +102,7 @@ class NativeEgress:
                     break
             if self.settings.extra_ca_file is not None:
                 parts.append(Path(self.settings.extra_ca_file).read_bytes())
-            directory = Path(tempfile.mkdtemp(prefix="wasm-runner-ca-"))
+            directory = self.temporary("ca")
             directory.chmod(0o755)  # certificates are public; every sandbox user reads them
             path = directory / "ca-certificates.crt"
             path.write_bytes(b"\n".join(part.rstrip(b"\n") + b"\n" for part in parts))
@@ -91,7 +125,7 @@ class RunEgress:
     def __init__(self, egress: NativeEgress, request: ExecRequest, deadline: float,
                  owner: tuple[int, int] | None, per_connection: bool = False) -> None:
         self.egress = egress
-        self.directory = Path(tempfile.mkdtemp(prefix="wasm-runner-egress-"))
+        self.directory = egress.temporary("net", socket=True)
         try:
             if owner is not None:
                 os.chown(self.directory, *owner)
@@ -111,7 +145,8 @@ class RunEgress:
         env: dict[str, str] = {}
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
             env[name] = env[name.lower()] = proxy
-        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+        env["NO_PROXY"] = env["no_proxy"] = no_proxy(self.run.rules)
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node.js 24's fetch and http follow HTTP(S)_PROXY only when asked
         for name in CA_VARIABLES:
             env[name] = GUEST_CA_BUNDLE
         return env
@@ -148,3 +183,17 @@ class RunEgress:
             self.events = self.egress.proxy.close(self.run)
             shutil.rmtree(self.directory, ignore_errors=True)
         return self.events
+
+
+def no_proxy(rules: EgressRules) -> str:
+    """The loopback names tools reach directly (the sandbox's own loopback): those the policy does
+    not allow. An allowed one goes through the proxy to the host, as any allowed destination."""
+    kept = []
+    for name in LOOPBACK_NAMES:
+        address = ip_or_none(name)
+        allowed = any(entry.network is not None and address is not None and address in entry.network
+                      or entry.name is not None and not entry.wildcard and entry.name == name
+                      for entry in rules.entries)
+        if not allowed:
+            kept.append(name)
+    return ",".join(kept)

@@ -186,6 +186,9 @@ class NativeProvider(Provider):
     def use_packages(self, settings: PackageSettings) -> None:
         self.package_settings = settings
 
+    def use_scratch(self, directory: Path) -> None:
+        self.egress.use_directory(directory)
+
     # -- set-up ------------------------------------------------------------------------------
 
     def environment(self) -> tuple[str | None, str | None, CgroupSupport]:
@@ -285,6 +288,7 @@ class NativeProvider(Provider):
     def close(self) -> None:
         if self._kernel_pool is not None:
             self._kernel_pool.close()
+        self.egress.close()
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -384,6 +388,7 @@ class NativeProvider(Provider):
                             python_data=self._python_data(optional=True), js_toolchain=find_js_toolchain())
         if request.language == "python":
             env = self._python_data(optional=False)
+            assert env is not None  # not optional: a refusal when missing
             python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python" if isolated else str(env.interpreter)
             return _Program([python, f"{code_dir}/main.py"], code, "main.py", python_data=env)
         if request.language in ("javascript", "typescript"):
@@ -726,6 +731,7 @@ class _Run:
             env["PATH"] = f"{program.python_data.path / 'bin'}:{sandbox.BASE_PATH}"
         env.update(self.request.env)
         if program.code is not None:
+            assert program.code_name is not None  # a program with code names its file
             self._scratch = Path(tempfile.mkdtemp(prefix="wasm-runner-code-"))
             code_path = self._scratch / program.code_name
             code_path.write_bytes(program.code)
@@ -758,9 +764,9 @@ class _Run:
                 for fd in extra_fds:
                     os.close(fd)
         finally:
-            for fd in (code_fd, status_w):
-                if fd is not None:
-                    os.close(fd)
+            for leftover in (code_fd, status_w):
+                if leftover is not None:
+                    os.close(leftover)
         try:
             return self._pump(status_r)
         finally:
@@ -822,7 +828,7 @@ class _Run:
                         exited_at = now
                         proc.returncode = _exit_code(status)
                         self._after_exit()
-                if status is not None and (not captures or now >= exited_at + DRAIN_AFTER_EXIT_S):
+                if exited_at is not None and (not captures or now >= exited_at + DRAIN_AFTER_EXIT_S):
                     break
                 timeouts = [0.05 if pidfd is None else 1.0]
                 if status is None:
@@ -831,10 +837,10 @@ class _Run:
                         if watch_processes:
                             timeouts.append(next_watch - now)
                     elif kill_sent_at is None:
-                        timeouts.append(term_sent_at + self.policy.kill_grace_s - now)
+                        timeouts.append((term_sent_at if term_sent_at is not None else now) + self.policy.kill_grace_s - now)
                     else:
                         timeouts.append(0.05)
-                else:
+                elif exited_at is not None:
                     timeouts.append(exited_at + DRAIN_AFTER_EXIT_S - now)
                 for key, _ in selector.select(max(min(timeouts), 0)):
                     kind = key.data
@@ -885,6 +891,7 @@ class _Run:
         return len(_descendants(self.proc.pid)) > limit + 1  # + bwrap's init
 
     def _feed(self, proc: subprocess.Popen, data: memoryview | None, selector: selectors.BaseSelector):
+        assert proc.stdin is not None  # fed only when it was opened with a pipe
         fd = proc.stdin.fileno()
         try:
             written = os.write(fd, data[:READ_CHUNK]) if data else 0
