@@ -341,7 +341,7 @@ class Client:
         call = Call("POST", session_path(session_id, "ports", f"{int(port)}:presign"),
                     body=PreviewLinkBody(expires_in=expires_in))
         link = self._call(call, PreviewLink)
-        link.url = str(self._http.base_url.join(link.url.lstrip("/")))
+        link.url = str(self._http.base_url.join(link.url))  # absolute: the preview's own origin
         return link
 
     def port_url(self, session_id: str, port: int, path: str = "") -> str:
