@@ -58,7 +58,7 @@ def check_port(text: str) -> int:
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}/{path:.*}")
 @operation(summary="Where the server listening on this port in the session's sandbox (a preview) is served: a "
                    "redirect to the preview's own origin, which serves it without a key", tag="processes",
-           response="*/*", errors=(404, 422),
+           response=None, status=307, errors=(404, 422),
            description="307 to `{preview origin}/{path}` (same method, body and query): a preview never shares "
                        "the API's origin, so its pages cannot reach the API's or the console's credentials. "
                        "The address is a capability that lives as long as a preview link "
