@@ -7,6 +7,10 @@ The application is complete when `create_app` returns: its access policy (by def
 `SecurityPolicy` of `config.auth`) gives a middleware, routes, a cleanup context, the
 sessions' extra mounts and the execution observer, all passed in at construction.
 
+Previews are served on origins of their own (http/preview_server.py): a listener of their
+own started with the app, or, with `[previews] domain`, the Host names under that domain, which
+this app answers with the preview only. The API's origin refuses service worker scripts.
+
 Start-up opens the session store, restores sessions and warms the Python runtime
 (readiness waits for it). Shutdown stops admitting executions, gives running ones
 `server.shutdown_timeout_s` to finish before cancelling them, then writes pending
