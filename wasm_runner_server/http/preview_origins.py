@@ -58,6 +58,8 @@ class PreviewOrigins:
         self.listener_port: int | None = None
         """The preview listener's port once it listens (no domain)."""
         self._grants: dict[str, Grant] = {}
+        self._latest: dict[tuple[str, str, float, int, str], str] = {}
+        """The last label given for (workspace, session, created_at, port, key id): what `reuse` hands out."""
 
     @property
     def sandboxed(self) -> bool:
@@ -68,16 +70,17 @@ class PreviewOrigins:
               expires_in: float, *, reuse: bool = False) -> tuple[str, Grant]:
         """A preview label for the session's port (`reuse`: an earlier one of the same key, if it lives on)."""
         now = self.clock()
-        if reuse:
-            for label, grant in self._grants.items():
-                if (grant.workspace, grant.session_id, grant.created_at, grant.port, grant.key_id) == (
-                        workspace, session_id, created_at, port, key_id) and grant.expires - now >= REUSE_MIN_S:
-                    return label, grant
+        which = (workspace, session_id, created_at, port, key_id)
+        if reuse and (label := self._latest.get(which)) is not None:
+            grant = self._grants.get(label)
+            if grant is not None and grant.expires - now >= REUSE_MIN_S:
+                return label, grant
         self._prune(now)
         token = base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
         label = f"{port}-{token}"
         grant = Grant(workspace, session_id, created_at, port, key_id, now + expires_in)
         self._grants[label] = grant
+        self._latest[which] = label
         return label, grant
 
     def origin(self, label: str) -> str:
@@ -100,7 +103,7 @@ class PreviewOrigins:
         label = name.split(".", 1)[0]
         grant = self._grants.get(label) if LABEL.fullmatch(label) else None
         if grant is not None and self.clock() >= grant.expires:
-            del self._grants[label]
+            self._forget(label)
             grant = None
         if grant is None:
             raise ApiError(404, ErrorCode.PREVIEW_NOT_FOUND, f"no preview is served at {name!r} (an unknown or "
@@ -109,10 +112,19 @@ class PreviewOrigins:
         return label, grant
 
     def _prune(self, now: float) -> None:
+        """At the cap: the expired go, then the oldest."""
+        if len(self._grants) < MAX_GRANTS:
+            return
         for label in [label for label, grant in self._grants.items() if grant.expires <= now]:
-            del self._grants[label]
+            self._forget(label)
         while len(self._grants) >= MAX_GRANTS:
-            del self._grants[next(iter(self._grants))]
+            self._forget(next(iter(self._grants)))
+
+    def _forget(self, label: str) -> None:
+        grant = self._grants.pop(label)
+        which = (grant.workspace, grant.session_id, grant.created_at, grant.port, grant.key_id)
+        if self._latest.get(which) == label:
+            del self._latest[which]
 
 
 def _hostname(host: str) -> str:
