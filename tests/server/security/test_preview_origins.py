@@ -81,18 +81,30 @@ async def test_another_tenant_gets_no_preview_of_a_session_not_theirs(secure) ->
 
 
 async def test_a_revoked_key_or_a_deleted_session_ends_the_preview(secure) -> None:
-    sid = await new_session(secure)
+    status, temp, _ = await secure.call("POST", "/v1/admin/keys", "admin",
+                                        json={"workspace": "alpha", "name": "temp", "kind": "member"})
+    assert status == 201
+    secure.keys["temp"] = temp["key"]
+    sid = await new_session(secure, id="again")  # a chosen id (tagged with the workspace) can be chosen again
     await devserver(secure, sid, 8080)
     preview = await preview_of(secure, sid, 8080)
+    by_temp = await preview_of(secure, sid, 8080, key="temp")
     async with aiohttp.ClientSession() as http:
+        for link in (preview, by_temp):
+            async with http.get(link.base + "/", headers=link.headers()) as response:
+                assert response.status == 200
+        status, _, _ = await secure.call("DELETE", f"/v1/admin/keys/{temp['prefix']}", "admin")
+        assert status == 200
+        async with http.get(by_temp.base + "/", headers=by_temp.headers()) as response:
+            assert response.status == 403 and (await response.json())["error"]["code"] == "link_revoked"
         async with http.get(preview.base + "/", headers=preview.headers()) as response:
-            assert response.status == 200
+            assert response.status == 200  # another key's link lives on
         status, _, _ = await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member")
         assert status in (200, 204)
-        await new_session(secure, id=sid)  # the same id again: not the session the link was given for
+        assert await new_session(secure, id=sid) == sid  # the same id again: not the session of the link
+        await devserver(secure, sid, 8080)
         async with http.get(preview.base + "/", headers=preview.headers()) as response:
-            assert response.status == 404 and (await response.json())["error"]["code"] in (
-                "preview_not_found", "session_not_found")
+            assert response.status == 404 and (await response.json())["error"]["code"] == "preview_not_found"
 
 
 async def test_service_worker_scope_and_cookies_for_other_hosts_are_stripped(secure) -> None:
