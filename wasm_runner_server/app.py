@@ -34,7 +34,12 @@ from wasm_runner_server.errors import error_middleware
 from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
-from wasm_runner_server.http.preview_server import preview_host_middleware, preview_listener, refuse_service_worker
+from wasm_runner_server.http.preview_server import (
+    PREVIEW_REQUEST,
+    preview_host_middleware,
+    preview_listener,
+    refuse_service_worker,
+)
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
@@ -78,6 +83,8 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
         elapsed = time.perf_counter() - started
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
+        if request.get(PREVIEW_REQUEST):
+            route = "preview"  # a guest's path on a preview host, whatever API route it resembles
         service = request.app.get(SERVICE)
         if service is not None:
             service.metrics.http_requests.inc(request.method, route, str(status))

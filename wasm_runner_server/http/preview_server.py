@@ -28,6 +28,8 @@ from wasm_runner_server.sessions.service import CONFIG, SERVICE
 
 log = logging.getLogger("wasm_runner.server")
 
+PREVIEW_REQUEST = web.RequestKey("preview_request", bool)
+"""Set on a request the API's listener answered with a preview (metrics and logs name no API route for it)."""
 SANDBOX_CSP = "sandbox allow-scripts allow-forms allow-popups allow-modals"
 """What every answer of the preview listener carries: the page runs in an opaque origin of its own."""
 
@@ -54,6 +56,7 @@ def preview_host_middleware(origins: PreviewOrigins):
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if origins.is_preview_host(request.host):
+            request[PREVIEW_REQUEST] = True
             return await serve_preview(request, request.app)
         return await handler(request)
 

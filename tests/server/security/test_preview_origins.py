@@ -151,6 +151,8 @@ async def test_with_a_preview_domain_the_api_listener_answers_its_hosts_with_the
                 assert response.status == 404 and (await response.json())["error"]["code"] == "preview_not_found"
         async with http.get(preview.base + "/v1/sessions", headers=secure.auth("a_member")) as response:
             assert response.status == 200  # the API on its own host
+    status, metrics, _ = await secure.call("GET", "/metrics", "admin")
+    assert status == 200 and 'route="preview"' in metrics  # not counted as the API route it resembles
     async with secure.client.get(f"/v1/sessions/{sid}/ports/3000/x", headers=secure.auth("a_member"),
                                  allow_redirects=False) as response:
         location = URL(response.headers["Location"])
