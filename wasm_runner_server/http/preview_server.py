@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, error_middleware
 from wasm_runner_server.http.policy import CURRENT, POLICY, Handler, Principal
 from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
@@ -77,6 +78,13 @@ async def _sandbox(request: web.Request, response: web.StreamResponse) -> None:
     response.headers.add("Content-Security-Policy", SANDBOX_CSP)  # besides the page's own policy, if any
 
 
+def listener_port(config: ServiceConfig) -> int:
+    """The preview listener's port: as configured, else beside the API's (any free one beside port 0)."""
+    if config.previews.port is not None:
+        return config.previews.port
+    return config.server.port + 1 if 0 < config.server.port < 65535 else 0
+
+
 async def preview_listener(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context: without a preview domain, the preview listener runs as long as the app."""
     origins = app[PREVIEWS]
@@ -96,9 +104,7 @@ async def preview_listener(app: web.Application) -> AsyncIterator[None]:
     runner = web.AppRunner(previews, access_log=None, handler_cancellation=True,
                            shutdown_timeout=min(config.server.shutdown_timeout_s, 5.0))
     await runner.setup()
-    port = config.previews.port
-    if port is None:
-        port = config.server.port + 1 if config.server.port else 0
+    port = listener_port(config)
     try:
         await web.TCPSite(runner, config.server.host, port).start()
     except OSError as exc:

@@ -64,3 +64,20 @@ def test_only_hosts_under_the_preview_domain_are_preview_hosts() -> None:
 ])
 def test_a_cookie_may_name_no_host_but_its_previews_own(cookie: str, stays: bool) -> None:
     assert cookie_stays_on(cookie, "3000-x.localhost") is stays
+
+
+def test_the_preview_listener_sits_beside_the_api_unless_configured_and_a_domain_must_be_a_dns_name() -> None:
+    from pydantic import ValidationError
+
+    from wasm_runner_server.config import ServiceConfig
+    from wasm_runner_server.http.preview_server import listener_port
+
+    assert listener_port(ServiceConfig.model_validate({"server": {"port": 8080}})) == 8081
+    assert listener_port(ServiceConfig.model_validate({"server": {"port": 0}})) == 0
+    assert listener_port(ServiceConfig.model_validate({"server": {"port": 65535}})) == 0
+    assert listener_port(ServiceConfig.model_validate({"server": {"port": 8080}, "previews": {"port": 9000}})) == 9000
+    assert ServiceConfig.model_validate({"previews": {"domain": "Preview.Example.COM."}}).previews.domain == (
+        "preview.example.com")
+    for bad in ("localhost", "*.preview.test", "preview test", "https://preview.test", "-a.test"):
+        with pytest.raises(ValidationError, match="previews.domain must be a DNS name"):
+            ServiceConfig.model_validate({"previews": {"domain": bad}})
