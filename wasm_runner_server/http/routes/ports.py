@@ -81,10 +81,10 @@ def redirect_to_preview(request: web.Request) -> web.StreamResponse:
     label, _ = request.app[PREVIEWS].grant(principal.workspace, live.row.id, live.row.created_at, port,
                                            principal.key_id, request.app[CONFIG].auth.presign_get_default_s,
                                            reuse=True)
-    matched = _API_PATH.fullmatch(request.raw_path.split("?", 1)[0])
+    path, mark, query = request.raw_path.partition("?")  # as sent: nothing decoded on the way
+    matched = _API_PATH.fullmatch(path)
     rest = (matched["rest"] if matched is not None else None) or "/"
-    query = f"?{request.query_string}" if request.query_string else ""
-    raise web.HTTPTemporaryRedirect(request.app[PREVIEWS].origin(label) + rest + query)
+    raise web.HTTPTemporaryRedirect(request.app[PREVIEWS].origin(label) + rest + mark + query)
 
 
 async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed: bool) -> web.StreamResponse:
