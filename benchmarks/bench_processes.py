@@ -7,7 +7,7 @@ root, since the host enters each sandbox's network namespace), then on one sessi
 
 - preview proxy against direct: a small dev server (tests/helpers/sandbox_devserver.py, 40-byte
   body with Content-Length) runs as a background process in its sandbox. The same GET is sent,
-  alternately, through `GET /v1/sessions/{id}/ports/{port}/` on a keep-alive connection to the
+  alternately, through the preview's own origin (`GET /` with its Host) on a keep-alive connection to the
   service, and directly: a socket made in the sandbox's network namespace from this process
   (setns on a helper thread, exactly how the proxy makes its upstream connections) and connected
   to the server's loopback port, also kept alive. Both use the same lean HTTP/1.1 client on the
@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import yarl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
@@ -112,9 +113,11 @@ async def proxy_and_direct(http: aiohttp.ClientSession, url: str, sid: str, requ
         await asyncio.sleep(0.02)
     else:
         raise RuntimeError("the dev server never listened")
-    parts = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(parts[0], int(parts[1]))
-    proxy = LeanGet(reader, writer, f"/v1/sessions/{sid}/ports/{PORT}/", f"{parts[0]}:{parts[1]}")
+    # the preview's own origin (`{port}-{grant}.localhost:{preview port}`), as the API's redirect names it
+    async with http.get(f"{url}/v1/sessions/{sid}/ports/{PORT}/", allow_redirects=False) as response:
+        preview = yarl.URL(response.headers["Location"])
+    reader, writer = await asyncio.open_connection("127.0.0.1", preview.port)
+    proxy = LeanGet(reader, writer, "/", f"{preview.host}:{preview.port}")
     direct = await direct_connection(PORT, await devserver_pid(PORT))
     times: dict[str, list[float]] = {"proxy": [], "direct": []}
     bodies: dict[str, bytes] = {}

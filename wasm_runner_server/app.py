@@ -7,6 +7,10 @@ The application is complete when `create_app` returns: its access policy (by def
 `SecurityPolicy` of `config.auth`) gives a middleware, routes, a cleanup context, the
 sessions' extra mounts and the execution observer, all passed in at construction.
 
+Previews are served on origins of their own (http/preview_server.py): a listener of their
+own started with the app, or, with `[previews] domain`, the Host names under that domain, which
+this app answers with the preview only. The API's origin refuses service worker scripts.
+
 Start-up opens the session store, restores sessions and warms the Python runtime
 (readiness waits for it). Shutdown stops admitting executions, gives running ones
 `server.shutdown_timeout_s` to finish before cancelling them, then writes pending
@@ -29,6 +33,13 @@ from wasm_runner_server.console import routes as console
 from wasm_runner_server.errors import error_middleware
 from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
+from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
+from wasm_runner_server.http.preview_server import (
+    PREVIEW_REQUEST,
+    preview_host_middleware,
+    preview_listener,
+    refuse_service_worker,
+)
 from wasm_runner_server.http.routes import batch as routes_batch
 from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
@@ -72,6 +83,8 @@ async def observe_middleware(request: web.Request, handler) -> web.StreamRespons
         elapsed = time.perf_counter() - started
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
+        if request.get(PREVIEW_REQUEST):
+            route = "preview"  # a guest's path on a preview host, whatever API route it resembles
         service = request.app.get(SERVICE)
         if service is not None:
             service.metrics.http_requests.inc(request.method, route, str(status))
@@ -107,10 +120,13 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     """The service's application; `policy` decides who may do what (default: `SecurityPolicy(config)`)."""
     config = config or ServiceConfig()
     policy = policy if policy is not None else SecurityPolicy(config)
+    previews = PreviewOrigins(config.previews)
     app = web.Application(client_max_size=config.server.max_body_bytes,
-                          middlewares=[observe_middleware, error_middleware, policy.middleware])
+                          middlewares=[observe_middleware, error_middleware, preview_host_middleware(previews),
+                                       refuse_service_worker, policy.middleware])
     app[CONFIG] = config
     app[POLICY] = policy
+    app[PREVIEWS] = previews
     for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
                   routes_history.routes, routes_batch.routes, console.routes,
                   routes_packages.routes, routes_processes.routes, routes_ports.routes, routes_pty.routes):
@@ -119,6 +135,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app.add_routes(policy.routes())
     app.cleanup_ctx.append(service_context)
     app.cleanup_ctx.append(policy.context)  # after the service's: it needs app[SERVICE]
+    app.cleanup_ctx.append(preview_listener)  # the last: no preview is served once the service closes
     app.on_startup.append(routes_meta.build_openapi)
     app.on_shutdown.append(_on_shutdown)
     _mount_mcp(app)

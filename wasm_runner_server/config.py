@@ -21,6 +21,8 @@ A config file (TOML or JSON) may set any of:
     max_bytes = 268435456
     [cluster]                     # see ClusterSettings: a Ray cluster for batches
     ray_address = "10.0.0.5:6379"
+    [previews]                    # see PreviewSettings: the origin previews are served on
+    domain = "preview.example.com"
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -31,10 +33,11 @@ A config file (TOML or JSON) may set any of:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from wasm_runner.cluster import RayCluster
 from wasm_runner.egress.resolver import Resolver
@@ -181,6 +184,33 @@ class ProcessSettings(ConfigModel):
     """Between TERM and KILL when a process is stopped (DELETE, session end, shutdown)."""
 
 
+class PreviewSettings(ConfigModel):
+    """Where previews (a session's server on a port) are served: never on the API's origin.
+
+    Without a domain, a listener of its own on the API's bind address serves them at
+    `http://{port}-{grant}.localhost:{port}` (browsers resolve `*.localhost` to loopback), every
+    answer sandboxed to an opaque origin. With a domain (a wildcard DNS record and certificate in
+    front of the service), the API's listener answers `{port}-{grant}.{domain}` with the preview.
+    """
+
+    domain: str | None = None
+    """e.g. "preview.example.com": previews at {scheme}://{port}-{grant}.{domain}; null: own listener."""
+    scheme: Literal["http", "https"] = "https"
+    """The scheme browsers reach the preview domain with (the TLS in front of the service)."""
+    port: Annotated[int | None, Field(ge=0, le=65535)] = None
+    """The preview listener's port (no domain): null is the API's port + 1, 0 any free port."""
+
+    @field_validator("domain")
+    @classmethod
+    def _domain_is_a_host_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        domain = value.strip(".").lower()
+        if not re.fullmatch(r"(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}", domain):
+            raise ValueError(f"previews.domain must be a DNS name such as preview.example.com (got {value!r})")
+        return domain
+
+
 class ClusterSettings(ConfigModel):
     """A Ray cluster that POST /v1/batch hands its items to (the `ray` extra; `wasm_runner.cluster`)."""
 
@@ -219,6 +249,8 @@ class ServiceConfig(ProfilesConfig):
     """Background processes, terminals and preview ports."""
     cluster: ClusterSettings = ClusterSettings()
     """A Ray cluster for batches."""
+    previews: PreviewSettings = PreviewSettings()
+    """The origin previews are served on (a listener of their own, or a preview domain)."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

@@ -20,6 +20,7 @@ def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     server.update(sections.pop("server", {}))
     sessions = {"sweep_interval_s": 0.5}
     sessions.update(sections.pop("sessions", {}))
+    sections.setdefault("previews", {"port": 0})  # a free port: tests run side by side
     sections.setdefault("auth", {"enabled": False})  # API keys have their own tests (test_*_keys)
     sections.setdefault("auth", {"enabled": False})  # auth is on by default
     return ServiceConfig.model_validate({"server": server, "sessions": sessions, **sections})

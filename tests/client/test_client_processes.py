@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from host_processes import host_processes_running
+from preview_hosts import on_loopback
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_client import AsyncClient, AuthenticationError, Client, ConflictError, ProcessInfo
@@ -99,13 +100,17 @@ def test_a_preview_link_fetches_the_dev_servers_page_without_a_key(keyed) -> Non
         info = client.start_process(sid, ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], cwd="site")
         assert wait_for(lambda: 8000 in client.get_process(sid, info.id).ports)
         link = client.preview_url(sid, 8000, expires_in=60)
-        assert link.port == 8000 and link.url.startswith(server.url + "/") and link.url.endswith("/8000/")
+        # an origin of its own, never the API's
+        assert link.port == 8000 and link.url.startswith("http://8000-") and link.url.endswith(".localhost:" + str(
+            httpx.URL(link.url).port) + "/") and not link.url.startswith(server.url)
         assert 0 < link.expires_in <= 61  # expiry in whole seconds
         url = client.port_url(sid, 8000, "index.html")
         assert url == f"{server.url}/v1/sessions/{sid}/ports/8000/index.html"
-        keyed_page = httpx.get(url, headers={"Authorization": f"Bearer {key}"})
-        assert keyed_page.status_code == 200 and keyed_page.text == "<h1>preview</h1>"
-    page = httpx.get(link.url + "index.html")  # a browser tab: no key
+        keyed = httpx.get(url, headers={"Authorization": f"Bearer {key}"})  # the API redirects to the preview
+        assert keyed.status_code == 307 and keyed.headers["Location"].startswith("http://8000-")
+        assert keyed.headers["Location"].endswith("/index.html") and "<h1>" not in keyed.text
+    page_url, host = on_loopback(link.url + "index.html")
+    page = httpx.get(page_url, headers=host)  # a browser tab: no key
     assert page.status_code == 200 and page.text == "<h1>preview</h1>"
     assert httpx.get(url).status_code == 401  # the port route itself needs the key
     with Client(server.url, api_key="") as anonymous, pytest.raises(AuthenticationError):
@@ -132,6 +137,7 @@ async def test_the_async_client_starts_follows_and_signals(keyed) -> None:
         ids = {p.id for p in (await client.list_processes(sid)).processes}
         assert ids == {counter.id, reader.id, sleeper.id}
         link = await client.preview_url(sid, 8123)
-        assert link.url.startswith(server.url + "/v1/preview-links/")
-    status = httpx.get(link.url).status_code
+        assert link.url.startswith("http://8123-")
+    preview_url, host = on_loopback(link.url)
+    status = httpx.get(preview_url, headers=host).status_code
     assert status == 502  # nothing listens there: the link says so, it starts nothing

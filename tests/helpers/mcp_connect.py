@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     server = {"data_dir": str(data_dir), "prepare_on_start": False, "concurrency": 2, "shutdown_timeout_s": 5}
     server.update(sections.pop("server", {}))
+    sections.setdefault("previews", {"port": 0})  # a free port: tests run side by side
     sections.setdefault("auth", {"enabled": False})  # API keys have their own tests (test_*_keys)
     sections.setdefault("auth", {"enabled": False})  # auth is on by default
     return ServiceConfig.model_validate({"server": server, "sessions": {"sweep_interval_s": 0.5}, **sections})

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from host_processes import host_processes_with
 from server_helpers import eventually
+from yarl import URL
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 
@@ -63,3 +65,26 @@ async def devserver(secure, sid: str, port: int) -> str:
     info = await start(secure, sid, command=["python3", "devserver.py", str(port)], name="dev")
     await listening(secure, sid, info["id"], port)
     return info["id"]
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A preview link, and how a test reaches it: Python does not resolve `*.localhost` as browsers
+    do, so requests go to the listener's address with the link's Host header."""
+
+    url: str
+    host: str
+    base: str
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Host": self.host, **extra}
+
+
+async def preview_of(secure, sid: str, port: int, key: str = "a_member", base: str | None = None) -> Preview:
+    """A preview link to the session's port (`base`: where to connect, by default the link's port on 127.0.0.1)."""
+    status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/ports/{port}:presign", key, json={})
+    assert status == 200, link
+    url = URL(link["url"])
+    assert url.host is not None
+    host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
+    return Preview(link["url"], host, base or f"http://127.0.0.1:{url.port}")

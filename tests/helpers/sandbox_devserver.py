@@ -4,7 +4,9 @@
 
 GET /chunked streams three chunks (Transfer-Encoding: chunked); POST /echo answers its body;
 GET /redirect answers 302 to /chunked; GET /ws upgrades to a WebSocket that echoes each text or
-binary frame; HTTP/1.1 with keep-alive. GET /connections answers how many connections it has
+binary frame; HTTP/1.1 with keep-alive. GET /wide-headers answers `Service-Worker-Allowed: /`
+and a Set-Cookie for each |-separated value of its X-Cookies header; any other GET answers its
+path, Authorization and Cookie headers. GET /connections answers how many connections it has
 accepted; GET /hold sends a first chunk, then the last one only once GET /release came (or
 after 10 s); GET /cut announces 100 bytes, sends 10 and closes the connection.
 """
@@ -82,7 +84,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        body = f"hello from the sandbox; auth={self.headers.get('Authorization')}".encode()
+        if self.path == "/wide-headers":
+            self.send_response(200)
+            self.send_header("Service-Worker-Allowed", "/")
+            for cookie in self.headers.get("X-Cookies", "").split("|"):
+                self.send_header("Set-Cookie", cookie)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = (f"hello from the sandbox; auth={self.headers.get('Authorization')}; path={self.path}; "
+                f"cookie={self.headers.get('Cookie')}").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))

@@ -22,6 +22,7 @@ def make_config(data_dir: Path, **sections: Any) -> ServiceConfig:
     server.update(sections.pop("server", {}))
     sessions = {"sweep_interval_s": 0.1}
     sessions.update(sections.pop("sessions", {}))
+    sections.setdefault("previews", {"port": 0})  # a free port: tests run side by side
     sections.setdefault("auth", {"enabled": False})  # these tests are about the API, not keys
     sections["auth"] = {"first_run_key": False, **sections["auth"]}  # only the first-run tests turn it on
     return ServiceConfig.model_validate({"server": server, "sessions": sessions, **sections})

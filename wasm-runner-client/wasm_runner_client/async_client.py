@@ -304,7 +304,7 @@ class AsyncClient:
         call = Call("POST", session_path(session_id, "ports", f"{int(port)}:presign"),
                     body=PreviewLinkBody(expires_in=expires_in))
         link = await self._call(call, PreviewLink)
-        link.url = str(self._http.base_url.join(link.url.lstrip("/")))
+        link.url = str(self._http.base_url.join(link.url))  # absolute: the preview's own origin
         return link
 
     def port_url(self, session_id: str, port: int, path: str = "") -> str:

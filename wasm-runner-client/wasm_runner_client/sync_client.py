@@ -337,15 +337,17 @@ class Client:
 
     def preview_url(self, session_id: str, port: int, *, expires_in: float | None = None) -> PreviewLink:
         """A link to the server listening on `port` in the session's sandbox, for a browser (no key) until it
-        expires; `url` is absolute and ends with "/"."""
+        expires; `url` is the preview's root on an origin of its own (`{port}-{grant}.localhost:{preview port}`
+        or the service's preview domain), absolute, ending with "/"."""
         call = Call("POST", session_path(session_id, "ports", f"{int(port)}:presign"),
                     body=PreviewLinkBody(expires_in=expires_in))
         link = self._call(call, PreviewLink)
-        link.url = str(self._http.base_url.join(link.url.lstrip("/")))
+        link.url = str(self._http.base_url.join(link.url))  # absolute: the preview's own origin
         return link
 
     def port_url(self, session_id: str, port: int, path: str = "") -> str:
-        """The URL of `path` on the server on `port` in the session's sandbox (send this client's Authorization)."""
+        """The API's URL of `path` on the server on `port` in the session's sandbox: with this client's
+        Authorization it answers 307 to the same path on the preview's own origin (which needs no key)."""
         return str(self._http.base_url.join(session_path(session_id, "ports", str(int(port)),
                                                          calls.file_path(path.lstrip("/"))).lstrip("/")))
 

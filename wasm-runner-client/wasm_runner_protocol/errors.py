@@ -52,6 +52,8 @@ class ErrorCode(StrEnum):
     LINK_INVALID = "link_invalid"
     LINK_EXPIRED = "link_expired"
     LINK_REVOKED = "link_revoked"
+    SERVICE_WORKER_REFUSED = "service_worker_refused"
+    """The API's origin never serves a service worker script (a page must not control it)."""
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"
@@ -76,6 +78,8 @@ class ErrorCode(StrEnum):
     PROCESS_NOT_RUNNING = "process_not_running"
     PORT_NOT_LISTENING = "port_not_listening"
     PORT_UNREACHABLE = "port_unreachable"
+    PREVIEW_NOT_FOUND = "preview_not_found"
+    """No preview at this preview address: unknown, expired, or given out before a restart."""
     # -- limits and providers ----------------------------------------------------------------
     LIMIT_EXCEEDS_MAXIMUM = "limit_exceeds_maximum"
     INVALID_LIMITS = "invalid_limits"

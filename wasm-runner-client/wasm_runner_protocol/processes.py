@@ -139,7 +139,7 @@ class PreviewLinkBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class PreviewLink(msgspec.Struct, kw_only=True):
     url: str
-    """Path on this server of the port's root, without a key (relative links inside the page work)."""
+    """The preview's root on an origin of its own (never the API's): open it in a browser, no key needed."""
     port: int
     expires_at: float
     expires_in: float

@@ -12,6 +12,7 @@ ARTIFACT_LINK_PREFIX = "/v1/artifact-links/"
 CONSOLE_PREFIX = "/console"
 """The web console's page and assets: public (it holds no data; it signs in with a key)."""
 PREVIEW_LINK_PREFIX = "/v1/preview-links/"
-"""Presigned preview links to a session's port: a credential in the path, like LINK_PREFIX."""
+"""Where preview links were before previews got origins of their own: answered 410 (a credential
+in the path then, so still never logged whole)."""
 PTY_LINK_PREFIX = "/v1/pty-links/"
 """Presigned terminal links (a browser's WebSocket cannot carry the key): a credential in the path."""

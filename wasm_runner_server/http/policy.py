@@ -85,6 +85,10 @@ class AccessPolicy(ABC):
         """Refuse creating one more session (a 429), or return."""
         return None
 
+    def admit_link(self, key_id: str) -> None:
+        """A link (a preview's address) given out to `key_id` is used: refuse it (an ApiError), or return."""
+        return None
+
     def scope_session_id(self, request: web.Request, body: SessionCreate) -> SessionCreate:
         """The creation request with the session id the caller's namespace gives it."""
         return body

@@ -711,6 +711,8 @@ async def _read(client: AsyncClient, session_id: str, path: str, cap: int) -> by
 
 def _absolute(client: AsyncClient, path: str) -> str:
     """A link's path on the server as the client reaches it (over HTTP), else as is."""
+    if path.startswith(("http://", "https://")):  # already absolute: a preview's own origin
+        return path
     base = client.base_url
     return base.rstrip("/") + path if base.startswith(("http://", "https://")) else path
 

@@ -88,6 +88,8 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
     from wasm_runner_server.http.service_runner import ServiceRunner
 
     assert config is not None
+    if config.previews.port is None:  # no API port to sit beside: previews take any free one
+        config = config.model_copy(update={"previews": config.previews.model_copy(update={"port": 0})})
     socket_dir = tempfile.mkdtemp(prefix="wasm-runner-mcp-")  # mode 0700: this user only
     socket_path = os.path.join(socket_dir, "api.sock")
     runner = ServiceRunner(create_app(config), handle_signals=False, access_log=None, handler_cancellation=True,

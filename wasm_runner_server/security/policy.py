@@ -131,6 +131,9 @@ class SecurityPolicy(AccessPolicy):
 
     # -- sessions: quota on create, ownership, listing -------------------------------------------
 
+    def admit_link(self, key_id: str) -> None:
+        self.security.authenticator.admit_link(key_id)
+
     def check_session_quota(self, request: web.Request) -> None:
         security = self.security
         security.quotas.check_session_quota(security.authenticator.principal_of(request),

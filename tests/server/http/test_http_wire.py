@@ -113,7 +113,7 @@ async def test_openapi_document_is_generated_from_the_wire_structs(client):
     assert set(exec_ok) == {"application/json", "text/event-stream"}
     grep_params = {p["name"] for p in paths["/v1/sessions/{id}/grep"]["get"]["parameters"]}
     assert {"id", "pattern", "path", "glob", "ignore_case", "max_matches"} <= grep_params
-    # the terminal (a WebSocket) and the preview proxy (any method) are documented too
+    # the terminal (a WebSocket) and the preview redirect (any method) are documented too
     pty_params = {p["name"] for p in paths["/v1/sessions/{id}/pty"]["get"]["parameters"]}
     assert {"id", "cols", "rows", "command", "keep", "process", "offset"} <= pty_params
     assert "101" in paths["/v1/sessions/{id}/pty"]["get"]["responses"]
@@ -121,7 +121,7 @@ async def test_openapi_document_is_generated_from_the_wire_structs(client):
     assert {"get", "post", "put", "patch", "delete"} <= set(proxy)
     port = next(p for p in proxy["get"]["parameters"] if p["name"] == "port")
     assert port["schema"] == {"type": "integer", "minimum": 1, "maximum": 65535}
-    assert "502" in proxy["post"]["responses"]
+    assert "307" in proxy["post"]["responses"]  # to the preview's own origin, never served here
 
 
 async def test_openapi_documents_network_policies_on_sessions_and_calls(client):

@@ -12,6 +12,7 @@ import mcp_types as types
 import pytest
 from host_processes import host_processes_running
 from mcp_connect import Connect, HttpService, connect_http
+from preview_hosts import on_loopback
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_protocol.processes import PreviewLinkBody, ProcessOutputQuery, ProcessStart, ProcessStdin
@@ -83,9 +84,10 @@ async def test_a_preview_url_fetches_the_dev_servers_page(http_service: HttpServ
             "command": ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], "cwd": "site"}))
         result = ok(await session.call_tool("preview_url", {"port": 8000, "expires_in": 120}))
         link = result.structured_content
-        assert link["port"] == 8000 and link["url"] in text_of(result) and "/v1/preview-links/" in link["url"]
-    async with httpx.AsyncClient() as http:
+        assert link["port"] == 8000 and link["url"] in text_of(result) and link["url"].startswith("http://8000-")
+    url, host = on_loopback(link["url"] + "index.html")
+    async with httpx.AsyncClient(headers=host) as http:
         deadline = time.monotonic() + 10
-        while (page := await http.get(link["url"] + "index.html")).status_code == 502 and time.monotonic() < deadline:
+        while (page := await http.get(url)).status_code == 502 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)  # until the server listens
         assert page.status_code == 200 and page.text == "<h1>from mcp</h1>"

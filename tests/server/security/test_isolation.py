@@ -13,8 +13,9 @@ from wasm_runner_server.app import create_app
 
 _APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
 ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})
-# presigned links name their session inside the signature (download, preview and terminal links are
-# tested with their own forgeries: test_keys_and_links.py, test_processes_and_ports.py, test_terminals.py)
+# presigned links name their session inside the signature (download and terminal links are tested with
+# their own forgeries: test_keys_and_links.py, test_terminals.py; previews are served on origins of their
+# own, never by an API route: test_processes_and_ports.py, test_preview_origins.py)
 SESSION_ROUTES = [r for r in ROUTES if "{id}" in r[1]
                   and not r[1].startswith(("/v1/links/", "/v1/preview-links/", "/v1/pty-links/"))]
 
@@ -28,6 +29,8 @@ NOT_SESSION_SCOPED = {
     "/mcp",
     # presigned links: their signature names workspace, session and path
     "/v1/links/{token}/{id}/{path}",
+    # preview links from before previews had origins of their own: answered 410, nothing served
+    "/v1/preview-links/{rest}",
     # artifacts: scoped by the caller's workspace in the handler, links by their signature
     # (tests/server/artifacts)
     "/v1/artifacts", "/v1/artifacts/{artifact}", "/v1/artifacts/{artifact}/content", "/v1/artifacts/{artifact}:presign",

@@ -12,7 +12,7 @@ import time
 import aiohttp
 import pytest
 from host_processes import host_processes_running
-from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, devserver, listening, new_session, start, until_gone
+from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, devserver, listening, new_session, preview_of, start, until_gone
 from server_helpers import assert_error_shape, eventually
 
 from wasm_runner_server.security.audit import AuditFilter
@@ -21,33 +21,34 @@ from wasm_runner_server.security.state import SECURITY
 pytestmark = NATIVE_ROOT_SERVICE
 
 
-async def test_http_server_through_the_port_route_with_the_key_and_a_preview_link(secure) -> None:
+async def test_http_server_through_a_preview_link_on_its_own_origin(secure) -> None:
     sid = await new_session(secure)
-    status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/", "a_member")
-    assert status == 502
+    preview = await preview_of(secure, sid, 8000)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(preview.base + "/", headers=preview.headers()) as response:
+            data = await response.json()
+            assert response.status == 502
     assert_error_shape(data, "port_not_listening")
     assert "POST /v1/sessions/{id}/processes" in data["error"]["hint"]
     status, _, _ = await secure.call("PUT", f"/v1/sessions/{sid}/files/site/index.html", "a_member", data="<h1>hi</h1>")
     info = await start(secure, sid, command=["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], cwd="site")
     await listening(secure, sid, info["id"], 8000)
-    status, text, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html", "a_member")
-    assert status == 200 and text == "<h1>hi</h1>"
+    async with aiohttp.ClientSession() as http:  # a browser tab: no key
+        for _ in range(2):
+            async with http.get(preview.base + "/index.html", headers=preview.headers()) as response:
+                assert response.status == 200 and await response.text() == "<h1>hi</h1>"
+        other_port = preview.host.replace("8000-", "8001-", 1)  # the address is scoped to its port
+        async with http.get(preview.base + "/index.html", headers={"Host": other_port}) as response:
+            assert response.status == 404
+            assert_error_shape(await response.json(), "preview_not_found")
+        label = preview.host.split(".", 1)[0]
+        forged = preview.host.replace(label, label[:-1] + ("a" if label[-1] != "a" else "b"), 1)
+        async with http.get(preview.base + "/index.html", headers={"Host": forged}) as response:
+            assert response.status == 404
     status, _, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html")  # no key
     assert status == 401
     status, _, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/8000/index.html", "b_member")  # not theirs
     assert status == 404
-    status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/ports/8000:presign", "a_member",
-                                        json={"expires_in": 60})
-    assert status == 200 and link["port"] == 8000
-    status, text, _ = await secure.call("GET", link["url"] + "index.html")  # a browser tab: no key
-    assert status == 200 and text == "<h1>hi</h1>"
-    status, data, _ = await secure.call("GET", link["url"].replace("/8000/", "/8001/"))  # scoped to its port
-    assert status == 403
-    assert_error_shape(data, "link_invalid")
-    token = link["url"].split("/")[3]
-    forged = token[:-1] + ("0" if token[-1] != "0" else "1")
-    status, _, _ = await secure.call("GET", link["url"].replace(token, forged))
-    assert status == 403
     # its log, read by offset across a "reconnect": no byte lost or repeated
     path = f"/v1/sessions/{sid}/processes/{info['id']}/output?stream=stderr"
 
@@ -79,27 +80,29 @@ async def test_the_egress_relay_of_a_networked_session_is_neither_listed_nor_rea
 async def test_streaming_keepalive_redirects_and_a_websocket_echo_inside_the_sandbox(secure) -> None:
     sid = await new_session(secure)
     await devserver(secure, sid, 8080)
-    base = f"/v1/sessions/{sid}/ports/8080"
-    auth = secure.auth("a_member")
-    async with secure.client.get(base + "/chunked", headers=auth) as response:
-        assert response.status == 200 and response.headers.get("Transfer-Encoding") == "chunked"
-        assert await response.text() == "one two three"
-    status, text, _ = await secure.call("GET", base + "/", "a_member")
-    assert status == 200 and text == "hello from the sandbox; auth=None"  # the key never reaches the sandbox
+    preview = await preview_of(secure, sid, 8080)
+    base, auth = preview.base, preview.headers()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(base + "/chunked", headers=auth) as response:
+            assert response.status == 200 and response.headers.get("Transfer-Encoding") == "chunked"
+            assert await response.text() == "one two three"
+        async with http.get(base + "/", headers={**auth, **secure.auth("a_member")}) as response:
+            # the key never reaches the sandbox (nor is it needed)
+            assert response.status == 200 and (await response.text()).startswith("hello from the sandbox; auth=None")
 
-    async def chunks():
-        for part in (b"abc", b"def"):
-            yield part
+        async def chunks():
+            for part in (b"abc", b"def"):
+                yield part
 
-    async with secure.client.post(base + "/echo", headers=auth, data=chunks()) as response:  # chunked upload
-        assert response.status == 200 and await response.read() == b"abcdef"
-    async with secure.client.get(base + "/redirect", headers=auth, allow_redirects=False) as response:
-        assert response.status == 302 and response.headers["Location"] == base + "/chunked"
-    async with secure.client.ws_connect(base + "/ws", headers=auth) as ws:
-        await ws.send_str("ping")
-        assert (await ws.receive(timeout=5)).data == "echo: ping"
-        await ws.send_bytes(b"\x00\x01")
-        assert (await ws.receive(timeout=5)).data == b"\x00\x01"
+        async with http.post(base + "/echo", headers=auth, data=chunks()) as response:  # chunked upload
+            assert response.status == 200 and await response.read() == b"abcdef"
+        async with http.get(base + "/redirect", headers=auth, allow_redirects=False) as response:
+            assert response.status == 302 and response.headers["Location"] == "/chunked"  # root paths are its own
+        async with http.ws_connect(base + "/ws", headers=auth) as ws:
+            await ws.send_str("ping")
+            assert (await ws.receive(timeout=5)).data == "echo: ping"
+            await ws.send_bytes(b"\x00\x01")
+            assert (await ws.receive(timeout=5)).data == b"\x00\x01"
 
 
 async def test_stdin_signals_the_process_cap_and_sse_resuming_by_offset(secure) -> None:

@@ -1,14 +1,16 @@
 """Preview ports: HTTP and WebSocket requests proxied to a server listening inside a session's sandbox.
 
-    ANY /v1/sessions/{id}/ports/{port}/{path}     with the caller's key
-    ANY /v1/preview-links/{token}/{id}/{port}/{path}   with a presigned preview link (security/routes)
+    ANY {preview origin}/{path}                     the preview itself (http/preview_server.py)
+    ANY /v1/sessions/{id}/ports/{port}/{path}      on the API: a redirect to the preview's origin
 
-The connection is made inside the sandbox's network namespace (wasm_runner.processes.netns),
-so the server is reached on its own loopback, and nothing else of the sandbox is. Bodies stream
-both ways (chunked in, chunked or sized out), connections to the sandbox are kept alive, and an
-`Upgrade: websocket` request becomes a WebSocket relayed frame by frame (hot reload). The
-caller's Authorization header never reaches the sandbox; a redirect to an absolute path is
-rewritten under the route's prefix so it stays on the preview.
+A preview is never served on the API's origin (http/preview_origins.py says where it is). The
+connection is made inside the sandbox's network namespace (wasm_runner.processes.netns), so the
+server is reached on its own loopback, and nothing else of the sandbox is. Paths reach the server
+unchanged (root-absolute URLs work), bodies stream both ways (chunked in, chunked or sized out),
+connections to the sandbox are kept alive, and an `Upgrade: websocket` request becomes a
+WebSocket relayed frame by frame (hot reload). No key of the caller reaches the
+sandbox, and nothing of the answer reaches past the preview's own host: `Service-Worker-Allowed`
+is dropped, and so is a `Set-Cookie` with a Domain other than the preview's host.
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.http.preview_origins import PREVIEWS
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.processes import not_listening
-from wasm_runner_server.sessions.service import SERVICE
+from wasm_runner_server.sessions.service import CONFIG, SERVICE
 
 routes = web.RouteTableDef()
 log = logging.getLogger("wasm_runner.server")
@@ -35,8 +41,11 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
 """The caller's key never reaches the sandbox."""
+NOT_RETURNED = frozenset({"service-worker-allowed"})
+"""A preview's service worker never gets a scope wider than its script's directory."""
 WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                                "sec-websocket-protocol", "sec-websocket-accept"})
+_API_PATH = re.compile(r"/v1/sessions/[^/]+/ports/[0-9]+(?P<rest>/.*)?")
 
 
 def check_port(text: str) -> int:
@@ -47,38 +56,46 @@ def check_port(text: str) -> int:
 
 
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}/{path:.*}")
-@operation(summary="The server listening on this port in the session's sandbox (a preview): the request is "
-                   "passed on and the answer streamed back; WebSocket upgrades are relayed", tag="processes",
-           response="*/*", errors=(404, 422, 502),
-           description="Any method; the body and the answer stream both ways as they come. 502 "
-                       "`port_not_listening` when no process of the session listens on the port (start the server "
-                       "first), `port_unreachable` when it does not answer. The caller's Authorization header never "
-                       "reaches the sandbox; a redirect to an absolute path stays under this route.")
+@operation(summary="Where the server listening on this port in the session's sandbox (a preview) is served: a "
+                   "redirect to the preview's own origin, which serves it without a key", tag="processes",
+           response=None, status=307, errors=(404, 422),
+           description="307 to `{preview origin}/{path}` (same method, body and query): a preview never shares "
+                       "the API's origin, so its pages cannot reach the API's or the console's credentials. "
+                       "The address is a capability that lives as long as a preview link "
+                       "(`POST /v1/sessions/{id}/ports/{port}:presign` asks for one with its own lifetime).")
 async def port_with_key(request: web.Request) -> web.StreamResponse:
-    service = request.app[SERVICE]
-    live = service.sessions.get(request.match_info["id"])
-    port = check_port(request.match_info["port"])
-    return await proxy(request, live, port, request.match_info["path"], f"/v1/sessions/{live.row.id}/ports/{port}")
+    return redirect_to_preview(request)
 
 
 @routes.route("*", r"/v1/sessions/{id}/ports/{port:\d+}")
 async def port_root(request: web.Request) -> web.StreamResponse:
-    """The port's root without its slash: redirected, so the page's relative links resolve under it."""
-    request.app[SERVICE].sessions.get(request.match_info["id"])  # another workspace's session: 404 first
-    raise web.HTTPPermanentRedirect(request.path + "/" + (f"?{request.query_string}" if request.query_string else ""))
+    """The port's root without its slash: the preview's root."""
+    return redirect_to_preview(request)
 
 
-async def proxy(request: web.Request, live: LiveSession, port: int, path: str, prefix: str) -> web.StreamResponse:
-    """Send `request` to `port` inside the session's sandbox and stream the answer back."""
+def redirect_to_preview(request: web.Request) -> web.StreamResponse:
+    """307 to the same path on the preview's origin (never guest content on the API's origin)."""
+    live = request.app[SERVICE].sessions.get(request.match_info["id"])  # another workspace's session: 404 first
+    port = check_port(request.match_info["port"])
+    principal = principal_of(request)
+    label, _ = request.app[PREVIEWS].grant(principal.workspace, live.row.id, live.row.created_at, port,
+                                           principal.key_id, request.app[CONFIG].auth.presign_get_default_s,
+                                           reuse=True)
+    path, mark, query = request.raw_path.partition("?")  # as sent: nothing decoded on the way
+    matched = _API_PATH.fullmatch(path)
+    rest = (matched["rest"] if matched is not None else None) or "/"
+    raise web.HTTPTemporaryRedirect(request.app[PREVIEWS].origin(label) + rest + mark + query)
+
+
+async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed: bool) -> web.StreamResponse:
+    """Send `request` (its path and query as they came) to `port` inside the session's sandbox and
+    stream the answer back; `sandboxed`: the page gets an opaque origin (see preview_server)."""
     service = request.app[SERVICE]
     process = await service.processes.listener(live, port)
     service.sessions.touch(live)
-    target = f"http://127.0.0.1:{port}/{path}"
-    if request.query_string:
-        target += "?" + request.query_string
+    target = URL(f"http://127.0.0.1:{port}{request.raw_path}", encoded=True)
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
     headers["Host"] = f"127.0.0.1:{port}"
-    headers["X-Forwarded-Prefix"] = prefix
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
     if request.headers.get("Upgrade", "").lower() == "websocket":
@@ -98,13 +115,21 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
             raise unreachable(live, port, exc) from None
     try:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        own_host = request.host.rsplit(":", 1)[0].lower()
         for name, value in upstream.headers.items():
             lower = name.lower()
-            if lower in HOP_BY_HOP and lower != "content-length":
+            if (lower in HOP_BY_HOP and lower != "content-length") or lower in NOT_RETURNED:
                 continue
-            if lower == "location" and value.startswith("/") and not value.startswith("//"):
-                value = prefix + value
+            if lower == "set-cookie" and not cookie_stays_on(value, own_host):
+                log.info("a preview's cookie for another host was dropped",
+                         extra={"event": "preview_cookie_dropped", "session": live.row.id, "port": port})
+                continue
             response.headers.add(name, value)
+        if sandboxed and request.headers.get("Origin") == "null":
+            # A sandboxed page's module scripts and fetches are cross-origin to its own server:
+            # the preview's host (its capability) is what admits them, so any reader may have them.
+            response.headers["Access-Control-Allow-Origin"] = "*"
+            response.headers.popall("Access-Control-Allow-Credentials", None)
         if request.method == "HEAD" or upstream.status in (204, 304) or "Content-Length" in upstream.headers:
             pass  # sized (or bodiless): the length is passed on as it is
         else:
@@ -129,11 +154,24 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
         await upstream_cm.__aexit__(None, None, None)
 
 
+def cookie_stays_on(set_cookie: str, host: str) -> bool:
+    """Whether a `Set-Cookie` value reaches no host but `host` (and its subdomains): no Domain
+    attribute, or one naming `host` itself. A Domain naming a parent would reach the API's host
+    (`localhost`, or the domain the API and the previews share) and every other preview."""
+    for attribute in set_cookie.split(";")[1:]:
+        name, _, value = attribute.partition("=")
+        if name.strip().lower() == "domain":
+            domain = value.strip().lstrip(".").rstrip(".").lower()
+            if domain != host:
+                return False
+    return True
+
+
 def _refused(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionRefusedError)
 
 
-async def _websocket(request: web.Request, client: aiohttp.ClientSession, target: str, headers: CIMultiDict,
+async def _websocket(request: web.Request, client: aiohttp.ClientSession, target: URL, headers: CIMultiDict,
                      live: LiveSession, port: int) -> web.StreamResponse:
     protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
     forwarded = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in WEBSOCKET_HEADERS)

@@ -15,6 +15,7 @@ from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import CURRENT, PRINCIPAL, Principal, principal_of
+from wasm_runner_server.http.preview_origins import PREVIEWS
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import ports as routes_ports
 from wasm_runner_server.http.routes import pty as routes_pty
@@ -97,25 +98,18 @@ async def follow_get(request: web.Request) -> web.StreamResponse:
 
 
 @routes.put("/v1/links/{token}/{id}/{path:.*}")
-async def follow_put(request: web.Request) -> web.Response:
+async def follow_put(request: web.Request) -> web.StreamResponse:
     return await _follow(request)
 
 
 # -- preview links: one port of one session, any method, until a time ---------------------------
-
-PREVIEW_METHOD = "PREVIEW"
-"""What a preview link's signature names instead of an HTTP method: it serves every method of its port."""
-
-
-def _preview_subject(port: int) -> str:
-    return f"port/{port}"
-
 
 @routes.post(r"/v1/sessions/{id}/ports/{port:\d+}:presign")
 @operation(summary="A link to the server on this port of the session (for a browser tab), without a key, "
                    "until it expires", tag="processes", body=PreviewLinkBody, body_required=False,
            response=PreviewLink, errors=(404, 422))
 async def presign_preview(request: web.Request) -> web.Response:
+    """The link is the preview's own origin (http/preview_origins.py): its host is the credential."""
     service = request.app[SERVICE]
     security = request.app[SECURITY]
     live = service.sessions.get(request.match_info["id"])
@@ -128,33 +122,18 @@ async def presign_preview(request: web.Request) -> web.Response:
                        f"{settings.presign_get_max_s:g} for preview links",
                        f"ask for at most {settings.presign_get_max_s:g} seconds")
     principal = principal_of(request)
-    token, expires = security.signer.token(PREVIEW_METHOD, principal.workspace, live.row.id, _preview_subject(port),
-                                           expires_in, incarnation=incarnation(live), key_id=principal.key_id)
-    return json_response(PreviewLink(url=f"{PREVIEW_LINK_PREFIX}{token}/{live.row.id}/{port}/", port=port,
-                                     expires_at=expires, expires_in=round(expires - time.time(), 3)))
+    previews = request.app[PREVIEWS]
+    label, grant = previews.grant(principal.workspace, live.row.id, live.row.created_at, port, principal.key_id,
+                                  expires_in)
+    return json_response(PreviewLink(url=previews.origin(label) + "/", port=port, expires_at=grant.expires,
+                                     expires_in=round(grant.expires - time.time(), 3)))
 
 
-@routes.route("*", r"/v1/preview-links/{token}/{id}/{port:\d+}/{path:.*}")
+# Not in /openapi.json: the paths preview links had before previews moved to origins of their own.
+@routes.route("*", PREVIEW_LINK_PREFIX + "{rest:.*}")
 async def follow_preview(request: web.Request) -> web.StreamResponse:
-    security = request.app[SECURITY]
-    session_id = request.match_info["id"]
-    port = routes_ports.check_port(request.match_info["port"])
-    owner = security.tenants.owner(session_id)
-    workspace = owner.workspace if owner is not None else security.authenticator.unowned_workspace
-    service = request.app[SERVICE]
-    live = service.sessions.sessions.get(session_id)
-    key_id = security.signer.verify(request.match_info["token"], PREVIEW_METHOD, workspace or "", session_id,
-                                    _preview_subject(port), incarnation=incarnation(live) if live is not None else "")
-    if workspace is None:
-        raise session_not_found(session_id)
-    security.authenticator.admit_link(key_id)
-    token = CURRENT.set(Principal(workspace, f"link:{key_id}", "link"))
-    try:
-        live = service.sessions.get(session_id)
-        prefix = f"{PREVIEW_LINK_PREFIX}{request.match_info['token']}/{session_id}/{port}"
-        return await routes_ports.proxy(request, live, port, request.match_info["path"], prefix)
-    finally:
-        CURRENT.reset(token)
+    raise ApiError(410, ErrorCode.LINK_INVALID, "previews are no longer served on the API's origin: this preview "
+                   "link is from before that change", "ask for a new link: POST /v1/sessions/{id}/ports/{port}:presign")
 
 
 # -- terminal links: a browser's WebSocket to one session's terminal, opened within a short time ---
