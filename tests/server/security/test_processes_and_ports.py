@@ -72,9 +72,10 @@ async def test_the_egress_relay_of_a_networked_session_is_neither_listed_nor_rea
     await listening(secure, sid, info["id"], 8000)
     _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/{info['id']}", "a_member")
     assert info["ports"] == [8000]  # the relay to the host's egress proxy listens too, on 3128
-    status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/ports/3128/", "a_member")
-    assert status == 502, data  # a preview link to it would hand out the session's network and credentials
-    assert_error_shape(data, "port_not_listening")
+    preview = await preview_of(secure, sid, 3128)  # a preview of it would hand out the session's network
+    async with aiohttp.ClientSession() as http, http.get(preview.base + "/", headers=preview.headers()) as response:
+        assert response.status == 502
+        assert_error_shape(await response.json(), "port_not_listening")
 
 
 async def test_streaming_keepalive_redirects_and_a_websocket_echo_inside_the_sandbox(secure) -> None:
