@@ -7,7 +7,8 @@ import sys
 
 from wasm_runner_client.cli.connection import connect
 from wasm_runner_client.cli.display import print_json, size, table, when
-from wasm_runner_client.cli.status import OK, guarded
+from wasm_runner_client.cli.status import OK, REFUSED, CliError, guarded
+from wasm_runner_client.errors import ConflictError
 
 
 @guarded
@@ -38,7 +39,12 @@ def cat_command(args: argparse.Namespace) -> int:
 def rm_command(args: argparse.Namespace) -> int:
     with connect(args) as client:
         for path in args.paths:
-            result = client.delete_file(args.session, path, recursive=args.recursive)
+            try:
+                result = client.delete_file(args.session, path, recursive=args.recursive)
+            except ConflictError as exc:
+                if exc.code != "directory_not_empty":
+                    raise
+                raise CliError(f"{exc.message} ({exc.code})", REFUSED, hint="pass -r to remove it and all it holds") from exc
             if args.json:
                 print_json(result)
             elif not args.quiet:
