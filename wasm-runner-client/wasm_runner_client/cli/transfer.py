@@ -65,7 +65,8 @@ def _batches(files: Iterator[tuple[str, Path]]) -> Iterator[list[tuple[str, Path
         yield batch
 
 
-def _upload_folder(client: Client, session: str, root: Path, remote: str) -> list[WriteResult]:
+def upload_folder(client: Client, session: str, root: Path, remote: str) -> list[WriteResult]:
+    """Every regular file under `root` to the folder `remote` of the session, in batches."""
     written: list[WriteResult] = []
     for batch in _batches(_local_files(root)):
         with ExitStack() as opened:
@@ -91,7 +92,7 @@ def upload_command(args: argparse.Namespace) -> int:
     remote = _remote_name(local, args.remote)
     with connect(args) as client:
         if local.is_dir():
-            written = _upload_folder(client, args.session, local, remote)
+            written = upload_folder(client, args.session, local, remote)
         else:
             written = [client.upload_file(args.session, local, remote)]
     if args.json:
@@ -111,7 +112,7 @@ def _target(remote: str, local: str | None, session: str) -> Path:
     return path / name if path.is_dir() else path
 
 
-def _download_file(client: Client, session: str, remote: str, target: Path) -> int:
+def download_file(client: Client, session: str, remote: str, target: Path) -> int:
     """Write REMOTE to a temporary sibling of `target`, then rename it into place."""
     fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     try:
@@ -124,8 +125,9 @@ def _download_file(client: Client, session: str, remote: str, target: Path) -> i
     return written
 
 
-def _download_folder(client: Client, session: str, remote: str, target: Path) -> int:
-    """Fetch REMOTE as a tar.gz archive and extract it (data filter) into a sibling, renamed to `target`."""
+def download_folder(client: Client, session: str, remote: str, target: Path) -> int:
+    """Fetch REMOTE as a tar.gz archive, extract it (data filter) into a sibling renamed to `target`; the
+    number of files."""
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
         archive = staging / "archive.tar.gz"
@@ -163,12 +165,12 @@ def download_command(args: argparse.Namespace) -> int:
         try:
             if whole:  # the workspace itself: a folder, whose name is the session's
                 raise ConflictError(409, "is_a_directory", "the workspace is a folder")
-            written = _download_file(client, args.session, args.remote, target)
+            written = download_file(client, args.session, args.remote, target)
             kind = "file"
         except ConflictError as exc:
             if exc.code != "is_a_directory":
                 raise
-            written = _download_folder(client, args.session, "" if whole else args.remote, target)
+            written = download_folder(client, args.session, "" if whole else args.remote, target)
             kind = "folder"
     if args.json:
         print_json({"path": str(target), "type": kind, "files" if kind == "folder" else "bytes": written})
