@@ -159,6 +159,9 @@ def test_limits_json_and_a_bad_key_have_their_own_exit_codes(service, tmp_path):
     assert (result["stdout"], result["exit_code"], result["limit"]) == ("42\n", 0, None)
     status, out, err = wasm_runner("exec", "--json", "-c", "import sys; sys.exit(3)", url=url, key=key)
     assert status == 3 and json.loads(out)["exit_code"] == 3
+    status, out, err = wasm_runner("exec", "-c", "import socket\nsocket.create_connection(('example.com', 80))",
+                                   url=url, key=key)
+    assert status == 1 and err.splitlines()[-1].startswith("hint: network access is denied")  # the service's hint
 
     status, out, err = wasm_runner("sessions", "list", url=url, key="wr_not_a_key")
     assert status == 77 and out == ""

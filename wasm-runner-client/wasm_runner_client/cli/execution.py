@@ -57,12 +57,20 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     return limits
 
 
-def _finish(result: ExecResult, *, streamed: set[str]) -> int:
-    """Print what the stream did not (a stream never sent, the last expression), then the status."""
+def _finish(result: ExecResult, *, streamed: dict[str, str]) -> int:
+    """Print what the stream did not (a stream never sent, the last expression, an error the program's
+    stderr does not show), then the exit status."""
     if "stdout" not in streamed and result.stdout:
         sys.stdout.write(result.stdout)
     if "stderr" not in streamed and result.stderr:
         sys.stderr.write(result.stderr)
+    shown = streamed.get("stderr", result.stderr)
+    error = result.error
+    if error is not None and result.limit is None:
+        if error.message not in shown:
+            report(f"{error.type}: {error.message}", error.hint)
+        elif error.hint and error.hint not in shown:
+            print(f"hint: {error.hint}", file=sys.stderr)
     if result.value is not None:
         sys.stdout.write(result.value + "\n")
     sys.stdout.flush()
@@ -77,13 +85,13 @@ def _finish(result: ExecResult, *, streamed: set[str]) -> int:
 
 
 def _stream(stream: ExecStream[Any]) -> int:
-    streamed: set[str] = set()
+    streamed: dict[str, str] = {}
     with stream:
         for chunk in stream:
             out = sys.stdout if chunk.stream == "stdout" else sys.stderr
             out.write(chunk.text)
             out.flush()
-            streamed.add(chunk.stream)
+            streamed[chunk.stream] = streamed.get(chunk.stream, "") + chunk.text
         result = stream.collect()
     return _finish(result, streamed=streamed)
 

@@ -176,5 +176,5 @@ def download_command(args: argparse.Namespace) -> int:
         print_json({"path": str(target), "type": kind, "files" if kind == "folder" else "bytes": written})
     elif not args.quiet:
         print(f"downloaded {kind} {args.remote or '/'} to {target}"
-              + (f" ({written} files)" if kind == "folder" else f" ({written} bytes)"))
+              + (f" ({written} file{'s' if written != 1 else ''})" if kind == "folder" else f" ({written} bytes)"))
     return OK
