@@ -91,6 +91,11 @@ def test_a_session_gets_a_folder_runs_on_it_with_the_guests_exit_code_and_gives_
     assert status == 0, err
     assert tree_of(tmp_path / "back") == {"nested/sum.txt": str(sum(files["sub/deep/data.bin"])).encode(),
                                          "copy.bin": files["sub/deep/data.bin"][:10]}
+    status, _, err = wasm_runner("upload", sid, str(local / "a.txt"), "work", url=url, key=key)
+    assert status == 65 and "hint: end REMOTE with / to upload into it: work/" in err
+    status, out, err = wasm_runner("upload", sid, str(local / "a.txt"), "work/sub/", url=url, key=key)
+    assert (status, out) == (0, "uploaded 1 file (6 bytes) to work/sub/a.txt\n"), err
+    files["sub/a.txt"] = files["a.txt"]
     status, out, err = wasm_runner("download", sid, "work", str(tmp_path / "round-trip"), url=url, key=key)
     assert status == 0 and tree_of(tmp_path / "round-trip") == files, err
     status, _, err = wasm_runner("download", sid, "work/a.txt", str(tmp_path / "round-trip" / "a.txt"),
@@ -200,9 +205,10 @@ def test_egress_and_packages_of_a_session(service):
     assert "error: not a requirement: 'not a name!'" in err and "(not_found)" in err and "hint:" in err
 
 
-def test_the_service_commands_import_nothing_of_the_sandbox_or_the_service() -> None:
+@pytest.mark.parametrize("entry", ["wasm_runner_server.cli.console", "wasm_runner_client.cli"])
+def test_the_service_commands_import_nothing_of_the_sandbox_or_the_service(entry: str) -> None:
     script = ("import json, sys\n"
-              "from wasm_runner_server.cli.console import main\n"
+              f"from {entry} import main\n"
               "code = main(['sessions', 'list', '--url', 'http://127.0.0.1:9'])\n"
               f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -24,7 +24,7 @@ from typing import IO
 
 from wasm_runner_client.cli.connection import connect
 from wasm_runner_client.cli.display import note, print_json
-from wasm_runner_client.cli.status import LOCAL_ERROR, OK, CliError, guarded
+from wasm_runner_client.cli.status import LOCAL_ERROR, OK, REFUSED, CliError, guarded
 from wasm_runner_client.errors import ConflictError
 from wasm_runner_client.sync_client import Client
 from wasm_runner_client.wire import WriteResult
@@ -94,7 +94,13 @@ def upload_command(args: argparse.Namespace) -> int:
         if local.is_dir():
             written = upload_folder(client, args.session, local, remote)
         else:
-            written = [client.upload_file(args.session, local, remote)]
+            try:
+                written = [client.upload_file(args.session, local, remote)]
+            except ConflictError as exc:
+                if exc.code != "is_a_directory":
+                    raise
+                raise CliError(f"{exc.message} ({exc.code})", REFUSED,
+                               hint=f"end REMOTE with / to upload into it: {remote}/") from exc
     if args.json:
         print_json(written)
     elif not args.quiet:
