@@ -16,7 +16,7 @@ COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egre
 EPILOG = ("The service is --url (else $WASM_RUNNER_URL, else http://127.0.0.1:8080), the key --api-key "
           "(else $WASM_RUNNER_API_KEY). Exit status: 0 done; 2 bad command line; 65 refused by the service; "
           "69 service unreachable; 70 service failed; 74 local file error; 77 key missing, wrong or not allowed; "
-          "exec: the guest's exit code, 124 time limit, 125 another limit, 130 cancelled.")
+          "exec: the guest's exit code, 124 time limit, 125 another limit, 130 cancelled; 141 output pipe closed.")
 
 
 class Subcommands(Protocol):

@@ -8,6 +8,7 @@ read stderr, or `--json`, to be sure).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -40,6 +41,8 @@ LIMIT = 125
 """The run hit another limit: memory, fuel, output, disk or stack."""
 CANCELLED = 130
 """The run was cancelled, or the CLI was interrupted (Ctrl-C)."""
+BROKEN_PIPE = 141
+"""Whoever read the output stopped reading (`| head`): quietly, as a program killed by SIGPIPE."""
 
 Command = Callable[..., int]
 
@@ -77,6 +80,16 @@ def report(message: str, hint: str | None = None) -> None:
         print(f"hint: {hint}", file=sys.stderr)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not fail again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def guarded(command: Command) -> Command:
     """Run `command`, turning what it raises into a message on stderr and its exit status."""
 
@@ -93,6 +106,12 @@ def guarded(command: Command) -> Command:
         except CliError as exc:
             report(exc.message, exc.hint)
             return exc.status
+        except BrokenPipeError:
+            _silence_stdout()
+            return BROKEN_PIPE
+        except UnicodeDecodeError as exc:
+            report(f"not UTF-8 text ({exc.reason} at byte {exc.start})", "give a text file")
+            return LOCAL_ERROR
         except OSError as exc:
             report(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
             return LOCAL_ERROR
