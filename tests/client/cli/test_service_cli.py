@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
 import subprocess
 import sys
 import threading
@@ -203,6 +204,16 @@ def test_egress_and_packages_of_a_session(service):
     status, out, err = wasm_runner("packages", "install", sid, "not a name!", url=url, key=key)
     assert (status, out) == (65, "")  # a refused install is a result (ok false), still non-zero
     assert "error: not a requirement: 'not a name!'" in err and "(not_found)" in err and "hint:" in err
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(service, tmp_path):
+    url, key = service
+    command = [sys.executable, "-m", "wasm_runner_server.cli.console", "exec", "-c",
+               "for i in range(100000): print(i)"]
+    script = f"{shlex.join(command)} 2>{shlex.quote(str(tmp_path / 'err'))} | head -n 2; echo \"${{PIPESTATUS[0]}}\""
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, env=cli_env(url, key))
+    assert done.stdout.splitlines() == ["0", "1", "141"], done.stderr
+    assert (tmp_path / "err").read_text() == ""  # no traceback, no error line
 
 
 @pytest.mark.parametrize("entry", ["wasm_runner_server.cli.console", "wasm_runner_client.cli"])
