@@ -57,14 +57,22 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     return limits
 
 
-def _finish(result: ExecResult, *, streamed: dict[str, str]) -> int:
+def _exit_code(result: ExecResult) -> int:
+    """The guest's exit code as a process status (one outside 0-255 would wrap, maybe to 0: it is 1)."""
+    status = limit_status(result.limit)
+    if status is not None:
+        return status
+    return result.exit_code if 0 <= result.exit_code < 256 else 1
+
+
+def _finish(result: ExecResult, *, streamed: dict[str, list[str]]) -> int:
     """Print what the stream did not (a stream never sent, the last expression, an error the program's
     stderr does not show), then the exit status."""
     if "stdout" not in streamed and result.stdout:
         sys.stdout.write(result.stdout)
     if "stderr" not in streamed and result.stderr:
         sys.stderr.write(result.stderr)
-    shown = streamed.get("stderr", result.stderr)
+    shown = "".join(streamed["stderr"]) if "stderr" in streamed else result.stderr
     error = result.error
     if error is not None and result.limit is None:
         if error.message not in shown:
@@ -76,22 +84,19 @@ def _finish(result: ExecResult, *, streamed: dict[str, str]) -> int:
     sys.stdout.flush()
     if result.truncated:
         report(f"{' and '.join(result.truncated)} truncated at limits.output_bytes")
-    status = limit_status(result.limit)
-    if status is not None:
-        assert result.limit is not None
+    if result.limit is not None:
         report(f"limit {result.limit}: {LIMIT_MESSAGES.get(result.limit, 'the run was stopped')}")
-        return status
-    return result.exit_code
+    return _exit_code(result)
 
 
 def _stream(stream: ExecStream[Any]) -> int:
-    streamed: dict[str, str] = {}
+    streamed: dict[str, list[str]] = {}
     with stream:
         for chunk in stream:
             out = sys.stdout if chunk.stream == "stdout" else sys.stderr
             out.write(chunk.text)
             out.flush()
-            streamed[chunk.stream] = streamed.get(chunk.stream, "") + chunk.text
+            streamed.setdefault(chunk.stream, []).append(chunk.text)
         result = stream.collect()
     return _finish(result, streamed=streamed)
 
@@ -117,4 +122,4 @@ def exec_command(args: argparse.Namespace) -> int:
         else:
             return _stream(client.exec_stream(args.session, code, fresh=args.fresh, **options))
     print_json(result)
-    return limit_status(result.limit) or result.exit_code
+    return _exit_code(result)
