@@ -7,9 +7,11 @@ import json
 import os
 import queue
 import shlex
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,28 @@ def test_exec_streams_output_while_the_program_still_runs(service, tmp_path):
             running.wait()
         reader.join(10)
         assert lines.get(timeout=5) == "second\n"
+
+
+def test_ctrl_c_cancels_the_run_on_the_service(service):
+    url, key = service
+    with Client(url, api_key=key) as client:
+        sid = client.create_session().id
+        running = subprocess.Popen([sys.executable, "-m", "wasm_runner_server.cli.console", "exec", "--session", sid,
+                                    "--timeout", "300", "-c", "print('started', flush=True)\nwhile True: pass"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(url, key))
+        try:
+            assert running.stdout is not None and running.stdout.readline() == "started\n"
+            assert client.get_session(sid).state == "running"
+            running.send_signal(signal.SIGINT)
+            assert running.wait(timeout=60) == 130
+        finally:
+            running.kill()
+            running.wait()
+        deadline = time.monotonic() + 60  # far less than the run's 300 s: only a cancelled run stops in time
+        while client.get_session(sid).state == "running":
+            assert time.monotonic() < deadline, "the run went on after the command was interrupted"
+            time.sleep(0.1)
+        assert client.exec(sid, "print('next')").stdout == "next\n"
 
 
 def test_limits_json_and_a_bad_key_have_their_own_exit_codes(service, tmp_path):
