@@ -114,6 +114,20 @@ def test_a_session_gets_a_folder_runs_on_it_with_the_guests_exit_code_and_gives_
     assert status == 65 and "(session_not_found)" in err
 
 
+def test_names_a_guest_chose_cannot_drive_the_terminal(service):
+    url, key = service
+    with Client(url, api_key=key) as client:
+        sid = client.create_session().id
+        made = client.exec(sid, "open('x\\x1b]0;owned\\x07\\u202egnp.txt', 'w').write('1')")
+        assert made.exit_code == 0, made.stderr
+    status, out, err = wasm_runner("files", "ls", sid, url=url, key=key)
+    assert status == 0, err
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "x\\x1b]0;owned\\x07\\u202egnp.txt" in out  # shown escaped, still recognisable
+    status, out, err = wasm_runner("files", "ls", sid, "--json", url=url, key=key)
+    assert json.loads(out)["entries"][0]["path"] == "x\x1b]0;owned\x07\u202egnp.txt"  # JSON keeps the name exact
+
+
 def test_exec_streams_output_while_the_program_still_runs(service, tmp_path):
     """The program prints, then waits for a file that the test writes only once it has seen that line:
     without streaming the line would come only after the program ended, which it cannot do first."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wasm_runner_client.cli.connection import connect
-from wasm_runner_client.cli.display import print_json
+from wasm_runner_client.cli.display import inert, print_json
 from wasm_runner_client.cli.sessions import describe_egress, policy
 from wasm_runner_client.cli.status import OK, CliError, guarded
 from wasm_runner_client.wire import SessionInfo
@@ -15,7 +15,7 @@ def _print(info: SessionInfo, as_json: bool) -> None:
     if as_json:
         print_json(info.egress)
     else:
-        print(describe_egress(info.egress))
+        print(inert(describe_egress(info.egress)))
 
 
 @guarded

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wasm_runner_client.cli.connection import connect
-from wasm_runner_client.cli.display import print_json
+from wasm_runner_client.cli.display import inert, print_json
 from wasm_runner_client.cli.sessions import policy
 from wasm_runner_client.cli.status import CliError, guarded, limit_status, report
 from wasm_runner_client.sync_client import ExecStream
@@ -78,7 +78,7 @@ def _finish(result: ExecResult, *, streamed: dict[str, list[str]]) -> int:
         if error.message not in shown:
             report(f"{error.type}: {error.message}", error.hint)
         elif error.hint and error.hint not in shown:
-            print(f"hint: {error.hint}", file=sys.stderr)
+            print(f"hint: {inert(error.hint)}", file=sys.stderr)
     if result.value is not None:
         sys.stdout.write(result.value + "\n")
     sys.stdout.flush()

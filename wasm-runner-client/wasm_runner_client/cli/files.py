@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from wasm_runner_client.cli.connection import connect
-from wasm_runner_client.cli.display import print_json, size, table, when
+from wasm_runner_client.cli.display import inert, print_json, size, table, when
 from wasm_runner_client.cli.status import OK, REFUSED, CliError, guarded
 from wasm_runner_client.errors import ConflictError
 
@@ -48,5 +48,5 @@ def rm_command(args: argparse.Namespace) -> int:
             if args.json:
                 print_json(result)
             elif not args.quiet:
-                print(f"removed {result.type} {result.path}")
+                print(f"removed {result.type} {inert(result.path)}")
     return OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wasm_runner_client.cli.connection import connect
-from wasm_runner_client.cli.display import print_json, size, table
+from wasm_runner_client.cli.display import inert, print_json, size, table
 from wasm_runner_client.cli.status import OK, REFUSED, guarded, report
 
 
@@ -20,7 +20,7 @@ def install_command(args: argparse.Namespace) -> int:
         print_json(result)
     elif result.ok:
         for package in result.installed:
-            print(f"installed {package.name} {package.version} ({package.source})")
+            print(inert(f"installed {package.name} {package.version} ({package.source})"))
     if not result.ok:  # a refusal is a result, not an HTTP error: it still exits non-zero
         error = result.error
         if error is not None:

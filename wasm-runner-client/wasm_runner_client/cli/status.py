@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from wasm_runner_client.cli.display import inert
 from wasm_runner_client.errors import (
     ApiError,
     AuthenticationError,
@@ -75,9 +76,10 @@ def limit_status(limit: str | None) -> int | None:
 
 
 def report(message: str, hint: str | None = None) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    """An error line and its hint on stderr; control characters (a guest's file name) shown escaped."""
+    print(f"error: {inert(message)}", file=sys.stderr)
     if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+        print(f"hint: {inert(hint)}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:
