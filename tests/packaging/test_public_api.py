@@ -89,6 +89,13 @@ def test_wasm_runner_protocol():
     ]
 
 
+def test_wasm_runner_client_cli():
+    import wasm_runner_client.cli as cli
+
+    assert exported(cli) == ["COMMANDS", "add_service_commands", "main"]
+    assert cli.COMMANDS == ("sessions", "exec", "files", "upload", "download", "packages", "egress")
+
+
 @pytest.mark.parametrize("package", ["wasm_runner", "wasm_runner_client", "wasm_runner_protocol", "wasm_runner_server"])
 def test_every_package_has_the_one_version(package):
     assert re.fullmatch(r"\d+\.\d+\.\d+", wasm_runner_protocol.__version__)

@@ -1,4 +1,5 @@
-"""The `wasm-runner` command: the core's commands plus the service's (serve, mcp, keys, audit, processes).
+"""The `wasm-runner` command: the core's commands, the service's (serve, mcp, keys, audit) and those
+that drive a running service (processes, and sessions, exec, files, ... from the client's distribution).
 
 The parsers come from light modules (argparse definitions only); a command's module,
 and what it needs (the service, aiohttp, pydantic), is imported only when it runs.
@@ -14,12 +15,16 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from wasm_runner_client.cli import COMMANDS, add_service_commands
     from wasm_runner_server.cli.process_commands import add_processes_command
 
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["processes"]:  # a client of a running service: the core is not even imported
+    if arguments[:1] and arguments[0] in ("processes", *COMMANDS):
+        # A client of a running service: the core is not even imported.
         parser = argparse.ArgumentParser(prog="wasm-runner")
-        add_processes_command(parser.add_subparsers(dest="command", required=True))
+        light = parser.add_subparsers(dest="command", required=True)
+        add_processes_command(light)
+        add_service_commands(light)
         args = parser.parse_args(arguments)
         return args.handler(args)
 
@@ -33,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_keys_command(sub)
     add_audit_command(sub)
     add_processes_command(sub)
+    add_service_commands(sub)
     args = parser.parse_args(arguments)
     return args.handler(args)
 

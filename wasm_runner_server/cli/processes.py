@@ -2,19 +2,21 @@
 
 Only the client (httpx and msgspec) is imported: these commands talk to a service, they run
 nothing themselves. The service is `--url` (else $WASM_RUNNER_URL, else http://127.0.0.1:8080)
-and the key `--api-key` (else $WASM_RUNNER_API_KEY).
+and the key `--api-key` (else $WASM_RUNNER_API_KEY). Errors exit with the statuses all the service
+commands share (wasm_runner_client.cli.status).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import msgspec
 
-from wasm_runner_client import ApiError, Client, ProcessInfo, TransportError
+from wasm_runner_client import Client, ProcessInfo
+from wasm_runner_client.cli.status import guarded
 
 NOT_ENDED = 0
 """`logs --follow` exits with the process's exit code once it ended; this when it is not known."""
@@ -24,28 +26,6 @@ NOT_ENDED = 0
 def _client(args: argparse.Namespace) -> Iterator[Client]:
     with Client(args.url, api_key=args.api_key) as client:
         yield client
-
-
-def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """The service's errors as one line on stderr (and its hint), exit status 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except ApiError as exc:
-            print(f"error: {exc.message} ({exc.code})", file=sys.stderr)
-            if exc.hint:
-                print(f"hint: {exc.hint}", file=sys.stderr)
-            return 1
-        except TransportError as exc:
-            print(f"error: cannot reach the service ({exc}); give its address with --url or $WASM_RUNNER_URL",
-                  file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
-
-    run.__name__ = command.__name__
-    return run
 
 
 def _print_json(value: object) -> None:
@@ -62,7 +42,7 @@ def _env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-@_guarded
+@guarded
 def start_command(args: argparse.Namespace) -> int:
     command = (args.command[1:] if args.command[:1] == ["--"] else args.command) or None
     if args.command[:1] != ["--"] and command is not None and command[0].startswith("-"):
@@ -89,7 +69,7 @@ def _row(info: ProcessInfo) -> str:
     return f"{info.id:<6} {info.state:<8} {code:>4} {ports:<11} {info.name:<12} {' '.join(info.argv)}"
 
 
-@_guarded
+@guarded
 def list_command(args: argparse.Namespace) -> int:
     with _client(args) as client:
         listing = client.list_processes(args.session)
@@ -103,7 +83,7 @@ def list_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guarded
+@guarded
 def logs_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     with _client(args) as client:
@@ -134,7 +114,7 @@ def logs_command(args: argparse.Namespace) -> int:
     return end.exit_code if end.exit_code is not None else 1
 
 
-@_guarded
+@guarded
 def stop_command(args: argparse.Namespace) -> int:
     with _client(args) as client:
         info = client.stop_process(args.session, args.process)
@@ -145,7 +125,7 @@ def stop_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guarded
+@guarded
 def url_command(args: argparse.Namespace) -> int:
     with _client(args) as client:
         link = client.preview_url(args.session, args.port, expires_in=args.expires_in)

@@ -88,10 +88,10 @@ async def test_a_preview_link_and_errors_with_the_services_hint(service) -> None
     assert status == 0, err
     assert out.strip().startswith("http://8000-") and ".localhost:" in out and out.strip().endswith("/")
     status, out, err = await wasm_runner("processes", "logs", sid, "p9", url=url, key=key)
-    assert status == 1 and out == ""
+    assert status == 65 and out == ""  # refused by the service
     assert "(process_not_found)" in err and "hint: list them with GET" in err
     status, _, err = await wasm_runner("processes", "list", sid, url=url, key="wr_not_a_key")
-    assert status == 1 and "(invalid_key)" in err
+    assert status == 77 and "(invalid_key)" in err
     status, _, err = await wasm_runner("processes", "start", sid, url=url, key=key)
     assert status == 2 and "give a command after `--`" in err
     status, _, err = await wasm_runner("processes", "start", sid, "--name", "x", url=url, key=key)
@@ -106,5 +106,5 @@ def test_the_processes_commands_import_nothing_of_the_sandbox_or_the_service() -
               "code = main(['processes', 'list', 'any', '--url', 'http://127.0.0.1:9'])\n"
               f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert json.loads(done.stdout.splitlines()[-1]) == [1, []]  # refused connection: exit 1, nothing heavy
+    assert json.loads(done.stdout.splitlines()[-1]) == [69, []]  # refused connection: exit 69, nothing heavy
     assert "cannot reach the service" in done.stderr

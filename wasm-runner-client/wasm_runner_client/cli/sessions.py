@@ -1,0 +1,95 @@
+"""`wasm-runner sessions create|list|show|delete`."""
+
+from __future__ import annotations
+
+import argparse
+
+from wasm_runner_client.cli.connection import connect
+from wasm_runner_client.cli.display import fields, print_json, table, when
+from wasm_runner_client.cli.status import OK, CliError, guarded
+from wasm_runner_client.wire import SessionInfo
+from wasm_runner_protocol.egress import EgressPolicy
+
+
+def policy(mode: str | None, allow: list[str]) -> EgressPolicy | None:
+    """The egress policy the options name (None: none named); `--allow` alone means an allowlist."""
+    if mode is None and not allow:
+        return None
+    mode = mode or "allowlist"
+    if allow and mode == "deny":
+        raise CliError("--allow does not go with --egress deny (nothing is reachable under deny)")
+    if mode == "allowlist" and not allow:
+        raise CliError("an allowlist needs at least one --allow HOST", hint="e.g. --allow pypi.org --allow '*.example.com'")
+    return EgressPolicy(mode=mode, allow=tuple(allow))  # type: ignore[arg-type]  # argparse checked the choice
+
+
+def describe_egress(egress: EgressPolicy) -> str:
+    return egress.mode + (f" ({', '.join(egress.allow)})" if egress.allow else "")
+
+
+def _metadata(pairs: list[str]) -> dict[str, str]:
+    metadata = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--metadata takes KEY=VALUE (got {pair!r})")
+        metadata[key] = value
+    return metadata
+
+
+def _show(info: SessionInfo) -> None:
+    pairs = [("id", info.id), ("profile", info.profile), ("state", info.state),
+             ("kernels", ", ".join(info.kernels) or "-"), ("executions", str(info.executions)),
+             ("created", when(info.created_at)), ("last used", when(info.last_used_at)),
+             ("expires", when(info.expires_at)), ("idle timeout", f"{info.idle_timeout_s:g} s"),
+             ("egress", describe_egress(info.egress))]
+    pairs += [(f"metadata.{key}", value) for key, value in sorted(info.metadata.items())]
+    fields(pairs)
+
+
+@guarded
+def create_command(args: argparse.Namespace) -> int:
+    egress = policy(args.egress, args.allow)
+    with connect(args) as client:
+        info = client.create_session(args.id, profile=args.profile, idle_timeout_s=args.idle_timeout,
+                                     ttl_s=args.ttl, metadata=_metadata(args.metadata), ephemeral=args.ephemeral,
+                                     egress=egress)
+    if args.json:
+        print_json(info)
+    else:
+        print(info.id)
+    return OK
+
+
+@guarded
+def list_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        sessions = list(client.iter_sessions())
+    if args.json:
+        print_json(sessions)
+        return OK
+    table(["ID", "PROFILE", "STATE", "RUNS", "LAST USED", "EGRESS"],
+          [[s.id, s.profile, s.state, str(s.executions), when(s.last_used_at), describe_egress(s.egress)]
+           for s in sessions])
+    return OK
+
+
+@guarded
+def show_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        info = client.get_session(args.session)
+    if args.json:
+        print_json(info)
+    else:
+        _show(info)
+    return OK
+
+
+@guarded
+def delete_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        for session in args.sessions:
+            client.delete_session(session)
+            if not args.quiet:
+                print(f"deleted {session}")
+    return OK
