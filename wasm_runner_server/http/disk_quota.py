@@ -21,9 +21,9 @@ from wasm_runner.workspace.layout import tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
+from wasm_runner_server.sessions.run_disk import WORKSPACE_SCOPE
 
 SESSION_SCOPE = "session:"
-WORKSPACE_SCOPE = "workspace:"
 
 WorkspaceMeasure = Callable[[], Awaitable[tuple[int, float]]]
 """(bytes used by a workspace, time.monotonic() of that measurement)."""

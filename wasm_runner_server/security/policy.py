@@ -167,6 +167,11 @@ class SecurityPolicy(AccessPolicy):
         owner = self.security.tenants.owner(session_id)
         return self.security.workspace_quota(owner.workspace if owner is not None else None)
 
+    def disk_changed(self, session_id: str) -> None:
+        owner = self.security.tenants.owner(session_id)
+        if owner is not None:
+            self.security.disk.forget(owner.workspace, session_id)
+
     def batch_item_hold(self, request: web.Request) -> ItemHold | None:
         """With keys, each batch item holds what an execution does: the workspace's disk quota is
         checked (a 429 refuses the item) and one of its concurrent executions taken, waiting for one."""
