@@ -130,3 +130,17 @@ async def test_a_busy_loop_in_a_session_over_its_limit_times_out(start_secure):
     assert idle["limit"] is None, idle  # over its limit, but this run writes nothing
     spun = await run(secure, sid, "while True:\n    pass\n", limits={"timeout_s": 1})
     assert spun["limit"] == "timeout", spun
+
+
+async def test_a_workspace_over_its_quota_can_still_run_code_that_deletes(start_secure):
+    secure = await start_secure(**config(quota=4 * MiB, disk_bytes=256 * MiB))
+    sid = await session(secure, "py")
+    assert (await secure.call("PUT", f"/v1/sessions/{sid}/files/a.txt", "a_member", data=b"a"))[0] == 201
+    (secure.data_dir / "sessions" / sid / "files" / "big.bin").write_bytes(b"x" * (6 * MiB))  # e.g. a lowered quota
+    await asyncio.sleep(2.1)  # the workspace's usage figure is cached briefly
+    grow = await run(secure, sid, "open('/workspace/more.bin', 'wb').write(b'y' * (1 << 20))")
+    assert grow["limit"] == "disk", grow  # no room to grow
+    removed = await run(secure, sid, "import os\nos.remove('/workspace/big.bin')\nprint('freed')")
+    assert removed["limit"] is None and removed["stdout"] == "freed\n", removed
+    ok = await run(secure, sid, "open('/workspace/small.txt', 'w').write('hi')\nprint('ok')")
+    assert ok["limit"] is None and ok["stdout"] == "ok\n", ok
