@@ -28,6 +28,7 @@ def config(quota: int, disk_bytes: int) -> dict:
     limits = {"disk_bytes": disk_bytes}
     return {"auth": {"quotas": {"disk_bytes": quota, "concurrent_executions": 4}},
             "profiles": {"py": {"language": "python", "limits": limits},
+                         "data": {"language": "python", "provider": "native", "limits": limits},
                          "sh": {"language": "bash", "provider": "native", "limits": limits}}}
 
 
@@ -143,4 +144,17 @@ async def test_a_workspace_over_its_quota_can_still_run_code_that_deletes(start_
     removed = await run(secure, sid, "import os\nos.remove('/workspace/big.bin')\nprint('freed')")
     assert removed["limit"] is None and removed["stdout"] == "freed\n", removed
     ok = await run(secure, sid, "open('/workspace/small.txt', 'w').write('hi')\nprint('ok')")
+    assert ok["limit"] is None and ok["stdout"] == "ok\n", ok
+
+
+@native
+async def test_a_full_python_data_session_recovers_by_deleting(start_secure):
+    secure = await start_secure(**config(quota=256 * MiB, disk_bytes=4 * MiB))
+    sid = await session(secure, "data")
+    filled = await run(secure, sid, FILL.format(path="/workspace/big.bin", mib=16), limits={"timeout_s": 60})
+    assert filled["limit"] == "disk" and "/workspace/big.bin" in filled["error"]["message"], filled
+    removed = await run(secure, sid, "import os\nos.remove('/workspace/big.bin')\nprint('freed')",
+                        limits={"timeout_s": 60})
+    assert removed["limit"] is None and removed["stdout"] == "freed\n", removed
+    ok = await run(secure, sid, "open('small.txt', 'w').write('hi')\nprint('ok')", limits={"timeout_s": 60})
     assert ok["limit"] is None and ok["stdout"] == "ok\n", ok
