@@ -52,8 +52,9 @@ def shared_bytes(secure) -> int:
     return tree_usage([secure.data_dir / "workspaces" / "alpha" / "shared"])[0]
 
 
-async def test_a_run_stops_at_the_workspace_room_not_at_its_disk_bytes(start_secure):
-    secure = await start_secure(**config(quota=8 * MiB, disk_bytes=256 * MiB))
+@pytest.mark.parametrize("kernel_workers", [0, 1], ids=["in-process", "worker-process"])
+async def test_a_run_stops_at_the_workspace_room_not_at_its_disk_bytes(start_secure, kernel_workers):
+    secure = await start_secure(**config(quota=8 * MiB, disk_bytes=256 * MiB), workers={"kernel_workers": kernel_workers})
     sid = await session(secure, "py")
     result = await run(secure, sid, FILL.format(path="/workspace/big.bin", mib=64))
     assert result["limit"] == "disk", result
