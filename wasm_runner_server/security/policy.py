@@ -114,9 +114,9 @@ class SecurityPolicy(AccessPolicy):
             is_exec = request.method == "POST" and route in EXEC_ROUTES
             writes = is_exec or (request.method in FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                    or route.startswith("/v1/shared/")))
-            # Deleting frees room: never refused. Nor is a run: one in a full workspace gets no room to
-            # grow (sessions.run_disk) but may delete, which is how a guest frees space.
-            if writes and request.method != "DELETE" and not is_exec:
+            # Deleting frees room: never refused. Nor is a run in a session: in a full workspace it gets
+            # no room to grow (sessions.run_disk) but may delete, which is how a guest frees space.
+            if writes and request.method != "DELETE" and not (is_exec and session_id is not None):
                 await security.quotas.check_disk(principal)
             if is_exec and route != BATCH_ROUTE:  # a batch counts each item (batch_item_hold)
                 async with security.quotas.execution(principal):
