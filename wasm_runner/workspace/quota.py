@@ -102,11 +102,15 @@ class RunDisk:
 
     def measure(self, usage: tuple[int, int] | None = None) -> tuple[int, int, int]:
         """(bytes, entries) of the session's own places and bytes of its shared mounts; `usage`:
-        the workspace's own (bytes, entries) when just measured. Raises OSError."""
-        cap = self.limits.disk_files + 1
+        the workspace's own (bytes, entries) when just measured. Raises OSError.
+
+        The start is measured whole; later walks stop one entry past what the run may hold (a
+        walk stopped early is over on entries, so the bytes it missed cannot go unseen)."""
+        cap = None if self.start is None else max(self.limits.disk_files, self.start[1]) + 1
         used_bytes, entries = usage if usage is not None else self.workspace.usage(stop_after_files=cap)
         if self.own:
-            more_bytes, more_entries = tree_usage(self.own, stop_after_files=max(cap - entries, 0))
+            more_bytes, more_entries = tree_usage(self.own, stop_after_files=None if cap is None
+                                                  else max(cap - entries, 0))
             used_bytes, entries = used_bytes + more_bytes, entries + more_entries
         shared = tree_usage(self.shared)[0] if self.shared else 0
         return used_bytes, entries, shared

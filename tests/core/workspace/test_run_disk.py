@@ -72,3 +72,14 @@ def test_the_message_names_the_largest_files_and_how_to_remove_them(tmp_path):
     assert "/workspace/data/huge.csv (9000 bytes)" in message
     assert "rm /workspace/data/huge.csv" in message and "os.remove('/workspace/data/huge.csv')" in message
     assert "DELETE /v1/sessions/{id}/files/data/huge.csv" in message
+
+
+def test_a_session_past_its_file_limit_cannot_hide_bytes_beyond_the_walk(tmp_path):
+    ws = Workspace(tmp_path / "s").ensure()
+    for i in range(10):  # more entries than disk_files: a walk capped at disk_files stops early
+        (ws.files / f"f{i}").write_bytes(b"")
+    (ws.files / "z").mkdir()
+    run = RunDisk(ws, Limits(disk_bytes=1000, disk_files=5))
+    assert not run.over()
+    (ws.files / "z" / "big").write_bytes(b"x" * 2000)  # listed after every top-level entry
+    assert run.over()
