@@ -27,6 +27,9 @@ from wasm_runner_protocol.execution import LIMIT_MESSAGES, Limits
 log = logging.getLogger("wasm_runner")
 
 CHECK_PERIOD_S = 0.05
+NEAR_PERIOD_S = 0.01
+"""How often a run that has used half its allowance or more is measured: a fast writer's
+overshoot is what it writes between two measurements."""
 
 
 class DiskBudget(Protocol):
@@ -92,6 +95,8 @@ class RunDisk:
         self.limits = limits
         self.room = room
         self.mounts = tuple(mounts)
+        self.near = False
+        """Whether the last measurement found half its allowance or more used (measured more often)."""
         self.own, self.shared, self.budgets = counted_mounts(mounts)
         self.start: tuple[int, int, int] | None = None
         try:
@@ -99,6 +104,7 @@ class RunDisk:
         except Exception:  # noqa: BLE001 - a start that cannot be measured stops the run
             log.warning("could not measure the disk usage of %s before a run; stopping it as over quota",
                         workspace.root, exc_info=True)
+        self.near = self.allowance() == 0  # no room at all: the first byte it adds is too many
 
     def measure(self, usage: tuple[int, int] | None = None) -> tuple[int, int, int]:
         """(bytes, entries) of the session's own places and bytes of its shared mounts; `usage`:
@@ -131,7 +137,9 @@ class RunDisk:
         if used_bytes > max(self.limits.disk_bytes, start_bytes) or entries > max(self.limits.disk_files,
                                                                                    start_entries):
             return True
-        if used_bytes + shared - start_bytes - start_shared > self.allowance():
+        added, allowance = used_bytes + shared - start_bytes - start_shared, self.allowance()
+        self.near = added * 2 >= allowance
+        if added > allowance:
             return True
         return any(budget.exceeded() for budget in self.budgets)
 
@@ -200,8 +208,12 @@ def disk_message(workspace: Workspace, limits: Limits, allowance: int | None = N
 
 
 class QuotaWatcher:
+    """One thread measuring every watched run when it is due: each CHECK_PERIOD_S, and each
+    NEAR_PERIOD_S once it has used half its allowance."""
+
     def __init__(self) -> None:
         self._watched: dict[int, tuple[RunDisk, Callable[[], None], float]] = {}
+        """key -> (run, how to stop it, when it is next due)."""
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -209,7 +221,7 @@ class QuotaWatcher:
     def watch(self, run: RunDisk, stop: Callable[[], None]) -> int:
         with self._lock:
             key = next(self._ids)
-            self._watched[key] = (run, stop, time.monotonic())
+            self._watched[key] = (run, stop, time.monotonic() + (NEAR_PERIOD_S if run.near else CHECK_PERIOD_S))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="wasm-quota", daemon=True)
                 self._thread.start()
@@ -221,14 +233,15 @@ class QuotaWatcher:
 
     def _loop(self) -> None:
         while True:
-            time.sleep(CHECK_PERIOD_S)
+            with self._lock:
+                soonest = min((w[2] for w in self._watched.values()), default=time.monotonic() + CHECK_PERIOD_S)
+            time.sleep(min(max(soonest - time.monotonic(), NEAR_PERIOD_S / 2), CHECK_PERIOD_S))
             self.check_due(time.monotonic())
 
     def check_due(self, now: float) -> None:
-        """One pass: stop every watched run (running for a period at least) that wrote past what
-        it may, or cannot be measured."""
+        """One pass: stop every due run that wrote past what it may, or cannot be measured."""
         with self._lock:
-            due = [(k, w) for k, w in self._watched.items() if now - w[2] >= CHECK_PERIOD_S]
+            due = [(k, w) for k, w in self._watched.items() if now >= w[2]]
         for key, (run, stop, _) in due:
             with self._lock:
                 if key not in self._watched:  # the run ended meanwhile: its workspace may be gone
@@ -236,6 +249,11 @@ class QuotaWatcher:
             if run.over_or_unmeasurable():
                 stop()
                 self.unwatch(key)
+                continue
+            with self._lock:
+                if key in self._watched:
+                    self._watched[key] = (run, stop, time.monotonic() + (NEAR_PERIOD_S if run.near
+                                                                         else CHECK_PERIOD_S))
 
 
 watcher = QuotaWatcher()
