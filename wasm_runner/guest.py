@@ -21,12 +21,15 @@ class Mount:
     `guest` is absolute, not /, /workspace or /tmp themselves and has no '..' (a trailing '/'
     is dropped); a mount inside /workspace (e.g. /workspace/shared) takes precedence there.
     A writable mount counts against the session's disk limits, unless it has a `budget` of
-    its own (e.g. the quota of a workspace's shared/ directory): then that budget limits it."""
+    its own: then that budget limits it. A `shared` one holds more than the session's files
+    (e.g. a workspace's shared/ directory): only what a run adds there counts, against that
+    run's allowance (see wasm_runner.workspace.quota.RunDisk)."""
 
     host: Path
     guest: str
     writable: bool = False
     budget: DiskBudget | None = field(default=None, compare=False)
+    shared: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -41,8 +44,9 @@ class Mount:
         """As JSON (to a worker process); the budget stays with this process, which tells the
         worker when it is exceeded (`budgeted`)."""
         return {"host": str(self.host), "guest": self.guest, "writable": self.writable,
-                "budgeted": self.budget is not None}
+                "budgeted": self.budget is not None, "shared": self.shared}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Mount:
-        return cls(Path(config["host"]), config["guest"], bool(config.get("writable", False)))
+        return cls(Path(config["host"]), config["guest"], bool(config.get("writable", False)),
+                   shared=bool(config.get("shared", False)))

@@ -100,6 +100,9 @@ class Session:
         profile's policy sets it."""
         self.process_limits = ProcessLimits()
         """Caps on its background processes (set before the first start)."""
+        self.disk_room: int | None = None
+        """The most each of its next runs may add to disk besides its limits: room the host reserved
+        under a quota shared beyond the session (a workspace's). None: only the run's limits."""
         self._processes: ProcessManager | None = None
         self._processes_lock = threading.Lock()
 
@@ -220,7 +223,8 @@ class Session:
         return self.packages.lock()
 
     def _new_job(self, request: ExecRequest, listener: OutputListener | None) -> Job:
-        job = Job(request, self.workspace, self.state.kernels, listener, self.mounts, install=self.install_handler)
+        job = Job(request, self.workspace, self.state.kernels, listener, self.mounts, install=self.install_handler,
+                  disk_room=self.disk_room)
         self._job = job
         return job
 

@@ -114,7 +114,8 @@ class KernelHost:
         session = self.sessions.get(place.session)
         if session is None:
             mounts = tuple(Mount(Path(m["host"]), m["guest"], bool(m.get("writable")),
-                                 budget=ParentBudget() if m.get("budgeted") else None) for m in place.mounts)
+                                 budget=ParentBudget() if m.get("budgeted") else None,
+                                 shared=bool(m.get("shared"))) for m in place.mounts)
             workspace = Workspace(Path(place.root), Path(place.files) if place.files else None)
             session = Session(self.runner, place.session, workspace, mounts)
             self.sessions[place.session] = session
@@ -155,6 +156,7 @@ class KernelHost:
                 self.send(Answer(seq, stream=stream, data=data))
         for budget in _budgets(session.mounts):
             budget.over = False  # until the parent says otherwise, for this run
+        session.disk_room = order.disk_room  # what the parent reserved for this run
         # The guest's clock starts after this, so the wait for an install ends before its deadline.
         session.install_handler = self._asker(seq, time.monotonic() + order.request.limits.timeout_s)
         with self.lock:

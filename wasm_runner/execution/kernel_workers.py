@@ -81,6 +81,9 @@ class HostedSession(Protocol):
     @property
     def install_handler(self) -> Callable[[str], str]: ...
 
+    @property
+    def disk_room(self) -> int | None: ...
+
 
 @dataclass
 class SupervisionStats:
@@ -413,7 +416,7 @@ class KernelWorkers:
                                         budgets=[m.budget for m in session.mounts if m.budget is not None],
                                         install=session.install_handler)
             moved = self.moved.get(session.id)
-        host.worker.order(Order(seq, request, place, stream=listener is not None))
+        host.worker.order(Order(seq, request, place, stream=listener is not None, disk_room=session.disk_room))
         if moved is not None:
             future = _with_restart_notice(future, moved, request, self.moved, session.id)
         return host, seq, place, future

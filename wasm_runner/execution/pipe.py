@@ -40,6 +40,8 @@ class Order(msgspec.Struct, array_like=True):
     """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
     reply: str = ""
     """With `install`: the parent's `InstallResult` as JSON, given to the guest as it is."""
+    disk_room: int | None = None
+    """With a request: the most the run may add to disk besides its limits (`Session.disk_room`)."""
 
 
 class Answer(msgspec.Struct, array_like=True):

@@ -290,8 +290,9 @@ class ProcessManager:
 
     def start(self, request: ExecRequest, *, cwd: str = "", name: str = "", stdin: bool = True,
               pty: tuple[int, int] | None = None, ring_bytes: int | None = None,
-              owner: object = None) -> BackgroundProcess:
-        """Start `request` (a command, or code in a language) in the background; returns at once."""
+              owner: object = None, disk_room: int | None = None) -> BackgroundProcess:
+        """Start `request` (a command, or code in a language) in the background; returns at once.
+        `disk_room`: the most it may add to disk besides its limits while it runs (a shared quota's room)."""
         guest_cwd = guest_directory(cwd)
         if request.command is not None and (not request.command or not all(request.command)):
             raise ProcessError("command must be a non-empty list of non-empty strings")
@@ -320,7 +321,7 @@ class ProcessManager:
         provider = self._provider()
         try:
             sandbox = provider.spawn(request, self.workspace, self.mounts, cwd=guest_cwd, stdin=stdin, pty=pty,
-                                     cgroup_parent=self._session_cgroup(provider))
+                                     cgroup_parent=self._session_cgroup(provider), disk_room=disk_room)
         except Exception as exc:
             process.start_error = str(exc)
             process._ended()

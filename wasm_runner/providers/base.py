@@ -43,6 +43,9 @@ class Job:
     after: Callable[[], None] | None = None
     """Set by the provider: optional work for the worker once the result is delivered (the
     Runner does it while other jobs wait; the provider must not depend on it running)."""
+    disk_room: int | None = None
+    """The most the run may add to disk besides its limits (a quota shared beyond the session,
+    reserved by the host for this run); None: only its limits."""
     printed: Callable[[], tuple[str, str]] | None = None
     """Set by the provider: the (stdout, stderr) the guest printed so far, for the result given
     for a guest still blocked in a host call past its deadline."""

@@ -21,9 +21,9 @@ from wasm_runner.workspace.layout import tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
+from wasm_runner_server.sessions.run_disk import WORKSPACE_SCOPE
 
 SESSION_SCOPE = "session:"
-WORKSPACE_SCOPE = "workspace:"
 
 WorkspaceMeasure = Callable[[], Awaitable[tuple[int, float]]]
 """(bytes used by a workspace, time.monotonic() of that measurement)."""
@@ -137,8 +137,8 @@ workspace for each write would cost more than the writes; the ledger covers what
 class WorkspaceDisk:
     """A workspace's disk usage: its sessions' directories plus its own directory (shared/).
 
-    `measure` is cached for CACHE_S; `budget(workspace)` is what a writable shared/ mount
-    carries: the quota watcher asks it every period, with shared/ measured afresh."""
+    `measure` is cached for CACHE_S; the ledger's reservations cover what a cached figure misses
+    (API writes, and the room each run holds: sessions.run_disk)."""
 
     def __init__(self, data_dir: Path, quota: int, sessions_of: Callable[[str], list[str]],
                  ledger: DiskLedger) -> None:
@@ -214,20 +214,3 @@ class WorkspaceDisk:
 
     async def measure_async(self, workspace: str) -> tuple[int, float]:
         return await asyncio.to_thread(self.measure, workspace)
-
-    def budget(self, workspace: str) -> WorkspaceBudget:
-        return WorkspaceBudget(self, workspace)
-
-
-class WorkspaceBudget:
-    """The workspace quota as seen by a guest writing into shared/ (a DiskBudget)."""
-
-    def __init__(self, disk: WorkspaceDisk, workspace: str) -> None:
-        self.disk = disk
-        self.workspace = workspace
-
-    def exceeded(self) -> bool:
-        sessions, measured_at = self.disk.sessions_usage(self.workspace)
-        shared = tree_usage([self.disk.own_dir(self.workspace)])[0]
-        pending = self.disk.ledger.pending(WORKSPACE_SCOPE + self.workspace, measured_at)
-        return sessions + shared + pending > self.disk.quota

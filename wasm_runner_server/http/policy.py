@@ -103,7 +103,12 @@ class AccessPolicy(ABC):
         return request.app[SERVICE].sessions.page(cursor, limit)
 
     def workspace_quota(self, session_id: str) -> WorkspaceQuota | None:
-        """What a write into the session reserves against besides the session's own limit."""
+        """What a write into the session, and each of its runs, reserves against besides the
+        session's own limit."""
+        return None
+
+    def disk_changed(self, session_id: str) -> None:
+        """A run or background process of the session ended: its files (and shared ones) changed."""
         return None
 
     def batch_item_hold(self, request: web.Request) -> ItemHold | None:

@@ -114,7 +114,9 @@ class SecurityPolicy(AccessPolicy):
             is_exec = request.method == "POST" and route in EXEC_ROUTES
             writes = is_exec or (request.method in FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                    or route.startswith("/v1/shared/")))
-            if writes and request.method != "DELETE":  # deleting frees room: never refused
+            # Deleting frees room: never refused. Nor is a run in a session: in a full workspace it gets
+            # no room to grow (sessions.run_disk) but may delete, which is how a guest frees space.
+            if writes and request.method != "DELETE" and not (is_exec and session_id is not None):
                 await security.quotas.check_disk(principal)
             if is_exec and route != BATCH_ROUTE:  # a batch counts each item (batch_item_hold)
                 async with security.quotas.execution(principal):
@@ -169,6 +171,11 @@ class SecurityPolicy(AccessPolicy):
     def workspace_quota(self, session_id: str) -> WorkspaceQuota | None:
         owner = self.security.tenants.owner(session_id)
         return self.security.workspace_quota(owner.workspace if owner is not None else None)
+
+    def disk_changed(self, session_id: str) -> None:
+        owner = self.security.tenants.owner(session_id)
+        if owner is not None:
+            self.security.disk.forget(owner.workspace, session_id)
 
     def batch_item_hold(self, request: web.Request) -> ItemHold | None:
         """With keys, each batch item holds what an execution does: the workspace's disk quota is

@@ -1,9 +1,10 @@
 """Admission by workspace quota, chosen once from `auth.enabled`: the checks made before a request runs.
 
 With keys, a workspace may hold `auth.quotas.sessions` sessions, run `concurrent_executions` at
-once and starts no write while it holds its `disk_bytes`; without keys nothing is checked up
-front. (The bytes a write takes are reserved against the workspace's quota either way: see
-`Security.workspace_quota`.)
+once and starts no write while it holds its `disk_bytes` (a run in a session still starts: it
+gets no room to grow, and may delete); without keys nothing is checked up front. (The bytes a
+write takes, and the room a run may grow by, are reserved against the workspace's quota either
+way: see `Security.workspace_quota` and `sessions.run_disk`.)
 """
 
 from __future__ import annotations

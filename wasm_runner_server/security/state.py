@@ -82,8 +82,9 @@ class Security:
         owner = self.tenants.owner(session_id)
         if owner is None or not self.mounts_shared(session_id):
             return ()
-        budget = self.disk.budget(owner.workspace)
-        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, budget=budget),)
+        # Only what a run adds to shared/ counts against it; the workspace quota holds through the
+        # room each run reserves (sessions.run_disk), not through a budget measured absolutely.
+        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, shared=True),)
 
     def workspace_quota(self, workspace: str | None) -> WorkspaceQuota | None:
         """What a write into `workspace` reserves against (None: no workspace quota applies)."""

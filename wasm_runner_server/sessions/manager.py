@@ -42,6 +42,7 @@ from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.egress import at_start, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
+from wasm_runner_server.sessions.run_disk import RunRooms
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
 log = logging.getLogger("wasm_runner.server")
@@ -131,7 +132,7 @@ def _time(value: float) -> datetime:
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
                  metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
-                 ) -> None:
+                 rooms: RunRooms | None = None) -> None:
         self.config = config
         self.policy = config.sessions
         self.store = store
@@ -143,6 +144,8 @@ class SessionManager:
         self._background: set[asyncio.Future] = set()
         self.mounts_for = mounts_for
         """Extra mounts of a session by id (the access policy's: e.g. the workspace's writable shared/)."""
+        self.rooms = rooms
+        """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
@@ -372,8 +375,15 @@ class SessionManager:
             def set_task(task: asyncio.Task | None) -> None:
                 live.task = task
 
-            result = await self.execution.run(session, request, mode=mode, listener=listener, on_start=on_start,
-                                              on_task=set_task)
+            room = await self.rooms.reserve(live.row.id, request.limits.disk_bytes) if self.rooms else None
+            session.disk_room = room.room if room is not None else None  # calls of a session run one at a time
+            try:
+                result = await self.execution.run(session, request, mode=mode, listener=listener,
+                                                  on_start=on_start, on_task=set_task)
+            finally:
+                session.disk_room = None
+                if room is not None:
+                    await asyncio.shield(room.finish())
         finally:
             live.lock.release()
         row = live.row

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ from wasm_runner_protocol.wire import LimitsPatch
 from wasm_runner_server.config import ProcessSettings
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.metrics import Counter, Metrics
+from wasm_runner_server.sessions.run_disk import RunRoom
 
 if TYPE_CHECKING:
     from wasm_runner_server.sessions.manager import LiveSession, SessionManager
@@ -72,6 +74,8 @@ class ServiceProcesses:
         kernel's socket tables under /proc costs milliseconds, too much for every proxied request."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._rooms: dict[int, RunRoom] = {}
+        """The disk room each running process holds, by id() of its handle (sessions.run_disk)."""
         self.started = Counter("wasm_runner_processes_started_total", "Background processes and terminals started.")
         self.ended = Counter("wasm_runner_processes_ended_total", "Background processes ended, by state "
                              "(exited, killed, failed).", ("state",))
@@ -129,9 +133,12 @@ class ServiceProcesses:
         self.sessions.touch(live)
         pty = (body.cols, body.rows) if body.pty else None
         self._loop = asyncio.get_running_loop()
+        rooms = self.sessions.rooms
+        room = await rooms.reserve(live.row.id, request.limits.disk_bytes) if rooms is not None else None
         try:
-            return await asyncio.to_thread(session.processes.start, request, cwd=body.cwd, name=body.name,
-                                           stdin=body.stdin, pty=pty, ring_bytes=body.output_bytes, owner=owner)
+            process = await asyncio.to_thread(session.processes.start, request, cwd=body.cwd, name=body.name,
+                                              stdin=body.stdin, pty=pty, ring_bytes=body.output_bytes, owner=owner,
+                                              disk_room=room.room if room is not None else None)
         except ProcessLimitError as exc:
             raise ApiError(409, ErrorCode.PROCESS_LIMIT, str(exc), "stop a process of this session first") from None
         except ProcessesClosed as exc:
@@ -142,6 +149,26 @@ class ServiceProcesses:
         except ProcessError as exc:
             raise ApiError(422, ErrorCode.PROCESS_FAILED, f"the process could not start: {exc}",
                            "check the command, or the server's native sandbox (wasm-runner doctor)") from None
+        finally:
+            if room is not None and sys.exc_info()[0] is not None:
+                room.finish_now()  # it did not start (or may have written as it failed): counted until measured
+        if room is not None:  # held while it runs, given back but what it wrote when it ends
+            self._rooms[id(process)] = room
+            if process.state not in ("starting", "running"):  # it ended before its room was recorded
+                self._end_room(process)
+        return process
+
+    def _end_room(self, process: BackgroundProcess) -> None:
+        """The process ended: its room is given back but what it wrote (on the service's loop)."""
+        room = self._rooms.pop(id(process), None)
+        if room is None:
+            return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # a loop closing: committed whole below
+                asyncio.run_coroutine_threadsafe(room.finish(), loop)
+                return
+        room.finish_now()
 
     def _observe(self, event: str, session_id: str, process: BackgroundProcess) -> None:
         owner = process.owner
@@ -149,6 +176,7 @@ class ServiceProcesses:
             self.started.inc()
         elif event == "exit":
             self.ended.inc(process.state)
+            self._end_room(process)
             self._drop_client(session_id, process.id)
             for key, listener in list(self._listeners.items()):
                 if listener is process:

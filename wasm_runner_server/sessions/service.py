@@ -19,6 +19,7 @@ from wasm_runner_server.sessions.backpressure import ExecutionGate
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
+from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
 from wasm_runner_server.sessions.store import SessionStore
 
 log = logging.getLogger("wasm_runner.server")
@@ -44,12 +45,14 @@ class Service:
     @classmethod
     async def open(cls, config: ServiceConfig, *, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
                    observers: Sequence[ExecutionObserver] = (),
-                   process_observers: Sequence[ProcessObserver] = (),
+                   process_observers: Sequence[ProcessObserver] = (), quota_of: QuotaOf | None = None,
+                   disk_changed: Callable[[str], None] = lambda session_id: None,
                    share_of: Callable[[], str] = lambda: "") -> Service:
         """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
         session by id, `observers` see every execution and `process_observers` every background
-        process's start and end, and `share_of` names the share a queued call waits its turn in (all
-        from the access policy)."""
+        process's start and end; `quota_of` names a session's workspace quota, which its runs
+        reserve their room under, `disk_changed` is told a session's files changed, and `share_of`
+        names the share a queued call waits its turn in (all from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
@@ -59,11 +62,13 @@ class Service:
         store = SessionStore(data_dir / "server.sqlite3")
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
                           config.workers, config.egress.settings())
-        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for)
+        ledger = DiskLedger()
+        rooms = RunRooms(ledger, quota_of, disk_changed) if quota_of is not None else None
+        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
-        service = cls(config, store, pool, gate, metrics, execution, sessions, processes)
+        service = cls(config, store, pool, gate, metrics, execution, sessions, processes, disk=ledger)
         await service.start()
         return service
 

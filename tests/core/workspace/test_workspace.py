@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 import pytest
 from deep_tree import DEPTH, NAME, build_deep_tree
@@ -13,7 +14,7 @@ from wasm_runner.guest import Mount
 from wasm_runner.workspace import layout as workspace_module
 from wasm_runner.workspace.files import FileTooLargeError, TextEdit, WorkspaceFiles
 from wasm_runner.workspace.layout import Workspace, remove_tree, tree_usage
-from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, QuotaWatcher, over_quota
+from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, QuotaWatcher, RunDisk, over_quota
 from wasm_runner_protocol.execution import Limits
 
 
@@ -99,9 +100,10 @@ def test_a_usage_that_cannot_be_measured_stops_the_guest(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError(36, "File name too long")
 
+    run = RunDisk(ws, Limits())  # measured at its start
     monkeypatch.setattr(workspace_module, "walk_tree", broken)
-    watcher._watched[0] = (ws, Limits(), stopped.set, 0.0, ())
-    watcher.check_due(10.0)
+    watcher.watch(run, stopped.set)
+    watcher.check_due(time.monotonic() + 10.0)
     assert stopped.is_set() and not watcher._watched
 
 

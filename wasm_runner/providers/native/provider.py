@@ -85,7 +85,7 @@ from wasm_runner.providers.native.toolchain import (
     python_data_dir,
 )
 from wasm_runner.workspace.layout import Workspace, diff
-from wasm_runner.workspace.quota import over_quota_or_unmeasurable, watcher
+from wasm_runner.workspace.quota import RunDisk, watcher
 from wasm_runner_protocol.execution import (
     LIMIT_MESSAGES,
     Diagnostic,
@@ -341,12 +341,13 @@ class NativeProvider(Provider):
 
     def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
               stdin: bool = True, pty: tuple[int, int] | None = None,
-              cgroup_parent: RunCgroup | None = None) -> SandboxProcess:
+              cgroup_parent: RunCgroup | None = None, disk_room: int | None = None) -> SandboxProcess:
         """Start `request` as a background process in a sandbox confined like a native run.
 
         Returns at once with the live sandbox (its output is read once `run` is called on it);
         `cwd` is a directory under /workspace; `pty` (cols, rows) runs it on a pseudo-terminal;
-        `cgroup_parent` is the session's cgroup bounding all its processes together. Raises
+        `cgroup_parent` is the session's cgroup bounding all its processes together; `disk_room` the
+        most it may add to disk besides its limits while it runs (see RunDisk). Raises
         `ProcessStartError` with what to do when it cannot start."""
         workspace.ensure()
         bwrap_path, problem, support = self.environment()
@@ -361,7 +362,8 @@ class NativeProvider(Provider):
         request = self._with_package_sources(request)
         tools = self._tools(request, workspace, program)
         program = _in_venv(program, tools)
-        launch = _Background(self.policy, request, workspace, Job(request, workspace, mounts=mounts), support,
+        launch = _Background(self.policy, request, workspace, Job(request, workspace, mounts=mounts, disk_room=disk_room),
+                             support,
                              program, bwrap_path, self.identity, self.seccomp_program, self.egress, tools)
         return launch.start(cwd, stdin, pty)
 
@@ -532,6 +534,12 @@ class _Run:
         self.egress_run: RunEgress | None = None
         self.tools = tools or PackageTools()
         """Where the run's pip, uv, npm and bun install to and from (package_env.py)."""
+        self.disk: RunDisk | None = None
+        """What the run may write, measured as it starts (see RunDisk)."""
+
+    def _disk_over(self) -> bool:
+        """Whether the run wrote past what it may (fails closed; a run never measured counts as over)."""
+        return self.disk.over_or_unmeasurable() if self.disk is not None else True
 
     def stop(self, reason: LimitName) -> None:
         """Stop the run for `reason` (first reason wins); safe from any thread."""
@@ -580,7 +588,8 @@ class _Run:
                 return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
                                   error=GuestError(type="NetworkUnavailable", message=str(exc)))
         before = self.workspace.snapshot_before_run()
-        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
+        self.disk = RunDisk(self.workspace, self.limits, self.job.mounts, self.job.disk_room)
+        quota_key = watcher.watch(self.disk, lambda: self.stop("disk"))
         self.job.on_cancel(lambda: self.stop("cancelled"))
         started = time.perf_counter()
         status = rusage = None
@@ -986,7 +995,7 @@ class _Run:
             return self._stop.reason
         if oom:
             return "memory"
-        if over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts) or exit_code == 128 + signal.SIGXFSZ:
+        if self._disk_over() or exit_code == 128 + signal.SIGXFSZ:
             return "disk"
         if self.cgroup is None and exit_code != 0 and any(h in stderr[-4000:] for h in MEMORY_HINTS):
             return "memory"  # rlimit mode: the allocation failed inside the program
@@ -994,7 +1003,7 @@ class _Run:
 
     def _error(self, limit: LimitName | None, exit_code: int, stderr: str, pids_hit: bool) -> GuestError | None:
         if limit is not None:
-            message = LIMIT_MESSAGES[limit]
+            message = LIMIT_MESSAGES[limit] if limit != "disk" or self.disk is None else self.disk.message()
             if limit == "timeout":
                 message += f" (natively at most {self.policy.max_timeout_s:g} s)"
             if self.processes_exceeded:
@@ -1030,7 +1039,8 @@ class _KernelCall(_Run):
                               error=GuestError(type="SandboxError", message=(
                                   f"could not give the workspace to the sandbox user: {exc}")))
         before = self.workspace.snapshot_before_run()
-        quota_key = watcher.watch(self.workspace, self.limits, lambda: self.stop("disk"), self.job.mounts)
+        self.disk = RunDisk(self.workspace, self.limits, self.job.mounts, self.job.disk_room)
+        quota_key = watcher.watch(self.disk, lambda: self.stop("disk"))
         self.job.on_cancel(lambda: self.stop("cancelled"))
         started = time.perf_counter()
         reply = Reply(exit_code=126)
@@ -1095,7 +1105,7 @@ class _KernelCall(_Run):
                         f"the run's files could not be checked for setuid/setgid bits: {exc}"))
         duration_ms = (time.perf_counter() - started) * 1000
         limit = reply.limit
-        if limit is None and over_quota_or_unmeasurable(self.workspace, self.limits, self.job.mounts):
+        if limit is None and self._disk_over():
             limit = "disk"
         if (limit is None and kernel is not None and kernel.cgroup is None and reply.error is not None
                 and reply.error.type == "MemoryError"):
@@ -1103,7 +1113,7 @@ class _KernelCall(_Run):
         network = kernel.egress.decisions() if kernel is not None and kernel.egress is not None else []
         if error is None:
             if limit is not None:
-                message = LIMIT_MESSAGES[limit]
+                message = LIMIT_MESSAGES[limit] if limit != "disk" or self.disk is None else self.disk.message()
                 if limit == "timeout":
                     message += (" (the kernel was interrupted; its state is kept)" if not reply.died else
                                 " (the kernel did not stop when interrupted: it was restarted)")
@@ -1231,7 +1241,8 @@ class _Background(_Run):
             except OSError as exc:
                 log.warning("could not create the process's cgroup (%s); using rlimits", exc)
         process: SandboxProcess | None = None
-        self._quota_key = watcher.watch(self.workspace, self.limits, self._over_quota, self.job.mounts)
+        self.disk = RunDisk(self.workspace, self.limits, self.job.mounts, self.job.disk_room)
+        self._quota_key = watcher.watch(self.disk, self._over_quota)
         try:
             process = self._spawn(stdin, pty)
         finally:
@@ -1243,8 +1254,8 @@ class _Background(_Run):
     def _over_quota(self) -> None:
         process = getattr(self, "_process", None)
         if process is not None:
-            threading.Thread(target=process.terminate, args=(0, "stopped: " + LIMIT_MESSAGES["disk"]),
-                             daemon=True).start()
+            message = self.disk.message() if self.disk is not None else LIMIT_MESSAGES["disk"]
+            threading.Thread(target=process.terminate, args=(0, "stopped: " + message), daemon=True).start()
 
     def _spawn(self, stdin: bool, pty: tuple[int, int] | None) -> SandboxProcess:
         code_fd = None

@@ -25,8 +25,8 @@ from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
-from wasm_runner.workspace.quota import exceeds, mounts_exceed, watcher
-from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, Limits
+from wasm_runner.workspace.quota import RunDisk, watcher
+from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
 
 log = logging.getLogger("wasm_runner")
 
@@ -154,9 +154,17 @@ class WasmProvider(Provider):
                     listener=job.listener)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         job.printed = lambda: _printed(call)
-        quota_key = watcher.watch(workspace, request.limits, lambda: call.stop(StopReason.disk), view.mounts)
+        before: dict = {}
+        usage = (0, 0) if job.scratch else None
+        if not job.scratch:
+            try:  # one walk: the snapshot the changes are computed from, and the run's starting usage
+                before, start_bytes, start_entries = workspace.scan()
+                usage = (start_bytes, start_entries)
+            except OSError:  # RunDisk measures again, and a start it cannot measure stops the run
+                log.warning("could not measure %s before a run", workspace.root, exc_info=True)
+        disk = RunDisk(workspace, request.limits, view.mounts, job.disk_room, usage)
+        quota_key = watcher.watch(disk, lambda: call.stop(StopReason.disk))
         self._warm.busy()
-        before = {} if job.scratch else workspace.snapshot_before_run()
         restarted = False
         kernel = None
         one_shot = job.kernels is None
@@ -213,8 +221,7 @@ class WasmProvider(Provider):
             try:
                 after, used_bytes, entries = workspace.scan()
                 job.left_entries = entries
-                disk_over = (exceeds(request.limits, used_bytes, entries)
-                             or mounts_exceed(request.limits, view.mounts, used_bytes, entries))
+                disk_over = disk.over((used_bytes, entries))
             except Exception:  # noqa: BLE001 - what cannot be measured counts as over quota
                 log.warning("could not measure the disk usage of %s", workspace.root, exc_info=True)
                 entries = None
@@ -231,7 +238,9 @@ class WasmProvider(Provider):
                 kernel.close()
         if outcome.limit is None and disk_over:
             outcome.limit = "disk"
-            outcome.error = outcome.error or GuestError(type="LimitExceeded", message=LIMIT_MESSAGES["disk"])
+            outcome.error = outcome.error or GuestError(type="LimitExceeded", message=disk.message())
+        elif outcome.limit == "disk" and outcome.error is not None and outcome.error.type == "LimitExceeded":
+            outcome.error.message = disk.message()  # stopped by the watcher: the figures and the largest files
         if outcome.error is not None:
             outcome.error = with_hint(outcome.error, network_hint(events, request.effective_egress))
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
