@@ -52,6 +52,7 @@ class ErrorCode(StrEnum):
     LINK_INVALID = "link_invalid"
     LINK_EXPIRED = "link_expired"
     LINK_REVOKED = "link_revoked"
+    CSRF_REFUSED = "csrf_refused"
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"

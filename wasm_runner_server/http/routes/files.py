@@ -42,6 +42,7 @@ from wasm_runner_server.http.disk_quota import WriteBudget, existing_size, reser
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.listing import entry_of, listing_of
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import ANY_PATH
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
@@ -100,7 +101,7 @@ async def list_files(request: web.Request) -> web.Response:
 # -- read ---------------------------------------------------------------------------------------
 
 
-@routes.get("/v1/sessions/{id}/files/{path:.*}")
+@routes.get("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Read a file as raw bytes (Range supported); a directory answers its listing",
            tag="files", response="application/octet-stream", errors=(*_FILE_ERRORS, 416))
 async def read_file(request: web.Request) -> web.StreamResponse:
@@ -193,7 +194,7 @@ def file_too_large(limit: int, path: str) -> ApiError:
     return ApiError(413, ErrorCode.FILE_TOO_LARGE, f"{path!r} is larger than the {limit}-byte limit for one file")
 
 
-@routes.put("/v1/sessions/{id}/files/{path:.*}")
+@routes.put("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Write a file from the raw request body (streamed; atomic replace)", tag="files",
            body="application/octet-stream", body_required=False, query=PutQuery, response=WriteResult,
            status=201, also=(200,), errors=(*_FILE_ERRORS, 413),
@@ -272,7 +273,7 @@ async def upload_files(request: web.Request) -> web.Response:
 # -- delete and edit ------------------------------------------------------------------------------
 
 
-@routes.delete("/v1/sessions/{id}/files/{path:.*}")
+@routes.delete("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Delete a file, a symbolic link (not its target) or a directory", tag="files",
            query=DeleteQuery, response=DeleteResult, errors=_FILE_ERRORS)
 async def delete_file(request: web.Request) -> web.Response:
@@ -284,7 +285,7 @@ async def delete_file(request: web.Request) -> web.Response:
     return json_response(DeleteResult(path=info.path, type=info.type))
 
 
-@routes.patch("/v1/sessions/{id}/files/{path:.*}")
+@routes.patch("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Edit a text file: exact search-and-replace, or a unified diff", tag="files",
            body=FileEdit, response=EditResult, errors=(*_FILE_ERRORS, 413, 415),
            description="Missing old text: 422 edit_not_found. Old text occurring more than once (without "

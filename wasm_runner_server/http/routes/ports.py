@@ -7,7 +7,8 @@ The connection is made inside the sandbox's network namespace (wasm_runner.proce
 so the server is reached on its own loopback, and nothing else of the sandbox is. Bodies stream
 both ways (chunked in, chunked or sized out), connections to the sandbox are kept alive, and an
 `Upgrade: websocket` request becomes a WebSocket relayed frame by frame (hot reload). The
-caller's Authorization header never reaches the sandbox; a redirect to an absolute path is
+caller's Authorization header and the console's cookie never reach the sandbox, nor can the sandbox's
+server set that cookie; a redirect to an absolute path is
 rewritten under the route's prefix so it stays on the preview.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 
 import aiohttp
 from aiohttp import web
@@ -24,6 +26,7 @@ from multidict import CIMultiDict
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import CONSOLE_COOKIE
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.processes import not_listening
 from wasm_runner_server.sessions.service import SERVICE
@@ -35,6 +38,16 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
 """The caller's key never reaches the sandbox."""
+_CONSOLE_COOKIE = re.compile(rf"(^|;)\s*{CONSOLE_COOKIE}\s*=[^;]*")
+
+
+def without_console_cookie(cookie: str) -> str:
+    """The Cookie header without the console's session cookie (the rest is the guest app's own)."""
+    return "; ".join(p.strip() for p in _CONSOLE_COOKIE.sub("", cookie).split(";") if p.strip())
+
+
+def sets_console_cookie(set_cookie: str) -> bool:
+    return set_cookie.split("=", 1)[0].strip().lower() == CONSOLE_COOKIE
 WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                                "sec-websocket-protocol", "sec-websocket-accept"})
 
@@ -77,6 +90,9 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
     if request.query_string:
         target += "?" + request.query_string
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
+    cookies = [without_console_cookie(v) for v in headers.popall("Cookie", [])]
+    if any(cookies):
+        headers["Cookie"] = "; ".join(c for c in cookies if c)
     headers["Host"] = f"127.0.0.1:{port}"
     headers["X-Forwarded-Prefix"] = prefix
     headers["X-Forwarded-Host"] = request.host
@@ -100,7 +116,8 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
             lower = name.lower()
-            if lower in HOP_BY_HOP and lower != "content-length":
+            if (lower in HOP_BY_HOP and lower != "content-length") or (lower == "set-cookie"
+                                                                       and sets_console_cookie(value)):
                 continue
             if lower == "location" and value.startswith("/") and not value.startswith("//"):
                 value = prefix + value
