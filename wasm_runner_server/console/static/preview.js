@@ -1,9 +1,10 @@
 // Views of one workspace file. Guest-written bytes are data here: code, tables and diffs are built
-// as text (highlight.js and diff2html escape what they render), images go through <img> (an SVG
-// there runs no script), Markdown (sanitised by DOMPurify) and HTML are shown in an iframe
+// as text (highlight.js and diff2html escape what they render), images go through <img> from a data:
+// URL (an SVG there runs no script; no blob: URL of this origin is made of guest bytes, which opened as
+// a page would run the guest's script as this origin), Markdown (sanitised by DOMPurify) and HTML are shown in an iframe
 // sandboxed without scripts, and XLSX is parsed inside a frame with no origin of its own.
 
-import { api, bytes, el, fileBytes, sessionPath } from "./api.js";
+import { api, bytes, el, fileBytes, sessionPath, visible } from "./api.js";
 
 const TABLE_ROWS = 200;
 const KINDS = {
@@ -140,9 +141,15 @@ function showSheet(view, data) {
 
 // -- images, documents -----------------------------------------------------------------------------
 
+function base64(data) {
+  let binary = "";
+  for (let i = 0; i < data.length; i += 0x8000) binary += String.fromCharCode(...data.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
 function showImage(view, data, path) {
-  const url = URL.createObjectURL(new Blob([data], { type: IMAGE_TYPES[extension(path)] }));
-  view.append(el("img", { class: "preview", src: url, alt: path }));
+  const url = `data:${IMAGE_TYPES[extension(path)]};base64,${base64(data)}`;
+  view.append(el("img", { class: "preview", src: url, alt: visible(path) }));
 }
 
 function sandboxedFrame(html, title) {
@@ -154,11 +161,11 @@ function sandboxedFrame(html, title) {
 
 function showMarkdown(view, data, path) {
   const html = globalThis.DOMPurify.sanitize(globalThis.marked.parse(decode(data) ?? ""));
-  view.append(sandboxedFrame(html, `rendered ${path}`));
+  view.append(sandboxedFrame(html, `rendered ${visible(path)}`));
 }
 
 function showHtml(view, data, path) {
-  view.append(el("p", { class: "hint" }, "shown without scripts"), sandboxedFrame(decode(data) ?? "", `rendered ${path}`));
+  view.append(el("p", { class: "hint" }, "shown without scripts"), sandboxedFrame(decode(data) ?? "", `rendered ${visible(path)}`));
 }
 
 async function showPdf(view, data) {

@@ -116,9 +116,9 @@ async def proxy(request: web.Request, live: LiveSession, port: int, path: str, p
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
             lower = name.lower()
-            if (lower in HOP_BY_HOP and lower != "content-length") or (lower == "set-cookie"
-                                                                       and sets_console_cookie(value)):
-                continue
+            if ((lower in HOP_BY_HOP and lower != "content-length") or lower == "service-worker-allowed"
+                    or (lower == "set-cookie" and sets_console_cookie(value))):
+                continue  # nor may a guest's server widen a service worker's scope beyond its own path
             if lower == "location" and value.startswith("/") and not value.startswith("//"):
                 value = prefix + value
             response.headers.add(name, value)
