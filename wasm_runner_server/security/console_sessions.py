@@ -1,9 +1,13 @@
 """The console's sign-in: a key is exchanged once for a server-side console session, held by the
-browser in an HttpOnly, SameSite=Strict cookie that no script can read, with a per-session CSRF
-token that every state-changing call must repeat in a header.
+browser in an HttpOnly, SameSite=Strict cookie that no script can read, and a per-session CSRF token
+that the sign-in answers once and every call made with the cookie must repeat in a header.
 
-The cookie is accepted only on the API routes the console itself calls (CONSOLE_API_ROUTES), never
-where guest content is served or proxied; `Authorization: Bearer` always wins over it.
+The token is required on reads too, and never served again: guest pages reach the console's origin
+(preview links proxy a session's own server), and the browser attaches the cookie to their requests
+as it does to the console's; without the token, which only the console page holds (in memory), the
+cookie alone does nothing. The cookie is accepted only on the API routes the console itself calls
+(CONSOLE_API_ROUTES), never where guest content is served or proxied; `Authorization: Bearer` always
+wins over it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ COOKIE = CONSOLE_COOKIE
 COOKIE_PATH = "/v1/"
 """The narrowest path holding both the sign-in route and every API route the console calls."""
 CSRF_HEADER = "X-CSRF-Token"
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 MAX_SESSIONS = 10_000
 """Past this many live console sessions the oldest is dropped (sign-in is unauthenticated work)."""
 CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
@@ -86,14 +89,13 @@ def cookie_session(request: web.Request, sessions: ConsoleSessions) -> ConsoleSe
 
 
 def check_csrf(request: web.Request, session: ConsoleSession) -> None:
-    """A state-changing call made with the cookie carries the session's CSRF token (403 without it)."""
-    if request.method in SAFE_METHODS:
-        return
+    """A call made with the cookie carries the session's CSRF token (403 without it): changes, so that
+    no other site can make them, and reads, so that no other page of this origin can."""
     sent = request.headers.get(CSRF_HEADER, "")
     if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
         raise ApiError(403, ErrorCode.CSRF_REFUSED, f"a call made with the console's cookie needs its {CSRF_HEADER} "
-                       "header", f"send the csrf_token of GET {CONSOLE_SESSION_PATH} as {CSRF_HEADER}, or use "
-                       "Authorization: Bearer <key>")
+                       "header", f"send the csrf_token that POST {CONSOLE_SESSION_PATH} answered as {CSRF_HEADER} "
+                       "(after a reload, sign in again), or use Authorization: Bearer <key>")
 
 
 def check_same_origin(request: web.Request) -> None:

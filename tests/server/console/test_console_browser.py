@@ -363,10 +363,12 @@ async def test_a_page_script_cannot_read_the_key_nor_change_anything_without_the
     # what a script of this origin (a guest's page, say) sends with the cookie but without the token
     before = await console.api("GET", "/v1/sessions")
     refused = await page.evaluate("""async () => {
-        const r = await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-                                                body: '{}' });
-        return [r.status, (await r.json()).error.code]; }""")
-    assert refused == [403, "csrf_refused"]
+        const post = await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                                   body: '{}' });
+        const read = await fetch('/v1/sessions');
+        const token = await fetch('/v1/console/session');
+        return [post.status, (await post.json()).error.code, read.status, token.status]; }""")
+    assert refused == [403, "csrf_refused", 403, 405]  # the cookie alone neither changes nor reads
     # and a page of another site, whatever it sends, gets no cookie along (SameSite=Strict)
     other = await page.context.new_page()
     await other.goto(console.base.replace("127.0.0.1", "localhost") + "/healthz")  # a page with no policy
@@ -379,12 +381,15 @@ async def test_a_page_script_cannot_read_the_key_nor_change_anything_without_the
     assert len((await console.api("GET", "/v1/sessions"))["sessions"]) == len(before["sessions"]) + 1
 
 
-async def test_a_reload_keeps_the_sign_in_without_the_key_in_any_storage(console):
+async def test_a_reload_forgets_the_token_and_asks_for_the_key_again(console):
     page = console.page
     await page.reload()
-    await page.wait_for_selector('#view[data-ready]', state="attached")
-    assert await page.is_visible("#nav") and not await page.is_visible("#sign-in")
+    await page.wait_for_selector("#sign-in", state="visible")
     assert await page.evaluate("sessionStorage.length + localStorage.length") == 0
+    assert await page.evaluate("fetch('/v1/sessions').then(r => r.status)") == 403  # the cookie alone is inert
+    await page.fill("#key", console.key)
+    await page.click("#sign-in-form button[type=submit]")
+    await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
 
 
 async def test_the_console_refuses_to_run_under_a_service_worker(tmp_path):

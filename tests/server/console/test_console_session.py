@@ -1,6 +1,7 @@
 """The console's sign-in exchange: a key for an HttpOnly, SameSite=Strict cookie and a CSRF token. The
-cookie works only on the routes the console calls, a state-changing call needs the token, sign-out
-ends it, and Bearer callers are unaffected. Cookies are sent by hand (the test client keeps none for
+cookie works only on the routes the console calls and only with the token (reads too: other pages of
+the origin get the cookie attached but never the token), sign-out ends it, and Bearer callers are
+unaffected. Cookies are sent by hand (the test client keeps none for
 an IP address), as a browser would send them."""
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ async def test_sign_in_sets_an_httponly_strict_cookie_scoped_to_the_api_and_clea
     assert key not in cookie.value and key not in str(state)
     assert state["workspace"] == "alpha" and len(state["csrf_token"]) >= 32
     assert state["_headers"]["Clear-Site-Data"] == '"cache", "storage"'
-    # after a reload the page asks for its state with the cookie alone
-    status, again = await send(client, "GET", CONSOLE_SESSION_PATH, cookie.value)
-    assert status == 200 and again["csrf_token"] == state["csrf_token"]
+    assert (await send(client, "GET", "/v1/sessions", cookie.value, state["csrf_token"]))[0] == 200
+    # the token is answered once: no route gives it out again to a page holding only the cookie
+    assert (await send(client, "GET", CONSOLE_SESSION_PATH, cookie.value))[0] == 405
 
 
 async def test_a_wrong_key_a_form_post_and_a_cross_site_sign_in_are_refused(keyed):
@@ -89,7 +90,7 @@ async def test_a_wrong_key_a_form_post_and_a_cross_site_sign_in_are_refused(keye
         assert r.status == 415 and "Set-Cookie" not in r.headers
 
 
-async def test_the_cookie_reads_and_with_its_csrf_token_writes_on_the_console_routes(keyed):
+async def test_the_cookie_reads_and_writes_on_the_console_routes_only_with_its_csrf_token(keyed):
     client, key, _ = keyed
     _, state, jar = await sign_in(client, key)
     cookie, csrf = jar["wr_console"].value, state["csrf_token"]
@@ -98,17 +99,21 @@ async def test_the_cookie_reads_and_with_its_csrf_token_writes_on_the_console_ro
     sid = created["id"]
     status, _ = await send(client, "PUT", f"/v1/sessions/{sid}/files/a.txt", cookie, csrf, data=b"hello")
     assert status in (200, 201)
-    status, listing = await send(client, "GET", f"/v1/sessions/{sid}/files", cookie)
+    status, listing = await send(client, "GET", f"/v1/sessions/{sid}/files", cookie, csrf)
     assert status == 200 and [e["path"] for e in listing["entries"]] == ["a.txt"]
-    # state-changing calls without the token, or with another one, are refused
+    # calls without the token, or with another one, are refused: changes and reads alike
     for csrf_sent in (None, "x" * len(csrf)):
+        for path in ("/v1/sessions", f"/v1/sessions/{sid}/files", f"/v1/sessions/{sid}/files/a.txt"):
+            status, data = await send(client, "GET", path, cookie, csrf_sent)
+            assert status == 403 and data["error"]["code"] == "csrf_refused", (path, data)
         status, data = await send(client, "PUT", f"/v1/sessions/{sid}/files/a.txt", cookie, csrf_sent, data=b"evil")
         assert status == 403 and data["error"]["code"] == "csrf_refused", data
         status, data = await send(client, "POST", "/v1/sessions", cookie, csrf_sent, json={})
         assert status == 403
         status, data = await send(client, "DELETE", f"/v1/sessions/{sid}/files/a.txt", cookie, csrf_sent)
         assert status == 403
-    async with client.get(f"/v1/sessions/{sid}/files/a.txt", headers={"Cookie": f"wr_console={cookie}"}) as r:
+    async with client.get(f"/v1/sessions/{sid}/files/a.txt", headers={"Cookie": f"wr_console={cookie}",
+                                                                       "X-CSRF-Token": csrf}) as r:
         assert await r.read() == b"hello"
 
 
@@ -124,7 +129,7 @@ async def test_the_cookie_is_refused_off_the_console_routes_and_when_planted_twi
         status, data = await send(client, method, path, cookie, csrf, json={} if method == "POST" else None)
         assert status == 401, (method, path, data)
     # a second cookie of the same name (planted by a script under a longer path) voids both
-    headers = {"Cookie": f"wr_console=planted; wr_console={cookie}"}
+    headers = {"Cookie": f"wr_console=planted; wr_console={cookie}", "X-CSRF-Token": csrf}
     async with client.get("/v1/sessions", headers=headers) as response:
         assert response.status == 401
 
@@ -136,7 +141,8 @@ async def test_bearer_callers_are_unaffected_and_win_over_a_cookie(keyed, tmp_pa
     bearer = {"Authorization": f"Bearer {other}"}
     status, created = await send(client, "POST", "/v1/sessions", None, json={}, headers=bearer)  # no CSRF token
     assert status == 201
-    status, listing = await send(client, "GET", "/v1/sessions", jar["wr_console"].value, headers=bearer)
+    status, listing = await send(client, "GET", "/v1/sessions", jar["wr_console"].value, state["csrf_token"],
+                                 headers=bearer)
     assert status == 200 and [s["id"] for s in listing["sessions"]] == [created["id"]]  # beta's, not alpha's
 
 
@@ -153,18 +159,16 @@ async def test_sign_out_ends_the_session_and_clears_the_cookie(keyed):
         cleared.load(response.headers["Set-Cookie"])
         assert cleared["wr_console"].value == "" and cleared["wr_console"]["path"] == "/v1/"
     client.session.cookie_jar.clear()
-    assert (await send(client, "GET", "/v1/sessions", cookie))[0] == 401  # the old cookie is dead server-side
-    assert (await send(client, "GET", CONSOLE_SESSION_PATH, cookie))[0] == 401
+    assert (await send(client, "GET", "/v1/sessions", cookie, csrf))[0] == 401  # the old cookie is dead server-side
 
 
 async def test_a_console_session_dies_with_its_key(keyed):
     client, key, key_id = keyed
     _, state, jar = await sign_in(client, key)
-    cookie = jar["wr_console"].value
-    assert (await send(client, "GET", "/v1/sessions", cookie))[0] == 200
+    cookie, csrf = jar["wr_console"].value, state["csrf_token"]
+    assert (await send(client, "GET", "/v1/sessions", cookie, csrf))[0] == 200
     client.app[SECURITY].tenants.revoke(key_id)
-    assert (await send(client, "GET", "/v1/sessions", cookie))[0] == 401
-    assert (await send(client, "GET", CONSOLE_SESSION_PATH, cookie))[0] == 401
+    assert (await send(client, "GET", "/v1/sessions", cookie, csrf))[0] == 401
 
 
 def test_a_console_session_expires(monkeypatch):

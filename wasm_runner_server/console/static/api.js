@@ -1,20 +1,15 @@
 // The API as the console calls it. The key is exchanged once (POST /v1/console/session) for an
-// HttpOnly cookie no script can read; this page keeps only the session's CSRF token, in memory, and
-// sends it as X-CSRF-Token on every call that changes something. Nothing is put in any storage.
+// HttpOnly cookie no script can read and a CSRF token that this page keeps in memory only and sends
+// as X-CSRF-Token on every call: another page of this origin (a guest's preview) gets the cookie
+// attached to its requests too, but not the token, so the cookie alone does nothing. The server gives
+// the token out once, so a reload signs in again. Nothing is put in any storage.
 
 const SESSION = "/v1/console/session";
-const SAFE = new Set(["GET", "HEAD"]);
 let state = null; // {workspace, kind, csrf_token, expires_at} while signed in
 
 export const credentials = {
   get signedIn() { return state !== null; },
   get workspace() { return state ? state.workspace : null; },
-  // After a reload: the cookie, if still valid, gives the session's state back.
-  async restore() {
-    const response = await fetch(SESSION, { credentials: "same-origin", cache: "no-store" });
-    state = response.ok ? await response.json() : null;
-    return state !== null;
-  },
   async signIn(key) {
     const response = await fetch(SESSION, { method: "POST", credentials: "same-origin", cache: "no-store",
                                             headers: { "Content-Type": "application/json" },
@@ -52,11 +47,10 @@ export function sessionPath(id, ...rest) {
   return ["/v1/sessions", encodeURIComponent(id), ...rest].join("/");
 }
 
-// fetch with the console's cookie (and its CSRF token for a change); JSON in and out unless `raw`
-// (then the Response itself).
+// fetch with the console's cookie and its CSRF token; JSON in and out unless `raw` (then the Response).
 export async function api(path, { method = "GET", json, body, headers = {}, raw = false, signal } = {}) {
   const sent = new Headers(headers);
-  if (!SAFE.has(method) && state) sent.set("X-CSRF-Token", state.csrf_token);
+  if (state) sent.set("X-CSRF-Token", state.csrf_token);
   if (json !== undefined) {
     sent.set("Content-Type", "application/json");
     body = JSON.stringify(json);

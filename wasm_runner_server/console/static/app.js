@@ -14,7 +14,7 @@ const nav = document.getElementById("nav");
 
 function showError(error) {
   view.append(el("p", { class: "error", role: "alert" }, String(error.message || error)));
-  if (error instanceof ApiError && error.status === 401) signOut();
+  if (error instanceof ApiError && (error.status === 401 || error.code === "csrf_refused")) signOut();
 }
 
 function signOut() {
@@ -151,7 +151,6 @@ async function start() {
       "Close every tab of this site and open the console again."));
     return;
   }
-  await credentials.restore();
   window.addEventListener("hashchange", route);
   await route();
 }

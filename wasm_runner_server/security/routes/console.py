@@ -1,6 +1,7 @@
-"""The console's sign-in exchange: POST a key for an HttpOnly cookie and a CSRF token, GET the
-session's state (after a reload), DELETE to sign out. Served without a key (the middleware lets
-CONSOLE_SESSION_PATH through); each handler checks what it needs itself."""
+"""The console's sign-in exchange: POST a key for an HttpOnly cookie and a CSRF token, DELETE to sign
+out. Served without a key (the middleware lets CONSOLE_SESSION_PATH through); each handler checks
+what it needs itself. The token is answered only here, once: no route gives it out again (see
+console_sessions)."""
 
 from __future__ import annotations
 
@@ -40,18 +41,13 @@ class ConsoleState(msgspec.Struct, kw_only=True):
     workspace: str
     kind: str
     csrf_token: str
-    """Send it as X-CSRF-Token on every call that is not GET/HEAD."""
+    """Send it as X-CSRF-Token on every call made with the cookie; it is not given out again."""
     expires_at: float
 
 
 def _state(session: ConsoleSession) -> ConsoleState:
     return ConsoleState(workspace=session.principal.workspace, kind=session.principal.kind,
                         csrf_token=session.csrf_token, expires_at=session.expires_at)
-
-
-def _signed_out() -> ApiError:
-    return ApiError(401, ErrorCode.UNAUTHORIZED, "the console is not signed in, or its sign-in has expired",
-                    f"sign in: POST {CONSOLE_SESSION_PATH} with {{\"key\": \"<API key>\"}}")
 
 
 @routes.post(CONSOLE_SESSION_PATH)
@@ -71,17 +67,6 @@ async def sign_in(request: web.Request) -> web.Response:
     response = json_response(_state(session), headers={"Clear-Site-Data": CLEAR_SITE_DATA, "Cache-Control": "no-store"})
     set_cookie(response, request, session_id, security.console.lifetime_s)
     return response
-
-
-@routes.get(CONSOLE_SESSION_PATH)
-@operation(summary="The console's sign-in, if its cookie is valid: its workspace and CSRF token", tag="console",
-           response=ConsoleState, errors=(401,))
-async def console_state(request: web.Request) -> web.Response:
-    security = request.app[SECURITY]
-    session = cookie_session(request, security.console)
-    if session is None or not security.authenticator.key_active(session.principal.key_id):
-        raise _signed_out()
-    return json_response(_state(session), headers={"Cache-Control": "no-store"})
 
 
 @routes.delete(CONSOLE_SESSION_PATH)
