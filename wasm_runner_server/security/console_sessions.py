@@ -16,6 +16,7 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -99,19 +100,26 @@ def check_csrf(request: web.Request, session: ConsoleSession) -> None:
 
 
 def check_same_origin(request: web.Request) -> None:
-    """Sign-in and sign-out come from the console's own page: a cross-site request is refused (login CSRF)."""
+    """The sign-in comes from the console's own page: a cross-site request is refused (login CSRF). The
+    Origin's scheme is not compared: behind a proxy that ends TLS the service itself sees http."""
     site = request.headers.get("Sec-Fetch-Site")
     origin = request.headers.get("Origin")
     if (site is not None and site not in ("same-origin", "none")) or (
-            origin is not None and origin != f"{request.scheme}://{request.host}"):
+            origin is not None and urlsplit(origin).netloc != request.host):
         raise ApiError(403, ErrorCode.CSRF_REFUSED, "the console's sign-in is refused from another site",
                        "sign in from the console's own page")
 
 
+def _https(request: web.Request) -> bool:
+    """Whether the browser reached the service over https: directly, or (its Origin says so) through a
+    proxy that ended TLS."""
+    return request.secure or request.headers.get("Origin", "").startswith("https://")
+
+
 def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str, lifetime_s: float) -> None:
     response.set_cookie(COOKIE, session_id, max_age=int(lifetime_s), path=COOKIE_PATH, httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=_https(request))
 
 
 def clear_cookie(response: web.StreamResponse, request: web.Request) -> None:
-    response.del_cookie(COOKIE, path=COOKIE_PATH, secure=request.secure, httponly=True, samesite="Strict")
+    response.del_cookie(COOKIE, path=COOKIE_PATH, secure=_https(request), httponly=True, samesite="Strict")

@@ -86,8 +86,17 @@ async def test_a_wrong_key_a_form_post_and_a_cross_site_sign_in_are_refused(keye
     assert status == 403 and data["error"]["code"] == "csrf_refused" and "wr_console" not in jar
     status, data, jar = await sign_in(client, key, Origin="http://evil.example")
     assert status == 403 and "wr_console" not in jar
+    status, data, jar = await sign_in(client, key, Origin=f"http://{client.host}:{client.port + 1}")
+    assert status == 403 and "wr_console" not in jar
     async with client.post(CONSOLE_SESSION_PATH, data=f'{{"key": "{key}"}}', headers={"Content-Type": "text/plain"}) as r:
         assert r.status == 415 and "Set-Cookie" not in r.headers
+
+
+async def test_the_cookie_is_secure_when_the_browser_came_over_https_through_a_proxy(keyed):
+    client, key, _ = keyed
+    host = f"{client.host}:{client.port}"
+    status, _, jar = await sign_in(client, key, Origin=f"https://{host}")  # TLS ended before the service
+    assert status == 200 and jar["wr_console"]["secure"] is True
 
 
 async def test_the_cookie_reads_and_writes_on_the_console_routes_only_with_its_csrf_token(keyed):
