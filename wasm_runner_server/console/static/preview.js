@@ -147,9 +147,25 @@ function base64(data) {
   return btoa(binary);
 }
 
-function showImage(view, data, path) {
-  const url = `data:${IMAGE_TYPES[extension(path)]};base64,${base64(data)}`;
-  view.append(el("img", { class: "preview", src: url, alt: visible(path) }));
+// An SVG is a document: it is drawn once onto a canvas and shown as the PNG of its pixels, so what
+// the page holds of it is no longer SVG at all (if the canvas will not give its pixels, the data: SVG
+// is shown in <img>, where it runs no script either).
+async function rasterised(url) {
+  const image = new Image();
+  image.src = url;
+  try { await image.decode(); } catch { return url; }
+  const canvas = document.createElement("canvas");
+  canvas.width = Math.min(image.naturalWidth || 300, 4096);
+  canvas.height = Math.min(image.naturalHeight || 150, 4096);
+  canvas.getContext("2d").drawImage(image, 0, 0, canvas.width, canvas.height);
+  try { return canvas.toDataURL("image/png"); } catch { return url; }
+}
+
+async function showImage(view, data, path) {
+  const type = IMAGE_TYPES[extension(path)];
+  const url = `data:${type};base64,${base64(data)}`;
+  const src = type === "image/svg+xml" ? await rasterised(url) : url;
+  view.append(el("img", { class: "preview", src, alt: visible(path) }));
 }
 
 function sandboxedFrame(html, title) {
