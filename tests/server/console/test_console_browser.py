@@ -481,3 +481,48 @@ async def test_names_with_newlines_and_bidi_controls_are_shown_escaped_and_open(
     await page.wait_for_function("() => document.querySelector('pre.code')?.textContent.includes('newline file')")
     assert await page.locator(".file-name").text_content() == "line\\nbreak.txt"
     await console.shot("escaped-names")
+
+
+GUEST_PAGE = """<!doctype html><body><script>
+(async () => {
+  const out = { cookie: document.cookie, storage: sessionStorage.length + localStorage.length };
+  out.read = (await fetch('/v1/sessions')).status;
+  out.write = (await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                             body: '{}' })).status;
+  out.token = (await fetch('/v1/console/session')).status;
+  document.body.dataset.result = JSON.stringify(out);
+})();
+</script></body>"""
+
+
+async def test_a_guest_preview_page_on_the_console_origin_gets_neither_the_key_nor_the_session(console):
+    """The finding as it was: a guest's web page, served on the console's origin through a preview link,
+    opened in the browser where the console is signed in."""
+    import json
+
+    from server_helpers import eventually
+
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    bwrap = find_bwrap()
+    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
+    if problem is not None:
+        pytest.skip(f"no usable sandbox: {problem}")
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/site/index.html", data=GUEST_PAGE.encode())
+    process = await console.api("POST", f"/v1/sessions/{sid}/processes", json={
+        "command": ["python3", "-m", "http.server", "8090", "--bind", "127.0.0.1"], "cwd": "site"})
+
+    async def listening() -> bool:
+        info = await console.api("GET", f"/v1/sessions/{sid}/processes/{process['id']}")
+        return 8090 in info.get("ports", [])
+
+    await eventually(listening, timeout=15, interval=0.05)
+    link = await console.api("POST", f"/v1/sessions/{sid}/ports/8090:presign", json={})
+    sessions_before = [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]]
+    guest = await console.page.context.new_page()
+    await guest.goto(console.base + link["url"])
+    result = await guest.wait_for_function("() => document.body && document.body.dataset.result")
+    seen = json.loads(await result.json_value())
+    assert seen == {"cookie": "", "storage": 0, "read": 403, "write": 403, "token": 405}
+    assert [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]] == sessions_before
