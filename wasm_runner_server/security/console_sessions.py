@@ -29,8 +29,9 @@ COOKIE = CONSOLE_COOKIE
 COOKIE_PATH = "/v1/"
 """The narrowest path holding both the sign-in route and every API route the console calls."""
 CSRF_HEADER = "X-CSRF-Token"
-MAX_SESSIONS = 10_000
-"""Past this many live console sessions the oldest is dropped (sign-in is unauthenticated work)."""
+MAX_PER_KEY = 32
+"""Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
+keys, and no key's sign-ins can push out another key's sessions."""
 CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
                       "/v1/sessions/{id}/pty:presign", "/v1/sessions/{id}/artifacts", "/v1/artifacts")
 """Route prefixes (canonical) on which the console cookie authenticates, besides the session list."""
@@ -57,8 +58,9 @@ class ConsoleSessions:
 
     def open(self, principal: Principal) -> tuple[str, ConsoleSession]:
         self._prune()
-        while len(self._sessions) >= MAX_SESSIONS:
-            self._sessions.pop(next(iter(self._sessions)))
+        own = [sid for sid, s in self._sessions.items() if s.principal.key_id == principal.key_id]
+        for session_id in own[:max(0, len(own) - MAX_PER_KEY + 1)]:  # oldest first (insertion order)
+            self._sessions.pop(session_id)
         session_id = secrets.token_urlsafe(32)
         session = ConsoleSession(principal, secrets.token_urlsafe(32), time.time() + self.lifetime_s)
         self._sessions[session_id] = session

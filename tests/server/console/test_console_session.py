@@ -189,6 +189,15 @@ def test_a_console_session_expires(monkeypatch):
     assert sessions.get(session_id) is None
 
 
+def test_one_keys_sign_ins_push_out_only_its_own_oldest_sessions():
+    sessions = ConsoleSessions(lifetime_s=60)
+    other, _ = sessions.open(Principal("beta", "k2", "member"))
+    first, _ = sessions.open(Principal("alpha", "k1", "member"))
+    for _ in range(console_sessions.MAX_PER_KEY):
+        latest, _ = sessions.open(Principal("alpha", "k1", "member"))
+    assert sessions.get(first) is None and sessions.get(latest) is not None and sessions.get(other) is not None
+
+
 def test_the_preview_proxy_never_passes_the_console_cookie_either_way():
     assert without_console_cookie("a=1; wr_console=secret; b=2") == "a=1; b=2"
     assert without_console_cookie("wr_console=secret") == ""
