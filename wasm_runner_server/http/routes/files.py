@@ -9,8 +9,10 @@ import logging
 import mimetypes
 import re
 import threading
+from collections.abc import Generator
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from typing import cast
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, web
@@ -386,7 +388,7 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
     if not files.exists() and not wf.split_path(query.path):
         service.sessions.files(live, create=True)  # an unused session archives as empty
     budget = request_budget(service)
-    chunks = files.archive(query.path, query.format, budget=budget)
+    chunks = cast(Generator[bytes, None, None], files.archive(query.path, query.format, budget=budget))
     turn = threading.Lock()  # the generator runs in one worker at a time; closing waits for a running step
 
     def step() -> bytes | None:

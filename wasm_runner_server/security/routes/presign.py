@@ -97,7 +97,7 @@ async def follow_get(request: web.Request) -> web.StreamResponse:
 
 
 @routes.put("/v1/links/{token}/{id}/" + ANY_PATH)
-async def follow_put(request: web.Request) -> web.Response:
+async def follow_put(request: web.Request) -> web.StreamResponse:
     return await _follow(request)
 
 
