@@ -164,3 +164,16 @@ def test_an_unreachable_server_is_a_transport_error() -> None:
     with Client("http://127.0.0.1:9", timeout=2) as client:
         with pytest.raises(TransportError):
             client.health()
+
+
+def test_names_with_newlines_and_bidi_controls_are_percent_encoded(server) -> None:
+    names = ["line\nbreak.txt", "rtl-\u202egnp.exe", "a dir\r/x#y?.txt"]
+    with Client(server.url) as client:
+        sid = client.create_session().id
+        for name in names:
+            assert client.write_file(sid, name, name).path == name
+            assert client.read_text(sid, name) == name
+        assert {e.path for e in client.list_files(sid, recursive=True).entries if e.type == "file"} == set(names)
+        for name in names:
+            client.delete_file(sid, name)
+        assert [e.path for e in client.list_files(sid, recursive=True).entries if e.type == "file"] == []

@@ -54,6 +54,7 @@ class ErrorCode(StrEnum):
     LINK_REVOKED = "link_revoked"
     SERVICE_WORKER_REFUSED = "service_worker_refused"
     """The API's origin never serves a service worker script (a page must not control it)."""
+    CSRF_REFUSED = "csrf_refused"
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"

@@ -11,6 +11,13 @@ ARTIFACT_LINK_PREFIX = "/v1/artifact-links/"
 """Presigned artifact downloads: like LINK_PREFIX, a credential in the path."""
 CONSOLE_PREFIX = "/console"
 """The web console's page and assets: public (it holds no data; it signs in with a key)."""
+CONSOLE_SESSION_PATH = "/v1/console/session"
+"""The console's sign-in (POST a key), its state (GET) and sign-out (DELETE): served without a key."""
+CONSOLE_COOKIE = "wr_console"
+"""The console's session cookie: never passed on to a session's own server (see routes/ports.py)."""
+ANY_PATH = r"{path:[\s\S]*}"
+"""A workspace path in a route: any character, a newline too (`.*` stops at one, and a file named with a
+newline could be listed but never read, replaced or deleted). The path is validated by its handler."""
 PREVIEW_LINK_PREFIX = "/v1/preview-links/"
 """Where preview links were before previews got origins of their own: answered 410 (a credential
 in the path then, so still never logged whole)."""

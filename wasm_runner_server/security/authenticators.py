@@ -33,6 +33,14 @@ class Authenticator(ABC):
     def principal_of(self, request: web.Request) -> Principal:
         """The caller of a request the middleware has seen (a 401 where a key was needed and is not there)."""
 
+    @abstractmethod
+    def verify_key(self, key: str) -> Principal:
+        """The caller holding `key` (a 401 when it is not a valid key): the console's sign-in."""
+
+    def key_active(self, key_id: str) -> bool:
+        """Whether the key `key_id` still acts (a console session dies with its key)."""
+        return True
+
     def take_rate(self, key_id: str) -> None:
         """One request of this key's rate limit; a 429 past it."""
         return None
@@ -64,6 +72,9 @@ class LocalOnly(Authenticator):
     def principal_of(self, request: web.Request) -> Principal:
         return request.get(PRINCIPAL) or LOCAL
 
+    def verify_key(self, key: str) -> Principal:
+        return LOCAL
+
 
 class ApiKeys(Authenticator):
     """`Authorization: Bearer <key>`, each key a workspace's, under a per-key rate limit."""
@@ -82,11 +93,17 @@ class ApiKeys(Authenticator):
         if scheme.lower() != "bearer" or not key.strip():
             raise ApiError(401, ErrorCode.UNAUTHORIZED, "this endpoint needs an API key", NO_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner"'})
-        record = self.tenants.verify(key.strip())
+        return self.verify_key(key.strip())
+
+    def verify_key(self, key: str) -> Principal:
+        record = self.tenants.verify(key) if key else None
         if record is None:
             raise ApiError(401, ErrorCode.INVALID_KEY, "the API key is not valid or has been revoked", BAD_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
         return Principal(record.workspace, record.id, record.kind)
+
+    def key_active(self, key_id: str) -> bool:
+        return self.tenants.active_key(key_id) is not None
 
     def principal_of(self, request: web.Request) -> Principal:
         return principal_of(request)

@@ -38,6 +38,7 @@ from wasm_runner_server.http.paths import (
     ARTIFACT_LINK_PREFIX,
     BATCH_ROUTE,
     CONSOLE_PREFIX,
+    CONSOLE_SESSION_PATH,
     EXEC_ROUTES,
     LINK_PREFIX,
     PREVIEW_LINK_PREFIX,
@@ -54,8 +55,9 @@ from wasm_runner_server.http.policy import (
     Principal,
     WorkspaceQuota,
 )
+from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
-from wasm_runner_server.security.routes import admin, artifacts, audit, presign, shared
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
@@ -97,15 +99,15 @@ class SecurityPolicy(AccessPolicy):
         path = request.path
         if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX))
                 or path in self.config.auth.public_paths
-                or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")):
+                or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") or path == CONSOLE_SESSION_PATH):
             return await handler(request)  # links carry their credential; the console page holds no data
         security = self.security
-        principal = security.authenticator.authenticate(request)
+        route = _canonical(request)
+        principal = self._console_principal(request, route) or security.authenticator.authenticate(request)
         security.authenticator.take_rate(principal.key_id)
         request[PRINCIPAL] = principal
         token = CURRENT.set(principal)
         try:
-            route = _canonical(request)
             session_id = request.match_info.get("id") if route.startswith(SESSION_ROUTE_PREFIX) else None
             if session_id is not None and not security.owns(principal, session_id):
                 raise session_not_found(session_id)
@@ -130,6 +132,18 @@ class SecurityPolicy(AccessPolicy):
             return response
         finally:
             CURRENT.reset(token)
+
+    def _console_principal(self, request: web.Request, route: str) -> Principal | None:
+        """The console's caller, from its cookie: only without an Authorization header, only on the routes
+        the console calls, and a state-changing call only with the session's CSRF token (403 without)."""
+        if "Authorization" in request.headers or not is_console_route(route):
+            return None
+        security = self.security
+        session = cookie_session(request, security.console)
+        if session is None or not security.authenticator.key_active(session.principal.key_id):
+            return None  # the key's 401 follows, as for any call without one
+        check_csrf(request, session)
+        return session.principal
 
     # -- sessions: quota on create, ownership, listing -------------------------------------------
 
@@ -272,7 +286,7 @@ class SecurityPolicy(AccessPolicy):
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes]
+        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes, *console.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth

@@ -45,6 +45,8 @@ class AuthSettings(_Model):
     presign_get_max_s: Annotated[float, Field(gt=0)] = 7 * 86400
     presign_put_default_s: Annotated[float, Field(gt=0)] = 600
     presign_put_max_s: Annotated[float, Field(gt=0)] = 3600
+    console_session_s: Annotated[float, Field(gt=0)] = 8 * 3600
+    """How long a console sign-in lasts (its cookie and server-side session), at most."""
     rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     burst: Annotated[float, Field(ge=1)] = 100.0
     quotas: WorkspaceQuotas = WorkspaceQuotas()

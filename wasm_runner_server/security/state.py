@@ -15,6 +15,7 @@ from wasm_runner_server.http.disk_quota import WorkspaceDisk
 from wasm_runner_server.http.policy import Principal, WorkspaceQuota
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
+from wasm_runner_server.security.console_sessions import ConsoleSessions
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.ratelimit import RateLimiter
@@ -40,6 +41,8 @@ class Security:
     quotas: Quotas
     artifacts: ArtifactStore
     """Published files, kept apart from the sessions under their own retention."""
+    console: ConsoleSessions
+    """The console's signed-in browsers (a cookie each)."""
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -57,7 +60,8 @@ class Security:
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
-        return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts)
+        return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
+                   ConsoleSessions(settings.console_session_s))
 
     def close(self) -> None:
         self.tenants.close()

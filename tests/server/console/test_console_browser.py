@@ -8,13 +8,15 @@ from __future__ import annotations
 import shutil
 import struct
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from server_helpers import make_config
 
@@ -137,26 +139,42 @@ class Console:
         await self.page.screenshot(path=str(SHOTS / f"{name}.png"))  # full_page leaves sandboxed frames blank
 
 
-@pytest_asyncio.fixture
-async def console(tmp_path: Path) -> AsyncIterator[Console]:
+BLOB_WATCH = """(() => {
+  const live = new Set();
+  window.__liveBlobs = live;
+  const create = URL.createObjectURL, revoke = URL.revokeObjectURL;
+  URL.createObjectURL = (o) => { const u = create.call(URL, o); live.add(u); return u; };
+  URL.revokeObjectURL = (u) => { live.delete(u); return revoke.call(URL, u); };
+})();"""
+"""Records every object URL the console makes and has not revoked (window.__liveBlobs)."""
+
+
+@asynccontextmanager
+async def open_console(tmp_path: Path, sign_in: bool = True,
+                       add_routes: Callable[[web.Application], None] | None = None) -> AsyncIterator[Console]:
     store = TenantStore.in_data_dir(tmp_path / "data")
     key, _ = store.create_key("alpha", "browser", "member")
     store.close()
     config = make_config(tmp_path / "data", auth={"enabled": True})
-    client = TestClient(TestServer(create_app(config), host="127.0.0.1", port=0))
+    app = create_app(config)
+    if add_routes is not None:
+        add_routes(app)
+    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
     base = str(client.make_url("")).rstrip("/")
     async with playwright_api.async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         context = await browser.new_context(viewport={"width": 1280, "height": 1100}, accept_downloads=True)
+        await context.add_init_script(BLOB_WATCH)
         page = await context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         await page.goto(base + "/console/")
-        await page.fill("#key", key)
-        await page.click("#sign-in-form button[type=submit]")
-        await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+        if sign_in:
+            await page.fill("#key", key)
+            await page.click("#sign-in-form button[type=submit]")
+            await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
         try:
             yield Console(page, base, key, client)
             assert errors == []  # no script error in the console itself
@@ -165,16 +183,23 @@ async def console(tmp_path: Path) -> AsyncIterator[Console]:
             await client.close()
 
 
+@pytest_asyncio.fixture
+async def console(tmp_path: Path) -> AsyncIterator[Console]:
+    async with open_console(tmp_path) as opened:
+        yield opened
+
+
 async def test_sign_in_keeps_the_key_out_of_urls_and_lists_the_sessions(console):
     sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
     await console.go("#/sessions")
     await console.page.wait_for_selector(f'tr[data-session="{sid}"]')
     assert console.key not in console.page.url
-    assert await console.page.evaluate("sessionStorage.getItem('wasm-runner-key')") == console.key
     await console.shot("sessions")
     await console.page.click("#sign-out")
-    assert await console.page.is_visible("#sign-in")
-    assert await console.page.evaluate("sessionStorage.getItem('wasm-runner-key')") is None
+    await console.page.wait_for_selector("#sign-in", state="visible")
+    assert await console.page.context.cookies() == []  # the cookie is cleared
+    status = await console.page.evaluate("fetch('/v1/sessions').then(r => r.status)")
+    assert status == 401  # and its session is over
 
 
 async def test_csv_xlsx_png_markdown_and_pdf_are_rendered(console):
@@ -286,6 +311,12 @@ async def test_guest_written_html_svg_and_markdown_cannot_run_script_in_the_cons
         assert await page.evaluate("window.__pwned") is None, path
         assert await page.evaluate("sessionStorage.getItem('pwned')") is None, path
         assert await page.title() == title, path
+        if path == "evil.svg":  # rasterised, shown from a data: URL: no blob: URL of this origin holds guest bytes
+            image = page.locator("img.preview")
+            assert (await image.get_attribute("src")).startswith("data:image/png;base64,")
+            assert await image.evaluate("img => img.decode().then(() => [img.naturalWidth, img.naturalHeight])") == [
+                40, 40]
+            assert await page.evaluate("window.__liveBlobs.size") == 0
     frame = page.frame_locator("iframe.preview")
     assert await frame.locator("h1").text_content() == "Evil"  # the Markdown was rendered, its script dropped
     assert await frame.locator("script").count() == 0
@@ -314,3 +345,184 @@ async def test_the_terminal_runs_a_shell_in_the_session_over_a_link_without_the_
     assert [p["state"] for p in processes["processes"]] == ["running"]
     await page.click("button.terminal-close")
     await page.wait_for_selector('.terminal[data-state="closed"]', state="attached")
+
+
+# -- the console's credential out of script's reach ------------------------------------------------
+
+
+async def test_a_page_script_cannot_read_the_key_nor_change_anything_without_the_csrf_token(console):
+    page = console.page
+    cookies = await page.context.cookies()
+    assert [(c["name"], c["httpOnly"], c["sameSite"], c["path"]) for c in cookies] == [
+        ("wr_console", True, "Strict", "/v1/")]
+    assert console.key not in cookies[0]["value"]
+    seen = await page.evaluate("""async () => ({
+        cookie: document.cookie, session: sessionStorage.length, local: localStorage.length,
+        databases: (await indexedDB.databases()).length, caches: (await caches.keys()).length,
+        html: document.documentElement.outerHTML })""")
+    assert seen["cookie"] == "" and seen["session"] == 0 and seen["local"] == 0
+    assert seen["databases"] == 0 and seen["caches"] == 0 and console.key not in seen["html"]
+    # what a script of this origin (a guest's page, say) sends with the cookie but without the token
+    before = await console.api("GET", "/v1/sessions")
+    refused = await page.evaluate("""async () => {
+        const post = await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                                   body: '{}' });
+        const read = await fetch('/v1/sessions');
+        const token = await fetch('/v1/console/session');
+        return [post.status, (await post.json()).error.code, read.status, token.status]; }""")
+    assert refused == [403, "csrf_refused", 403, 405]  # the cookie alone neither changes nor reads
+    # and a page of another site, whatever it sends, gets no cookie along (SameSite=Strict)
+    other = await page.context.new_page()
+    await other.goto(console.base.replace("127.0.0.1", "localhost") + "/healthz")  # a page with no policy
+    await other.evaluate("""url => fetch(url, { method: 'POST', mode: 'no-cors', credentials: 'include',
+        headers: { 'Content-Type': 'text/plain' }, body: '{}' })""", console.base + "/v1/sessions")
+    assert (await console.api("GET", "/v1/sessions"))["sessions"] == before["sessions"]
+    # the console itself sends its token: creating a session works
+    await page.click("#new-session")
+    await page.wait_for_function("() => location.hash.startsWith('#/session/')")
+    assert len((await console.api("GET", "/v1/sessions"))["sessions"]) == len(before["sessions"]) + 1
+
+
+async def test_a_reload_forgets_the_token_and_asks_for_the_key_again(console):
+    page = console.page
+    await page.reload()
+    await page.wait_for_selector("#sign-in", state="visible")
+    assert await page.evaluate("sessionStorage.length + localStorage.length") == 0
+    assert await page.evaluate("fetch('/v1/sessions').then(r => r.status)") == 403  # the cookie alone is inert
+    await page.fill("#key", console.key)
+    await page.click("#sign-in-form button[type=submit]")
+    await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+
+
+async def test_the_console_refuses_to_run_under_a_service_worker(tmp_path):
+    async def planted(request: web.Request) -> web.Response:
+        # stands for guest content that got a service worker registered over the console's path
+        return web.Response(text="self.addEventListener('fetch', () => {});", content_type="text/javascript")
+
+    async with open_console(tmp_path, sign_in=False,
+                            add_routes=lambda app: app.router.add_get("/console/planted-sw.js", planted)) as console:
+        page = console.page
+        await page.evaluate("""async () => { await navigator.serviceWorker.register('/console/planted-sw.js',
+            { scope: '/console/' }); await navigator.serviceWorker.ready; }""")
+        sent: list[str] = []
+        page.on("request", lambda request: sent.append(request.url))
+        await page.reload()
+        assert await page.evaluate("navigator.serviceWorker.controller !== null")
+        await page.wait_for_selector("#service-worker-refused")
+        assert not await page.is_visible("#sign-in")
+        assert [url for url in sent if "/v1/" in url] == []  # not even the sign-in state was asked
+        await page.wait_for_function("async () => (await navigator.serviceWorker.getRegistrations()).length === 0")
+
+
+async def test_an_osc8_link_in_the_terminal_opens_without_an_opener_and_never_on_the_console_origin(console):
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    bwrap = find_bwrap()
+    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
+    if problem is not None:
+        pytest.skip(f"no usable sandbox: {problem}")
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    page = console.page
+    other_origin = console.base.replace("127.0.0.1", "localhost") + "/console/"
+    same_origin = console.base + f"/v1/sessions/{sid}/files/evil.html"
+    await console.go(f"#/session/{sid}")
+    await page.click("button.terminal-open")
+    await page.wait_for_selector(".terminal-screen[data-process]")
+    command = (f"printf '\\n\\e]8;;{same_origin}\\e\\\\SAMEORIGINLINK\\e]8;;\\e\\\\\\n"
+               f"\\e]8;;{other_origin}\\e\\\\OTHERORIGINLINK\\e]8;;\\e\\\\\\n'\n")
+    await page.keyboard.type(command)
+
+    async def click(marker: str) -> None:
+        handle = await page.wait_for_function("""marker => {
+            const rows = [...document.querySelectorAll('.terminal-screen .xterm-rows > div')];
+            const row = rows.find(r => r.textContent.trim() === marker);
+            if (!row) return null;
+            const screen = document.querySelector('.terminal-screen .xterm-screen').getBoundingClientRect();
+            const box = row.getBoundingClientRect();
+            const cell = screen.width / 100;
+            return { x: box.left + cell * 3.5, y: box.top + box.height / 2 }; }""", arg=marker)
+        point = await handle.json_value()
+        await page.mouse.move(point["x"] - 5, point["y"])
+        await page.mouse.move(point["x"], point["y"])  # xterm finds the link under a moving pointer
+        await page.wait_for_function("() => document.querySelector('.terminal-screen .xterm-screen')"
+                                     ".classList.contains('xterm-cursor-pointer')")
+        await page.mouse.click(point["x"], point["y"])
+
+    await click("SAMEORIGINLINK")
+    refused = page.locator(".link-prompt .link-refused")
+    await refused.wait_for()
+    assert same_origin in await refused.text_content() and "own origin" in await refused.text_content()
+    assert await page.locator(".link-prompt .link-open").count() == 0
+    assert len(page.context.pages) == 1
+
+    await click("OTHERORIGINLINK")
+    assert await page.locator(".link-prompt .link-target").text_content() == other_origin  # the full target
+    async with page.context.expect_page() as waiting:
+        await page.click(".link-prompt .link-open")
+    opened = await waiting.value
+    await opened.wait_for_load_state()
+    assert opened.url == other_origin
+    assert await opened.evaluate("window.opener === null && document.referrer === ''")
+    await console.shot("terminal-link")
+
+
+async def test_names_with_newlines_and_bidi_controls_are_shown_escaped_and_open(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    result = await console.api("POST", f"/v1/sessions/{sid}/exec", json={"code": (
+        "open('line\\nbreak.txt', 'w').write('newline file')\n"
+        "open('rtl-\\u202egnp.exe', 'w').write('bidi file')\nprint('written')")})
+    assert result["stdout"] == "written\n", result
+    await console.go(f"#/session/{sid}")
+    page = console.page
+    labels = await page.locator(".tree button.file").all_text_contents()
+    assert sorted(labels) == ["line\\nbreak.txt", "rtl-\\u202egnp.exe"]  # visible escapes, no raw control
+    await page.click('.tree button.file:text-is("line\\\\nbreak.txt")')
+    await page.wait_for_selector('#view[data-ready^="#/session/"]', state="attached")
+    await page.wait_for_function("() => document.querySelector('pre.code')?.textContent.includes('newline file')")
+    assert await page.locator(".file-name").text_content() == "line\\nbreak.txt"
+    await console.shot("escaped-names")
+
+
+GUEST_PAGE = """<!doctype html><body><script>
+(async () => {
+  const out = { cookie: document.cookie, storage: sessionStorage.length + localStorage.length };
+  out.read = (await fetch('/v1/sessions')).status;
+  out.write = (await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                             body: '{}' })).status;
+  out.token = (await fetch('/v1/console/session')).status;
+  document.body.dataset.result = JSON.stringify(out);
+})();
+</script></body>"""
+
+
+async def test_a_guest_preview_page_on_the_console_origin_gets_neither_the_key_nor_the_session(console):
+    """The finding as it was: a guest's web page, served on the console's origin through a preview link,
+    opened in the browser where the console is signed in."""
+    import json
+
+    from server_helpers import eventually
+
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    bwrap = find_bwrap()
+    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
+    if problem is not None:
+        pytest.skip(f"no usable sandbox: {problem}")
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/site/index.html", data=GUEST_PAGE.encode())
+    process = await console.api("POST", f"/v1/sessions/{sid}/processes", json={
+        "command": ["python3", "-m", "http.server", "8090", "--bind", "127.0.0.1"], "cwd": "site"})
+
+    async def listening() -> bool:
+        info = await console.api("GET", f"/v1/sessions/{sid}/processes/{process['id']}")
+        return 8090 in info.get("ports", [])
+
+    await eventually(listening, timeout=15, interval=0.05)
+    link = await console.api("POST", f"/v1/sessions/{sid}/ports/8090:presign", json={})
+    sessions_before = [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]]
+    guest = await console.page.context.new_page()
+    await guest.goto(console.base + link["url"])
+    result = await guest.wait_for_function("() => document.body && document.body.dataset.result")
+    seen = json.loads(await result.json_value())
+    assert seen == {"cookie": "", "storage": 0, "read": 403, "write": 403, "token": 405}
+    assert [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]] == sessions_before

@@ -319,3 +319,42 @@ async def test_links_made_by_the_guest_are_not_followed(client):
     else:
         assert status == 403
         assert_error_shape(data, "path_escape")
+
+
+GUEST_NAMES = ["line\nbreak.txt", "cr\rname.txt", "tab\tname.txt", "rtl-\u202egnp.exe", "bell\x07.txt",
+               "dir\nwith/inner\nfile.txt", "%0A literally.txt"]
+
+
+async def test_every_name_a_guest_can_create_is_readable_replaceable_and_deletable(client):
+    from urllib.parse import quote
+
+    sid = await new_session(client)
+    result = await run(client, sid, f"import os\nfor name in {GUEST_NAMES!r}:\n"
+                       "    os.makedirs(os.path.dirname(name) or '.', exist_ok=True)\n"
+                       "    open(name, 'w').write('guest:' + name)\n")
+    assert result["exit_code"] == 0, result
+    status, listing = await call(client, "GET", f"/v1/sessions/{sid}/files?recursive=true")
+    listed = {e["path"] for e in listing["entries"] if e["type"] == "file"}
+    assert listed == set(GUEST_NAMES)
+    for name in GUEST_NAMES:
+        url = raw_url(client, f"/v1/sessions/{sid}/files/" + "/".join(quote(p, safe="") for p in name.split("/")))
+        async with client.session.get(url) as response:
+            assert response.status == 200, (name, await response.text())
+            assert await response.text() == "guest:" + name
+        async with client.session.put(url, data=b"replaced") as response:
+            assert response.status == 200, (name, await response.text())
+        async with client.session.get(url) as response:
+            assert await response.read() == b"replaced"
+        async with client.session.delete(url) as response:
+            assert response.status == 200, (name, await response.text())
+    status, listing = await call(client, "GET", f"/v1/sessions/{sid}/files?recursive=true")
+    assert [e["path"] for e in listing["entries"] if e["type"] == "file"] == []
+
+
+async def test_newlines_do_not_open_a_way_out_of_the_workspace(client):
+    sid = await new_session(client)
+    for raw in ["%0A/../../etc/passwd", "a%0A/%2E%2E/%2E%2E/x", "%2Fetc%2Fpasswd%0A", "a%0Ab%00c"]:
+        async with client.session.put(raw_url(client, f"/v1/sessions/{sid}/files/{raw}"), data=b"x") as response:
+            data = await response.json()
+            assert response.status in (400, 403), (raw, data)
+            assert data["error"]["code"] in ("path_escape", "invalid_path"), (raw, data)

@@ -1,13 +1,35 @@
-// The API as the console calls it: the key from this tab's session storage, sent as a header only.
+// The API as the console calls it. The key is exchanged once (POST /v1/console/session) for an
+// HttpOnly cookie no script can read and a CSRF token that this page keeps in memory only and sends
+// as X-CSRF-Token on every call: another page of this origin (a guest's preview) gets the cookie
+// attached to its requests too, but not the token, so the cookie alone does nothing. The server gives
+// the token out once, so a reload signs in again. Nothing is put in any storage.
 
-const KEY = "wasm-runner-key";
+const SESSION = "/v1/console/session";
+let state = null; // {workspace, kind, csrf_token, expires_at} while signed in
 
 export const credentials = {
-  get key() { return sessionStorage.getItem(KEY); },
-  get signedIn() { return sessionStorage.getItem(KEY) !== null; },
-  set(key) { sessionStorage.setItem(KEY, key); },
-  clear() { sessionStorage.removeItem(KEY); },
+  get signedIn() { return state !== null; },
+  get workspace() { return state ? state.workspace : null; },
+  async signIn(key) {
+    const response = await fetch(SESSION, { method: "POST", credentials: "same-origin", cache: "no-store",
+                                            headers: { "Content-Type": "application/json" },
+                                            body: JSON.stringify({ key }) });
+    if (!response.ok) throw await apiError(response);
+    state = await response.json();
+  },
+  async signOut() {
+    const csrf = state ? state.csrf_token : "";
+    state = null;
+    await fetch(SESSION, { method: "DELETE", credentials: "same-origin", headers: { "X-CSRF-Token": csrf } });
+  },
+  forget() { state = null; },
 };
+
+async function apiError(response) {
+  let detail = { message: response.statusText };
+  try { detail = (await response.json()).error || detail; } catch { /* not the JSON error shape */ }
+  return new ApiError(response.status, detail);
+}
 
 export class ApiError extends Error {
   constructor(status, detail) {
@@ -25,21 +47,17 @@ export function sessionPath(id, ...rest) {
   return ["/v1/sessions", encodeURIComponent(id), ...rest].join("/");
 }
 
-// fetch with the key; JSON in and out unless `raw` (then the Response itself).
+// fetch with the console's cookie and its CSRF token; JSON in and out unless `raw` (then the Response).
 export async function api(path, { method = "GET", json, body, headers = {}, raw = false, signal } = {}) {
   const sent = new Headers(headers);
-  if (credentials.key) sent.set("Authorization", `Bearer ${credentials.key}`);
+  if (state) sent.set("X-CSRF-Token", state.csrf_token);
   if (json !== undefined) {
     sent.set("Content-Type", "application/json");
     body = JSON.stringify(json);
   }
-  const response = await fetch(path, { method, headers: sent, body, signal, credentials: "omit", cache: "no-store",
-                                       referrerPolicy: "no-referrer" });
-  if (!response.ok) {
-    let detail = { message: response.statusText };
-    try { detail = (await response.json()).error || detail; } catch { /* not the JSON error shape */ }
-    throw new ApiError(response.status, detail);
-  }
+  const response = await fetch(path, { method, headers: sent, body, signal, credentials: "same-origin",
+                                       cache: "no-store", referrerPolicy: "no-referrer" });
+  if (!response.ok) throw await apiError(response);
   return raw ? response : response.json();
 }
 
@@ -69,6 +87,16 @@ export async function* events(response) {
       yield { event, data: JSON.parse(data.join("\n")) };
     }
   }
+}
+
+// A name as text that shows what it is: control and bidi characters (which can hide or reorder what
+// follows, `rtl-\u202egnp.exe` reading as `rtl-exe.png`) become visible escapes.
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]/gu;
+const NAMED = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+export function visible(name) {
+  return String(name).replace(/\\/g, "\\\\").replace(HIDDEN, (c) => NAMED[c]
+    || `\\u${c.codePointAt(0).toString(16).padStart(4, "0")}`);
 }
 
 export function el(tag, attributes = {}, ...children) {

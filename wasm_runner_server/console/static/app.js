@@ -1,8 +1,8 @@
 // The console: sign in with a key, then sessions, a session's files and their views, a code cell,
 // artifacts. Routes live in the URL fragment (#/sessions, #/session/<id>[/file/<path>], #/artifacts);
-// the key never does.
+// the key never does: it is exchanged at sign-in for an HttpOnly cookie (see api.js).
 
-import { ApiError, api, bytes, credentials, el, sessionPath } from "./api.js";
+import { ApiError, api, bytes, credentials, el, sessionPath, visible } from "./api.js";
 import { publish, renderArtifacts } from "./artifacts.js";
 import { execCell } from "./exec.js";
 import { renderPreview } from "./preview.js";
@@ -14,25 +14,27 @@ const nav = document.getElementById("nav");
 
 function showError(error) {
   view.append(el("p", { class: "error", role: "alert" }, String(error.message || error)));
-  if (error instanceof ApiError && error.status === 401) signOut();
+  if (error instanceof ApiError && (error.status === 401 || error.code === "csrf_refused")) signOut();
 }
 
 function signOut() {
-  credentials.clear();
+  credentials.forget();
   location.hash = "";
   route();
 }
 
-document.getElementById("sign-out").addEventListener("click", signOut);
+document.getElementById("sign-out").addEventListener("click", async () => {
+  await credentials.signOut();
+  signOut();
+});
 document.getElementById("sign-in-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const input = document.getElementById("key");
-  credentials.set(input.value.trim());
+  const key = input.value.trim();
   input.value = "";
   try {
-    await api("/v1/sessions?limit=1");
+    await credentials.signIn(key);
   } catch (error) {
-    credentials.clear();
     document.getElementById("sign-in-error").textContent = String(error.message || error);
     return;
   }
@@ -68,9 +70,10 @@ async function sessionView(sessionId, path) {
     const listing = await api(sessionPath(sessionId, "files") + "?recursive=true&limit=2000");
     tree.replaceChildren(...listing.entries.map((entry) => {
       const depth = entry.path.split("/").length - 1;
-      const label = entry.path.split("/").pop() + (entry.type === "directory" ? "/" : "");
+      const label = visible(entry.path.split("/").pop()) + (entry.type === "directory" ? "/" : "");
       const item = entry.type === "file"
         ? el("button", { type: "button", class: "file", "data-path": entry.path,
+                         title: visible(entry.path),
                          onclick: () => { location.hash = `#/session/${encodeURIComponent(sessionId)}/file/${encodeURIComponent(entry.path)}`; } }, label)
         : el("span", { class: entry.type }, label);
       return el("li", { style: `padding-left:${depth}rem` }, item,
@@ -96,11 +99,12 @@ async function sessionView(sessionId, path) {
     button.addEventListener("click", async () => {
       try {
         const artifact = await publish(sessionId, path, note.value);
-        published.textContent = `published ${artifact.name} (${artifact.id})`;
+        published.textContent = `published ${visible(artifact.name)} (${artifact.id})`;
         await renderArtifacts(artifactsBox, sessionId);
       } catch (error) { published.textContent = String(error.message || error); }
     });
-    side.replaceChildren(el("div", { class: "toolbar" }, el("strong", {}, path), note, button, published));
+    side.replaceChildren(el("div", { class: "toolbar" }, el("strong", { class: "file-name" }, visible(path)), note, button,
+                            published));
     await renderPreview(preview, sessionId, path);
   } else {
     preview.replaceChildren(el("p", { class: "hint" }, "Choose a file."));
@@ -135,5 +139,20 @@ async function route() {
   }
 }
 
-window.addEventListener("hashchange", route);
-route();
+// A service worker of this origin (registered by guest content served here) could read or rewrite
+// every request of this page: the console unregisters it and sends nothing.
+async function start() {
+  const workers = navigator.serviceWorker;
+  if (workers && workers.controller) {
+    for (const registration of await workers.getRegistrations()) await registration.unregister();
+    signIn.hidden = true;
+    view.replaceChildren(el("p", { class: "error", role: "alert", id: "service-worker-refused" },
+      "A service worker controls this page, so the console will not run: it has been unregistered. " +
+      "Close every tab of this site and open the console again."));
+    return;
+  }
+  window.addEventListener("hashchange", route);
+  await route();
+}
+
+start();

@@ -1,6 +1,6 @@
 // Artifacts: files published out of a session on purpose; listed, downloaded by a presigned link, deleted.
 
-import { api, bytes, el, sessionPath } from "./api.js";
+import { api, bytes, el, sessionPath, visible } from "./api.js";
 
 export async function publish(sessionId, path, note) {
   return api(sessionPath(sessionId, "artifacts"), { method: "POST", json: { path, note } });
@@ -27,8 +27,8 @@ export async function renderArtifacts(container, sessionId = null) {
       await renderArtifacts(container, sessionId);
     });
     return el("tr", { "data-artifact": a.id },
-              el("td", { class: "artifact-name" }, a.name), el("td", {}, bytes(a.size)), el("td", {}, a.media_type),
-              el("td", {}, a.source_path || ""), el("td", {}, a.note),
+              el("td", { class: "artifact-name" }, visible(a.name)), el("td", {}, bytes(a.size)), el("td", {}, a.media_type),
+              el("td", {}, visible(a.source_path || "")), el("td", {}, a.note),
               el("td", {}, new Date(a.created_at * 1000).toLocaleString()),
               el("td", {}, a.expires_at ? new Date(a.expires_at * 1000).toLocaleDateString() : "kept"),
               el("td", {}, download, " ", link, " ", remove));

@@ -1,9 +1,10 @@
 // Views of one workspace file. Guest-written bytes are data here: code, tables and diffs are built
-// as text (highlight.js and diff2html escape what they render), images go through <img> (an SVG
-// there runs no script), Markdown (sanitised by DOMPurify) and HTML are shown in an iframe
+// as text (highlight.js and diff2html escape what they render), images go through <img> from a data:
+// URL (an SVG there runs no script; no blob: URL of this origin is made of guest bytes, which opened as
+// a page would run the guest's script as this origin), Markdown (sanitised by DOMPurify) and HTML are shown in an iframe
 // sandboxed without scripts, and XLSX is parsed inside a frame with no origin of its own.
 
-import { api, bytes, el, fileBytes, sessionPath } from "./api.js";
+import { api, bytes, el, fileBytes, sessionPath, visible } from "./api.js";
 
 const TABLE_ROWS = 200;
 const KINDS = {
@@ -140,9 +141,31 @@ function showSheet(view, data) {
 
 // -- images, documents -----------------------------------------------------------------------------
 
-function showImage(view, data, path) {
-  const url = URL.createObjectURL(new Blob([data], { type: IMAGE_TYPES[extension(path)] }));
-  view.append(el("img", { class: "preview", src: url, alt: path }));
+function base64(data) {
+  let binary = "";
+  for (let i = 0; i < data.length; i += 0x8000) binary += String.fromCharCode(...data.subarray(i, i + 0x8000));
+  return btoa(binary);
+}
+
+// An SVG is a document: it is drawn once onto a canvas and shown as the PNG of its pixels, so what
+// the page holds of it is no longer SVG at all (if the canvas will not give its pixels, the data: SVG
+// is shown in <img>, where it runs no script either).
+async function rasterised(url) {
+  const image = new Image();
+  image.src = url;
+  try { await image.decode(); } catch { return url; }
+  const canvas = document.createElement("canvas");
+  canvas.width = Math.min(image.naturalWidth || 300, 4096);
+  canvas.height = Math.min(image.naturalHeight || 150, 4096);
+  canvas.getContext("2d").drawImage(image, 0, 0, canvas.width, canvas.height);
+  try { return canvas.toDataURL("image/png"); } catch { return url; }
+}
+
+async function showImage(view, data, path) {
+  const type = IMAGE_TYPES[extension(path)];
+  const url = `data:${type};base64,${base64(data)}`;
+  const src = type === "image/svg+xml" ? await rasterised(url) : url;
+  view.append(el("img", { class: "preview", src, alt: visible(path) }));
 }
 
 function sandboxedFrame(html, title) {
@@ -154,11 +177,11 @@ function sandboxedFrame(html, title) {
 
 function showMarkdown(view, data, path) {
   const html = globalThis.DOMPurify.sanitize(globalThis.marked.parse(decode(data) ?? ""));
-  view.append(sandboxedFrame(html, `rendered ${path}`));
+  view.append(sandboxedFrame(html, `rendered ${visible(path)}`));
 }
 
 function showHtml(view, data, path) {
-  view.append(el("p", { class: "hint" }, "shown without scripts"), sandboxedFrame(decode(data) ?? "", `rendered ${path}`));
+  view.append(el("p", { class: "hint" }, "shown without scripts"), sandboxedFrame(decode(data) ?? "", `rendered ${visible(path)}`));
 }
 
 async function showPdf(view, data) {

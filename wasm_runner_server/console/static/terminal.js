@@ -2,9 +2,10 @@
 // README: binary frames carry terminal bytes, text frames JSON control messages). A browser cannot send
 // the key on a WebSocket, so the console first asks, with the key, for a terminal link that lives a
 // minute (POST /v1/sessions/{id}/pty:presign) and opens the socket on it: the key never enters a URL.
+// Links the guest prints (OSC 8 hyperlinks) open only through `linkHandler` below.
 
 import { Terminal } from "/console/vendor/xterm.mjs";
-import { api, el, sessionPath } from "./api.js";
+import { api, el, sessionPath, visible } from "./api.js";
 
 const COLS = 100;
 const ROWS = 24;
@@ -14,7 +15,8 @@ export function renderTerminal(container, sessionId) {
   const close = el("button", { type: "button", class: "terminal-close", hidden: true }, "Close");
   const status = el("span", { class: "hint terminal-status" });
   const screen = el("div", { class: "terminal-screen" });
-  container.replaceChildren(el("div", { class: "toolbar" }, open, close, status), screen);
+  const prompt = el("div", { class: "link-prompt", role: "alert", hidden: true });
+  container.replaceChildren(el("div", { class: "toolbar" }, open, close, status), prompt, screen);
   let socket = null;
 
   open.addEventListener("click", async () => {
@@ -22,7 +24,7 @@ export function renderTerminal(container, sessionId) {
     status.textContent = "opening…";
     try {
       const link = await api(sessionPath(sessionId, "pty:presign"), { method: "POST", json: {} });
-      socket = connect(link.url, screen, status, () => {
+      socket = connect(link.url, screen, status, linkHandler(prompt), () => {
         open.disabled = false;
         close.hidden = true;
         container.dataset.state = "closed";
@@ -37,11 +39,40 @@ export function renderTerminal(container, sessionId) {
   close.addEventListener("click", () => { if (socket) socket.close(); });
 }
 
-function connect(path, screen, status, onClosed) {
+// A guest's link is its text, not ours: the console shows its full target and opens it only when the
+// user says so, in a new browsing context with no opener (no access to this page, no copy of its
+// session storage) and no referrer. Links to the console's own origin are refused: there, a page
+// would be this origin's document (a guest preview, an SVG) acting as the console.
+export function linkHandler(prompt) {
+  const show = (...children) => { prompt.replaceChildren(...children); prompt.hidden = false; };
+  const cancel = el("button", { type: "button", class: "link-cancel", onclick: () => { prompt.hidden = true; } }, "Cancel");
+  return {
+    allowNonHttpProtocols: false,
+    activate(event, text) {
+      let target;
+      try { target = new URL(text); } catch { target = null; }
+      if (!target || !["http:", "https:"].includes(target.protocol)) {
+        show(el("span", { class: "link-refused" }, `not opened: ${visible(text)} is not an http(s) link`), cancel);
+      } else if (target.origin === location.origin) {
+        show(el("span", { class: "link-refused" }, `not opened: ${visible(target.href)} is on the console's own ` +
+             "origin; open it yourself if you trust it"), cancel);
+      } else {
+        const go = el("button", { type: "button", class: "link-open", onclick: () => {
+          prompt.hidden = true;
+          window.open(target.href, "_blank", "noopener,noreferrer");
+        } }, "Open");
+        show(el("span", {}, "The terminal links to "), el("code", { class: "link-target" }, visible(target.href)),
+             el("span", {}, " "), go, cancel);
+      }
+    },
+  };
+}
+
+function connect(path, screen, status, links, onClosed) {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const socket = new WebSocket(`${scheme}://${location.host}${path}?cols=${COLS}&rows=${ROWS}`);
   socket.binaryType = "arraybuffer";
-  const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000 });
+  const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000, linkHandler: links });
   const encoder = new TextEncoder();
   screen.replaceChildren();
   terminal.open(screen);

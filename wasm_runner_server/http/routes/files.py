@@ -9,8 +9,10 @@ import logging
 import mimetypes
 import re
 import threading
+from collections.abc import Generator
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from typing import cast
 from urllib.parse import unquote
 
 from aiohttp import BodyPartReader, web
@@ -42,6 +44,7 @@ from wasm_runner_server.http.disk_quota import WriteBudget, existing_size, reser
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.listing import entry_of, listing_of
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import ANY_PATH
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
@@ -100,7 +103,7 @@ async def list_files(request: web.Request) -> web.Response:
 # -- read ---------------------------------------------------------------------------------------
 
 
-@routes.get("/v1/sessions/{id}/files/{path:.*}")
+@routes.get("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Read a file as raw bytes (Range supported); a directory answers its listing",
            tag="files", response="application/octet-stream", errors=(*_FILE_ERRORS, 416))
 async def read_file(request: web.Request) -> web.StreamResponse:
@@ -193,7 +196,7 @@ def file_too_large(limit: int, path: str) -> ApiError:
     return ApiError(413, ErrorCode.FILE_TOO_LARGE, f"{path!r} is larger than the {limit}-byte limit for one file")
 
 
-@routes.put("/v1/sessions/{id}/files/{path:.*}")
+@routes.put("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Write a file from the raw request body (streamed; atomic replace)", tag="files",
            body="application/octet-stream", body_required=False, query=PutQuery, response=WriteResult,
            status=201, also=(200,), errors=(*_FILE_ERRORS, 413),
@@ -272,7 +275,7 @@ async def upload_files(request: web.Request) -> web.Response:
 # -- delete and edit ------------------------------------------------------------------------------
 
 
-@routes.delete("/v1/sessions/{id}/files/{path:.*}")
+@routes.delete("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Delete a file, a symbolic link (not its target) or a directory", tag="files",
            query=DeleteQuery, response=DeleteResult, errors=_FILE_ERRORS)
 async def delete_file(request: web.Request) -> web.Response:
@@ -284,7 +287,7 @@ async def delete_file(request: web.Request) -> web.Response:
     return json_response(DeleteResult(path=info.path, type=info.type))
 
 
-@routes.patch("/v1/sessions/{id}/files/{path:.*}")
+@routes.patch("/v1/sessions/{id}/files/" + ANY_PATH)
 @operation(summary="Edit a text file: exact search-and-replace, or a unified diff", tag="files",
            body=FileEdit, response=EditResult, errors=(*_FILE_ERRORS, 413, 415),
            description="Missing old text: 422 edit_not_found. Old text occurring more than once (without "
@@ -385,7 +388,7 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
     if not files.exists() and not wf.split_path(query.path):
         service.sessions.files(live, create=True)  # an unused session archives as empty
     budget = request_budget(service)
-    chunks = files.archive(query.path, query.format, budget=budget)
+    chunks = cast(Generator[bytes, None, None], files.archive(query.path, query.format, budget=budget))
     turn = threading.Lock()  # the generator runs in one worker at a time; closing waits for a running step
 
     def step() -> bytes | None:

@@ -8,9 +8,10 @@ connection is made inside the sandbox's network namespace (wasm_runner.processes
 server is reached on its own loopback, and nothing else of the sandbox is. Paths reach the server
 unchanged (root-absolute URLs work), bodies stream both ways (chunked in, chunked or sized out),
 connections to the sandbox are kept alive, and an `Upgrade: websocket` request becomes a
-WebSocket relayed frame by frame (hot reload). No key of the caller reaches the
-sandbox, and nothing of the answer reaches past the preview's own host: `Service-Worker-Allowed`
-is dropped, and so is a `Set-Cookie` with a Domain other than the preview's host.
+WebSocket relayed frame by frame (hot reload). No key of the caller reaches the sandbox, nor the
+console's cookie, and nothing of the answer reaches past the preview's own host:
+`Service-Worker-Allowed` is dropped, and so is a `Set-Cookie` with a Domain other than the preview's
+host or naming the console's cookie.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from yarl import URL
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import CONSOLE_COOKIE
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
 from wasm_runner_server.sessions.manager import LiveSession
@@ -43,6 +45,16 @@ NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
 """The caller's key never reaches the sandbox."""
 NOT_RETURNED = frozenset({"service-worker-allowed"})
 """A preview's service worker never gets a scope wider than its script's directory."""
+_CONSOLE_COOKIE = re.compile(rf"(^|;)\s*{CONSOLE_COOKIE}\s*=[^;]*")
+
+
+def without_console_cookie(cookie: str) -> str:
+    """The Cookie header without the console's session cookie (the rest is the guest app's own)."""
+    return "; ".join(p.strip() for p in _CONSOLE_COOKIE.sub("", cookie).split(";") if p.strip())
+
+
+def sets_console_cookie(set_cookie: str) -> bool:
+    return set_cookie.split("=", 1)[0].strip().lower() == CONSOLE_COOKIE
 WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                                "sec-websocket-protocol", "sec-websocket-accept"})
 _API_PATH = re.compile(r"/v1/sessions/[^/]+/ports/[0-9]+(?P<rest>/.*)?")
@@ -95,6 +107,9 @@ async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed
     service.sessions.touch(live)
     target = URL(f"http://127.0.0.1:{port}{request.raw_path}", encoded=True)
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
+    cookies = [without_console_cookie(v) for v in headers.popall("Cookie", [])]
+    if any(cookies):
+        headers["Cookie"] = "; ".join(c for c in cookies if c)
     headers["Host"] = f"127.0.0.1:{port}"
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
@@ -120,7 +135,7 @@ async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed
             lower = name.lower()
             if (lower in HOP_BY_HOP and lower != "content-length") or lower in NOT_RETURNED:
                 continue
-            if lower == "set-cookie" and not cookie_stays_on(value, own_host):
+            if lower == "set-cookie" and (sets_console_cookie(value) or not cookie_stays_on(value, own_host)):
                 log.info("a preview's cookie for another host was dropped",
                          extra={"event": "preview_cookie_dropped", "session": live.row.id, "port": port})
                 continue

@@ -13,7 +13,7 @@ from wasm_runner_protocol.wire import PresignBody, PresignResult
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.paths import PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
+from wasm_runner_server.http.paths import ANY_PATH, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import CURRENT, PRINCIPAL, Principal, principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
 from wasm_runner_server.http.routes import files as routes_files
@@ -27,7 +27,7 @@ from wasm_runner_server.sessions.service import SERVICE
 routes = web.RouteTableDef()
 
 
-@routes.post("/v1/sessions/{id}/files/{path:.*}:presign")
+@routes.post("/v1/sessions/{id}/files/" + ANY_PATH + ":presign")
 @operation(summary="A link that reads (GET) or writes (PUT) this one file until it expires, without a key",
            tag="files", body=PresignBody, body_required=False, response=PresignResult, errors=(404, 422))
 async def presign(request: web.Request) -> web.Response:
@@ -92,12 +92,12 @@ async def _follow(request: web.Request) -> web.StreamResponse:
 
 
 # Not in /openapi.json: a link is an opaque URL handed out by :presign.
-@routes.get("/v1/links/{token}/{id}/{path:.*}")
+@routes.get("/v1/links/{token}/{id}/" + ANY_PATH)
 async def follow_get(request: web.Request) -> web.StreamResponse:
     return await _follow(request)
 
 
-@routes.put("/v1/links/{token}/{id}/{path:.*}")
+@routes.put("/v1/links/{token}/{id}/" + ANY_PATH)
 async def follow_put(request: web.Request) -> web.StreamResponse:
     return await _follow(request)
 

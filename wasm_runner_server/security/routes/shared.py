@@ -19,6 +19,7 @@ from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.disk_quota import existing_size, reserve
 from wasm_runner_server.http.listing import listing_of
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.paths import ANY_PATH
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.http.routes.files import file_too_large, send_file
 from wasm_runner_server.security.state import SECURITY
@@ -44,14 +45,14 @@ async def list_shared(request: web.Request) -> web.Response:
     return json_response(await listing_of(files, query.path, query.recursive, query.limit))
 
 
-@routes.get("/v1/shared/files/{path:.*}")
+@routes.get("/v1/shared/files/" + ANY_PATH)
 @operation(summary="Read a file of shared/", tag="shared", response="application/octet-stream",
            errors=(403, 404, 409))
 async def read_shared(request: web.Request) -> web.StreamResponse:
     return await send_file(request, _shared(request), request.match_info["path"])
 
 
-@routes.put("/v1/shared/files/{path:.*}")
+@routes.put("/v1/shared/files/" + ANY_PATH)
 @operation(summary="Write a file of shared/ (atomic: temporary file, then rename; the later write wins)",
            tag="shared", body="application/octet-stream", body_required=False, response=WriteResult,
            status=201, errors=(403, 404, 409, 413))
@@ -81,7 +82,7 @@ async def write_shared(request: web.Request) -> web.Response:
                          status=201 if result.created else 200)
 
 
-@routes.delete("/v1/shared/files/{path:.*}")
+@routes.delete("/v1/shared/files/" + ANY_PATH)
 @operation(summary="Delete a file or directory of shared/", tag="shared", query=DeleteQuery,
            response=DeleteResult, errors=(403, 404, 409))
 async def delete_shared(request: web.Request) -> web.Response:

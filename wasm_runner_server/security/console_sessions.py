@@ -1,0 +1,127 @@
+"""The console's sign-in: a key is exchanged once for a server-side console session, held by the
+browser in an HttpOnly, SameSite=Strict cookie that no script can read, and a per-session CSRF token
+that the sign-in answers once and every call made with the cookie must repeat in a header.
+
+The token is required on reads too, and never served again: guest pages reach the console's origin
+(preview links proxy a session's own server), and the browser attaches the cookie to their requests
+as it does to the console's; without the token, which only the console page holds (in memory), the
+cookie alone does nothing. The cookie is accepted only on the API routes the console itself calls
+(CONSOLE_API_ROUTES), never where guest content is served or proxied; `Authorization: Bearer` always
+wins over it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_SESSION_PATH
+from wasm_runner_server.http.policy import Principal
+
+COOKIE = CONSOLE_COOKIE
+COOKIE_PATH = "/v1/"
+"""The narrowest path holding both the sign-in route and every API route the console calls."""
+CSRF_HEADER = "X-CSRF-Token"
+MAX_PER_KEY = 32
+"""Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
+keys, and no key's sign-ins can push out another key's sessions."""
+CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
+                      "/v1/sessions/{id}/pty:presign", "/v1/sessions/{id}/artifacts", "/v1/artifacts")
+"""Route prefixes (canonical) on which the console cookie authenticates, besides the session list."""
+
+
+@dataclass(frozen=True)
+class ConsoleSession:
+    principal: Principal
+    csrf_token: str
+    expires_at: float
+
+
+def is_console_route(canonical: str) -> bool:
+    """Whether the cookie may authenticate a request to this route (ports, admin, audit, shared: never)."""
+    return canonical == "/v1/sessions" or canonical.startswith(CONSOLE_API_ROUTES)
+
+
+class ConsoleSessions:
+    """Live console sessions by their (random, unguessable) id; in memory, so a restart signs everyone out."""
+
+    def __init__(self, lifetime_s: float) -> None:
+        self.lifetime_s = lifetime_s
+        self._sessions: dict[str, ConsoleSession] = {}
+
+    def open(self, principal: Principal) -> tuple[str, ConsoleSession]:
+        self._prune()
+        own = [sid for sid, s in self._sessions.items() if s.principal.key_id == principal.key_id]
+        for session_id in own[:max(0, len(own) - MAX_PER_KEY + 1)]:  # oldest first (insertion order)
+            self._sessions.pop(session_id)
+        session_id = secrets.token_urlsafe(32)
+        session = ConsoleSession(principal, secrets.token_urlsafe(32), time.time() + self.lifetime_s)
+        self._sessions[session_id] = session
+        return session_id, session
+
+    def get(self, session_id: str | None) -> ConsoleSession | None:
+        session = self._sessions.get(session_id) if session_id else None
+        if session is not None and session.expires_at <= time.time():
+            self._sessions.pop(session_id or "", None)
+            return None
+        return session
+
+    def close(self, session_id: str | None) -> None:
+        if session_id:
+            self._sessions.pop(session_id, None)
+
+    def _prune(self) -> None:
+        now = time.time()
+        for session_id in [sid for sid, s in self._sessions.items() if s.expires_at <= now]:
+            self._sessions.pop(session_id, None)
+
+
+def cookie_session(request: web.Request, sessions: ConsoleSessions) -> ConsoleSession | None:
+    """The request's console session; none when the cookie comes twice (one was planted under a longer
+    path by a script of this origin, to have the console act in another session)."""
+    sent = [part for header in request.headers.getall("Cookie", []) for part in header.split(";")
+            if part.split("=", 1)[0].strip() == COOKIE]
+    return sessions.get(request.cookies.get(COOKIE)) if len(sent) == 1 else None
+
+
+def check_csrf(request: web.Request, session: ConsoleSession) -> None:
+    """A call made with the cookie carries the session's CSRF token (403 without it): changes, so that
+    no other site can make them, and reads, so that no other page of this origin can."""
+    sent = request.headers.get(CSRF_HEADER, "")
+    if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
+        raise ApiError(403, ErrorCode.CSRF_REFUSED, f"a call made with the console's cookie needs its {CSRF_HEADER} "
+                       "header", f"send the csrf_token that POST {CONSOLE_SESSION_PATH} answered as {CSRF_HEADER} "
+                       "(after a reload, sign in again), or use Authorization: Bearer <key>")
+
+
+def check_same_origin(request: web.Request) -> None:
+    """The sign-in comes from the console's own page: a cross-site request is refused (login CSRF). The
+    Origin's scheme is not compared: behind a proxy that ends TLS the service itself sees http."""
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if (site is not None and site not in ("same-origin", "none")) or (
+            origin is not None and urlsplit(origin).netloc != request.host):
+        raise ApiError(403, ErrorCode.CSRF_REFUSED, "the console's sign-in is refused from another site",
+                       "sign in from the console's own page")
+
+
+def _https(request: web.Request) -> bool:
+    """Whether the browser reached the service over https: directly, or (its Origin says so) through a
+    proxy that ended TLS."""
+    return request.secure or request.headers.get("Origin", "").startswith("https://")
+
+
+def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str, lifetime_s: float) -> None:
+    response.set_cookie(COOKIE, session_id, max_age=int(lifetime_s), path=COOKIE_PATH, httponly=True,
+                        samesite="Strict", secure=_https(request))
+
+
+def clear_cookie(response: web.StreamResponse, request: web.Request) -> None:
+    response.del_cookie(COOKIE, path=COOKIE_PATH, secure=_https(request), httponly=True, samesite="Strict")
