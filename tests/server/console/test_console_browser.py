@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from server_helpers import make_config
 
 from wasm_runner_server.app import create_app
+from wasm_runner_server.http.preview_server import refuse_service_worker
 from wasm_runner_server.security.tenants import TenantStore
 
 playwright_api = pytest.importorskip("playwright.async_api", reason="Playwright is not installed (pip install playwright)")
@@ -399,8 +400,13 @@ async def test_the_console_refuses_to_run_under_a_service_worker(tmp_path):
         # stands for guest content that got a service worker registered over the console's path
         return web.Response(text="self.addEventListener('fetch', () => {});", content_type="text/javascript")
 
-    async with open_console(tmp_path, sign_in=False,
-                            add_routes=lambda app: app.router.add_get("/console/planted-sw.js", planted)) as console:
+    def plant(app: web.Application) -> None:
+        # The API's origin refuses every service worker script (tested with previews); the console's own
+        # refusal is the second line, tested here with that first line taken away.
+        app.middlewares[:] = [m for m in app.middlewares if m is not refuse_service_worker]
+        app.router.add_get("/console/planted-sw.js", planted)
+
+    async with open_console(tmp_path, sign_in=False, add_routes=plant) as console:
         page = console.page
         await page.evaluate("""async () => { await navigator.serviceWorker.register('/console/planted-sw.js',
             { scope: '/console/' }); await navigator.serviceWorker.ready; }""")
@@ -485,19 +491,22 @@ async def test_names_with_newlines_and_bidi_controls_are_shown_escaped_and_open(
 
 GUEST_PAGE = """<!doctype html><body><script>
 (async () => {
-  const out = { cookie: document.cookie, storage: sessionStorage.length + localStorage.length };
-  out.read = (await fetch('/v1/sessions')).status;
-  out.write = (await fetch('/v1/sessions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-                                             body: '{}' })).status;
-  out.token = (await fetch('/v1/console/session')).status;
+  const api = decodeURIComponent(location.hash.slice(1));  // the console's origin, where its cookie lives
+  const attempt = async (f) => { try { return (await f()).status; } catch (e) { return 'blocked'; } };
+  const out = { origin: origin, cookie: (() => { try { return document.cookie; } catch (e) { return 'denied'; } })() };
+  out.storage = (() => { try { return sessionStorage.length + localStorage.length; } catch (e) { return 'denied'; } })();
+  out.read = await attempt(() => fetch(api + '/v1/sessions', { credentials: 'include' }));
+  out.write = await attempt(() => fetch(api + '/v1/sessions', { method: 'POST', credentials: 'include',
+                                         headers: { 'Content-Type': 'application/json' }, body: '{}' }));
+  out.token = await attempt(() => fetch(api + '/v1/console/session', { credentials: 'include' }));
   document.body.dataset.result = JSON.stringify(out);
 })();
 </script></body>"""
 
 
-async def test_a_guest_preview_page_on_the_console_origin_gets_neither_the_key_nor_the_session(console):
-    """The finding as it was: a guest's web page, served on the console's origin through a preview link,
-    opened in the browser where the console is signed in."""
+async def test_a_guest_preview_page_gets_neither_the_key_nor_the_console_session(console):
+    """The finding as it was: a guest's web page, opened through a preview link in the browser where the
+    console is signed in. It is served on an opaque origin of its own now, and reaches nothing of the console."""
     import json
 
     from server_helpers import eventually
@@ -521,8 +530,10 @@ async def test_a_guest_preview_page_on_the_console_origin_gets_neither_the_key_n
     link = await console.api("POST", f"/v1/sessions/{sid}/ports/8090:presign", json={})
     sessions_before = [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]]
     guest = await console.page.context.new_page()
-    await guest.goto(console.base + link["url"])
+    await guest.goto(link["url"] + "index.html#" + console.base)
     result = await guest.wait_for_function("() => document.body && document.body.dataset.result")
     seen = json.loads(await result.json_value())
-    assert seen == {"cookie": "", "storage": 0, "read": 403, "write": 403, "token": 405}
+    assert seen["origin"] == "null"  # sandboxed: an opaque origin, never the console's
+    assert seen["cookie"] in ("", "denied") and seen["storage"] == "denied"
+    assert {seen["read"], seen["write"], seen["token"]} <= {"blocked", 401, 403, 405}, seen
     assert [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]] == sessions_before

@@ -4,7 +4,8 @@ console (Service-Worker-Allowed)."""
 
 from __future__ import annotations
 
-from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, listening, new_session, start
+import aiohttp
+from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, listening, new_session, preview_of, start
 
 pytestmark = NATIVE_ROOT_SERVICE
 
@@ -33,15 +34,11 @@ async def test_the_console_cookie_neither_reaches_nor_comes_from_a_sessions_serv
     assert status in (200, 201)
     info = await start(secure, sid, command=["python3", "server.py", "8081"], name="guest")
     await listening(secure, sid, info["id"], 8081)
-    status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/ports/8081:presign", "a_member", json={})
-    assert status == 200, link
-    for path, key in [(f"/v1/sessions/{sid}/ports/8081/", "a_member"), (link["url"], None)]:
-        headers = {"Cookie": "app=1; wr_console=the-consoles-session; other=2"}
-        if key is not None:
-            headers.update(secure.auth(key))
-        async with secure.client.session.get(secure.client.make_url(path), headers=headers) as response:
-            assert response.status == 200
-            assert await response.text() == "cookie=app=1; other=2"
-            set_cookies = response.headers.getall("Set-Cookie", [])
-            assert set_cookies == ["app=1; Path=/"]
-            assert "Service-Worker-Allowed" not in response.headers
+    preview = await preview_of(secure, sid, 8081)
+    headers = preview.headers(Cookie="app=1; wr_console=the-consoles-session; other=2")
+    async with aiohttp.ClientSession() as http, http.get(preview.base + "/", headers=headers) as response:
+        assert response.status == 200
+        assert await response.text() == "cookie=app=1; other=2"
+        set_cookies = response.headers.getall("Set-Cookie", [])
+        assert set_cookies == ["app=1; Path=/"]
+        assert "Service-Worker-Allowed" not in response.headers
