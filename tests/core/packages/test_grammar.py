@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from wasm_runner.packages.grammar import (checked_filename, checked_name, checked_pin_fields, checked_requirement,
-                                          checked_url, checked_version, pinned_requirement)
+from wasm_runner.packages.grammar import (
+    checked_filename,
+    checked_name,
+    checked_pin_fields,
+    checked_requirement,
+    checked_url,
+    checked_version,
+    pinned_requirement,
+)
 from wasm_runner.packages.wheels import WheelRefused
 
 SHA = "ab" * 32
