@@ -128,19 +128,17 @@ class PackageInstaller:
                 cache.evict(keep=frozenset(p.sha256 for p in pins))
         except WheelRefused as refused:
             log.info("an install into %s was refused: %s", packages.session_root, refused.message)
-            shown = {str(self.cache_root): "<package cache>", str(packages.session_root): "<session>"}
             return self._result(False, installed, started, downloader, packages, index,
                                 PackageError(kind=refused.kind,  # type: ignore[arg-type]
-                                             message=sanitized(refused.message, labels=shown),
-                                             hint=None if refused.hint is None else sanitized(refused.hint, labels=shown),
+                                             message=self._shown(refused.message, packages),
+                                             hint=None if refused.hint is None else self._shown(refused.hint, packages),
                                              package=refused.package))
         except PolicyError as exc:
             return self._result(False, installed, started, downloader, packages, index,
-                                PackageError(kind="denied_by_policy", message=str(exc)))
+                                PackageError(kind="denied_by_policy", message=self._shown(str(exc), packages)))
         except (OSError, ValueError) as exc:  # the host's side failed (a full disk, a damaged state file)
             log.exception("an install into %s failed on the host", packages.session_root)
-            shown = sanitized(str(exc), labels={str(self.cache_root): "<package cache>",
-                                                str(packages.session_root): "<session>"})
+            shown = self._shown(str(exc), packages)
             return self._result(False, installed, started, downloader, packages, index,
                                 PackageError(kind="resolver_failed",
                                              message=f"the host could not complete the install: {shown}",
@@ -150,6 +148,11 @@ class PackageInstaller:
             if downloader is not None:
                 downloader.close()
         return self._result(True, installed, started, downloader, packages, index, None)
+
+    def _shown(self, text: str, packages: SessionPackages) -> str:
+        """`text` for the caller: the cache and session named by label, any other host path hidden."""
+        return sanitized(text, labels={str(self.cache_root): "<package cache>",
+                                       str(packages.session_root): "<session>"})
 
     def _result(self, ok: bool, installed: list[InstalledPackage], started: float, downloader: Downloader | None,
                 packages: SessionPackages, index: str, error: PackageError | None) -> InstallResult:
