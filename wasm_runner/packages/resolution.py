@@ -1,16 +1,16 @@
 """Resolution on the host with uv (`uv pip compile`), for the guest's CPython, wheels only.
 
-uv never builds here (`--no-build`, uv's `--only-binary :all:` that also runs no build backend
-to read metadata; uv refuses both flags together): a package that has only a source
-distribution is "not found" as a wheel and reported so), and runs with an environment of its own:
-no user configuration, no cache of its own (the workspace cache is ours), no host secrets. Its
-input is two files the host writes from checked fields only (grammar.py): the requested
-requirements and the session's held pins as constraints, one `name==version` or PEP 508
-requirement per line, so no tenant text can become a requirement-file option (`-e`, `-r`, `-c`,
-`--find-links`). Its network is the install's egress proxy (`proxy`): every connection uv makes,
-to an index, a file link or a redirect, is decided by the install policy. Its answer is a PEP 751
-lock (pylock.toml): names, versions, wheel URLs and sha256s, which the host checks field by field,
-then downloads, checks and unpacks itself.
+uv never builds here (`--no-build`: uv's `--only-binary :all:` that also runs no build backend to
+read metadata; uv refuses both flags together): a package that has only a source distribution is
+"not found" as a wheel and reported so. It runs with an environment of its own: no user
+configuration, no cache of its own (the workspace cache is ours), no host secrets. Its input is two
+files the host writes from checked fields only (grammar.py): the requested requirements and the
+session's held pins as constraints, one `name==version` or PEP 508 requirement per line, so no
+tenant text can become a requirement-file option (`-e`, `-r`, `-c`, `--find-links`). It runs as an
+unprivileged user (unprivileged.py), never root. Its network is the install's egress proxy
+(`proxy`): every connection uv makes, to an index, a file link or a redirect, is decided by the
+install policy. Its answer is a PEP 751 lock (pylock.toml): names, versions, wheel URLs and
+sha256s, which the host checks field by field, then downloads, checks and unpacks itself.
 """
 
 from __future__ import annotations
@@ -18,17 +18,20 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from wasm_runner.packages.grammar import checked_name, checked_pin_fields, checked_requirement, checked_url, invalid
 from wasm_runner.packages.redaction import sanitized
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION
+from wasm_runner.packages.unprivileged import as_resolver_user, resolver_identity
 from wasm_runner.packages.wheels import SDIST_HINT, WheelRefused
 
 log = logging.getLogger("wasm_runner")
@@ -92,22 +95,25 @@ def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str
         wanted, constraints = os.path.join(home, "requirements.txt"), os.path.join(home, "constraints.txt")
         _write_lines(wanted, [str(r) for r in requirements])
         _write_lines(constraints, held)
-        command = [*(uv or (sys.executable, "-m", "uv")), "pip", "compile", wanted, "--constraints", constraints,
+        command = [*(uv or (_uv_binary(),)), "pip", "compile", wanted, "--constraints", constraints,
                    "--index-url", indexes[0], *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
                    "--no-build", "--python-version", GUEST_PYTHON_VERSION,
                    "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
                    "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable,
                    "--system-certs"]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "UV_PYTHON_DOWNLOADS": "never",
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home,
+               "UV_PYTHON_DOWNLOADS": "never",
                "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s))),
                # every connection through the install's proxy, loopback ones included: no NO_PROXY
                "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "ALL_PROXY": proxy,
                "http_proxy": proxy, "https_proxy": proxy, "all_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
-        if ca_bundle:
-            env["SSL_CERT_FILE"] = ca_bundle
+        if ca_bundle:  # a copy: the resolver's user may not reach the operator's file
+            env["SSL_CERT_FILE"] = shutil.copyfile(ca_bundle, os.path.join(home, "ca-bundle.pem"))
         for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
             if name in os.environ and name not in env:  # the operator's trust
                 env[name] = os.environ[name]
+        command = as_resolver_user(command, Path(home), resolver_identity(),
+                                   programs=frozenset({command[0], sys.executable}))
         try:
             proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   env=env, timeout=timeout_s, cwd=home)
@@ -120,6 +126,16 @@ def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str
         log.warning("uv pip compile failed (exit %s): %s", proc.returncode, proc.stderr[-4000:])
         raise _failure(sanitized(proc.stderr, home), [str(r) for r in requirements])
     return _pins(proc.stdout)
+
+
+def _uv_binary() -> str:
+    """uv's own executable (the `uv` package's): run directly, not through `python -m uv`, so that the
+    resolver's user needs no view of this interpreter's site-packages."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return shutil.which("uv") or "uv"
+    return find_uv_bin()
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
