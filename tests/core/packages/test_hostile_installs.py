@@ -182,8 +182,12 @@ def test_a_file_redirected_to_a_forbidden_loopback_port_is_refused_for_uv_and_fo
     assert list(inst.cache().artifacts.iterdir()) == []
 
 
-def test_resolver_failures_reach_the_caller_without_host_paths(tmp_path, fresh_index):
+def test_a_failure_on_the_hosts_side_reaches_the_caller_without_host_paths(tmp_path, fresh_index):
     inst = installer(tmp_path, fresh_index)
-    result = inst.install(SessionPackages(tmp_path / "s"), PackageRequest(python=("tinydep==7.7",)))
-    assert not result.ok and result.error.kind == "not_found" and "tinydep" in result.error.message
+    blocked = SessionPackages(tmp_path / "sessions" / "blocked")
+    blocked.session_root.mkdir(parents=True)
+    blocked.directory.write_text("not a directory")  # where the package directory must be
+    result = inst.install(blocked, PackageRequest(python=("tinydep==2.0",)))
+    assert not result.ok and result.error.kind == "resolver_failed"
+    assert "<session>/packages" in result.error.message  # what failed, said without the host's path
     assert_no_host_path(result.error, tmp_path)
