@@ -100,8 +100,8 @@ class PackageInstaller:
             settings = self.settings
             rules = EgressRules(policy if policy is not None else settings.default_policy(request.index))
             downloader = Downloader(rules, self.resolver, deadline=started + settings.max_install_s,
-                                    budget_bytes=settings.max_install_bytes,
-                                    verify=self.trust)
+                                    budget_bytes=settings.max_install_bytes, verify=self.trust,
+                                    within=None if allow_custom_index else EgressRules(settings.default_policy()))
             cache = self.cache(workspace)
             with cache.locked():
                 if request.lock is not None:

@@ -14,6 +14,7 @@ from package_index import build_wheel, recorder, serve_index
 
 from wasm_runner.packages import PackageSettings, SessionPackages
 from wasm_runner.packages.installer import PackageInstaller
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.packages import LockedPackage, PackageLock, PackageRequest
 
 SECRET = "presign-secret-7f3a9c"
@@ -191,3 +192,22 @@ def test_a_failure_on_the_hosts_side_reaches_the_caller_without_host_paths(tmp_p
     assert not result.ok and result.error.kind == "resolver_failed"
     assert "<session>/packages" in result.error.message  # what failed, said without the host's path
     assert_no_host_path(result.error, tmp_path)
+
+
+def test_a_download_redirected_outside_the_configured_sources_is_refused_even_where_the_session_may_go(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = build_wheel(wheels, "bouncy", "1.0", {"bouncy/__init__.py": "X = 1\n"})
+    with recorder() as elsewhere:
+        with serve_index(wheels, redirects={wheel.name: f"http://127.0.0.1:{elsewhere.port}/{wheel.name}"}) as index:
+            # the session itself may reach that port: the host's installs still go to the configured sources only
+            policy = EgressPolicy(mode="allowlist", allow=(index.url, f"http://127.0.0.1:{elsewhere.port}"))
+            pin = LockedPackage(name="bouncy", version="1.0", filename=wheel.name, size=wheel.stat().st_size,
+                                sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                                url=f"{index.url}/files/{wheel.name}")
+            inst = installer(tmp_path, index)
+            result = inst.install(SessionPackages(tmp_path / "s"), PackageRequest(lock=PackageLock(python=(pin,))),
+                                  policy=policy)
+        assert elsewhere.connections == []
+    assert not result.ok and result.error.kind == "index_not_allowed", result.error
+    assert f"127.0.0.1:{elsewhere.port}" in result.error.message
