@@ -177,8 +177,10 @@ def test_a_file_redirected_to_a_forbidden_loopback_port_is_refused_for_uv_and_fo
             by_lock = inst.install(SessionPackages(tmp_path / "b"), PackageRequest(lock=PackageLock(python=(pin,))))
             assert f"/files/{wheel.name}" in index.requests
         assert forbidden.connections == []
+    assert not by_name.ok and by_name.error.kind == "denied_by_policy", by_name.error  # the proxy refused uv
+    assert not by_lock.ok and by_lock.error.kind == "index_not_allowed", by_lock.error  # the host refused itself
     for result in (by_name, by_lock):
-        assert not result.ok and result.error.kind == "denied_by_policy", result.error
+        assert f"127.0.0.1:{forbidden.port}" in result.error.message
         assert_no_host_path(result.error, tmp_path)
     assert list(inst.cache().artifacts.iterdir()) == []
 
