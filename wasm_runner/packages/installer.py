@@ -29,7 +29,7 @@ from wasm_runner.packages.cache import PackageCache
 from wasm_runner.packages.download import Downloader
 from wasm_runner.packages.grammar import checked_url, pinned_requirement
 from wasm_runner.packages.redaction import sanitized
-from wasm_runner.packages.resolution import Pin, is_exact, parse_requirements, resolve
+from wasm_runner.packages.resolution import Pin, RunAs, is_exact, parse_requirements, resolve
 from wasm_runner.packages.session_dir import SessionPackages, normalise_name
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION, PackageSettings
 from wasm_runner.packages.wheels import WheelRefused, check_filename, check_metadata
@@ -45,8 +45,10 @@ _CACHE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 class PackageInstaller:
     """The host's installer for every session of a Runner; one cache per workspace name."""
 
-    def __init__(self, settings: PackageSettings, data_dir: Path) -> None:
+    def __init__(self, settings: PackageSettings, data_dir: Path, *, run_as: RunAs | None = None) -> None:
         self.settings = settings
+        self.run_as = run_as
+        """How the resolver is started as an unprivileged user (None: as this process)."""
         self.cache_root = settings.cache_dir or data_dir / "package-cache"
         self.resolver = Resolver(settings.resolver_overrides)
         self._caches: dict[str, PackageCache] = {}
@@ -206,7 +208,8 @@ class PackageInstaller:
         try:
             assert run.url is not None
             return resolve(requirements, held, indexes, timeout_s=timeout_s, proxy=run.url, uv=self.settings.uv,
-                           ca_bundle=str(self.settings.ca_bundle) if self.settings.ca_bundle else None)
+                           ca_bundle=str(self.settings.ca_bundle) if self.settings.ca_bundle else None,
+                           run_as=self.run_as)
         except WheelRefused:
             refused = [event for event in run.network() if not event.allowed]
             if refused:

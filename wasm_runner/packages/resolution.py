@@ -7,10 +7,11 @@ configuration, no cache of its own (the workspace cache is ours), no host secret
 files the host writes from checked fields only (grammar.py): the requested requirements and the
 session's held pins as constraints, one `name==version` or PEP 508 requirement per line, so no
 tenant text can become a requirement-file option (`-e`, `-r`, `-c`, `--find-links`). It runs as an
-unprivileged user (unprivileged.py), never root. Its network is the install's egress proxy
-(`proxy`): every connection uv makes, to an index, a file link or a redirect, is decided by the
-install policy. Its answer is a PEP 751 lock (pylock.toml): names, versions, wheel URLs and
-sha256s, which the host checks field by field, then downloads, checks and unpacks itself.
+unprivileged user where the Runner gives `run_as` (providers/native/resolver_user.py), never root.
+Its network is the install's egress proxy (`proxy`): every connection uv makes, to an index, a file
+link or a redirect, is decided by the install policy. Its answer is a PEP 751 lock (pylock.toml):
+names, versions, wheel URLs and sha256s, which the host checks field by field, then downloads,
+checks and unpacks itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +33,13 @@ from packaging.requirements import Requirement
 from wasm_runner.packages.grammar import checked_name, checked_pin_fields, checked_requirement, checked_url, invalid
 from wasm_runner.packages.redaction import sanitized
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION
-from wasm_runner.packages.unprivileged import as_resolver_user, resolver_identity
 from wasm_runner.packages.wheels import SDIST_HINT, WheelRefused
 
 log = logging.getLogger("wasm_runner")
+
+RunAs = Callable[[list[str], Path, frozenset[str]], list[str]]
+"""(command, the resolution's directory, the executables in it to make reachable) -> the command to run:
+how the resolver is started as another user (the Runner's: providers/native/resolver_user.py)."""
 
 RESOLVER_PLATFORM = "x86_64-unknown-linux-gnu"
 """A platform whose wheels include native ones, so that a package that needs native code is found
@@ -85,7 +90,8 @@ def is_exact(requirement: Requirement) -> bool:
 
 
 def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str, ...], *, timeout_s: float,
-            proxy: str, uv: tuple[str, ...] | None = None, ca_bundle: str | None = None) -> list[Pin]:
+            proxy: str, uv: tuple[str, ...] | None = None, ca_bundle: str | None = None,
+            run_as: RunAs | None = None) -> list[Pin]:
     """Pins for `requirements` (checked, by name) within the `held` constraints (`name==version` made by
     `grammar.pinned_requirement`) from `indexes` (the first is the main index), every connection through
     the HTTP proxy at `proxy`; or WheelRefused."""
@@ -112,8 +118,8 @@ def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str
         for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
             if name in os.environ and name not in env:  # the operator's trust
                 env[name] = os.environ[name]
-        command = as_resolver_user(command, Path(home), resolver_identity(),
-                                   programs=frozenset({command[0], sys.executable}))
+        if run_as is not None:
+            command = run_as(command, Path(home), frozenset({command[0], sys.executable}))
         try:
             proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   env=env, timeout=timeout_s, cwd=home)

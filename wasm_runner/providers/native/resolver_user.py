@@ -1,12 +1,14 @@
 """The user the resolver (uv) runs as: never root.
 
 A root service runs uv as the native sandboxes' unprivileged user (`wasm-runner-sandbox`), in a
-private mount namespace through the same relay the sandboxes use (providers/native/identity.py):
+private mount namespace through the same relay the sandboxes use (identity.py):
 the interpreter and uv, below a directory that user cannot enter, are bound onto a world-traversable
 relay point; the resolution's own directory is given to that user. The service's data directory
 (mode 0700: the package cache, session files, signing secrets) stays closed to it. A service that
 is not root runs uv as itself. A root service on a machine without that user runs uv as root and
 says so in its log (scripts/install-native.sh creates the user).
+
+The Runner gives `as_resolver_user` to its PackageInstaller (packages/ does not import providers/).
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ def resolver_identity() -> SandboxIdentity | None:
     return identity if identity.dropped else None
 
 
-def as_resolver_user(command: list[str], home: Path, identity: SandboxIdentity | None,
-                     programs: frozenset[str]) -> list[str]:
-    """`command` run as `identity`, with `home` (and what is in it) given to that user and the arguments
-    in `programs` (the executables: uv, the interpreter it asks) made reachable through the relay; no
-    other path is relayed. `command` itself when `identity` is None."""
+def as_resolver_user(command: list[str], home: Path, programs: frozenset[str]) -> list[str]:
+    """`command` run as the sandbox user (when the service is root), with `home` (and what is in it) given
+    to that user and the arguments in `programs` (the executables: uv, the interpreter it asks) made
+    reachable through the relay; no other path is relayed. `command` itself when there is no one to drop to."""
+    identity = resolver_identity()
     if identity is None:
         return command
     for path in (home, *home.iterdir()):
