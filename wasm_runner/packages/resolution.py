@@ -3,9 +3,9 @@
 uv never builds here (`--no-build`: uv's `--only-binary :all:` that also runs no build backend to
 read metadata; uv refuses both flags together): a package that has only a source distribution is
 "not found" as a wheel and reported so. It runs with an environment of its own: no user
-configuration, no cache of its own (the workspace cache is ours), no host secrets. Its input is two
-files the host writes from checked fields only (grammar.py): the requested requirements and the
-session's held pins as constraints, one `name==version` or PEP 508 requirement per line, so no
+configuration, no cache of its own (the workspace cache is ours), no host secrets. Its input is a
+file the host writes from checked fields only (grammar.py): the requested requirements and the
+session's held pins, one PEP 508 requirement or `name==version` per line, so no
 tenant text can become a requirement-file option (`-e`, `-r`, `-c`, `--find-links`). It runs as an
 unprivileged user where the Runner gives `run_as` (providers/native/resolver_user.py), never root.
 Its network is the install's egress proxy (`proxy`): every connection uv makes, to an index, a file
@@ -92,16 +92,16 @@ def is_exact(requirement: Requirement) -> bool:
 def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str, ...], *, timeout_s: float,
             proxy: str, uv: tuple[str, ...] | None = None, ca_bundle: str | None = None,
             run_as: RunAs | None = None) -> list[Pin]:
-    """Pins for `requirements` (checked, by name) within the `held` constraints (`name==version` made by
-    `grammar.pinned_requirement`) from `indexes` (the first is the main index), every connection through
-    the HTTP proxy at `proxy`; or WheelRefused."""
+    """Pins for `requirements` (checked, by name) together with the `held` distributions (`name==version`
+    made by `grammar.pinned_requirement`: what the session keeps must stay consistent with what it adds)
+    from `indexes` (the first is the main index), every connection through the HTTP proxy at `proxy`;
+    or WheelRefused."""
     for url in indexes:
         checked_url(url, what="index URL")
     with tempfile.TemporaryDirectory(prefix="wasm-runner-uv-") as home:
-        wanted, constraints = os.path.join(home, "requirements.txt"), os.path.join(home, "constraints.txt")
-        _write_lines(wanted, [str(r) for r in requirements])
-        _write_lines(constraints, held)
-        command = [*(uv or (_uv_binary(),)), "pip", "compile", wanted, "--constraints", constraints,
+        wanted = os.path.join(home, "requirements.txt")
+        _write_lines(wanted, [str(r) for r in requirements] + held)
+        command = [*(uv or (_uv_binary(),)), "pip", "compile", wanted,
                    "--index-url", indexes[0], *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
                    "--no-build", "--python-version", GUEST_PYTHON_VERSION,
                    "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
