@@ -151,8 +151,16 @@ class Runner:
         """The installer of this Runner's sessions (made on first use: it imports the resolver's parts)."""
         if self._packages is None:
             from wasm_runner.packages.installer import PackageInstaller
+            from wasm_runner.packages.resolution import RunAs
 
-            self._packages = PackageInstaller(self.package_settings, self.data_dir)
+            run_as: RunAs | None = None
+            try:  # the resolver (uv) never runs as root: a root service drops it to the sandbox user
+                from wasm_runner.providers.native.resolver_user import as_resolver_user
+
+                run_as = as_resolver_user
+            except ImportError:  # no native provider module here (as default_providers)
+                pass
+            self._packages = PackageInstaller(self.package_settings, self.data_dir, run_as=run_as)
         return self._packages
 
     @property

@@ -1,12 +1,16 @@
 """A PEP 503 package index on loopback, serving wheels (and source distributions) the test builds; it
-counts its requests."""
+counts its requests. `extra_links` adds links of the test's choosing to a project's page (a file on
+another host or port), `redirects` answers a file's path with a 302 to another URL; `Recorder`
+is a loopback listener that records every connection made to it (what must never be reached)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import io
+import socket
 import tarfile
 import threading
 import zipfile
@@ -80,7 +84,8 @@ def _normalise(name: str) -> str:
 
 
 @contextmanager
-def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex]:
+def serve_index(wheel_dir: Path, host: str = "127.0.0.1", *, extra_links: dict[str, list[str]] | None = None,
+                redirects: dict[str, str] | None = None) -> Iterator[LocalIndex]:
     wheels: dict[str, list[Path]] = {}
     for wheel in sorted(wheel_dir.glob("*.whl")) + sorted(wheel_dir.glob("*.tar.gz")):
         wheels.setdefault(_normalise(wheel.name.split("-")[0]), []).append(wheel)
@@ -100,13 +105,21 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
             parts = [p for p in self.path.split("?")[0].split("/") if p]
             if parts[:1] == ["simple"] and len(parts) == 2:
                 found = wheels.get(_normalise(parts[1]))
-                if not found:
+                extra = (extra_links or {}).get(_normalise(parts[1]), [])
+                if not found and not extra:
                     return self._send(404, b"not found", "text/plain")
                 links = "".join(
                     f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>\n'
-                    for w in found)
+                    for w in found or ())
+                links += "".join(f'<a href="{href}">{href.rsplit("/", 1)[-1].split("#")[0]}</a>\n' for href in extra)
                 return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
             if parts[:1] == ["files"] and len(parts) == 2:
+                if parts[1] in (redirects or {}):
+                    self.send_response(302)
+                    self.send_header("Location", (redirects or {})[parts[1]])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
                 path = wheel_dir / parts[1]
                 if path.is_file() and path.parent == wheel_dir:
                     return self._send(200, path.read_bytes(), "application/octet-stream")
@@ -136,6 +149,41 @@ def serve_index(wheel_dir: Path, host: str = "127.0.0.1") -> Iterator[LocalIndex
 class _QuietServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that gave up on a held request (a test's time limit) is expected: nothing to print."""
+
+
+class Recorder:
+    """A loopback TCP listener that records each connection made to it (and answers nothing)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.connections: list[tuple[str, int]] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.connections.append(peer[:2])
+            conn.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() waiting in the thread
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(5)
+
+
+@contextmanager
+def recorder() -> Iterator[Recorder]:
+    listening = Recorder()
+    try:
+        yield listening
+    finally:
+        listening.close()
 
 
 def demo_wheels(directory: Path) -> Path:

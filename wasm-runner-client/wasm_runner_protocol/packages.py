@@ -15,23 +15,30 @@ PACKAGES_GUEST_PATH = "/packages"
 """Where a WebAssembly guest sees its session's Python packages (read-only, on sys.path)."""
 
 Source = Literal["cache", "download"]
-Requirement = Annotated[str, Meta(min_length=1, max_length=512)]
-Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
-Url = Annotated[str, Meta(min_length=1, max_length=4096)]
+# Patterns use \A...\Z: `$` would accept a trailing newline. A host tool reads these fields (uv, the
+# cache's file names), so no control character, option or path gets past the wire.
+Requirement = Annotated[str, Meta(min_length=1, max_length=512, pattern=r"\A[^\x00-\x1f\x7f\\\-./~][^\x00-\x1f\x7f\\]*\Z")]
+"""A PEP 508 requirement by name: no control character, and not an option (`-e`, `-r`) or a path."""
+Sha256 = Annotated[str, Meta(pattern=r"\A[0-9a-f]{64}\Z")]
+Url = Annotated[str, Meta(min_length=1, max_length=4096, pattern=r"\Ahttps?://[^\s\\]+\Z")]
+PackageName = Annotated[str, Meta(min_length=1, max_length=200,
+                                  pattern=r"\A([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])\Z")]
+PackageVersion = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"\A[A-Za-z0-9.!+_-]+\Z")]
+FileName = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"\A[A-Za-z0-9._+!-]+\Z")]
 MAX_REQUIREMENTS = 64
 
 PackageErrorKind = Literal["not_found", "no_compatible_wheel", "native_code", "sdist_only", "denied_by_policy",
                            "index_not_allowed", "quota", "too_large", "timeout", "too_many_packages",
                            "hash_mismatch", "unsafe_wheel", "resolver_failed", "download_failed",
-                           "unsupported_ecosystem"]
+                           "unsupported_ecosystem", "invalid_request"]
 
 
 class LockedPackage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One distribution as installed: enough to fetch exactly it again."""
 
-    name: Annotated[str, Meta(min_length=1, max_length=256)]
-    version: Annotated[str, Meta(min_length=1, max_length=256)]
-    filename: Annotated[str, Meta(min_length=1, max_length=512)]
+    name: PackageName
+    version: PackageVersion
+    filename: FileName
     sha256: Sha256
     size: Annotated[int, Meta(ge=0)]
     url: Url

@@ -23,7 +23,10 @@ One asyncio loop on a daemon thread serves every run of a process; h11 parses HT
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +49,7 @@ SOCKET_NAME = "proxy.sock"
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                         b"proxy-authenticate", b"te", b"trailer", b"transfer-encoding", b"upgrade"})
 PROXY_NAME = "wasm-runner-egress"
+PROXY_USER = "run"
 MAX_HELD_EVENTS = 10_000
 """Decisions a run holds until they are taken; past it the oldest are dropped (and counted), so an
 owner that runs for days and is never asked keeps bounded memory."""
@@ -60,7 +64,8 @@ class _Stop(Exception):
 class ProxyRun:
     """One run's socket on the proxy, and the decisions made for it."""
 
-    path: Path
+    path: Path | None
+    """The run's Unix socket (None: it listens on loopback TCP, `address`)."""
     rules: EgressRules
     broker: CredentialBroker
     deadline: float
@@ -81,6 +86,12 @@ class ProxyRun:
     dropped: int = 0
     """Decisions dropped, oldest first, because MAX_HELD_EVENTS were held and none taken."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    address: tuple[str, int] | None = None
+    """Where a loopback TCP run listens (`EgressProxy.open_loopback`)."""
+    url: str | None = None
+    """A loopback run's proxy URL, with its credentials (for the tool's HTTP(S)_PROXY)."""
+    authorization: bytes | None = None
+    """The Proxy-Authorization every request must carry (a loopback run: other local processes can connect)."""
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -156,6 +167,20 @@ class EgressProxy:
         asyncio.run_coroutine_threadsafe(self._listen(run, owner), loop).result(timeout=10)
         return run
 
+    def open_loopback(self, rules: EgressRules, deadline: float, max_bytes: int | None = None) -> ProxyRun:
+        """Listen on 127.0.0.1 (a free port) for one host-side tool (the package resolver), which reaches
+        it as `http://<user>:<token>@127.0.0.1:<port>` (`ProxyRun.url`): a request without the run's
+        random credentials is answered 407, so another local process cannot borrow the run's policy."""
+        token = secrets.token_urlsafe(24)
+        run = ProxyRun(None, rules, CredentialBroker(()), deadline,
+                       self.settings.max_bytes if max_bytes is None else max_bytes,
+                       authorization=b"Basic " + base64.b64encode(f"{PROXY_USER}:{token}".encode()))
+        loop = self._running_loop()
+        asyncio.run_coroutine_threadsafe(self._listen_loopback(run), loop).result(timeout=10)
+        assert run.address is not None
+        run.url = f"http://{PROXY_USER}:{token}@{run.address[0]}:{run.address[1]}"
+        return run
+
     def close(self, run: ProxyRun) -> list[NetworkEvent]:
         """Stop serving `run` (its open connections are cut) and give its decisions."""
         if not run.closed and self._loop is not None and not self._loop.is_closed():
@@ -164,10 +189,11 @@ class EgressProxy:
             except (TimeoutError, RuntimeError):
                 pass
         run.closed = True
-        try:
-            run.path.unlink()
-        except OSError:
-            pass
+        if run.path is not None:
+            try:
+                run.path.unlink()
+            except OSError:
+                pass
         return run.network()
 
     async def _listen(self, run: ProxyRun, owner: tuple[int, int] | None) -> None:
@@ -180,10 +206,25 @@ class EgressProxy:
             finally:
                 run.tasks.discard(task)
 
+        assert run.path is not None
         run.server = await asyncio.start_unix_server(serve, path=str(run.path), limit=MAX_HEAD_BYTES)
         if owner is not None:
             os.chown(run.path, *owner)
         os.chmod(run.path, 0o600)
+
+    async def _listen_loopback(self, run: ProxyRun) -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            run.tasks.add(task)
+            try:
+                await Exchange(self.settings, run, reader, writer).serve()
+            finally:
+                run.tasks.discard(task)
+
+        run.server = await asyncio.start_server(serve, host="127.0.0.1", port=0, limit=MAX_HEAD_BYTES)
+        host, port = run.server.sockets[0].getsockname()[:2]
+        run.address = (host, port)
 
     async def _close(self, run: ProxyRun) -> None:
         run.closed = True
@@ -248,6 +289,10 @@ class Exchange:
                 event = await self._next(self.conn, self.reader)
                 if not isinstance(event, h11.Request):
                     break
+                if self.run.authorization is not None and not self._authorized(event):
+                    await self._answer(407, f"{PROXY_NAME}: this proxy serves one run: give its credentials\n",
+                                       proxy_status("http_request_denied", "no or wrong Proxy-Authorization"))
+                    break
                 if event.method == b"CONNECT":
                     await self.tunnel(event)
                     break
@@ -264,6 +309,11 @@ class Exchange:
             pass
         finally:
             self.writer.close()
+
+    def _authorized(self, request: h11.Request) -> bool:
+        given = [value for name, value in request.headers if name == b"proxy-authorization"]
+        expected = self.run.authorization or b""
+        return len(given) == 1 and hmac.compare_digest(given[0], expected)
 
     # -- reading and writing -------------------------------------------------------------------
 

@@ -26,8 +26,11 @@ MAX_REDIRECTS = 5
 
 class Downloader:
     def __init__(self, rules: EgressRules, resolver: Resolver, *, deadline: float, budget_bytes: int,
-                 verify: Callable[[], ssl.SSLContext | bool] = lambda: True) -> None:
+                 verify: Callable[[], ssl.SSLContext | bool] = lambda: True, within: EgressRules | None = None) -> None:
         self.rules, self.resolver = rules, resolver
+        self.within = within
+        """Sources every request and redirect must also be among (the configured indexes and file hosts,
+        where a profile allows no other index), whatever else `rules` allows."""
         self.deadline, self.budget = deadline, budget_bytes
         self.requests = 0
         self._verify = verify
@@ -53,6 +56,10 @@ class Downloader:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise WheelRefused("index_not_allowed", f"not an http(s) URL: {url}", package=package)
         port = parts.port or (443 if parts.scheme == "https" else 80)
+        if self.within is not None and self.within.refusal(parts.scheme, parts.hostname, port) is not None:
+            raise WheelRefused("index_not_allowed", f"{parts.scheme}://{parts.hostname}:{port} is not the configured "
+                               f"index or one of its file hosts ({', '.join(self.within.policy.allow)})",
+                               "ask the operator to add the host to packages.file_hosts", package=package)
         plan = self.resolver.plan(self.rules, parts.scheme, parts.hostname, port)
         if not plan.allowed:
             raise WheelRefused("denied_by_policy", f"{parts.scheme}://{parts.hostname}:{port} is not allowed by the "

@@ -22,13 +22,17 @@ from urllib.parse import urlsplit
 from packaging.requirements import Requirement
 
 from wasm_runner.egress.policy import DEFAULT_PORTS, EgressRules, PolicyError
+from wasm_runner.egress.proxy import EgressProxy
 from wasm_runner.egress.resolver import Resolver
+from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.packages.cache import PackageCache
 from wasm_runner.packages.download import Downloader
-from wasm_runner.packages.resolution import Pin, is_exact, parse_requirements, resolve
+from wasm_runner.packages.grammar import checked_url, pinned_requirement
+from wasm_runner.packages.redaction import sanitized
+from wasm_runner.packages.resolution import Pin, RunAs, is_exact, parse_requirements, resolve
 from wasm_runner.packages.session_dir import SessionPackages, normalise_name
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION, PackageSettings
-from wasm_runner.packages.wheels import WheelRefused, check_filename
+from wasm_runner.packages.wheels import WheelRefused, check_filename, check_metadata
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageLock, PackageRequest
 
@@ -41,12 +45,22 @@ _CACHE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 class PackageInstaller:
     """The host's installer for every session of a Runner; one cache per workspace name."""
 
-    def __init__(self, settings: PackageSettings, data_dir: Path) -> None:
+    def __init__(self, settings: PackageSettings, data_dir: Path, *, run_as: RunAs | None = None) -> None:
         self.settings = settings
+        self.run_as = run_as
+        """How the resolver is started as an unprivileged user (None: as this process)."""
         self.cache_root = settings.cache_dir or data_dir / "package-cache"
         self.resolver = Resolver(settings.resolver_overrides)
         self._caches: dict[str, PackageCache] = {}
         self._trust: ssl.SSLContext | None = None
+        self._proxy: EgressProxy | None = None
+
+    @property
+    def proxy(self) -> EgressProxy:
+        """The egress proxy the resolver's connections go through (its thread starts on first use)."""
+        if self._proxy is None:
+            self._proxy = EgressProxy(EgressSettings(resolver=self.resolver))
+        return self._proxy
 
     def trust(self) -> ssl.SSLContext:
         """The TLS trust of downloads, made once."""
@@ -80,18 +94,22 @@ class PackageInstaller:
                                    "run `npm install NAME` (or `bun install NAME`) in the session with a native profile "
                                    "(`node`, `bun`, `bash`) and a network policy other than deny: the operator's "
                                    "registry is the default, and later native calls of the session find the package")
+            if request.index is not None:
+                checked_url(request.index, what="index URL")
             if request.index and not allow_custom_index:
                 raise WheelRefused("index_not_allowed", f"this profile takes packages from its configured index only, "
                                    f"not {request.index}", "leave out `index`, or use a profile that allows other indexes")
             settings = self.settings
             rules = EgressRules(policy if policy is not None else settings.default_policy(request.index))
             downloader = Downloader(rules, self.resolver, deadline=started + settings.max_install_s,
-                                    budget_bytes=settings.max_install_bytes,
-                                    verify=self.trust)
+                                    budget_bytes=settings.max_install_bytes, verify=self.trust,
+                                    within=None if allow_custom_index else EgressRules(settings.default_policy()))
             cache = self.cache(workspace)
             with cache.locked():
                 if request.lock is not None:
-                    pins = [Pin(p.name, p.version, p.filename, p.url, p.sha256, p.size) for p in request.lock.python]
+                    # every field checked before anything is fetched or stored
+                    pins = [Pin(p.name, p.version, p.filename, p.url, p.sha256, p.size).checked()
+                            for p in request.lock.python]
                     if not allow_custom_index:
                         _check_configured_sources(pins, settings)
                 else:
@@ -111,23 +129,32 @@ class PackageInstaller:
                     room = None if room is None else room - added
                 cache.evict(keep=frozenset(p.sha256 for p in pins))
         except WheelRefused as refused:
+            log.info("an install into %s was refused: %s", packages.session_root, refused.message)
             return self._result(False, installed, started, downloader, packages, index,
-                                PackageError(kind=refused.kind, message=refused.message,  # type: ignore[arg-type]
-                                             hint=refused.hint, package=refused.package))
+                                PackageError(kind=refused.kind,  # type: ignore[arg-type]
+                                             message=self._shown(refused.message, packages),
+                                             hint=None if refused.hint is None else self._shown(refused.hint, packages),
+                                             package=refused.package))
         except PolicyError as exc:
             return self._result(False, installed, started, downloader, packages, index,
-                                PackageError(kind="denied_by_policy", message=str(exc)))
+                                PackageError(kind="denied_by_policy", message=self._shown(str(exc), packages)))
         except (OSError, ValueError) as exc:  # the host's side failed (a full disk, a damaged state file)
             log.exception("an install into %s failed on the host", packages.session_root)
+            shown = self._shown(str(exc), packages)
             return self._result(False, installed, started, downloader, packages, index,
                                 PackageError(kind="resolver_failed",
-                                             message=f"the host could not complete the install: {exc}",
+                                             message=f"the host could not complete the install: {shown}",
                                              hint="the session keeps what is listed as installed; retry, and if "
                                                   "it fails again the operator's log says why"))
         finally:
             if downloader is not None:
                 downloader.close()
         return self._result(True, installed, started, downloader, packages, index, None)
+
+    def _shown(self, text: str, packages: SessionPackages) -> str:
+        """`text` for the caller: the cache and session named by label, any other host path hidden."""
+        return sanitized(text, labels={str(self.cache_root): "<package cache>",
+                                       str(packages.session_root): "<session>"})
 
     def _result(self, ok: bool, installed: list[InstalledPackage], started: float, downloader: Downloader | None,
                 packages: SessionPackages, index: str, error: PackageError | None) -> InstallResult:
@@ -146,10 +173,13 @@ class PackageInstaller:
         requirements = parse_requirements(request.python)
         if not requirements:
             return []
-        held = [f"{p['name']}=={p['version']}" for p in packages.installed()
-                if normalise_name(p["name"]) not in {normalise_name(r.name) for r in requirements}]
+        asked = {normalise_name(r.name) for r in requirements}
+        # the session's state file is checked again here: one written before its fields were checked
+        # on the way in is refused, never passed on
+        held = [pinned_requirement(pin.name, pin.version) for pin in map(Pin.from_dict, packages.installed())
+                if normalise_name(pin.name) not in asked]
         indexes = self.settings.indexes(request.index)
-        texts = sorted({str(r) for r in requirements}) + sorted(held)
+        texts = sorted({str(r) for r in requirements}) + sorted(held)  # the resolution's cache key
         key = hashlib.sha256(json.dumps([indexes, texts, GUEST_PYTHON_VERSION]).encode()).hexdigest()
         exact = all(is_exact(r) for r in requirements)
         if exact:
@@ -160,20 +190,47 @@ class PackageInstaller:
             downloader.check(url)
         left = self.settings.max_install_s - (time.monotonic() - started)
         downloader.requests += 1  # a resolution asks the index (several requests, counted as one)
-        pins = resolve(texts, indexes, timeout_s=max(left, 1.0), uv=self.settings.uv,
-                       ca_bundle=str(self.settings.ca_bundle) if self.settings.ca_bundle else None)
+        pins = self._resolve_through_proxy(sorted(requirements, key=str), sorted(held), indexes, request.index,
+                                           max(left, 1.0))
         for requirement in requirements:
             _check_satisfied(requirement, pins)
         if exact:
             cache.remember(key, [p.as_dict() for p in pins])
         return pins
 
+    def _resolve_through_proxy(self, requirements: list[Requirement], held: list[str], indexes: tuple[str, ...],
+                               requested_index: str | None, timeout_s: float) -> list[Pin]:
+        """uv's answer, its every connection (index pages, file links, redirects) decided by the install
+        policy: the configured indexes and file hosts (and an allowed requested index), nothing else."""
+        rules = EgressRules(self.settings.default_policy(requested_index))
+        # the egress byte cap, not the install's: uv reads index pages and whole wheels for their metadata
+        run = self.proxy.open_loopback(rules, time.monotonic() + timeout_s + 5)
+        try:
+            assert run.url is not None
+            return resolve(requirements, held, indexes, timeout_s=timeout_s, proxy=run.url, uv=self.settings.uv,
+                           ca_bundle=str(self.settings.ca_bundle) if self.settings.ca_bundle else None,
+                           run_as=self.run_as)
+        except WheelRefused:
+            refused = [event for event in run.network() if not event.allowed]
+            if refused:
+                log.warning("the resolver was refused %s", [(e.scheme, e.host, e.port, e.reason) for e in refused])
+                first = refused[0]
+                raise WheelRefused("denied_by_policy", f"the index led the resolver to {first.scheme}://{first.host}:"
+                                   f"{first.port}, which the install policy does not allow ({first.reason})",
+                                   "packages come from the operator's configured indexes and file hosts: ask the "
+                                   "operator to add the file host (packages.file_hosts)") from None
+            raise
+        finally:
+            self.proxy.close(run)
+
     def _place(self, pin: Pin, packages: SessionPackages, cache: PackageCache, downloader: Downloader,
                room: int | None) -> tuple[InstalledPackage, int]:
         """The distribution linked into the session, and the bytes it added there (its unpacked size)."""
         wheel = cache.artifact(pin.sha256)
         source = "cache"
-        if wheel is None:
+        if wheel is not None:  # stored under its hash: still, it must be the distribution pinned
+            check_metadata(wheel, pin.name, pin.version)
+        else:
             downloader.check(pin.url, pin.name)
             if pin.size is not None:
                 cache.evict(room_for=pin.size)
@@ -184,6 +241,7 @@ class PackageInstaller:
             part = cache.scratch_file()
             try:
                 downloader.fetch(pin.url, pin.sha256, part, pin.name)
+                check_metadata(part, pin.name, pin.version)  # before it has a name in the cache
                 wheel = cache.store(pin.sha256, part)
             finally:
                 with contextlib.suppress(FileNotFoundError):

@@ -1,26 +1,45 @@
 """Resolution on the host with uv (`uv pip compile`), for the guest's CPython, wheels only.
 
-uv never builds here (`--only-binary :all:`: a package that has only a source distribution is
-"not found" as a wheel and reported so), and runs with an environment of its own: no user
-configuration, no cache of its own (the workspace cache is ours), no host secrets. Its answer is
-a PEP 751 lock (pylock.toml): names, versions, wheel URLs and sha256s, which the host then
-downloads, checks and unpacks itself.
+uv never builds here (`--no-build`: uv's `--only-binary :all:` that also runs no build backend to
+read metadata; uv refuses both flags together): a package that has only a source distribution is
+"not found" as a wheel and reported so. It runs with an environment of its own: no user
+configuration, no cache of its own (the workspace cache is ours), no host secrets. Its input is a
+file the host writes from checked fields only (grammar.py): the requested requirements and the
+session's held pins, one PEP 508 requirement or `name==version` per line, so no
+tenant text can become a requirement-file option (`-e`, `-r`, `-c`, `--find-links`). It runs as an
+unprivileged user where the Runner gives `run_as` (providers/native/resolver_user.py), never root.
+Its network is the install's egress proxy (`proxy`): every connection uv makes, to an index, a file
+link or a redirect, is decided by the install policy. Its answer is a PEP 751 lock (pylock.toml):
+names, versions, wheel URLs and sha256s, which the host checks field by field, then downloads,
+checks and unpacks itself.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 
+from wasm_runner.packages.grammar import checked_name, checked_pin_fields, checked_requirement, checked_url, invalid
+from wasm_runner.packages.redaction import sanitized
 from wasm_runner.packages.settings import GUEST_PYTHON_VERSION
 from wasm_runner.packages.wheels import SDIST_HINT, WheelRefused
+
+log = logging.getLogger("wasm_runner")
+
+RunAs = Callable[[list[str], Path, frozenset[str]], list[str]]
+"""(command, the resolution's directory, the executables in it to make reachable) -> the command to run:
+how the resolver is started as another user (the Runner's: providers/native/resolver_user.py)."""
 
 RESOLVER_PLATFORM = "x86_64-unknown-linux-gnu"
 """A platform whose wheels include native ones, so that a package that needs native code is found
@@ -42,22 +61,24 @@ class Pin:
 
     @classmethod
     def from_dict(cls, data: dict) -> Pin:
-        return cls(data["name"], data["version"], data["filename"], data["url"], data["sha256"], data.get("size"))
+        """A pin from stored data (a state file, a remembered resolution), its fields checked: data written
+        before they were checked on the way in is refused here, where it would be used."""
+        try:
+            fields = (data["name"], data["version"], data["filename"], data["url"], data["sha256"], data.get("size"))
+        except (KeyError, TypeError):
+            raise invalid("a stored package entry lacks a field") from None
+        checked_pin_fields(*fields)
+        return cls(*fields)
+
+    def checked(self) -> Pin:
+        """This pin if every field fits its grammar (a lock's entry given by a caller); else WheelRefused."""
+        checked_pin_fields(self.name, self.version, self.filename, self.url, self.sha256, self.size)
+        return self
 
 
 def parse_requirements(texts: tuple[str, ...] | list[str]) -> list[Requirement]:
-    """PEP 508 requirements by name only: a URL or path requirement would bypass the index."""
-    parsed = []
-    for text in texts:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement as exc:
-            raise WheelRefused("not_found", f"not a requirement: {text!r} ({exc})",
-                               'e.g. "requests==2.32.3" or "pyyaml>=6"') from None
-        if requirement.url:
-            raise WheelRefused("index_not_allowed", f"{text!r} names a URL: packages come from the configured index")
-        parsed.append(requirement)
-    return parsed
+    """PEP 508 requirements by name only: an option, a path or a URL would bypass the index."""
+    return [checked_requirement(text) for text in texts]
 
 
 def is_exact(requirement: Requirement) -> bool:
@@ -68,25 +89,39 @@ def is_exact(requirement: Requirement) -> bool:
             and requirement.marker is None)
 
 
-def resolve(requirements: list[str], indexes: tuple[str, ...], *, timeout_s: float,
-            uv: tuple[str, ...] | None = None, ca_bundle: str | None = None) -> list[Pin]:
-    """Pins for `requirements` from `indexes` (the first is the main index), or WheelRefused."""
-    command = [*(uv or (sys.executable, "-m", "uv")), "pip", "compile", "-", "--index-url", indexes[0],
-               *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
-               "--only-binary", ":all:", "--python-version", GUEST_PYTHON_VERSION,
-               "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
-               "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable, "--system-certs"]
+def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str, ...], *, timeout_s: float,
+            proxy: str, uv: tuple[str, ...] | None = None, ca_bundle: str | None = None,
+            run_as: RunAs | None = None) -> list[Pin]:
+    """Pins for `requirements` (checked, by name) together with the `held` distributions (`name==version`
+    made by `grammar.pinned_requirement`: what the session keeps must stay consistent with what it adds)
+    from `indexes` (the first is the main index), every connection through the HTTP proxy at `proxy`;
+    or WheelRefused."""
+    for url in indexes:
+        checked_url(url, what="index URL")
     with tempfile.TemporaryDirectory(prefix="wasm-runner-uv-") as home:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "UV_PYTHON_DOWNLOADS": "never",
-               "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s)))}
-        if ca_bundle:
-            env["SSL_CERT_FILE"] = ca_bundle
-        for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy",
-                     "SSL_CERT_FILE", "SSL_CERT_DIR"):
-            if name in os.environ and not (name == "SSL_CERT_FILE" and ca_bundle):  # the operator's route and trust
+        wanted = os.path.join(home, "requirements.txt")
+        _write_lines(wanted, [str(r) for r in requirements] + held)
+        command = [*(uv or (_uv_binary(),)), "pip", "compile", wanted,
+                   "--index-url", indexes[0], *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
+                   "--no-build", "--python-version", GUEST_PYTHON_VERSION,
+                   "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
+                   "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable,
+                   "--system-certs"]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home,
+               "UV_PYTHON_DOWNLOADS": "never",
+               "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s))),
+               # every connection through the install's proxy, loopback ones included: no NO_PROXY
+               "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "ALL_PROXY": proxy,
+               "http_proxy": proxy, "https_proxy": proxy, "all_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
+        if ca_bundle:  # a copy: the resolver's user may not reach the operator's file
+            env["SSL_CERT_FILE"] = shutil.copyfile(ca_bundle, os.path.join(home, "ca-bundle.pem"))
+        for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+            if name in os.environ and name not in env:  # the operator's trust
                 env[name] = os.environ[name]
+        if run_as is not None:
+            command = run_as(command, Path(home), frozenset({command[0], sys.executable}))
         try:
-            proc = subprocess.run(command, input="\n".join(requirements) + "\n", capture_output=True, text=True,
+            proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   env=env, timeout=timeout_s, cwd=home)
         except subprocess.TimeoutExpired:
             raise WheelRefused("timeout", f"resolving took longer than {timeout_s:g} s") from None
@@ -94,15 +129,37 @@ def resolve(requirements: list[str], indexes: tuple[str, ...], *, timeout_s: flo
             raise WheelRefused("resolver_failed", "the resolver (uv) is not installed",
                                "pip install uv (see pyproject.toml)") from None
     if proc.returncode != 0:
-        raise _failure(proc.stderr, requirements)
+        log.warning("uv pip compile failed (exit %s): %s", proc.returncode, proc.stderr[-4000:])
+        raise _failure(sanitized(proc.stderr, home), [str(r) for r in requirements])
     return _pins(proc.stdout)
 
 
+def _uv_binary() -> str:
+    """uv's own executable (the `uv` package's): run directly, not through `python -m uv`, so that the
+    resolver's user needs no view of this interpreter's site-packages."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return shutil.which("uv") or "uv"
+    return find_uv_bin()
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    for line in lines:  # made from checked fields; checked again as the file's own grammar
+        if not line or line.startswith("-") or any(c in line for c in "\r\n\x00\\"):
+            raise invalid(f"not a requirement line: {line[:120]!r}")
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("".join(f"{line}\n" for line in lines))
+
+
 def _pins(pylock: str) -> list[Pin]:
-    data = tomllib.loads(pylock)
+    try:
+        data = tomllib.loads(pylock)
+    except tomllib.TOMLDecodeError:
+        raise WheelRefused("resolver_failed", "the resolver gave an answer that is not a pylock.toml") from None
     pins = []
     for package in data.get("packages", []):
-        name, version = package["name"], package.get("version", "?")
+        name, version = checked_name(package.get("name")), package.get("version", "?")
         wheels = package.get("wheels") or []
         if not wheels:  # only an sdist (uv would have needed a build)
             sdist = package.get("sdist") or {}
@@ -115,7 +172,7 @@ def _pins(pylock: str) -> list[Pin]:
         if not sha:
             raise WheelRefused("hash_mismatch", f"the index gave no sha256 for {filename}",
                                "use an index that publishes hashes (PEP 503 #sha256= fragments)")
-        pins.append(Pin(name, version, filename, wheel["url"], sha, wheel.get("size")))
+        pins.append(Pin(name, version, filename, wheel["url"], sha, wheel.get("size")).checked())
     return pins
 
 

@@ -8,6 +8,7 @@ than the settings allow.
 
 from __future__ import annotations
 
+import email.parser
 import hashlib
 import os
 import stat
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from packaging.tags import Tag
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 NATIVE_HINT = ("the WebAssembly Python runtime loads pure-Python wheels only: run code that needs it with the "
                "native provider (profile `python-data`, or a native profile with `pip install` in the session)")
@@ -53,6 +55,38 @@ def check_filename(filename: str, package: str) -> None:
     if not pure_python(tags):
         tag = sorted(str(t) for t in tags)[0]
         raise WheelRefused("native_code", f"{package} ships native code ({filename}, tag {tag})", NATIVE_HINT, package)
+
+
+MAX_METADATA_BYTES = 4 * 1024**2
+
+
+def check_metadata(wheel: Path, name: str, version: str) -> None:
+    """The wheel's own `*.dist-info/METADATA` names `name` and `version` (what was pinned), or
+    WheelRefused: an index or a lock cannot pass one distribution off as another."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            found = [info for info in zf.infolist() if len(PurePosixPath(info.filename).parts) == 2
+                     and info.filename.endswith(".dist-info/METADATA")]
+            if len(found) != 1:
+                raise WheelRefused("unsafe_wheel", f"the wheel for {name} {version} has {len(found)} "
+                                   "*.dist-info/METADATA files, not one", package=name)
+            if found[0].file_size > MAX_METADATA_BYTES:
+                raise WheelRefused("unsafe_wheel", f"the wheel for {name} {version} has an oversized METADATA",
+                                   package=name)
+            text = zf.read(found[0]).decode("utf-8", "replace")
+    except (zipfile.BadZipFile, OSError, ValueError):
+        raise WheelRefused("unsafe_wheel", f"the file for {name} {version} is not a readable wheel",
+                           package=name) from None
+    headers = email.parser.HeaderParser().parsestr(text)
+    own_name, own_version = headers.get("Name") or "", headers.get("Version") or ""
+    try:
+        same = canonicalize_name(own_name) == canonicalize_name(name) and Version(own_version) == Version(version)
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise WheelRefused("unsafe_wheel", f"the wheel pinned as {name} {version} says it is {own_name[:100]!r} "
+                           f"{own_version[:100]!r} (its METADATA)", "install the package by name, or replay a "
+                           "lock as a session gave it", name)
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,30 @@ async def test_an_index_the_policy_denies_is_refused_from_inside_the_guest(serve
     assert denied["error"]["type"] == "RuntimeError" and "not allowed" in denied["error"]["message"], denied
     assert index.requests == []  # the host refused before any request left
     assert (await run(client, sid, "1 + 1"))["value"] == "2"
+
+
+async def test_a_lock_or_requirement_smuggling_a_requirement_file_option_is_a_422(serve, index, packages, tmp_path):
+    client = await serve(packages=packages)
+    sid = await new_session(client)
+    _, good = await call(client, "POST", f"/v1/sessions/{sid}/packages", json={"python": ["tinydep==2.0"]})
+    entry = dict(good["lock"]["python"][0])
+    secret = tmp_path / "presign.secret"
+    secret.write_text("the-signing-secret\n")
+    hostile = [{**entry, "version": f"2.0\n-r {secret}"}, {**entry, "name": f"tinydep==2.0\n-e {tmp_path}\nx"},
+               {**entry, "url": f"file://{secret}"}, {**entry, "filename": "../tinydep-2.0-py3-none-any.whl"}]
+    for bad in hostile:
+        for path, body in ((f"/v1/sessions/{sid}/packages", {"lock": {"python": [bad]}}),
+                           ("/v1/sessions", {"packages": {"lock": {"python": [bad]}}})):
+            status, data = await call(client, "POST", path, json=body)
+            assert status == 422, (bad, data)
+            assert_error_shape(data, "validation_error")
+            assert "the-signing-secret" not in str(data)
+    for text in (f"-r {secret}", f"-e {tmp_path}", f"tinydep\n-e {tmp_path}", "--index-url=http://127.0.0.1:1/"):
+        status, data = await call(client, "POST", f"/v1/sessions/{sid}/packages", json={"python": [text]})
+        assert status == 422, (text, data)
+    status, data = await call(client, "POST", f"/v1/sessions/{sid}/packages",
+                              json={"python": ["tinydep"], "index": "http://127.0.0.1:1/simple/\n-e /x"})
+    assert status == 422
+    _, lock = await call(client, "GET", f"/v1/sessions/{sid}/packages")
+    assert [(p["name"], p["version"]) for p in lock["python"]] == [("tinydep", "2.0")]
+
