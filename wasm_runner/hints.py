@@ -13,8 +13,9 @@ _NETWORK = re.compile(r"socket|getaddrinfo|urllib|http\.client|ConnectionRefused
 _ENV_LOOKUP = re.compile(r"environ\s*\[|getenv|environ\.get|process\.env|std\.getenv")
 _OUTSIDE_PATH = re.compile(rf"""['"](/(?!{re.escape(GUEST_WORKSPACE[1:])}\b|{re.escape(GUEST_TMP[1:])}\b)[^'"]*)['"]""")
 
-NETWORK_HINT = ("network access is denied in this sandbox: no sockets, connections or name lookups; "
-                f"bring data in as files in {GUEST_WORKSPACE}")
+NETWORK_HINT = ("network access is denied in this sandbox (network policy deny): bring data in as files in "
+                f"{GUEST_WORKSPACE}, or turn the network on for the session with PATCH /v1/sessions/{{id}} "
+                '{"egress": "open"} (public destinations), within what its profile allows')
 ENV_HINT = ("the sandbox sees only a few standard variables plus those passed in the request's `env` "
             "(or named by its profile); pass the variable explicitly")
 OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} are writable; other paths do not exist here"
@@ -87,9 +88,11 @@ NATIVE_OFFLINE_ERRORS = (
     re.compile(r"getaddrinfo (?:EAI_AGAIN|ENOTFOUND)"),  # npm, Node.js
     re.compile(r"dns error: failed to lookup address"),  # uv
     re.compile(r"Network is unreachable|ENETUNREACH"),
+    re.compile(r"Could not find a suitable TLS CA certificate bundle"),  # pip: no bundle without a network
 )
-NATIVE_DENY_HINT = ("this run's network policy is deny: the sandbox has no route out; use a profile whose "
-                    "network policy allows the destination (network.mode allowlist with network.allow entries)")
+TURN_ON = ('turn it on for the session with PATCH /v1/sessions/{id} {"egress": "open"} (public destinations) '
+           'or {"egress": {"mode": "allowlist", "allow": [...]}}, within what its profile allows')
+NATIVE_DENY_HINT = f"this run's network policy is deny: the sandbox has no route out; {TURN_ON}"
 
 
 def allow_hint(event: NetworkEvent) -> str:

@@ -252,6 +252,10 @@ def test_under_deny_there_is_no_proxy_and_the_tool_error_gets_the_deny_hint(worl
     assert "Could not resolve host" in result.stderr
     assert result.network == []
     assert result.error is not None and result.error.type == "NetworkDenied" and result.error.hint == NATIVE_DENY_HINT
+    assert '"egress": "open"' in NATIVE_DENY_HINT  # the hint says how to turn the network on
+    pip = run(runner, "python3 -m pip download --no-deps --disable-pip-version-check -d /tmp/dl six",
+              policy=EgressPolicy())
+    assert pip.error is not None and pip.error.type == "NetworkDenied", pip.stderr[-500:]
 
 
 def test_pip_downloads_a_wheel_from_an_allowed_index(world):
