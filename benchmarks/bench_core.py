@@ -232,7 +232,7 @@ def main() -> None:
     args = parser.parse_args()
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
     report["startup"] = startup()  # first: a Runner of this process would take CPU from the processes timed
-    with Runner(concurrency=2) as runner:
+    with Runner(isolation="in-process", concurrency=2) as runner:
         runner.prepare()
         report["python_fresh"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0.02)
         report["python_fresh_back_to_back"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0)
