@@ -204,7 +204,10 @@ class KernelWorkers:
                         concurrency=self.policy.threads)
         host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)
-        worker.watch(None, lambda _: self._exited(host))
+        if not worker.watch(None, lambda _: self._exited(host)):
+            # It exited before its exit could be reported (one that cannot start exits at once):
+            # reported now, once the lock held by the caller is free, so that its calls are answered.
+            threading.Thread(target=self._exited, args=(host,), name="wasm-kernel-exit", daemon=True).start()
         self.stats.started += 1
         return host
 
