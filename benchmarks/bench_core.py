@@ -5,7 +5,9 @@
 Fresh-instance latency for Python, JavaScript and TypeScript, kernel-turn latency, the cost of
 printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
 Python runs per second with two worker threads, resident memory per idle kernel, and the
-start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`.
+start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`, and what
+the default isolation (guests on worker processes) adds to a fresh run and a kernel turn beside
+the in-process opt-in (`--isolation-only` measures just that).
 """
 
 from __future__ import annotations
@@ -203,6 +205,29 @@ def kernels_on_workers(samples: int, count: int = 400) -> dict:
         return report
 
 
+def isolation_cost(samples: int) -> dict:
+    """What the default (`Runner()`: every guest on a supervised worker process) costs beside
+    the in-process opt-in (`Runner(isolation="in-process")`), in one run: a fresh Python
+    one-shot run and a Python kernel turn, both `run_sync`, and the machine's load around them."""
+    load_before = os.getloadavg()
+    report: dict = {}
+    for isolation in ("in-process", "process"):
+        with Runner(isolation=isolation, concurrency=2) as runner:
+            runner.prepare()
+            started = time.perf_counter()
+            first = runner.run_sync("print(1+1)")
+            assert first.stdout == "2\n", first
+            first_ms = (time.perf_counter() - started) * 1000
+            report[isolation] = {"first_run_ms": round(first_ms, 1),
+                                 "python_fresh": fresh_latency(runner, "python", "print(1+1)", samples, 0.02),
+                                 "python_fresh_back_to_back": fresh_latency(runner, "python", "print(1+1)", samples, 0),
+                                 "python_kernel_turn": kernel_turn(runner, "python", "x = 0", "x += 1", samples)}
+    added = {name: round(report["process"][name]["p50_ms"] - report["in-process"][name]["p50_ms"], 3)
+             for name in ("python_fresh", "python_fresh_back_to_back", "python_kernel_turn")}
+    return {**report, "added_p50_ms": added, "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+
+
 def startup(runs: int = 11) -> dict:
     """Wall time of whole processes: the `wasm-runner` console running `print(1)` (as its
     executable does, without a launcher script in front), and plain Python doing the same.
@@ -229,10 +254,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--isolation-only", action="store_true", help="measure only the default isolation's cost")
     args = parser.parse_args()
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
+    if args.isolation_only:
+        print(json.dumps({**report, "isolation": isolation_cost(args.samples)}, indent=2))
+        return
     report["startup"] = startup()  # first: a Runner of this process would take CPU from the processes timed
-    with Runner(concurrency=2) as runner:
+    with Runner(isolation="in-process", concurrency=2) as runner:
         runner.prepare()
         report["python_fresh"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0.02)
         report["python_fresh_back_to_back"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0)
@@ -250,6 +279,7 @@ def main() -> None:
         report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")
         report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
     report["kernel_workers"] = kernels_on_workers(args.samples)
+    report["isolation"] = isolation_cost(args.samples)
     print(json.dumps(report, indent=2))
 
 

@@ -66,8 +66,8 @@ def measure(args: argparse.Namespace, root: Path, interpreter: str) -> int:
     if problem is not None:
         print(json.dumps({"error": f"no usable sandbox: {problem}"}))
         return 1
-    with Runner(root / "ahead", providers=[ahead]) as ahead_runner, \
-            Runner(root / "cold", providers=[cold]) as cold_runner:
+    with Runner(root / "ahead", isolation="in-process", providers=[ahead]) as ahead_runner, \
+            Runner(root / "cold", isolation="in-process", providers=[cold]) as cold_runner:
         ahead.prepare()
         pool = ahead.kernel_pool()
 

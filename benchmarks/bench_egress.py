@@ -90,7 +90,7 @@ def main() -> None:
             providers.append(NativeProvider(egress=settings))
     except ImportError as exc:
         problem = str(exc)
-    with Runner(root / "data", providers=providers) as runner:
+    with Runner(root / "data", isolation="in-process", providers=providers) as runner:
         session = runner.session()
         result = session.run_sync(ExecRequest(code=code, egress=policy, limits=Limits(timeout_s=120)))
         if not result.ok:

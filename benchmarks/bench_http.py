@@ -219,7 +219,7 @@ async def core_baseline(requests: int) -> dict:
 
     request = ExecRequest(code=CODE["code"])
     figures = {}
-    with tempfile.TemporaryDirectory(prefix="bench-core-") as data_dir, Runner(data_dir) as runner:
+    with tempfile.TemporaryDirectory(prefix="bench-core-") as data_dir, Runner(data_dir, isolation="in-process") as runner:
         session = runner.session("bench")
         for name, run in (("oneshot", lambda: runner.run(request)), ("session_turn", lambda: session.run(request))):
             for _ in range(50):

@@ -94,7 +94,7 @@ def measure(args: argparse.Namespace, root: Path) -> int:
     paired = [n - p for n, p in zip(samples["native_provider"], samples["plain_subprocess"], strict=True)]
     figures = {name: percentiles(values) for name, values in samples.items()}
 
-    with Runner(root / "runner", providers=[provider]) as runner:
+    with Runner(root / "runner", isolation="in-process", providers=[provider]) as runner:
         session = runner.session()
         session.run_sync("true", language="bash")
         turns = []

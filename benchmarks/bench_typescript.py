@@ -92,7 +92,7 @@ def main() -> None:
     big = program_200_lines()
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
                     "program_lines": big.count("\n")}
-    with Runner(concurrency=2, providers=default_providers()) as runner:
+    with Runner(concurrency=2, isolation="in-process", providers=default_providers()) as runner:
         runner.prepare()
         for gap in (0.02, 0):
             suffix = "" if gap else "_back_to_back"

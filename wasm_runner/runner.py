@@ -15,14 +15,15 @@ import threading
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from wasm_runner.capture import OutputListener
-from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError
+from wasm_runner.errors import InvalidRequestError, InvalidSessionIdError, NoProviderError, RunnerClosedError
 from wasm_runner.execution.containment import WorkerPolicy
 from wasm_runner.execution.executor import Executor
+from wasm_runner.execution.results import no_worker_result
 from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratch_dir
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
@@ -46,7 +47,14 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
     from wasm_runner.packages.installer import PackageInstaller
 
-__all__ = ["Runner", "default_providers"]
+__all__ = ["Isolation", "Runner", "default_providers"]
+
+Isolation = Literal["process", "in-process"]
+"""Where a Runner's guests run: on worker processes it supervises, or on threads of this process."""
+
+MAX_DEFAULT_KERNEL_WORKERS = 4
+"""Kernel worker processes a Runner starts by default (plus a spare), at most: each is a
+Python process; more spread sessions thinner (a stuck guest restarts fewer neighbours)."""
 
 
 def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | None = None) -> list[Provider]:
@@ -72,40 +80,65 @@ class Runner:
         self,
         data_dir: str | os.PathLike | None = None,
         *,
+        isolation: Isolation = "process",
         concurrency: int | None = None,
         limits: Limits = Limits(),
         mounts: tuple[Mount, ...] = (),
         providers: list[Provider] | None = None,
-        one_shot_workers: int = 0,
+        one_shot_workers: int | None = None,
         ready_scratch: int = READY_SCRATCH,
         packages: PackageSettings | None = None,
-        kernel_workers: int = 0,
+        kernel_workers: int | None = None,
         worker_policy: WorkerPolicy | None = None,
         process_lanes: bool = False,
         egress: EgressSettings | None = None,
     ) -> None:
-        """`one_shot_workers` > 0 runs one-shot runs (`run`, without a listener) in that many
-        worker processes: a service whose event loop shares the interpreter with its guests'
-        host-side work otherwise waits for them under load. `ready_scratch` scratch workspaces
-        are kept idle, with sandboxes made ahead, for the next one-shot runs. `packages` says
-        where sessions' installs come from and what bounds them (`PackageSettings`).
+        """`isolation` says where guests run.
 
-        `kernel_workers` > 0 hosts sessions' kernels (and their native runs, and one-shot runs
-        with a listener) in that many worker processes plus a spare, contained and retired by
-        `worker_policy` (`execution.kernel_workers`): a guest stuck in a host call, or one that
-        crashes its process, costs its worker, never a thread or the memory of this process.
-        0 (the default) runs them on this process's threads: a plain library use has no
-        process to protect and saves a worker's start-up.
+        - `"process"` (the default, for untrusted code): every guest runs on a worker process
+          this Runner supervises: one-shot runs on `one_shot_workers` processes (default: one
+          per `concurrency`), sessions' kernels (with their native runs, and one-shot runs that
+          stream or run natively) on `kernel_workers` processes plus a spare (default:
+          `concurrency`, at most 4), batches on lanes of their own. Workers start on first
+          need (a Runner that runs nothing starts none) and end with `close()`, or with this
+          process. A guest stuck in a host call, or one that crashes its process, costs its
+          worker (killed, replaced), never a thread of this process: the program can always
+          exit. A worker costs a start-up (about a second, on first need) and a pipe round trip
+          per call (see docs/guides/embedding.md). Where no worker can start, runs get a
+          `HostError` result saying so: nothing falls back to this process.
+        - `"in-process"` (for trusted code only): guests run on this process's threads, except
+          where `one_shot_workers`/`kernel_workers` > 0 are given (those run there once their
+          workers are up, and here meanwhile). Cheaper, but a guest stuck in a host call is
+          answered for and leaves its thread blocked for good, which keeps this process from
+          exiting; a crash in the engine takes the process down. Providers of the caller's own
+          (`providers`) cannot be rebuilt in a worker process: they need this mode.
+
+        `ready_scratch` scratch workspaces are kept idle, with sandboxes made ahead, for the
+        next one-shot runs. `packages` says where sessions' installs come from and what bounds
+        them (`PackageSettings`). `worker_policy` contains and retires kernel workers
+        (`execution.kernel_workers`).
 
         `egress` is the operator's egress settings (resolver overrides, extra CA, byte cap,
         connect timeout) for the default providers and the worker processes; providers of the
         caller's own carry their own.
 
         `process_lanes` runs batch lanes in worker processes even when there is one lane (by
-        default a single lane runs on a thread of this process)."""
+        default an in-process Runner runs a single lane on a thread of this process)."""
         for provider in providers or ():
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
+        if isolation not in ("process", "in-process"):
+            raise ValueError(f"isolation is 'process' or 'in-process', not {isolation!r}")
+        if isolation == "process":
+            if providers is not None:
+                raise ValueError("providers of your own cannot be rebuilt in a worker process, so their guests "
+                                 "would run in this process: pass isolation='in-process' to accept that")
+            for name, count in (("one_shot_workers", one_shot_workers), ("kernel_workers", kernel_workers)):
+                if count is not None and count < 1:
+                    raise ValueError(f"{name}={count}: isolation='process' runs every guest on worker processes; "
+                                     "pass isolation='in-process' to run guests on this process's threads")
+        self.isolation: Isolation = isolation
+        """Where guests run (see the constructor); never changes."""
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
         # Every tenant's files are under it: the service's alone (sandboxes reach their own
@@ -130,14 +163,18 @@ class Runner:
         """Providers of the caller's own cannot be rebuilt in a worker process."""
         self.process_lanes = process_lanes
         self._worker_pool: WorkerPool | None = None
+        if isolation == "process":  # started on first need, not here
+            one_shot_workers = one_shot_workers or self.concurrency
+            kernel_workers = kernel_workers or min(self.concurrency, MAX_DEFAULT_KERNEL_WORKERS)
+            self.process_lanes = True
         self.kernel_workers: KernelWorkers | None = None
-        if kernel_workers > 0 and self._rebuildable:
+        if kernel_workers and self._rebuildable:
             from wasm_runner.execution.kernel_workers import KernelWorkers
 
             self.kernel_workers = KernelWorkers(self.scratch_dir, self.mounts, kernel_workers,
                                                 worker_policy or WorkerPolicy(), egress, self.package_settings)
         self.one_shot_workers: OneShotWorkers | None = None
-        if one_shot_workers > 0 and self.worker_pool is not None:
+        if one_shot_workers and self.worker_pool is not None:
             from wasm_runner.execution.workers import OneShotWorkers
 
             self.one_shot_workers = OneShotWorkers(self.worker_pool, one_shot_workers)
@@ -145,6 +182,7 @@ class Runner:
         self._sessions_lock = threading.Lock()
         self._packages: PackageInstaller | None = None
         self._clusters: dict[tuple[str, int | None, str | None], NodeActors] = {}
+        self._closed = False
 
     @property
     def packages(self) -> PackageInstaller:
@@ -241,35 +279,70 @@ class Runner:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
         request = self.request(code, **fields)
         if self.one_shot_workers is not None and listener is None and self._runs_in("wasm", request):
-            result = await self.one_shot_workers.run(request)
+            result = await self.one_shot_workers.run(request, wait=self._waits_for_one_shot_workers())
             if result is not None:
                 return result
-        if self.kernel_workers is not None and self.kernel_workers.available:  # none in this process
+        if self.kernel_workers is not None and self.kernel_workers.available:
             return await self._run_on_kernel_worker(request, listener)
+        if self.isolation == "process":
+            return self._refused(request)
         job = Job(request, self._take_scratch(request), None, listener, scratch=True)
         try:
             return await self.executor.run_async(job, self.provider_for(request))
         finally:
             self._recycle(job)
 
-    async def _run_on_kernel_worker(self, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
-        """A one-shot run no one-shot worker takes (it streams, runs natively, or they are not up
-        yet): in a throwaway session on a kernel worker, so that no guest runs in this process."""
-        self.provider_for(request)  # refused here, as in-process
-        session = Session(self, f"oneshot-{uuid.uuid4().hex}", Workspace(self.scratch_dir / f"run-{uuid.uuid4().hex}"))
-        session.workspace.ensure()
-        try:
-            return await session.run(msgspec.structs.replace(request, fresh=True), listener=listener)
-        finally:
-            session.destroy()
-
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+        """`run`, blocking this thread."""
         request = self.request(code, **fields)
+        if self.isolation == "process":  # an in-process Runner's workers serve its async calls only
+            if self.one_shot_workers is not None and listener is None and self._runs_in("wasm", request):
+                result = self.one_shot_workers.run_blocking(request, wait=self._waits_for_one_shot_workers())
+                if result is not None:
+                    return result
+            if self.kernel_workers is not None and self.kernel_workers.available:
+                session = self._throwaway_session(request)
+                try:
+                    return session.run_sync(msgspec.structs.replace(request, fresh=True), listener=listener)
+                finally:
+                    session.destroy()
+            return self._refused(request)
         job = Job(request, self._take_scratch(request), None, listener, scratch=True)
         try:
             return self.executor.run_blocking(job, self.provider_for(request))
         finally:
             self._recycle(job)
+
+    def _waits_for_one_shot_workers(self) -> bool:
+        """Whether a one-shot run waits for a one-shot worker to start rather than run elsewhere:
+        in-process, it runs here meanwhile; on workers, on a kernel worker that is up already,
+        else it waits (rather than start kernel workers too)."""
+        if self.isolation == "in-process":
+            return False
+        workers = self.kernel_workers
+        return workers is None or not workers.started or not workers.available
+
+    def _refused(self, request: ExecRequest) -> ExecResult:
+        """No worker process could start, and this Runner runs no guest in its own process."""
+        if self._closed:
+            raise RunnerClosedError("the Runner was closed")
+        self.provider_for(request)  # refused as elsewhere
+        return no_worker_result(request)
+
+    async def _run_on_kernel_worker(self, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
+        """A one-shot run no one-shot worker takes (it streams, runs natively, or they are not up
+        yet): in a throwaway session on a kernel worker, so that no guest runs in this process."""
+        session = self._throwaway_session(request)
+        try:
+            return await session.run(msgspec.structs.replace(request, fresh=True), listener=listener)
+        finally:
+            session.destroy()
+
+    def _throwaway_session(self, request: ExecRequest) -> Session:
+        self.provider_for(request)  # refused here, as in-process
+        session = Session(self, f"oneshot-{uuid.uuid4().hex}", Workspace(self.scratch_dir / f"run-{uuid.uuid4().hex}"))
+        session.workspace.ensure()
+        return session
 
     def _runs_in(self, provider_name: str, request: ExecRequest) -> bool:
         try:
@@ -340,13 +413,21 @@ class Runner:
             return actors
 
     def _lanes_for(self, batch: Batch) -> Lanes:
-        """Worker processes where this Runner has them, else its worker threads."""
+        """Worker processes where this Runner has them, else its worker threads (in-process
+        only: on workers, a batch no worker can run gets a refusal for each item)."""
         workers = self.worker_pool
+        fallback = self._thread_lanes if self.isolation == "in-process" else self._refusing_lanes
         if (batch.lane_count > 1 or self.process_lanes) and workers is not None and not workers.broken:
             from wasm_runner.execution.workers import ProcessLanes
 
-            return ProcessLanes(batch, workers, fallback=self._thread_lanes)
-        return self._thread_lanes(batch)
+            return ProcessLanes(batch, workers, fallback=fallback)
+        return fallback(batch)
+
+    @staticmethod
+    def _refusing_lanes(batch: Batch) -> Lanes:
+        from wasm_runner.execution.lanes import RefusingLanes
+
+        return RefusingLanes(batch)
 
     def _thread_lanes(self, batch: Batch) -> Lanes:
         from wasm_runner.execution.lanes import ThreadLanes
@@ -356,6 +437,9 @@ class Runner:
     # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
+        """End the worker processes (a guest running on one stops at once), hibernate the
+        sessions (their files stay) and remove the data directory if this Runner made it."""
+        self._closed = True
         with self._sessions_lock:
             sessions = list(self._sessions.values())
         for session in sessions:

@@ -8,10 +8,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from wasm_runner.capture import OutputListener
+from wasm_runner.errors import RunnerClosedError
 from wasm_runner.execution.executor import Executor
+from wasm_runner.execution.results import no_worker_result
 from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.processes.manager import BackgroundProcess, ProcessLimits, ProcessManager
@@ -35,6 +37,8 @@ class SessionHost(Protocol):
     """What a session needs of the Runner that made it."""
 
     executor: Executor
+    isolation: Literal["process", "in-process"]
+    """"process": no guest of its runs in this process (see `Runner`)."""
 
     @property
     def kernel_workers(self) -> KernelWorkers | None: ...
@@ -66,8 +70,8 @@ class KernelState:
 class Session:
     """A directory that persists across calls, plus live kernels (one per language) when used.
 
-    Its kernels live in this process, or on a worker process of the Runner's
-    (`Runner(kernel_workers=N)`): the calls are the same either way."""
+    Its kernels live on a worker process of the Runner's (by default), or in this process
+    (`Runner(isolation="in-process")`): the calls are the same either way."""
 
     def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
         self.runner = runner
@@ -161,6 +165,9 @@ class Session:
                 workers = self.runner.kernel_workers
                 if workers is not None and workers.available:
                     return await workers.run(self, request, listener)
+                refused = self._refused(request)
+                if refused is not None:
+                    return refused
                 job = self._new_job(request, listener)
                 return await self.runner.executor.run_async(job, self.runner.provider_for(request), self.state.lock,
                                                             on_abandon=self.lose_kernels)
@@ -178,6 +185,9 @@ class Session:
             workers = self.runner.kernel_workers
             if workers is not None and workers.available:
                 return workers.run_blocking(self, request, listener)
+            refused = self._refused(request)
+            if refused is not None:
+                return refused
             job = self._new_job(request, listener)
             if on_job is not None:
                 on_job(job)
@@ -185,6 +195,16 @@ class Session:
                                                      on_abandon=self.lose_kernels)
         finally:
             self.last_used = time.monotonic()
+
+    def _refused(self, request: ExecRequest) -> ExecResult | None:
+        """The answer when no kernel worker can take the call and none may run in this process."""
+        if self.runner.isolation == "in-process":
+            return None
+        workers = self.runner.kernel_workers
+        if workers is not None and workers.closed:
+            raise RunnerClosedError("the Runner was closed")
+        self.runner.provider_for(request)  # refused as elsewhere
+        return no_worker_result(request)
 
     def _ensure_packages(self) -> None:
         if not self._packages_ready:  # a preopen needs the directory

@@ -45,19 +45,19 @@ def test_a_native_bind_is_a_mount_with_the_same_rule(tmp_path):
 
 @pytest.mark.parametrize("session_id", ["café", "١٢٣", "ß", "a b", "x" * 65, "abc\n"])
 def test_the_runner_refuses_a_session_id_the_wire_refuses(tmp_path, session_id):
-    with Runner(tmp_path, providers=[]) as runner:
+    with Runner(tmp_path, isolation="in-process", providers=[]) as runner:
         with pytest.raises(InvalidSessionIdError):
             runner.session(session_id)
 
 
 @pytest.mark.parametrize("session_id", ["---", "_", "A-z_0", "x" * 64])
 def test_the_runner_takes_every_session_id_the_wire_takes(tmp_path, session_id):
-    with Runner(tmp_path, providers=[]) as runner:
+    with Runner(tmp_path, isolation="in-process", providers=[]) as runner:
         assert runner.session(session_id).id == session_id
 
 
 def test_a_request_no_provider_runs_raises_an_invalid_request(tmp_path):
-    with Runner(tmp_path, providers=[]) as runner:
+    with Runner(tmp_path, isolation="in-process", providers=[]) as runner:
         with pytest.raises(NoProviderError) as caught:
             runner.provider_for(ExecRequest(code="print(1)"))
     assert isinstance(caught.value, InvalidRequestError) and isinstance(caught.value, ValueError)
@@ -72,7 +72,7 @@ def test_a_provider_must_subclass_provider(tmp_path):
             raise AssertionError
 
     with pytest.raises(TypeError):
-        Runner(tmp_path, providers=[DuckProvider()])
+        Runner(tmp_path, isolation="in-process", providers=[DuckProvider()])
 
 
 def test_the_core_and_the_client_share_one_root_error():

@@ -37,5 +37,5 @@ def test_a_runner_makes_its_data_directory_private(tmp_path):
     data = tmp_path / "runner"
     data.mkdir(mode=0o755)
     data.chmod(0o755)
-    with Runner(data, providers=[]):
+    with Runner(data, isolation="in-process", providers=[]):
         assert _mode(data) == 0o700

@@ -42,8 +42,10 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"wasm-runner run: {exc}", file=sys.stderr)
         return 2
     listener = None if args.json else _echo
-    # Runs once and closes: no sandboxes made ahead for runs that will not come.
-    with Runner(mounts=mounts, ready_scratch=0, packages=_package_settings(args)) as runner:
+    # Runs once and closes: no sandboxes made ahead for runs that will not come. In this process:
+    # the command is itself one run's process (a worker would double its start-up), and it ends
+    # at once when a guest stuck in a host call holds a thread (below).
+    with Runner(isolation="in-process", mounts=mounts, ready_scratch=0, packages=_package_settings(args)) as runner:
         if args.workspace or args.install:
             if args.workspace:
                 os.makedirs(args.workspace, exist_ok=True)
@@ -58,9 +60,12 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         _report(result)
     type_errors = any(d.category in ("error", "checker") for d in result.diagnostics or ())
-    if result.exit_code == 0 and type_errors:
-        return 1
-    return result.exit_code if 0 <= result.exit_code < 256 else 1
+    status = 1 if result.exit_code == 0 and type_errors else result.exit_code if 0 <= result.exit_code < 256 else 1
+    if runner.abandoned_workers:  # its thread, blocked in a host call, would keep the interpreter from exiting
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _package_settings(args: argparse.Namespace) -> PackageSettings | None:

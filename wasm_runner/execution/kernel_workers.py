@@ -1,7 +1,7 @@
-"""Sessions' kernels on worker processes, the parent's side (`Runner(kernel_workers=N)`).
+"""Sessions' kernels on worker processes, the parent's side (a Runner's `kernel_workers`).
 
 The supervisor keeps `count` worker processes (`worker_main` with a `kernel_host`) and one
-spare started ahead of need. A session is placed on the worker holding the fewest sessions
+spare started ahead of need, from the first call on (`start`). A session is placed on the worker holding the fewest sessions
 and stays there: every later call, hibernation and removal of it is an order to that worker,
 which keeps its kernels. Output streams back as frames while the guest runs, so a listener
 sees it live.
@@ -39,7 +39,7 @@ from wasm_runner.capture import OutputListener
 from wasm_runner.execution.containment import Containment, WorkerPolicy, detect_containment
 from wasm_runner.execution.executor import WATCHDOG_GRACE_S, WATCHDOG_POLL_S
 from wasm_runner.execution.pipe import Answer, Order, Place
-from wasm_runner.execution.results import lost_result, stuck_result
+from wasm_runner.execution.results import lost_result, no_worker_result, stuck_result
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
@@ -183,10 +183,21 @@ class KernelWorkers:
         self.broken = False
         """A worker could not start: sessions run their kernels in-process."""
         self.installs = concurrent.futures.ThreadPoolExecutor(INSTALL_THREADS, thread_name_prefix="kernel-install")
-        with self.lock:
-            self.active = [self._start() for _ in range(self.count)]
-            self.spare = self._start()
         self._stop = threading.Event()
+        self.started = False
+        """Its workers are started on first need (a call, or `wait_ready`), not before."""
+
+    def start(self) -> None:
+        """Start the workers and the spare now, if not yet (a service does so at start-up)."""
+        with self.lock:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self.started or self.closed:
+            return
+        self.started = True
+        self.active = [self._start() for _ in range(self.count)]
+        self.spare = self._start()
         threading.Thread(target=self._supervise, name="wasm-kernel-supervisor", daemon=True).start()
 
     # -- the workers ------------------------------------------------------------------
@@ -196,7 +207,10 @@ class KernelWorkers:
                         concurrency=self.policy.threads)
         host = KernelWorker(worker)
         worker.on_answer = lambda _, answer: self._answer(host, answer)
-        worker.watch(None, lambda _: self._exited(host))
+        if not worker.watch(None, lambda _: self._exited(host)):
+            # It exited before its exit could be reported (one that cannot start exits at once):
+            # reported now, once the lock held by the caller is free, so that its calls are answered.
+            threading.Thread(target=self._exited, args=(host,), name="wasm-kernel-exit", daemon=True).start()
         self.stats.started += 1
         return host
 
@@ -228,14 +242,14 @@ class KernelWorkers:
         self.stats.restarts[cause] += 1
         if host in self.active:
             self.active.remove(host)
-            if not self.closed:
+            if not self.closed and not self.broken:  # a worker that cannot start is not started again and again
                 if self.spare is not None and not self.spare.worker.exited.is_set():
                     self.active.append(self.spare)
                 else:
                     self.active.append(self._start())
                 self.spare = self._start()
         elif host is self.spare:
-            self.spare = self._start() if not self.closed else None
+            self.spare = self._start() if not self.closed and not self.broken else None
         self.leaving.append(host)
         host.retired_because = f"{reason}; its files are untouched"
         for session in host.sessions:
@@ -257,7 +271,8 @@ class KernelWorkers:
         code = host.worker.proc.returncode
         with self.lock:
             if not host.worker.ready.is_set() and host.retiring is None and not self.closed:
-                log.error("a kernel worker could not start (exit code %s); kernels run in-process", code)
+                log.error("a kernel worker could not start (exit code %s); sessions' calls are refused "
+                          "(isolation 'process') or run in-process", code)
                 self.broken = True
             if host.retiring is None and not self.closed:
                 cause = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
@@ -270,6 +285,8 @@ class KernelWorkers:
                 printed = (b"".join(call.printed["stdout"]).decode(errors="replace"),
                            b"".join(call.printed["stderr"]).decode(errors="replace"))
                 _settle(call.future, stuck_result(call.request, *printed))
+            elif not host.worker.ready.is_set():
+                _settle(call.future, no_worker_result(call.request))
             else:
                 why = "" if host.retiring == "crash" else ": another guest on it was stuck past its deadline"
                 _settle(call.future, lost_result(call.request, code, why))
@@ -378,8 +395,10 @@ class KernelWorkers:
                                                          "MiB resident")
 
     def wait_ready(self, timeout: float) -> bool:
-        """Wait until the serving workers and the spare took their first order; False if one
-        could not start (then sessions run their kernels in-process)."""
+        """Start the workers if not yet, and wait until the serving workers and the spare took
+        their first order; False if one could not start (then sessions run their kernels
+        in-process, or get a refusal on a Runner that runs guests on workers only)."""
+        self.start()
         deadline = time.monotonic() + timeout
         for host in self.workers:
             while not host.worker.ready.wait(0.1):
@@ -408,6 +427,7 @@ class KernelWorkers:
         future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
         place = _place_of(session)
         with self.lock:
+            self._start_locked()
             host = self._place(session)
             host.seq += 1
             host.runs += 1

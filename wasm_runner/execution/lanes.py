@@ -24,7 +24,7 @@ from typing import Protocol
 
 from wasm_runner.errors import InvalidRequestError, RunnerClosedError
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue
-from wasm_runner.execution.results import host_error_result, invalid_request_result
+from wasm_runner.execution.results import host_error_result, invalid_request_result, no_worker_result
 from wasm_runner.execution.scratch import ScratchPool
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.workspace.layout import Workspace
@@ -249,6 +249,25 @@ class ThreadLanes:
         futures = list(self.running.values())
         if futures:
             await asyncio.wait(futures)
+
+
+class RefusingLanes:
+    """A batch's lanes where no worker process can start and none may run in this process:
+    each item gets a result saying so."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def start(self) -> None:
+        pass
+
+    def fill(self) -> None:
+        batch = self.batch
+        while batch.pending and not batch.stopped:
+            batch.deliver(no_worker_result(batch.pending.popleft()))
+
+    async def stop(self) -> None:
+        pass
 
 
 async def each_request(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:

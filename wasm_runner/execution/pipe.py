@@ -9,11 +9,13 @@ import msgspec
 
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["READY", "Answer", "Order", "Place", "read_frame", "write_frame"]
+__all__ = ["READY", "RETIRED_EXIT_CODE", "Answer", "Order", "Place", "read_frame", "write_frame"]
 
 _HEADER = struct.Struct("<I")
 READY = b"ready"
 """The worker's first frame: it takes orders from now on."""
+RETIRED_EXIT_CODE = 70
+"""A worker's exit once it answered for a guest stuck in a host call: it started nothing after it."""
 
 
 class Place(msgspec.Struct, array_like=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from wasm_runner.egress.redaction import redact_result
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
 
-__all__ = ["host_error_result", "invalid_request_result", "lost_result", "stuck_result"]
+__all__ = ["host_error_result", "invalid_request_result", "lost_result", "no_worker_result", "stuck_result"]
 
 
 def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> ExecResult:
@@ -37,3 +37,11 @@ def host_error_result(request: ExecRequest, exc: Exception) -> ExecResult:
     """The host failed around the item (a batch item's failure is its result)."""
     return ExecResult(exit_code=1, id=request.id, group=request.group, language=request.language,
                       error=GuestError(type="HostError", message=f"the item could not run: {exc}"))
+
+
+def no_worker_result(request: ExecRequest) -> ExecResult:
+    """No worker process could start, and the Runner runs no guest in its own process."""
+    return ExecResult(exit_code=1, id=request.id, group=request.group, language=request.language, error=GuestError(
+        type="HostError", message="no worker process could start to run this (the log says why); a Runner with "
+                                  "isolation='process' runs no guest in the calling process (for trusted code, "
+                                  "Runner(isolation='in-process') does)"))

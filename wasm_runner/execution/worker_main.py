@@ -21,7 +21,7 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
 from wasm_runner.execution.kernel_host import KernelHost
 from wasm_runner.execution.lanes import ItemLane
-from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
+from wasm_runner.execution.pipe import READY, RETIRED_EXIT_CODE, Answer, Order, read_frame, write_frame
 from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
@@ -94,13 +94,14 @@ def main() -> None:
     def exit_retired() -> None:  # every turn is answered: the stuck thread goes with the process
         with write_lock:
             out.flush()
-            os._exit(70)
+            os._exit(RETIRED_EXIT_CODE)
 
     hosts_kernels = bool(config.get("kernels"))
     concurrency = int(config.get("concurrency", 1))
     packages = PackageSettings.from_config(config["packages"]) if config.get("packages") else None
-    with Runner(config["data_dir"], concurrency=concurrency, mounts=mounts, egress=egress, packages=packages,
-                ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
+    # This process is the worker: its guests run here, on its threads.
+    with Runner(config["data_dir"], isolation="in-process", concurrency=concurrency, mounts=mounts, egress=egress,
+                packages=packages, ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
         lane = ItemLane(runner.provider_for, runner.scratch)
         kernels = KernelHost(runner, send, exit_retired) if hosts_kernels else None
         if kernels is not None:  # compiled modules mapped before the first turn's clock starts
@@ -113,7 +114,7 @@ def main() -> None:
                 if job is not None and is_overdue(job):
                     job.cancel()
                     answer(seq, runner.executor.replace_stuck_worker(job))
-                    os._exit(70)
+                    os._exit(RETIRED_EXIT_CODE)
 
         gc.collect()
         gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
@@ -121,6 +122,7 @@ def main() -> None:
         threading.Thread(target=read_orders, daemon=True).start()
         threading.Thread(target=watch, daemon=True).start()
         while (order := orders.get()) is not None and not parent_gone.is_set():
+            assert order.request is not None  # only orders to run are queued
             with order_lock:
                 running[:] = [order.seq, False]
                 lane.stop_requested = order.seq in cancelled or parent_gone.is_set()

@@ -17,6 +17,7 @@ their guests stop at once.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
@@ -35,8 +37,8 @@ import wasm_runner_protocol
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.containment import Containment
 from wasm_runner.execution.lanes import Batch, Lanes
-from wasm_runner.execution.pipe import READY, Answer, Order, read_frame, write_frame
-from wasm_runner.execution.results import lost_result
+from wasm_runner.execution.pipe import READY, RETIRED_EXIT_CODE, Answer, Order, read_frame, write_frame
+from wasm_runner.execution.results import lost_result, no_worker_result
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
@@ -73,6 +75,9 @@ class Worker:
         # Its own process group: a terminal's Ctrl-C reaches the parent, which decides.
         self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, process_group=0)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped
+        self._orders_out: IO[bytes] = self.proc.stdin
+        self._answers_in: IO[bytes] = self.proc.stdout
         self.cgroup = containment.apply(self.proc.pid) if containment is not None else None
         self.ready = threading.Event()
         self.ready_at: float | None = None
@@ -108,7 +113,7 @@ class Worker:
     def _order(self, order: Order) -> None:
         try:
             with self._write_lock:  # the worker reads eagerly: no wait
-                write_frame(self.proc.stdin, self._encode(order))
+                write_frame(self._orders_out, self._encode(order))
         except (OSError, ValueError):  # it died: its reader reports the exit
             pass
 
@@ -118,13 +123,13 @@ class Worker:
 
     def _read(self) -> None:
         try:
-            first = read_frame(self.proc.stdout)
+            first = read_frame(self._answers_in)
             if first is not None:
                 if first != READY:
                     raise ValueError(f"its first frame is not {READY!r}")
                 self.ready_at = time.monotonic()
                 self.ready.set()
-                while (frame := read_frame(self.proc.stdout)) is not None:
+                while (frame := read_frame(self._answers_in)) is not None:
                     answer = self._decode(frame)
                     if self.on_answer is not None:
                         self.on_answer(self, answer)
@@ -307,69 +312,94 @@ class ProcessLanes:
 
 
 class OneShotWorkers:
-    """Worker processes for a Runner's one-shot runs (opt-in, see `Runner`): the calling
-    process keeps only its event loop and bookkeeping, and guests on several cores do not
-    contend with it for one interpreter. Until its workers are up, and for runs that
-    stream their output, the Runner runs in-process."""
+    """Worker processes for a Runner's one-shot runs: the calling process keeps only its event
+    loop and bookkeeping, and guests on several cores do not contend with it for one
+    interpreter. Workers start as runs need them, up to `count`: one more each time a run
+    finds none idle. A run that finds none up yet waits for one (`wait`), or is left to the
+    caller (None: an in-process Runner runs it itself meanwhile)."""
 
     def __init__(self, pool: WorkerPool, count: int) -> None:
         self.pool = pool
         self.count = count
         self.workers: list[Worker] = []
-        self.waiting: dict[tuple[Worker, int], asyncio.Future[ExecResult]] = {}
+        self.waiting: dict[tuple[Worker, int], concurrent.futures.Future[ExecResult]] = {}
         self.lock = threading.Lock()
 
-    async def run(self, request: ExecRequest) -> ExecResult | None:
-        """The result, or None when no worker is ready (the caller runs it itself)."""
+    def submit(self, request: ExecRequest, wait: bool) -> tuple[Worker, int, concurrent.futures.Future[ExecResult]] | None:
+        """Send the run to a worker: the one with the fewest runs among those up (or among those
+        starting, with `wait`); None when the caller must run it elsewhere."""
+        future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
         with self.lock:
-            if self.pool.broken:
-                return None
-            if len(self.workers) < self.count:
-                for worker in self.pool.take(self.count - len(self.workers)):
-                    if worker.watch(self._result, self._exited):
-                        self.workers.append(worker)
-            ready = [w for w in self.workers if w.ready.is_set()]
-            if not ready:
-                return None
-            worker = min(ready, key=lambda w: len(w.in_flight))
-            future: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
-            seq = worker.send(request)
-            self.waiting[(worker, seq)] = future
+            sent = self._send(request, future, wait)
+        if sent is None:
+            return None
+        return (*sent, future)
+
+    def _send(self, request: ExecRequest, future: concurrent.futures.Future[ExecResult],
+              wait: bool) -> tuple[Worker, int] | None:
+        """(lock held)"""
+        if self.pool.broken or self.pool.closed:
+            return None
+        ready = [w for w in self.workers if w.ready.is_set()]
+        if len(self.workers) < self.count and not any(not w.in_flight for w in ready):
+            for worker in self.pool.take(1):  # for this run if none is up, else for the next ones
+                if worker.watch(self._result, self._exited):
+                    self.workers.append(worker)
+        candidates = ready or (self.workers if wait else [])
+        if not candidates:
+            return None
+        worker = min(candidates, key=lambda w: len(w.in_flight))
+        seq = worker.send(request)
+        self.waiting[(worker, seq)] = future
+        return worker, seq
+
+    async def run(self, request: ExecRequest, wait: bool = False) -> ExecResult | None:
+        """The result, or None when the caller runs it itself (see `submit`)."""
+        sent = self.submit(request, wait)
+        if sent is None:
+            return None
+        worker, seq, future = sent
         try:
-            return await future
+            return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             worker.cancel(seq)
             raise
+
+    def run_blocking(self, request: ExecRequest, wait: bool = False) -> ExecResult | None:
+        sent = self.submit(request, wait)
+        return sent[2].result() if sent is not None else None
 
     def _result(self, worker: Worker, seq: int, result: ExecResult) -> None:
         with self.lock:
             worker.in_flight.pop(seq, None)
             future = self.waiting.pop((worker, seq), None)
-        if future is not None:
-            _settle(future, result)
+        if future is not None and not future.done():
+            future.set_result(result)
 
     def _exited(self, worker: Worker) -> None:
+        """A worker ended: the run it was running is lost (its result says so); the ones queued
+        behind it never started, and go to another worker."""
         if not worker.ready.is_set() and not self.pool.closed:  # not one the pool's closing killed
-            log.error("a worker process could not start (exit code %s); one-shot runs stay in-process",
+            log.error("a worker process could not start (exit code %s); one-shot runs cannot run on one",
                       worker.proc.returncode)
             self.pool.broken = True
+        lost: list[tuple[concurrent.futures.Future[ExecResult] | None, ExecRequest]] = []
         with self.lock:
             if worker in self.workers:
                 self.workers.remove(worker)
             self.pool.lent.discard(worker)
-            lost = [(self.waiting.pop((worker, seq), None), request) for seq, request in worker.in_flight.items()]
+            # A worker that retired after answering for its stuck guest started none of them.
+            started = 0 if worker.proc.returncode == RETIRED_EXIT_CODE else 1
+            for i, (seq, request) in enumerate(worker.in_flight.items()):
+                future = self.waiting.pop((worker, seq), None)
+                if i >= started and future is not None and self._send(request, future, wait=True) is not None:
+                    continue
+                lost.append((future, request))
             worker.in_flight.clear()
         for future, request in lost:
-            if future is not None:
-                _settle(future, lost_result(request, worker.proc.returncode))
-
-
-def _settle(future: asyncio.Future[ExecResult], result: ExecResult) -> None:
-    """Give a waiting run its result, from a pipe thread (not once it is cancelled)."""
-    def settle() -> None:
-        if not future.done():
-            future.set_result(result)
-    _call_soon(future.get_loop(), settle)
+            if future is not None and not future.done():
+                started = worker.ready.is_set()
+                future.set_result(lost_result(request, worker.proc.returncode) if started else no_worker_result(request))
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:

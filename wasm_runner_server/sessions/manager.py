@@ -30,6 +30,7 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.kernel_workers import RESTART_CAUSES, KernelWorkers
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.profiles import Profile
+from wasm_runner.runner import Isolation
 from wasm_runner.workspace.files import WorkspaceFiles
 from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
@@ -75,8 +76,11 @@ class RunnerPool:
             workers = self.workers
             policy = WorkerPolicy(memory_bytes=workers.memory_bytes, max_runs=workers.max_runs,
                                   max_rss_bytes=workers.max_rss_bytes, threads=self.concurrency + 2)
-            runner = Runner(self.data_dir, concurrency=self.concurrency, limits=self.limits, mounts=profile.runner_mounts(),
-                            one_shot_workers=self.concurrency, kernel_workers=workers.kernel_workers,
+            # `kernel_workers = 0` is the operator's explicit choice of kernels in this process.
+            isolation: Isolation = "process" if workers.kernel_workers > 0 else "in-process"
+            runner = Runner(self.data_dir, isolation=isolation, concurrency=self.concurrency, limits=self.limits,
+                            mounts=profile.runner_mounts(), one_shot_workers=self.concurrency,
+                            kernel_workers=workers.kernel_workers,
                             worker_policy=policy, packages=self.packages, egress=self.egress)
             self._runners[key] = runner
         return runner

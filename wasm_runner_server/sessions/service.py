@@ -103,7 +103,8 @@ class Service:
         if workers is not None:
             self.checks["kernel_workers"] = "starting"
             started = await asyncio.to_thread(workers.wait_ready, 120)
-            self.checks["kernel_workers"] = "ok" if started else "not started: kernels run in-process"
+            refused = "sessions' calls are refused" if runner.isolation == "process" else "kernels run in-process"
+            self.checks["kernel_workers"] = "ok" if started else f"not started: {refused}"
         self.ready = True
         log.info("ready", extra={"event": "ready", "warmup_ms": result.duration_ms})
 

@@ -40,6 +40,19 @@ def test_json_output_is_the_result_struct_and_limits_come_from_flags():
     assert done.returncode == 137
 
 
+def test_run_of_a_guest_stuck_in_a_host_call_exits_with_its_timeout_instead_of_hanging():
+    from stuck_guest import REAL_SLEEP
+
+    try:
+        done = subprocess.run([*CLI, "run", "--json", "--timeout", "1", "-c", REAL_SLEEP],
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the command did not exit: the stuck guest's thread held the interpreter")
+    result = json.loads(done.stdout)
+    assert result["limit"] == "timeout" and result["stdout"] == "before the sleep\n", result
+    assert done.returncode == 137
+
+
 def test_limit_hit_is_explained_on_stderr():
     done = cli("run", "--output-bytes", "100", "-c", "print('x' * 1000)")
     assert "limit output" in done.stderr and "truncated" in done.stderr

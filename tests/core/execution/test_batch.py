@@ -105,7 +105,7 @@ class _StuckProvider(Provider):
 
 async def test_a_worker_stuck_past_its_deadline_is_answered_for_and_the_batch_goes_on(tmp_path):
     provider = _StuckProvider()
-    with Runner(tmp_path, concurrency=2, providers=[provider]) as runner:
+    with Runner(tmp_path, concurrency=2, isolation="in-process", providers=[provider]) as runner:
         requests = [ExecRequest(code="x", id="stuck", limits=Limits(timeout_s=0.2))]
         requests += [ExecRequest(code=str(i), id=str(i)) for i in range(200)]
         started = time.monotonic()
@@ -147,7 +147,7 @@ async def test_a_worker_that_dies_loses_only_its_item_and_is_replaced(runner):
 
 async def test_a_worker_that_cannot_start_leaves_the_batch_to_threads(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.executable", "/bin/false")
-    with Runner(tmp_path, concurrency=2) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=2) as runner:
         results = [r async for r in runner.run_many([ExecRequest(code=f"print({i})", id=str(i)) for i in range(10)])]
         assert sorted(r.stdout for r in results) == sorted(f"{i}\n" for i in range(10))
         assert runner.worker_pool.broken

@@ -35,7 +35,7 @@ SCENARIO = textwrap.dedent("""
         answered_at_exit.append(sorted(a.seq for a in sent if a.result is not None))
         exited.set()
 
-    runner = Runner(root / "data", concurrency=2)
+    runner = Runner(root / "data", isolation="in-process", concurrency=2)
     runner.prepare()
     host = KernelHost(runner, send, exit_process)
     for seq, session in ((1, "a"), (2, "b")):

@@ -2,6 +2,7 @@
 replaced), the worker's other sessions restart on their next call and say why, files stay."""
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import threading
@@ -209,3 +210,22 @@ def test_a_worker_past_its_private_resident_size_is_retired(tmp_path):
         assert workers.stats.restarts["memory"] >= 1
         result = session.run_sync("'kept' in globals()")
         assert result.kernel_restarted and "MiB resident" in result.restart_reason, result
+
+
+def test_a_worker_that_exits_before_it_is_watched_still_answers_its_calls(tmp_path, monkeypatch):
+    """One that cannot start can exit before the supervisor watches it: its exit is reported
+    all the same, and the call gets a result instead of waiting forever."""
+    from wasm_runner.execution import workers
+
+    started = workers.Worker.__init__
+
+    def exits_first(self, *args, **kwargs):
+        started(self, *args, **kwargs)
+        assert self.exited.wait(30)
+
+    monkeypatch.setattr(workers.Worker, "__init__", exits_first)
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with Runner(tmp_path) as runner:
+        answered = concurrent.futures.ThreadPoolExecutor(1).submit(runner.session().run_sync, "print(3)")
+        result = answered.result(timeout=30)
+        assert result.error.type == "HostError" and "no worker process could start" in result.error.message

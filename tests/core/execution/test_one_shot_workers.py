@@ -1,4 +1,4 @@
-"""Runner(one_shot_workers=N): one-shot runs in worker processes once they are up."""
+"""Runner(isolation="in-process", one_shot_workers=N): one-shot runs on worker processes once up, here meanwhile."""
 
 import asyncio
 import time
@@ -19,7 +19,7 @@ async def _workers_up(runner: Runner) -> None:
 
 @pytest.fixture
 async def runner(tmp_path):
-    with Runner(tmp_path, concurrency=2, one_shot_workers=1) as r:
+    with Runner(tmp_path, isolation="in-process", concurrency=2, one_shot_workers=1) as r:
         await _workers_up(r)
         yield r
 
@@ -57,7 +57,7 @@ async def test_a_run_that_streams_its_output_stays_in_the_calling_process(runner
 
 async def test_without_worker_processes_one_shot_runs_stay_in_process(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.executable", "/bin/false")
-    with Runner(tmp_path, concurrency=2, one_shot_workers=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=2, one_shot_workers=1) as runner:
         for i in range(5):
             assert (await runner.run(f"print({i})")).stdout == f"{i}\n"
             await asyncio.sleep(0.1)

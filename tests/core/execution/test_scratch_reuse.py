@@ -23,7 +23,7 @@ LOOK = ("python3 -c \"import os, stat; s = os.stat('/workspace'); "
 
 @needs_sandbox
 def test_native_traces_on_the_scratch_directory_never_reach_the_next_one_shot(tmp_path):
-    with Runner(tmp_path / "data", providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path / "data", isolation="in-process", providers=[NativeProvider()]) as runner:
         fresh = runner.run_sync(LOOK, language="bash")
         assert fresh.exit_code == 0, fresh.stderr
         fresh_mode, fresh_mtime, fresh_xattrs = fresh.stdout.splitlines()[0].split(" ", 2)
@@ -44,7 +44,7 @@ def test_native_traces_on_the_scratch_directory_never_reach_the_next_one_shot(tm
 
 
 def test_a_changed_idle_scratch_workspace_is_not_reused(tmp_path):
-    with Runner(tmp_path / "data", concurrency=8) as runner:  # room for every kept workspace
+    with Runner(tmp_path / "data", isolation="in-process", concurrency=8) as runner:  # room for every kept workspace
         workspace = runner.scratch.new()
         made = scratch_state(workspace)
         assert scratch_state(workspace) == made
@@ -63,7 +63,7 @@ def test_a_changed_idle_scratch_workspace_is_not_reused(tmp_path):
 
 
 def test_a_runner_without_ready_scratch_makes_nothing_ahead(tmp_path):
-    with Runner(tmp_path / "data", ready_scratch=0) as runner:
+    with Runner(tmp_path / "data", isolation="in-process", ready_scratch=0) as runner:
         assert runner.run_sync("print(1)").stdout == "1\n"
         assert not runner.scratch.idle and not list(runner.scratch_dir.iterdir())
         assert runner.run_sync("print(2)").stdout == "2\n"

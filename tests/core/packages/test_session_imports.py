@@ -15,7 +15,7 @@ def make_runner(tmp_path, fresh_index):
     runners = []
 
     def make():
-        runner = Runner(tmp_path / "data", packages=PackageSettings(python_index=fresh_index.simple))
+        runner = Runner(tmp_path / "data", isolation="in-process", packages=PackageSettings(python_index=fresh_index.simple))
         runners.append(runner)
         return runner
 

@@ -30,7 +30,7 @@ def until(condition, timeout: float = 10.0) -> bool:
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory):
-    with Runner(tmp_path_factory.mktemp("processes")) as runner:
+    with Runner(tmp_path_factory.mktemp("processes"), isolation="in-process") as runner:
         yield runner
 
 
@@ -193,7 +193,7 @@ def test_hibernate_and_destroy_end_every_process_and_leave_none_behind(runner: R
 
 def test_closing_the_runner_ends_its_sessions_processes(tmp_path: Path) -> None:
     marker = "4321.375"
-    with Runner(tmp_path / "data") as runner:
+    with Runner(tmp_path / "data", isolation="in-process") as runner:
         runner.session("closing").start_process(["sleep", marker])
         assert until(lambda: len(host_processes_with(marker)) >= 1)
     assert until(lambda: host_processes_with(marker) == [], 5)

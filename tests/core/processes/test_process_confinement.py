@@ -21,7 +21,7 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory):
-    with Runner(tmp_path_factory.mktemp("confinement")) as runner:
+    with Runner(tmp_path_factory.mktemp("confinement"), isolation="in-process") as runner:
         yield runner
 
 

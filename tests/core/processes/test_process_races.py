@@ -38,7 +38,7 @@ class SlowSpawn:
 
 @pytest.fixture
 def slow(tmp_path) -> Any:
-    with Runner(tmp_path / "data") as runner:
+    with Runner(tmp_path / "data", isolation="in-process") as runner:
         session = runner.session("racing")
         provider = SlowSpawn(runner.provider_for(ExecRequest(command=["true"], provider="native")))
         yield session, ProcessManager(lambda: provider, session.workspace), provider
@@ -92,7 +92,7 @@ def test_a_start_under_way_when_the_processes_close_is_ended_at_once_and_waited_
 
 
 def test_a_start_after_the_session_was_destroyed_is_refused_even_with_no_process_before(tmp_path) -> None:
-    with Runner(tmp_path / "data") as runner:
+    with Runner(tmp_path / "data", isolation="in-process") as runner:
         session = runner.session("gone")
         session.destroy()
         with pytest.raises(ProcessesClosed, match="deleted"):

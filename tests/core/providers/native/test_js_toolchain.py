@@ -27,7 +27,7 @@ MEMORY = Limits(timeout_s=120, memory_bytes=1024 * 1024 * 1024)
 
 @pytest.fixture(scope="module")
 def js_runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("js-toolchain"), providers=default_providers()) as runner:
+    with Runner(tmp_path_factory.mktemp("js-toolchain"), isolation="in-process", providers=default_providers()) as runner:
         yield runner
 
 

@@ -90,7 +90,8 @@ def world(tmp_path_factory):
     plain = Origin(root)
     tls = Origin(root, ca.server_context("api.allowed.test", "evil.test"))
     settings = EgressSettings(resolver=Resolver(NAMES), extra_ca_file=ca.pem, max_bytes=CAP)
-    with Runner(tmp_path_factory.mktemp("native-egress"), providers=[NativeProvider(egress=settings)]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-egress"), isolation="in-process",
+                providers=[NativeProvider(egress=settings)]) as runner:
         yield runner, plain, tls, wheel
     plain.close()
     tls.close()

@@ -26,7 +26,7 @@ x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="syscall numb
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("hardening"), providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path_factory.mktemp("hardening"), isolation="in-process", providers=[NativeProvider()]) as runner:
         yield runner
 
 
@@ -230,7 +230,7 @@ def test_doctor_says_who_guests_run_as_and_that_the_filter_applies():
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root service drops to a sandbox user")
 def test_a_root_service_without_its_sandbox_user_refuses_to_run_guests(tmp_path, monkeypatch):
     monkeypatch.setenv("WASM_RUNNER_SANDBOX_USER", f"no-such-user-{uuid.uuid4().hex[:8]}")
-    with Runner(tmp_path / "data", providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path / "data", isolation="in-process", providers=[NativeProvider()]) as runner:
         result = runner.run_sync("id -u", language="bash")
     assert result.exit_code != 0 and result.stdout == ""
     assert result.error.type == "SandboxUnavailable"
@@ -242,7 +242,7 @@ def test_the_unsandboxed_fallback_of_a_root_service_still_runs_as_the_sandbox_us
     identity = sandbox_identity()
     assert isinstance(identity, SandboxIdentity)
     provider = NativeProvider(bwrap=str(tmp_path / "no-bwrap"), allow_unsandboxed=True)
-    with Runner(tmp_path / "data", providers=[provider]) as runner:
+    with Runner(tmp_path / "data", isolation="in-process", providers=[provider]) as runner:
         session = runner.session()
         session.workspace.ensure()
         (session.path / "from-api.txt").write_text("api\n")
@@ -308,7 +308,7 @@ def test_a_filesystem_mounted_below_a_relayed_source_is_what_the_guest_sees(tmp_
     try:
         (inner / "on-the-mount.txt").write_text("mounted")
         policy = SandboxPolicy(binds=(Bind(closed / "outer", "/data"),))
-        with Runner(tmp_path / "data", providers=[NativeProvider(policy)]) as runner:
+        with Runner(tmp_path / "data", isolation="in-process", providers=[NativeProvider(policy)]) as runner:
             result = runner.run_sync("ls /data/inner", language="bash")
         assert result.exit_code == 0, result.stderr
         assert result.stdout == "on-the-mount.txt\n"

@@ -51,7 +51,7 @@ def world(tmp_path_factory):
 def runner_for(world, data_dir: str = "data") -> Runner:
     settings, _, _, root = world
     native = NativeProvider(egress=EgressSettings(resolver=Resolver(NAMES)))
-    return Runner(root / data_dir, providers=[native], packages=settings)
+    return Runner(root / data_dir, isolation="in-process", providers=[native], packages=settings)
 
 
 def bash(session, script: str, policy: EgressPolicy = ELSEWHERE):

@@ -31,7 +31,7 @@ def provider():
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory, provider):
-    with Runner(tmp_path_factory.mktemp("native-kernels"), providers=[provider]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-kernels"), isolation="in-process", providers=[provider]) as runner:
         provider.prepare()
         yield runner
 

@@ -30,14 +30,14 @@ POLICY = SandboxPolicy(max_processes=64, kill_grace_s=0.5)
 
 @pytest.fixture(scope="module")
 def native_runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("native-limits"), providers=[NativeProvider(POLICY)]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-limits"), isolation="in-process", providers=[NativeProvider(POLICY)]) as runner:
         yield runner
 
 
 @pytest.fixture(scope="module")
 def rlimit_runner(tmp_path_factory):
     provider = NativeProvider(POLICY, cgroups="off")
-    with Runner(tmp_path_factory.mktemp("native-rlimit"), providers=[provider]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-rlimit"), isolation="in-process", providers=[provider]) as runner:
         yield runner
 
 
@@ -159,7 +159,7 @@ def test_enforcement_and_peak_memory_are_reported(native_runner):
 
 @pytest.mark.skipif(SUPPORT.enforcement == "rlimit", reason=f"no usable cgroup here: {SUPPORT.reason}")
 def test_cpu_quota_holds_two_busy_loops_to_a_quarter_cpu(tmp_path):
-    with Runner(tmp_path, providers=[NativeProvider(SandboxPolicy(cpus=0.25))]) as runner:
+    with Runner(tmp_path, isolation="in-process", providers=[NativeProvider(SandboxPolicy(cpus=0.25))]) as runner:
         result = runner.run_sync(
             "TIMEFORMAT='%U %S'\n"
             "time { for i in 1 2; do timeout 2 sh -c 'while :; do :; done' & done; wait; }",

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable 
 
 @pytest.fixture(scope="module")
 def native_runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("native-policy"), providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-policy"), isolation="in-process", providers=[NativeProvider()]) as runner:
         yield runner
 
 

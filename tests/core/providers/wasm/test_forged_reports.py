@@ -89,7 +89,7 @@ def test_a_later_run_sees_nothing_of_a_forging_run_on_the_same_instance(tmp_path
         return run_kernel(self, call)
 
     monkeypatch.setattr(PythonKernel, "run", recording_run)
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         probes = []
         for _ in range(3):
             a = runner.run_sync(FORGE_REPORT + """
@@ -159,7 +159,7 @@ B_RUN = ("import os\nopen('a.txt', 'w').write('x')\nprint(open('a.txt').read())\
 
 
 def test_a_run_after_one_that_replaced_its_streams_under_a_forged_report_gets_all_its_output(tmp_path):
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         for _ in range(3):
             a = runner.run_sync(FORGE_REPORT + """
 import os, sys
@@ -211,7 +211,7 @@ def test_forged_fill_counts_show_nothing_of_the_run_before_on_the_instance(kerne
 
 
 def test_forged_fill_counts_stay_within_the_cap_over_a_runner(tmp_path):
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         result = runner.run_sync(FORGE_FILLS.format(fill=2**32 - 1), limits=Limits(output_bytes=2000))
     assert len(result.stdout.encode()) <= 2000 and len(result.stderr.encode()) <= 2000, result
     assert result.stdout.startswith("real\n")

@@ -66,7 +66,7 @@ def output_runner(request, runner, tmp_path, monkeypatch):
         yield runner
         return
     monkeypatch.setattr(output, "Sink", None)
-    with Runner(tmp_path) as fallback:
+    with Runner(tmp_path, isolation="in-process") as fallback:
         yield fallback
 
 

@@ -103,7 +103,7 @@ def test_a_run_that_closes_a_preopen_and_opens_another_directory_in_its_place_is
 
 
 def test_one_shot_runs_after_one_that_closed_its_streams_work(tmp_path):
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         for _ in range(3):
             assert runner.run_sync("import os\nfor fd in range(5):\n    os.close(fd)").exit_code == 0
             result = runner.run_sync("open('a.txt', 'w').write('x')\nprint(open('a.txt').read())\n"
@@ -297,7 +297,7 @@ def test_one_shot_runs_reuse_instances_and_stay_isolated(tmp_path, monkeypatch):
         return run_kernel(self, call)
 
     monkeypatch.setattr(PythonKernel, "run", recording_run)
-    with Runner(tmp_path) as runner:
+    with Runner(tmp_path, isolation="in-process") as runner:
         for i in range(30):
             result = runner.run_sync(f"import sys\nprint(getattr(sys, 'mark', None))\nsys.mark = {i}")
             assert result.stdout == "None\n", result
@@ -310,7 +310,7 @@ def test_one_shot_runs_reuse_instances_and_stay_isolated(tmp_path, monkeypatch):
 
 
 def test_reused_fuel_instances_meter_each_run(tmp_path):
-    with Runner(tmp_path) as runner:
+    with Runner(tmp_path, isolation="in-process") as runner:
         used = [runner.run_sync("sum(range(10000))", limits=Limits(fuel=50_000_000)).fuel_used for _ in range(6)]
     assert all(u and u > 0 for u in used)
     assert max(used) < 3 * min(used), used  # a reused instance does not inherit a run's fuel
@@ -328,7 +328,7 @@ def test_a_session_kernel_is_never_reset(runtime, view):
 async def test_cancelling_a_two_call_check_stops_its_tests(tmp_path):
     """JavaScript checks run program and tests as two calls: a cancellation during the
     tests reaches the tests call (calls are numbered, and the program's forwards to them)."""
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         check = asyncio.create_task(runner.run(ExecRequest(
             code="let x = 1", tests="while (true) {}", harness="check", language="javascript",
             limits=Limits(timeout_s=30))))
@@ -367,7 +367,7 @@ def test_runs_work_when_the_memory_layout_is_not_recognised(tmp_path, monkeypatc
         init(self, *args, **kwargs)
 
     monkeypatch.setattr(PythonKernel, "__init__", counting_init)
-    with Runner(tmp_path) as runner:
+    with Runner(tmp_path, isolation="in-process") as runner:
         for i in range(5):
             assert runner.run_sync(f"print({i})").stdout == f"{i}\n"
     assert len(made) >= 5  # every run had a new instance
@@ -397,7 +397,7 @@ async def test_under_load_a_result_is_delivered_before_its_worker_resets_the_ins
         settle(self, language, view)
 
     monkeypatch.setattr(WarmPool, "settle", watched_settle)
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         first = asyncio.create_task(runner.run("print(1)"))
         second = asyncio.create_task(runner.run("print(2)"))  # waits behind the first and its reset
         first.add_done_callback(lambda _: received.set())
@@ -411,7 +411,7 @@ async def test_a_failing_reset_after_delivery_is_logged_and_the_worker_goes_on(t
         raise RuntimeError("reset failed")
 
     monkeypatch.setattr(WarmPool, "settle", failing_settle)
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         results = await asyncio.gather(*(runner.run(f"print({i})") for i in range(3)))
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
     assert "follow-up work of an execution failed" in caplog.text
@@ -491,7 +491,7 @@ def test_a_closed_pool_ends_its_thread_also_one_waiting_for_a_free_core(tmp_path
 
 
 def test_a_one_shot_run_takes_the_first_scratch_workspace_whose_instance_is_ready(tmp_path, monkeypatch):
-    with Runner(tmp_path, concurrency=1) as runner:
+    with Runner(tmp_path, isolation="in-process", concurrency=1) as runner:
         assert runner.run_sync("print(1)").stdout == "1\n"
         idle = list(runner.scratch.idle)
         assert len(idle) >= 2

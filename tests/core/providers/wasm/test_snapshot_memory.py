@@ -23,7 +23,7 @@ def test_the_snapshots_objects_are_immortal_and_a_runs_own_are_not(tmp_path):
             " sys._is_immortal(object()), sys._is_immortal([1, 2]))\n"
             # dropping the list that kept them in the snapshot frees none of them
             "import app\napp._SNAPSHOT_OBJECTS.clear()\nimport gc\ngc.collect()\nprint(json.dumps({'a': [1]}))")
-    with Runner(tmp_path) as runner:
+    with Runner(tmp_path, isolation="in-process") as runner:
         for _ in range(2):  # the second run is on the instance the first one used, reset
             result = runner.run_sync(code)
             assert result.stdout == 'True True True False False\n{"a": [1]}\n', (result.stdout, result.stderr)
@@ -31,7 +31,7 @@ def test_the_snapshots_objects_are_immortal_and_a_runs_own_are_not(tmp_path):
 
 def test_a_runs_small_objects_are_packed_not_scattered_over_the_heap(tmp_path):
     code = "objects = [object() for _ in range(3000)]\nprint(len({id(o) >> 12 for o in objects}))"
-    with Runner(tmp_path) as runner:
+    with Runner(tmp_path, isolation="in-process") as runner:
         pages = int(runner.run_sync(code).stdout)
     # 3000 16-byte objects fill 12 pages; builds took 19 to 60 (some land in what the warm-up
     # call freed), the holes of an unfilled heap 1180

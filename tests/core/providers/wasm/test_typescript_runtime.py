@@ -115,7 +115,7 @@ def test_a_tampered_transpiler_is_refused(tmp_path):
 def test_typecheck_without_a_native_provider_says_so(tmp_path):
     from wasm_runner.providers.wasm.provider import WasmProvider
 
-    with Runner(tmp_path, providers=[WasmProvider()]) as own:
+    with Runner(tmp_path, isolation="in-process", providers=[WasmProvider()]) as own:
         result = own.run_sync(ExecRequest(code="const x: number = 1;", language="typescript", typecheck=True))
     assert result.error is None
     assert [d.category for d in result.diagnostics] == ["checker"]

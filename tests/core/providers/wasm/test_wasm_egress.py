@@ -39,7 +39,7 @@ def world(tmp_path_factory):
     tls = Origin(root, ca.server_context("api.allowed.test", "evil.test"))
     settings = EgressSettings(resolver=Resolver(NAMES), extra_ca_file=ca.pem, max_bytes=CAP)
     provider = WasmProvider(prewarm_languages=(), egress=settings)
-    with Runner(tmp_path_factory.mktemp("wasi-egress"), providers=[provider]) as runner:
+    with Runner(tmp_path_factory.mktemp("wasi-egress"), isolation="in-process", providers=[provider]) as runner:
         yield runner, plain, tls
     plain.close()
     tls.close()
