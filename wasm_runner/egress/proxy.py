@@ -29,7 +29,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -196,7 +196,8 @@ class EgressProxy:
                 pass
         return run.network()
 
-    async def _listen(self, run: ProxyRun, owner: tuple[int, int] | None) -> None:
+    def _connections(self, run: ProxyRun) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        """The connection handler of `run`'s listener: each connection is a task the run can cancel."""
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
@@ -206,23 +207,17 @@ class EgressProxy:
             finally:
                 run.tasks.discard(task)
 
+        return serve
+
+    async def _listen(self, run: ProxyRun, owner: tuple[int, int] | None) -> None:
         assert run.path is not None
-        run.server = await asyncio.start_unix_server(serve, path=str(run.path), limit=MAX_HEAD_BYTES)
+        run.server = await asyncio.start_unix_server(self._connections(run), path=str(run.path), limit=MAX_HEAD_BYTES)
         if owner is not None:
             os.chown(run.path, *owner)
         os.chmod(run.path, 0o600)
 
     async def _listen_loopback(self, run: ProxyRun) -> None:
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            run.tasks.add(task)
-            try:
-                await Exchange(self.settings, run, reader, writer).serve()
-            finally:
-                run.tasks.discard(task)
-
-        run.server = await asyncio.start_server(serve, host="127.0.0.1", port=0, limit=MAX_HEAD_BYTES)
+        run.server = await asyncio.start_server(self._connections(run), host="127.0.0.1", port=0, limit=MAX_HEAD_BYTES)
         host, port = run.server.sockets[0].getsockname()[:2]
         run.address = (host, port)
 

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any, Protocol, get_args
 
+from wasm_runner_client.cli.parsers import key_value
 from wasm_runner_protocol.execution import Language
 
 
@@ -53,7 +54,8 @@ def add_processes_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     start.add_argument("--language", default="bash", choices=get_args(Language),
                        help="the language of --code (default bash)")
     start.add_argument("--cwd", default="", help="working directory under /workspace")
-    start.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a variable (repeatable)")
+    start.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                       help="a variable (repeatable)")
     start.add_argument("--memory-mib", type=int, help="memory of its process tree (default: the profile's)")
     start.add_argument("--name", default="", help="a label shown in listings")
     start.add_argument("--json", action="store_true", help="print the process's description as JSON")

@@ -32,14 +32,6 @@ def _print_json(value: object) -> None:
     print(msgspec.json.encode(value).decode())
 
 
-def _env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"error: --env takes KEY=VALUE (got {pair!r})")
-        env[key] = value
-    return env
 
 
 @guarded
@@ -55,7 +47,7 @@ def start_command(args: argparse.Namespace) -> int:
     memory = args.memory_mib * 1024 * 1024 if args.memory_mib is not None else None
     with _client(args) as client:
         info = client.start_process(args.session, command, code=args.code or "", language=args.language,
-                                    env=_env(args.env), cwd=args.cwd, memory_bytes=memory, name=args.name)
+                                    env=dict(args.env), cwd=args.cwd, memory_bytes=memory, name=args.name)
     if args.json:
         _print_json(info)
     else:

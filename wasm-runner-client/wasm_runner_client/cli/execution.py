@@ -38,14 +38,6 @@ def _program(args: argparse.Namespace) -> tuple[str, str | None]:
     return path.read_text(encoding="utf-8"), SUFFIXES.get(path.suffix.lower())
 
 
-def _env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise CliError(f"--env takes KEY=VALUE (got {pair!r})")
-        env[key] = value
-    return env
 
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,7 +99,7 @@ def exec_command(args: argparse.Namespace) -> int:
     language = args.language or suggested
     stdin = Path(args.input).read_text(encoding="utf-8") if args.input else ""
     egress = policy(args.egress, args.allow)
-    options: dict[str, Any] = {"language": language, "stdin": stdin, "env": _env(args.env),
+    options: dict[str, Any] = {"language": language, "stdin": stdin, "env": dict(args.env),
                                "limits": _limits(args) or None, "profile": args.profile, "egress": egress}
     with connect(args) as client:
         if args.session is None:

@@ -19,6 +19,14 @@ EPILOG = ("The service is --url (else $WASM_RUNNER_URL, else http://127.0.0.1:80
           "exec: the guest's exit code, 124 time limit, 125 another limit, 130 cancelled; 141 output pipe closed.")
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """An argparse type for KEY=VALUE options (`--env`, `--metadata`); a malformed one is a usage error."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"takes KEY=VALUE (got {text!r})")
+    return key, value
+
+
 class Subcommands(Protocol):
     """What `ArgumentParser.add_subparsers()` returns, as the commands use it."""
 
@@ -66,7 +74,8 @@ def _add_sessions(sub: Subcommands) -> None:
     create.add_argument("--profile", help="the session's profile (default: the service's)")
     create.add_argument("--ttl", type=float, metavar="SECONDS", help="remove it and its files this long after creation")
     create.add_argument("--idle-timeout", type=float, metavar="SECONDS", help="drop its kernel after this idle time")
-    create.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE", help="a label (repeatable)")
+    create.add_argument("--metadata", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                        help="a label (repeatable)")
     create.add_argument("--ephemeral", action="store_true", help="leave no trace: files removed when it ends")
     _egress_options(create)
     _leaf(commands, "list", "list sessions", "sessions", "list_command")
@@ -91,7 +100,8 @@ def _add_exec(sub: Subcommands) -> None:
     parser.add_argument("--profile", help="the profile (one-shot), or another one allowed for the session")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="wall-clock limit of the run")
     parser.add_argument("--memory-mib", type=int, help="memory limit of the run")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a variable (repeatable)")
+    parser.add_argument("--env", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                        help="a variable (repeatable)")
     parser.add_argument("--input", metavar="FILE", help="a local text file given to the program as its stdin")
     parser.add_argument("--fresh", action="store_true", help="with --session: a new instance, not the kernel")
     _egress_options(parser)

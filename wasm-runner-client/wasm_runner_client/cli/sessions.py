@@ -27,14 +27,6 @@ def describe_egress(egress: EgressPolicy) -> str:
     return egress.mode + (f" ({', '.join(egress.allow)})" if egress.allow else "")
 
 
-def _metadata(pairs: list[str]) -> dict[str, str]:
-    metadata = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise CliError(f"--metadata takes KEY=VALUE (got {pair!r})")
-        metadata[key] = value
-    return metadata
 
 
 def _show(info: SessionInfo) -> None:
@@ -52,7 +44,7 @@ def create_command(args: argparse.Namespace) -> int:
     egress = policy(args.egress, args.allow)
     with connect(args) as client:
         info = client.create_session(args.id, profile=args.profile, idle_timeout_s=args.idle_timeout,
-                                     ttl_s=args.ttl, metadata=_metadata(args.metadata), ephemeral=args.ephemeral,
+                                     ttl_s=args.ttl, metadata=dict(args.metadata), ephemeral=args.ephemeral,
                                      egress=egress)
     if args.json:
         print_json(info)
