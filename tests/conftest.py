@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def runner(tmp_path_factory):
     """One runner for the whole run: runtimes compile once and stay loaded. In-process: the
     providers' behaviour is under test here, and tests reach into the process's own instances
-    (the default, worker processes, has tests of its own: core/execution/test_isolation.py)."""
+    (the default, worker processes, has tests of its own: core/execution/test_runner_isolation.py)."""
     with Runner(tmp_path_factory.mktemp("runner"), isolation="in-process") as r:
         r.providers[0].prepare()  # build and compile both runtimes outside any test's timing
         yield r
