@@ -48,7 +48,7 @@ def leaks(text: str) -> list[str]:
 def world(tmp_path_factory):
     origin = ReflectingOrigin()
     provider = NativeProvider(egress=EgressSettings(resolver=Resolver(NAMES)))
-    with Runner(tmp_path_factory.mktemp("native-masking"), providers=[provider]) as runner:
+    with Runner(tmp_path_factory.mktemp("native-masking"), providers=[provider], isolation="in-process") as runner:
         yield runner, origin, provider
     origin.close()
 
@@ -116,7 +116,7 @@ def test_proxy_dirs_live_under_the_runners_and_go_with_it():
     data_dir = Path(tempfile.mkdtemp(prefix="wr-"))  # short: a socket's path must stay within 107 bytes
     try:
         provider = NativeProvider(egress=EgressSettings())
-        runner = Runner(data_dir, providers=[provider])
+        runner = Runner(data_dir, providers=[provider], isolation="in-process")
         policy = EgressPolicy(mode="allowlist", allow=(f"127.0.0.1:{origin.port}",))
         result = run(runner, f"curl -sS -o /dev/null 'http://127.0.0.1:{origin.port}/reflect'", policy=policy)
         assert result.ok, result.stderr

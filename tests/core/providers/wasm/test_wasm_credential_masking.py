@@ -41,7 +41,7 @@ def world(tmp_path_factory):
     origin = ReflectingOrigin()
     settings = EgressSettings(resolver=Resolver(NAMES))
     provider = WasmProvider(prewarm_languages=(), egress=settings)
-    with Runner(tmp_path_factory.mktemp("wasi-masking"), providers=[provider]) as runner:
+    with Runner(tmp_path_factory.mktemp("wasi-masking"), providers=[provider], isolation="in-process") as runner:
         yield runner, origin
     origin.close()
 
