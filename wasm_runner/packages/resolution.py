@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
 from collections.abc import Callable
@@ -37,7 +36,8 @@ from wasm_runner.packages.wheels import SDIST_HINT, WheelRefused
 
 log = logging.getLogger("wasm_runner")
 
-RunAs = Callable[[list[str], Path, frozenset[str]], list[str]]
+RunAs = Callable[[list[str], Path, dict[str, str]], tuple[list[str], dict[str, str]]]
+"""How the resolver is started: (command, its private directory, environment) -> (command, environment)."""
 """(command, the resolution's directory, the executables in it to make reachable) -> the command to run:
 how the resolver is started as another user (the Runner's: providers/native/resolver_user.py)."""
 
@@ -105,8 +105,7 @@ def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str
                    "--index-url", indexes[0], *(arg for extra in indexes[1:] for arg in ("--extra-index-url", extra)),
                    "--no-build", "--python-version", GUEST_PYTHON_VERSION,
                    "--python-platform", RESOLVER_PLATFORM, "--format", "pylock.toml", "--no-header",
-                   "--no-annotate", "--no-cache", "--no-config", "--quiet", "--python", sys.executable,
-                   "--system-certs"]
+                   "--no-annotate", "--no-cache", "--no-config", "--quiet", "--system-certs"]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home,
                "UV_PYTHON_DOWNLOADS": "never",
                "UV_NO_PROGRESS": "1", "NO_COLOR": "1", "UV_HTTP_TIMEOUT": str(max(1, int(timeout_s))),
@@ -119,7 +118,7 @@ def resolve(requirements: list[Requirement], held: list[str], indexes: tuple[str
             if name in os.environ and name not in env:  # the operator's trust
                 env[name] = os.environ[name]
         if run_as is not None:
-            command = run_as(command, Path(home), frozenset({command[0], sys.executable}))
+            command, env = run_as(command, Path(home), env)
         try:
             proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   env=env, timeout=timeout_s, cwd=home)

@@ -1,11 +1,11 @@
-"""The package resolver never runs as root: a root service runs uv as the sandbox user, who cannot read the
-service's data directory (its signing secret, the package cache, other sessions)."""
+"""The package resolver runs in bubblewrap, never as root: a root service runs uv as the sandbox user, who
+cannot read the service's data directory (its signing secret, the package cache, other sessions) nor see
+the host's files beyond the system's."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,12 +18,13 @@ from wasm_runner.providers.native.resolver_user import as_resolver_user
 from wasm_runner_protocol.packages import PackageRequest
 
 PROBE = """import os, sys
-try:
-    with open(sys.argv[1]) as f:
-        seen = "read:" + f.read().strip()
-except OSError as exc:
-    seen = "denied"
-sys.stderr.write(f"uid={os.getuid()} secret={seen}\\n")
+def seen(path):
+    try:
+        with open(path) as f:
+            return "read:" + f.read().strip()
+    except OSError as exc:
+        return type(exc).__name__
+sys.stderr.write(f"uid={os.getuid()} secret={seen(sys.argv[1])} host={seen(sys.argv[2])}\\n")
 sys.exit(2)
 """
 
@@ -48,15 +49,37 @@ def test_uv_runs_as_the_sandbox_user_and_cannot_read_the_data_directory(open_dir
     data.mkdir(mode=0o700)
     secret = data / "presign.secret"
     secret.write_text("the-signing-secret\n")
-    probe = tmp_path / "probe.py"
-    probe.write_text(PROBE)
+    visible = tmp_path / "host-file.txt"  # world-readable, outside anything the resolver needs
+    visible.write_text("a host file\n")
+    visible.chmod(0o644)
     # the resolver's command replaced by a probe that reports who it runs as and what it can read
-    settings = PackageSettings(python_index="http://127.0.0.1:9/simple/", uv=(sys.executable, str(probe), str(secret)))
+    settings = PackageSettings(python_index="http://127.0.0.1:9/simple/",
+                               uv=("/usr/bin/python3", "-c", PROBE, str(secret), str(visible)))
     result = PackageInstaller(settings, data, run_as=as_resolver_user).install(
         SessionPackages(tmp_path / "s"), PackageRequest(python=("tinydep==2.0",)))
     assert not result.ok and result.error.kind == "resolver_failed"
-    assert f"uid={identity.uid} secret=denied" in result.error.message, result.error.message
-    assert "the-signing-secret" not in result.error.message
+    message = result.error.message
+    assert "secret=FileNotFoundError host=FileNotFoundError" in message, message  # in bubblewrap: neither exists
+    assert "uid=0 " not in message and "the-signing-secret" not in message
+
+
+def test_without_bubblewrap_uv_still_runs_as_the_sandbox_user(open_dir, monkeypatch):
+    from wasm_runner.providers.native import resolver_user
+
+    if os.geteuid() != 0:
+        pytest.skip("the service is not root here: uv runs as the service's own unprivileged user")
+    identity = sandbox_identity()
+    assert isinstance(identity, SandboxIdentity), identity
+    monkeypatch.setattr(resolver_user, "usable_bwrap", lambda identity: None)
+    data = open_dir / "data"
+    data.mkdir(mode=0o700)
+    secret = data / "presign.secret"
+    secret.write_text("the-signing-secret\n")
+    settings = PackageSettings(python_index="http://127.0.0.1:9/simple/",
+                               uv=("/usr/bin/python3", "-c", PROBE, str(secret), "/etc/hostname"))
+    result = PackageInstaller(settings, data, run_as=as_resolver_user).install(
+        SessionPackages(open_dir / "s"), PackageRequest(python=("tinydep==2.0",)))
+    assert f"uid={identity.uid} secret=PermissionError" in result.error.message, result.error.message
 
 
 def test_a_runners_installer_starts_the_resolver_as_the_sandbox_user(tmp_path):
