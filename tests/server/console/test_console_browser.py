@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from server_helpers import make_config
 
+from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_server.app import create_app
 from wasm_runner_server.http.preview_server import refuse_service_worker
 from wasm_runner_server.security.tenants import TenantStore
@@ -28,6 +29,10 @@ playwright_api = pytest.importorskip("playwright.async_api", reason="Playwright 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")]
+_bwrap = find_bwrap()
+SANDBOX_PROBLEM = "bubblewrap is not installed" if _bwrap is None else probe(_bwrap)
+needs_sandbox = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no usable sandbox: {SANDBOX_PROBLEM}")
+"""The tests whose sessions run a shell or a server natively."""
 SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "console"
 TIMEOUT_MS = 20_000
 
@@ -323,13 +328,8 @@ async def test_guest_written_html_svg_and_markdown_cannot_run_script_in_the_cons
     assert await frame.locator("script").count() == 0
 
 
+@needs_sandbox
 async def test_the_terminal_runs_a_shell_in_the_session_over_a_link_without_the_key(console):
-    from wasm_runner.providers.native.bwrap import find_bwrap, probe
-
-    bwrap = find_bwrap()
-    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
-    if problem is not None:
-        pytest.skip(f"no usable sandbox: {problem}")
     sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
     page = console.page
     sockets: list[str] = []
@@ -420,13 +420,8 @@ async def test_the_console_refuses_to_run_under_a_service_worker(tmp_path):
         await page.wait_for_function("async () => (await navigator.serviceWorker.getRegistrations()).length === 0")
 
 
+@needs_sandbox
 async def test_an_osc8_link_in_the_terminal_opens_without_an_opener_and_never_on_the_console_origin(console):
-    from wasm_runner.providers.native.bwrap import find_bwrap, probe
-
-    bwrap = find_bwrap()
-    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
-    if problem is not None:
-        pytest.skip(f"no usable sandbox: {problem}")
     sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
     page = console.page
     other_origin = console.base.replace("127.0.0.1", "localhost") + "/console/"
@@ -504,6 +499,7 @@ GUEST_PAGE = """<!doctype html><body><script>
 </script></body>"""
 
 
+@needs_sandbox
 async def test_a_guest_preview_page_gets_neither_the_key_nor_the_console_session(console):
     """The finding as it was: a guest's web page, opened through a preview link in the browser where the
     console is signed in. It is served on an opaque origin of its own now, and reaches nothing of the console."""
@@ -511,12 +507,6 @@ async def test_a_guest_preview_page_gets_neither_the_key_nor_the_console_session
 
     from server_helpers import eventually
 
-    from wasm_runner.providers.native.bwrap import find_bwrap, probe
-
-    bwrap = find_bwrap()
-    problem = "bubblewrap is not installed" if bwrap is None else probe(bwrap)
-    if problem is not None:
-        pytest.skip(f"no usable sandbox: {problem}")
     sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
     await console.api("PUT", f"/v1/sessions/{sid}/files/site/index.html", data=GUEST_PAGE.encode())
     process = await console.api("POST", f"/v1/sessions/{sid}/processes", json={
