@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
@@ -53,6 +54,8 @@ Isolation = Literal["process", "in-process"]
 """Where a Runner's guests run: on worker processes it supervises, or on threads of this process."""
 
 MAX_DEFAULT_KERNEL_WORKERS = 4
+CLOSE_SAVE_S = 10.0
+"""How long `close` waits for the worker processes to save their sessions' kernels."""
 """Kernel worker processes a Runner starts by default (plus a spare), at most: each is a
 Python process; more spread sessions thinner (a stuck guest restarts fewer neighbours)."""
 
@@ -249,12 +252,13 @@ class Runner:
     # -- sessions ------------------------------------------------------------------
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
-                mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None) -> Session:
+                mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "") -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
         `mounts` adds directories for this session only (e.g. a writable /workspace/shared);
-        `egress` is where its runs may connect (see `Session.set_egress`).
+        `egress` is where its runs may connect (see `Session.set_egress`); `owner` names the
+        workspace (tenant) it belongs to, whose kernel snapshots alone it restores.
         """
         session_id = session_id or uuid.uuid4().hex
         if not is_session_id(session_id):
@@ -263,7 +267,8 @@ class Runner:
             session = self._sessions.get(session_id)
             if session is None:
                 files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
-                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir), mounts)
+                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir), mounts,
+                                  owner)
                 self._sessions[session_id] = session
             if egress is not None:
                 session.set_egress(egress)
@@ -442,8 +447,11 @@ class Runner:
         self._closed = True
         with self._sessions_lock:
             sessions = list(self._sessions.values())
-        for session in sessions:
-            session.hibernate()
+        saving = [session.hibernate() for session in sessions]
+        deadline = time.monotonic() + CLOSE_SAVE_S
+        for saved in saving:  # the kernels on worker processes are saved before the workers end
+            if saved is not None:
+                saved.wait(max(deadline - time.monotonic(), 0))
         for actors in self._clusters.values():
             actors.close()
         if self._worker_pool is not None:

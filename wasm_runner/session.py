@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -18,19 +19,28 @@ from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.processes.manager import BackgroundProcess, ProcessLimits, ProcessManager
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.provider import KernelSlot
+from wasm_runner.providers.wasm.kernel_slots import KernelSlot
+from wasm_runner.snapshots.image import SnapshotRefused
+from wasm_runner.snapshots.store import KernelImages
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 
 if TYPE_CHECKING:
     from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner.snapshots.fork import ForkResult
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:
     from wasm_runner.execution.kernel_workers import KernelWorkers
 
 __all__ = ["KernelState", "Session", "SessionHost"]
+
+log = logging.getLogger("wasm_runner")
+NATIVE_NOT_SAVED = ("a native kernel's state is a process, not data the host tracks: it is not saved, and a new "
+                    "kernel starts (its files and packages are kept)")
+KERNEL_DIR = "kernel"
+"""Where in a session's directory its kernels' snapshots are kept (outside what the guest sees)."""
 
 
 class SessionHost(Protocol):
@@ -48,6 +58,9 @@ class SessionHost(Protocol):
     def provider_for(self, request: ExecRequest) -> Provider: ...
 
     def forget(self, session_id: str) -> None: ...
+
+    def session(self, session_id: str | None = None, *, mounts: tuple[Mount, ...] = (),
+                egress: EgressPolicy | None = None, owner: str = "") -> Session: ...
 
     @property
     def packages(self) -> PackageInstaller: ...
@@ -73,10 +86,15 @@ class Session:
     Its kernels live on a worker process of the Runner's (by default), or in this process
     (`Runner(isolation="in-process")`): the calls are the same either way."""
 
-    def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = ()) -> None:
+    def __init__(self, runner: SessionHost, session_id: str, workspace: Workspace, mounts: tuple[Mount, ...] = (),
+                 owner: str = "") -> None:
         self.runner = runner
         self.id = session_id
         self.workspace = workspace
+        self.owner = owner
+        """The workspace (tenant) it belongs to: its kernel snapshots restore for that owner only."""
+        self.images = KernelImages(workspace.root / KERNEL_DIR, owner)
+        """Its kernels' saved states (written at hibernation, restored by the next call)."""
         self.packages = SessionPackages(workspace.root)
         """The session's installed packages: the guest sees them read-only at /packages, on sys.path."""
         packages_mount = self.packages.mount()
@@ -244,7 +262,7 @@ class Session:
 
     def _new_job(self, request: ExecRequest, listener: OutputListener | None) -> Job:
         job = Job(request, self.workspace, self.state.kernels, listener, self.mounts, install=self.install_handler,
-                  disk_room=self.disk_room)
+                  disk_room=self.disk_room, images=self.images)
         self._job = job
         return job
 
@@ -258,6 +276,8 @@ class Session:
         """A worker was given up with this session's kernels: the next call starts new ones and
         says the old state is gone."""
         self.state = KernelState(lost=set(self.state.kernels) | self.state.lost)
+        for slot in self.state.kernels.values():
+            slot.reason = "the thread running this session's previous call was given up (its guest was stuck in a host call)"
 
     # -- background processes --------------------------------------------------------------
 
@@ -314,22 +334,75 @@ class Session:
         if manager is not None:
             manager.close(reason, grace_s, final=final)
 
-    def hibernate(self) -> None:
-        """Drop the kernels and end the background processes (files kept); the next call rebuilds
-        the kernels and says so."""
+    def hibernate(self, wait_s: float | None = None) -> threading.Event | None:
+        """Save the kernels' state with the session's files (see `snapshots`), drop them and end
+        the background processes; the next call restores the kernels (or, where a kernel could
+        not be saved, starts a new one and says why). Kernels on a worker process are saved
+        there: the event returned is set once they are (waited for up to `wait_s`)."""
         self.stop_processes("stopped: the session hibernated")
         workers = self.runner.kernel_workers
-        if workers is not None:
-            workers.hibernate(self)
-        self._close_kernels()
+        saved = workers.hibernate(self) if workers is not None else None
+        self._close_kernels(save=True)
+        if saved is not None and wait_s is not None:
+            saved.wait(wait_s)
+        return saved
 
-    def _close_kernels(self) -> None:
+    def _close_kernels(self, save: bool = False) -> None:
         state = self.state
         with state.lock:
-            for slot in state.kernels.values():
-                if slot.kernel is not None:
+            for language, slot in state.kernels.items():
+                if slot.kernel is None:
+                    continue
+                if not isinstance(slot, KernelSlot):
+                    why = NATIVE_NOT_SAVED
+                elif save:
+                    why = self._save_kernel(language, slot.kernel)
+                else:
+                    why = "the session's kernels were dropped"
+                if why is None:
                     slot.kernel.close()
-                    slot.kernel, slot.lost = None, True
+                    slot.kernel, slot.checkpoint = None, None  # not lost: the next call restores it
+                else:
+                    slot.drop(f"the session hibernated, and its kernel could not be saved: {why}" if save else why)
+
+    def _save_kernel(self, language: str, kernel: Any) -> str | None:
+        """Save one live kernel's state; why it could not be, or None."""
+        try:
+            self.images.save(kernel.capture())
+            return None
+        except SnapshotRefused as exc:
+            why = str(exc)
+        except Exception as exc:  # noqa: BLE001 - said to the caller
+            log.warning("could not save a kernel", exc_info=True)
+            why = f"saving it failed: {exc}"
+        self.images.discard(language)
+        return why
+
+    def save_kernels(self, timeout_s: float = 30.0) -> dict[str, str]:
+        """Save the live WebAssembly kernels' state with the session's files; they keep running.
+        What a fork copies, and what a restart resumes from. Returns the languages whose kernel
+        could not be saved, and why (e.g. a file held open)."""
+        refused: dict[str, str] = {}
+        workers = self.runner.kernel_workers
+        if workers is not None:
+            refused.update(workers.save(self, timeout_s) or {})
+        state = self.state
+        with state.lock:
+            for language, slot in state.kernels.items():
+                if slot.kernel is None:
+                    continue
+                why = self._save_kernel(language, slot.kernel) if isinstance(slot, KernelSlot) else NATIVE_NOT_SAVED
+                if why is not None:
+                    refused[language] = why
+        return refused
+
+    def fork(self, count: int = 1, *, skip: frozenset[str] = frozenset()) -> ForkResult:
+        """`count` new sessions, each with a copy of this one's files, packages, egress policy and
+        kernel state (see `ForkResult`); nothing writable is shared. Each child is made whole or
+        not at all. `skip` names top-level entries of the session's directory not to copy."""
+        from wasm_runner.snapshots.fork import fork_session
+
+        return fork_session(self, count, skip)
 
     def destroy(self) -> None:
         """End the background processes, drop the kernels and remove the session's files."""

@@ -1,4 +1,4 @@
-"""Sessions: kernels keep state like notebook cells; files persist; limit hits restart the kernel."""
+"""Sessions: kernels keep state like notebook cells; files persist; limit hits roll the kernel back."""
 
 import asyncio
 
@@ -55,25 +55,36 @@ def test_files_persist_across_calls_and_sessions_objects(runner):
     session.destroy()
 
 
-def test_a_limit_hit_restarts_the_kernel_on_the_next_call_and_says_so(runner):
+def test_a_limit_hit_rolls_the_kernel_back_and_keeps_the_files(runner):
     session = runner.session()
     session.run_sync("state = 'before'\nopen('kept.txt', 'w').write('kept')")
-    hit = session.run_sync("while True: pass", limits=Limits(timeout_s=0.3))
-    assert hit.limit == "timeout"
-    after = session.run_sync("print(open('kept.txt').read())\n'state' in globals()")
-    assert after.kernel_restarted is True
-    assert after.stdout == "kept\n" and after.value == "False"
-    assert session.run_sync("1").kernel_restarted is False
+    hit = session.run_sync("state = 'during'\nopen('during.txt', 'w').write('1')\nwhile True: pass",
+                           limits=Limits(timeout_s=0.3))
+    assert hit.limit == "timeout" and hit.kernel_rolled_back
+    assert "during.txt" in hit.files.created  # the failed call's files stay, and are listed
+    after = session.run_sync("print(open('kept.txt').read(), open('during.txt').read())\nstate")
+    assert not after.kernel_restarted and not after.kernel_rolled_back
+    assert after.stdout == "kept 1\n" and after.value == "'before'"
     session.destroy()
 
 
-def test_hibernate_drops_the_kernel_and_resume_says_restarted(runner):
+def test_hibernation_saves_the_kernel_and_the_next_call_restores_it(runner):
     session = runner.session()
     session.run_sync("x = 1\nopen('f', 'w').write('1')")
-    session.hibernate()
+    session.hibernate(wait_s=30)
     assert session.kernels == []
-    result = session.run_sync("import os\n(os.path.exists('f'), 'x' in globals())")
-    assert result.kernel_restarted and result.value == "(True, False)"
+    result = session.run_sync("import os\n(os.path.exists('f'), x)")
+    assert result.kernel_restored and not result.kernel_restarted and result.value == "(True, 1)"
+    session.destroy()
+
+
+def test_a_kernel_holding_a_file_open_is_not_saved_and_the_restart_says_why(runner):
+    session = runner.session()
+    session.run_sync("x = 1\nhandle = open('held.txt', 'w')")
+    session.hibernate(wait_s=30)
+    result = session.run_sync("'x' in globals()")
+    assert result.kernel_restarted and result.value == "False"
+    assert "open" in result.restart_reason and "descriptors" in result.restart_reason
     session.destroy()
 
 

@@ -72,6 +72,7 @@ class ErrorCode(StrEnum):
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"
     PACKAGES_FAILED = "packages_failed"
+    TEMPLATE_NOT_FOUND = "template_not_found"
     # -- background processes, terminals, preview ports --------------------------------------
     PROCESS_NOT_FOUND = "process_not_found"
     PROCESS_LIMIT = "process_limit"

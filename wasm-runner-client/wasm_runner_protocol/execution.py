@@ -227,8 +227,13 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     kernel_restarted: bool = False
     """True when the session's kernel was (re)built for this call and earlier state is gone."""
     restart_reason: str | None = None
-    """Why the kernel restarted, when the host knows more than that it was dropped (e.g. another
-    guest on its worker process was stopped)."""
+    """Why the kernel restarted (set whenever `kernel_restarted` is)."""
+    kernel_restored: bool = False
+    """The session's kernel came back from its saved snapshot for this call (after hibernation or
+    a restart): the variables of earlier calls are there."""
+    kernel_rolled_back: bool = False
+    """This call hit a limit or crashed its kernel, which was put back as it was before the call:
+    the next call sees the state of the calls before this one (files it wrote stay)."""
     verdict: Verdict | None = None
     """With harness `check`: passed, failed (see error.line / error.source), timeout, error or
     limit. With harness `io`: passed when every case passed, else the first failing case's."""

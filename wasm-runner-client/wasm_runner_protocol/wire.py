@@ -208,6 +208,10 @@ class StreamChunk(msgspec.Struct):
 # -- sessions ---------------------------------------------------------------------------
 
 
+TemplateName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}\Z",
+                                   description="lower-case letters, digits, '.', '_' and '-'; at most 64")]
+
+
 class SessionCreate(_Body):
     id: SessionId | None = None
     """Choose the id (e.g. a conversation id); by default one is generated."""
@@ -227,6 +231,53 @@ class SessionCreate(_Body):
     egress: EgressPolicy | EgressShorthand | None = None
     """Where the session's runs may connect: within the profile's network policy (default: the profile's);
     a wider one is refused with 403 network_not_allowed."""
+    template: TemplateName | None = None
+    """Start from this template of the workspace (`POST /v1/templates`): its files, packages and kernel
+    state, so the first call finds them ready."""
+
+
+class SessionFork(_Body):
+    """How many copies of a session to make."""
+
+    count: Annotated[int, Meta(ge=1, le=64)] = 1
+
+
+class ForkFailure(msgspec.Struct, kw_only=True):
+    index: int
+    error: str
+
+
+class SessionForkResult(msgspec.Struct, kw_only=True):
+    sessions: list[SessionInfo]
+    """The new sessions: each a copy of the parent's files, packages, network policy and kernel state."""
+    failed: list[ForkFailure] = []
+    """Copies that could not be made (each is made whole or not at all), and why."""
+    kernels: list[str] = []
+    """Languages whose kernel state the copies carry (restored by each copy's first call)."""
+    fresh_kernels: dict[str, str] = {}
+    """Languages whose live kernel the copies start anew, and why (e.g. native kernels)."""
+
+
+class TemplateCreate(_Body):
+    """Publish a session's current state (files, packages, kernels) as a template of its workspace."""
+
+    name: TemplateName
+    session: SessionId
+
+
+class TemplateInfo(msgspec.Struct, kw_only=True):
+    name: str
+    created_at: datetime
+    bytes: int
+    """Disk the template takes (counted against the workspace's quota)."""
+    kernels: list[str] = []
+    """Languages whose kernel state it holds."""
+    fresh_kernels: dict[str, str] = {}
+    """Languages whose live kernel it could not hold, and why."""
+
+
+class TemplateList(msgspec.Struct, kw_only=True):
+    templates: list[TemplateInfo]
 
 
 class SessionPatch(_Body):

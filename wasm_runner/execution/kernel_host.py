@@ -117,7 +117,7 @@ class KernelHost:
                                  budget=ParentBudget() if m.get("budgeted") else None,
                                  shared=bool(m.get("shared"))) for m in place.mounts)
             workspace = Workspace(Path(place.root), Path(place.files) if place.files else None)
-            session = Session(self.runner, place.session, workspace, mounts)
+            session = Session(self.runner, place.session, workspace, mounts, owner=place.owner)
             self.sessions[place.session] = session
         return session
 
@@ -143,6 +143,12 @@ class KernelHost:
         session = self._session(order.place)
         if order.kind == "hibernate":
             session.hibernate()
+            if order.seq:
+                self.send(Answer(order.seq, hibernated=True))
+            return
+        if order.kind == "save":
+            refused = session.save_kernels()
+            self.send(Answer(order.seq, hibernated=True, refused=refused))
             return
         if order.kind == "forget":
             session.hibernate()

@@ -84,6 +84,9 @@ class HostedSession(Protocol):
     @property
     def disk_room(self) -> int | None: ...
 
+    @property
+    def owner(self) -> str: ...
+
 
 @dataclass
 class SupervisionStats:
@@ -130,6 +133,8 @@ class KernelWorker:
     """The calls past their deadline when the supervisor killed it: they get a timeout, not a loss."""
     retired_because: str | None = None
     """What its sessions' next calls are told, once it is retired."""
+    acks: dict[int, tuple[threading.Event, dict[str, str] | None]] = field(default_factory=dict)
+    """Hibernate and save orders waiting for their answer (and where a save's refusals go)."""
 
     @property
     def pid(self) -> int:
@@ -280,6 +285,11 @@ class KernelWorkers:
             if host in self.leaving:
                 self.leaving.remove(host)
             pending, host.pending = host.pending, {}
+            acks, host.acks = host.acks, {}
+        for done, refused in acks.values():  # nothing more will be saved
+            if refused is not None:
+                refused[""] = "the worker ended"
+            done.set()
         for seq, call in pending.items():
             if seq in host.overdue:
                 printed = (b"".join(call.printed["stdout"]).decode(errors="replace"),
@@ -301,6 +311,15 @@ class KernelWorkers:
             return
         if answer.install is not None:
             self._ask(host, answer)
+            return
+        if answer.hibernated:
+            with self.lock:
+                ack = host.acks.pop(answer.seq, None)
+            if ack is not None:
+                done, refused = ack
+                if refused is not None:
+                    refused.update(answer.refused)
+                done.set()
             return
         if answer.result is None:  # a chunk of output
             call = host.pending.get(answer.seq)
@@ -452,24 +471,47 @@ class KernelWorkers:
     def run_blocking(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
         return self.submit(session, request, listener)[3].result()
 
-    def hibernate(self, session: HostedSession) -> None:
-        self._tell(session, "hibernate")
+    def hibernate(self, session: HostedSession) -> threading.Event:
+        """Tell the session's worker to save and drop its kernels; the event is set once it has
+        (at once when it has none, or the worker goes away)."""
+        done = threading.Event()
+        self._tell(session, "hibernate", done)
+        return done
 
     def forget(self, session: HostedSession) -> None:
         self._tell(session, "forget")
         with self.lock:
             self.moved.pop(session.id, None)
 
-    def _tell(self, session: HostedSession, kind: Literal["hibernate", "forget"]) -> None:
+    def save(self, session: HostedSession, timeout_s: float) -> dict[str, str] | None:
+        """Have the session's worker save its live kernels (they keep running): the languages it
+        could not save and why, or None when it holds none or did not answer in time."""
+        done = threading.Event()
+        answer: dict[str, str] = {}
+        self._tell(session, "save", done, answer)
+        return answer if done.wait(timeout_s) and not answer.get("") else None
+
+    def _tell(self, session: HostedSession, kind: Literal["hibernate", "save", "forget"],
+              done: threading.Event | None = None, refused: dict[str, str] | None = None) -> None:
+        seq = 0
         with self.lock:
             host = self.placement.get(session.id)
-            if host is None:  # no kernel on a worker
+            if host is None or (done is not None and session.id not in host.kernels):  # no kernel on a worker
+                if done is not None:
+                    if refused is not None:
+                        refused[""] = "none"
+                    done.set()
                 return
-            host.kernels.pop(session.id, None)
+            if kind != "save":
+                host.kernels.pop(session.id, None)
             if kind == "forget":
                 del self.placement[session.id]
                 host.sessions.discard(session.id)
-        host.worker.order(Order(0, place=_place_of(session), kind=kind))
+            if done is not None:
+                host.seq += 1
+                seq = host.seq
+                host.acks[seq] = (done, refused)
+        host.worker.order(Order(seq, place=_place_of(session), kind=kind))
 
     def close(self) -> None:
         with self.lock:
@@ -486,7 +528,7 @@ class KernelWorkers:
 def _place_of(session: HostedSession) -> Place:
     workspace = session.workspace
     return Place(session.id, str(workspace.root), str(workspace.files_dir) if workspace.files_dir is not None else None,
-                 [m.to_config() for m in session.mounts])
+                 [m.to_config() for m in session.mounts], session.owner)
 
 
 def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: Moved, request: ExecRequest,
@@ -505,8 +547,9 @@ def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: M
         lost = result.error is not None and result.error.type == "HostError"
         if request.command is None and not request.fresh and request.language in moved.languages and not lost:
             moved.languages.discard(request.language)
-            result.kernel_restarted = True
-            result.restart_reason = moved.reason
+            if not result.kernel_restored:  # else its saved state came back
+                result.kernel_restarted = True
+                result.restart_reason = moved.reason
             if not moved.languages and table.get(session_id) is moved:
                 del table[session_id]
         if not noticed.done():  # not once its caller went away

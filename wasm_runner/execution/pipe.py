@@ -26,17 +26,21 @@ class Place(msgspec.Struct, array_like=True):
     files: str | None = None
     """Its /workspace where that is not `root/files` (an existing host directory)."""
     mounts: list[dict[str, Any]] = []
+    owner: str = ""
+    """The workspace it belongs to (its kernel images are checked against it)."""
 
 
 class Order(msgspec.Struct, array_like=True):
     """Parent to worker: run `request` as item `seq` (in the session `place`'s kernels when
     given), cancel item `seq` (no request), hibernate or forget the session `place`, or answer
-    the guest's install request `seq` (`install`, with `reply`)."""
+    the guest's install request `seq` (`install`, with `reply`). A hibernate order with a `seq`
+    is answered (`Answer.hibernated`) once its kernels are saved; a save order saves them and
+    keeps them running."""
 
     seq: int
     request: ExecRequest | None = None
     place: Place | None = None
-    kind: Literal["", "hibernate", "forget", "over-budget", "install"] = ""
+    kind: Literal["", "hibernate", "save", "forget", "over-budget", "install"] = ""
     """`over-budget`: a mount's budget, which the parent keeps, is exceeded: stop run `seq` for disk."""
     stream: bool = False
     """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
@@ -63,6 +67,10 @@ class Answer(msgspec.Struct, array_like=True):
     install: str | None = None
     """The guest's `sandbox.install` request as it wrote it (JSON): data for the parent to check."""
     ask: int = 0
+    hibernated: bool = False
+    """With `seq`: the hibernate or save order of that number is done (its kernels' images are saved)."""
+    refused: dict[str, str] = {}
+    """With `hibernated`: the languages whose kernel could not be saved, and why."""
 
 
 def write_frame(stream: IO[bytes], body: bytes) -> None:

@@ -96,23 +96,30 @@ class WrittenPages:
 
     def pages(self) -> np.ndarray:
         """Sorted numbers (from the range's first page) of the pages written since tracking started."""
+        return self._page_numbers(self._scan(protect=False))
+
+    def take(self) -> np.ndarray:
+        """The pages written since tracking started or the last `take`, protected again in the
+        same pass (so the next `take` lists only what is written after this one)."""
+        return self._page_numbers(self._scan(protect=True, written_only=True))
+
+    def _page_numbers(self, ranges: np.ndarray) -> np.ndarray:
         import numpy as np
 
-        ranges = self._scan(protect=False)
         first = ((ranges[:, 0] - self.address) // PAGE).astype(np.int64)
         counts = ((ranges[:, 1] - ranges[:, 0]) // PAGE).astype(np.int64)
         return np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
 
-    def _scan(self, protect: bool) -> np.ndarray:
+    def _scan(self, protect: bool, written_only: bool = False) -> np.ndarray:
         """The written ranges as rows of (start, end, flags); `protect` write-protects every page
-        (the categories then match every page)."""
+        (the categories then match every page), or with `written_only` the written ones."""
         import numpy as np
 
         arg, start, end, found = self._arg, self.address, self.address + self.length, []
         while True:
+            match = _PAGE_IS_WRITTEN if written_only or not protect else 0
             arg[:] = [96, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC if protect else 0, start, end, 0,
-                      self._regions.ctypes.data, _REGIONS, 0, 0, 0 if protect else _PAGE_IS_WRITTEN, 0,
-                      _PAGE_IS_WRITTEN]
+                      self._regions.ctypes.data, _REGIONS, 0, 0, match, 0, _PAGE_IS_WRITTEN]
             count = _libc.ioctl(self._pagemap, _PAGEMAP_SCAN, ctypes.addressof(arg))
             if count < 0:
                 raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN failed")

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.egress.redaction import RunRedactor
@@ -17,6 +17,9 @@ from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, GuestError
+
+if TYPE_CHECKING:
+    from wasm_runner.snapshots.store import KernelImages
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Job:
     disk_room: int | None = None
     """The most the run may add to disk besides its limits (a quota shared beyond the session,
     reserved by the host for this run); None: only its limits."""
+    images: KernelImages | None = None
+    """Where the session's kernel snapshots are saved (restored when a kernel is made); sessions only."""
     printed: Callable[[], tuple[str, str]] | None = None
     """Set by the provider: the (stdout, stderr) the guest printed so far, for the result given
     for a guest still blocked in a host call past its deadline."""

@@ -81,8 +81,26 @@ class AccessPolicy(ABC):
         finally:
             CURRENT.reset(token)
 
-    def check_session_quota(self, request: web.Request) -> None:
-        """Refuse creating one more session (a 429), or return."""
+    def check_session_quota(self, request: web.Request, count: int = 1) -> None:
+        """Refuse creating `count` more sessions (a 429), or return."""
+        return None
+
+    def session_owner(self, session_id: str) -> str:
+        """The workspace a session belongs to ("" without tenants): its kernel snapshots and
+        templates are that workspace's only."""
+        return ""
+
+    def caller_workspace(self, request: web.Request) -> str:
+        """The workspace of the caller ("" without tenants): whose templates it sees."""
+        return ""
+
+    def session_ephemeral(self, session_id: str) -> bool:
+        """Whether the session leaves no persistent trace (its forks neither)."""
+        return False
+
+    def on_session_event(self, request: web.Request, mode: str, session_id: str | None, detail: dict,
+                         error: str | None = None) -> None:
+        """A session was forked, or a template published, started or deleted."""
         return None
 
     def admit_link(self, key_id: str) -> None:

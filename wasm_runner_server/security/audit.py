@@ -304,6 +304,16 @@ class AuditLog:
                       "path": None if ephemeral else path, "status": status,
                       "outcome": "ok" if status < 400 else "error", "started_at": now, "finished_at": now})
 
+    def record_session_event(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool,
+                             mode: str, detail: dict, ok: bool = True, error: str | None = None) -> int:
+        """Record a session's fork or a template's publication, start or removal (on disk once this
+        returns); what it made as `files_changed` (JSON), a refusal as `stderr`."""
+        now = time.time()
+        return self._insert({"ts": now, "kind": "session", "workspace": workspace, "key_id": key_id,
+                             "session": session, "ephemeral": int(ephemeral), "mode": mode,
+                             "files_changed": json.dumps(detail), "stderr": error,
+                             "outcome": "ok" if ok else "error", "started_at": now, "finished_at": now})
+
     def record_artifact(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
                         artifact_id: str, path: str | None, status: int) -> int:
         """Record the row of an artifact published, deleted or expired (on disk once this returns); its id."""

@@ -150,10 +150,29 @@ class SecurityPolicy(AccessPolicy):
     def admit_link(self, key_id: str) -> None:
         self.security.authenticator.admit_link(key_id)
 
-    def check_session_quota(self, request: web.Request) -> None:
+    def check_session_quota(self, request: web.Request, count: int = 1) -> None:
         security = self.security
         security.quotas.check_session_quota(security.authenticator.principal_of(request),
-                                            request.app[SERVICE].sessions.sessions)
+                                            request.app[SERVICE].sessions.sessions, count)
+
+    def session_owner(self, session_id: str) -> str:
+        owner = self.security.tenants.owner(session_id)
+        return owner.workspace if owner is not None else ""
+
+    def caller_workspace(self, request: web.Request) -> str:
+        return (request.get(PRINCIPAL) or LOCAL).workspace
+
+    def session_ephemeral(self, session_id: str) -> bool:
+        owner = self.security.tenants.owner(session_id)
+        return bool(owner and owner.ephemeral)
+
+    def on_session_event(self, request: web.Request, mode: str, session_id: str | None, detail: dict,
+                         error: str | None = None) -> None:
+        principal = request.get(PRINCIPAL) or LOCAL
+        self.security.audit.record_session_event(
+            workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+            ephemeral=self.session_ephemeral(session_id) if session_id else False, mode=mode, detail=detail,
+            ok=error is None, error=error)
 
     def scope_session_id(self, request: web.Request, body: SessionCreate) -> SessionCreate:
         if body.id is None:

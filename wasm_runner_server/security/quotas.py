@@ -37,8 +37,9 @@ class Quotas(ABC):
         """What each batch item holds, as an execution of its own, waiting for a free one."""
 
     @abstractmethod
-    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
-        """Refuse creating a session (a 429) when the workspace holds its maximum of `sessions` that exist."""
+    def check_session_quota(self, principal: Principal, sessions: Container[str], count: int = 1) -> None:
+        """Refuse creating `count` sessions (a 429) when the workspace would pass its maximum of `sessions`
+        that exist."""
 
 
 class Unlimited(Quotas):
@@ -53,7 +54,7 @@ class Unlimited(Quotas):
     def batch_item_hold(self, principal: Principal) -> ItemHold | None:
         return None
 
-    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
+    def check_session_quota(self, principal: Principal, sessions: Container[str], count: int = 1) -> None:
         return None
 
 
@@ -102,9 +103,11 @@ class Enforced(Quotas):
 
         return hold
 
-    def check_session_quota(self, principal: Principal, sessions: Container[str]) -> None:
+    def check_session_quota(self, principal: Principal, sessions: Container[str], count: int = 1) -> None:
         held = sum(1 for s in self.tenants.sessions_of(principal.workspace) if s in sessions)
         cap = self.settings.sessions
-        if held >= cap:
-            raise ApiError(429, ErrorCode.WORKSPACE_SESSION_QUOTA, f"this workspace holds its maximum of {cap} sessions",
+        if held + count > cap:
+            more = f"; {count} more would pass it" if held < cap else ""
+            raise ApiError(429, ErrorCode.WORKSPACE_SESSION_QUOTA,
+                           f"this workspace holds {held} of its maximum of {cap} sessions{more}",
                            "delete sessions you no longer need, then retry", {"Retry-After": "60"})

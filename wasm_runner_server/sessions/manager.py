@@ -136,7 +136,7 @@ def _time(value: float) -> datetime:
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
                  metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
-                 rooms: RunRooms | None = None) -> None:
+                 rooms: RunRooms | None = None, owner_for: Callable[[str], str] = lambda session_id: "") -> None:
         self.config = config
         self.policy = config.sessions
         self.store = store
@@ -148,6 +148,8 @@ class SessionManager:
         self._background: set[asyncio.Future] = set()
         self.mounts_for = mounts_for
         """Extra mounts of a session by id (the access policy's: e.g. the workspace's writable shared/)."""
+        self.owner_for = owner_for
+        """The workspace a session belongs to, by id (its kernel snapshots and templates are that workspace's)."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
@@ -249,6 +251,21 @@ class SessionManager:
         log.info("session created", extra={"event": "session_created", "session": session_id, "profile": name})
         return live
 
+    def add_copy(self, parent: LiveSession, core: Session) -> LiveSession:
+        """A session made as a copy of `parent` by the core (a fork's child): its row, with the
+        parent's profile, timeouts, metadata and network policy."""
+        now = time.time()
+        source = parent.row
+        row = SessionRow(id=core.id, profile=source.profile, created_at=now, last_used_at=now,
+                         idle_timeout_s=source.idle_timeout_s, ttl_s=source.ttl_s, metadata=dict(source.metadata),
+                         egress=source.egress)
+        if core.id in self.sessions or not self.store.insert(row):
+            raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
+        live = LiveSession(row, core=core)
+        self.sessions[core.id] = live
+        log.info("session forked", extra={"event": "session_forked", "session": core.id, "parent": source.id})
+        return live
+
     def get(self, session_id: str) -> LiveSession:
         live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
         if live is None or live.deleted:
@@ -299,7 +316,8 @@ class SessionManager:
                            "use a profile with the same mounts, or a new session")
         runner = self.pool.get(own)
         if live.core is None:
-            live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id))
+            live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id),
+                                       owner=self.owner_for(live.row.id))
         return runner, live.core
 
     def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
@@ -396,7 +414,10 @@ class SessionManager:
         if request.command is None and not request.fresh:
             if request.language in live.restored_kernels:
                 live.restored_kernels.discard(request.language)
-                result.kernel_restarted = True
+                if not result.kernel_restored and not result.kernel_restarted:  # else the core said what happened
+                    result.kernel_restarted = True
+                    result.restart_reason = ("the service restarted since this session's last call, and its "
+                                             "kernel's state had not been saved")
             kernels = session.kernels
             if not set(kernels) <= set(row.kernels):
                 row.kernels = sorted({*row.kernels, *kernels})

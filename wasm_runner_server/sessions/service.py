@@ -16,6 +16,7 @@ from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
+from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
@@ -35,6 +36,8 @@ class Service:
     execution: Execution
     sessions: SessionManager
     processes: ServiceProcesses
+    copies: SessionCopies | None = None
+    """Forks and templates (see `copies`)."""
     ready: bool = False
     closing: bool = False
     checks: dict[str, str] = field(default_factory=dict)
@@ -47,12 +50,14 @@ class Service:
                    observers: Sequence[ExecutionObserver] = (),
                    process_observers: Sequence[ProcessObserver] = (), quota_of: QuotaOf | None = None,
                    disk_changed: Callable[[str], None] = lambda session_id: None,
-                   share_of: Callable[[], str] = lambda: "") -> Service:
+                   share_of: Callable[[], str] = lambda: "",
+                   owner_for: Callable[[str], str] = lambda session_id: "") -> Service:
         """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
         session by id, `observers` see every execution and `process_observers` every background
         process's start and end; `quota_of` names a session's workspace quota, which its runs
         reserve their room under, `disk_changed` is told a session's files changed, and `share_of`
-        names the share a queued call waits its turn in (all from the access policy)."""
+        names the share a queued call waits its turn in, `owner_for` the workspace a session belongs
+        to (all from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
@@ -64,11 +69,12 @@ class Service:
                           config.workers, config.egress.settings())
         ledger = DiskLedger()
         rooms = RunRooms(ledger, quota_of, disk_changed) if quota_of is not None else None
-        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms)
+        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms, owner_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
-        service = cls(config, store, pool, gate, metrics, execution, sessions, processes, disk=ledger)
+        service = cls(config, store, pool, gate, metrics, execution, sessions, processes,
+                      copies=SessionCopies(sessions, data_dir), disk=ledger)
         await service.start()
         return service
 

@@ -143,8 +143,8 @@ def test_hibernate_and_destroy_reach_the_worker(runner):
     assert session.kernels == ["python"]
     session.hibernate()
     assert session.kernels == []
-    resumed = session.run_sync("open('a').read()")
-    assert resumed.kernel_restarted and resumed.value == "'1'"
+    resumed = session.run_sync("(open('a').read(), kept)")
+    assert resumed.kernel_restored and resumed.value == "('1', 1)"  # saved on the worker, restored there
     path = session.path
     session.destroy()
     assert not path.exists()

@@ -358,11 +358,20 @@ class NativeKernel:
 class NativeKernelSlot:
     """A session's native kernel, kept in the session's provider-owned kernels by KERNEL_KEY.
 
-    Same attributes as the WebAssembly provider's slots (`kernel`, `lost`), so the session
-    drops and counts it the same way."""
+    Same attributes as the WebAssembly provider's slots (`kernel`, `lost`, `reason`, `drop`), so
+    the session drops and counts it the same way. Its state is not snapshotted: a process's memory
+    is not data the host tracks (see the snapshots decision record), so hibernation, restarts and
+    forks start a new kernel and say why."""
 
     kernel: NativeKernel | None = None
     lost: bool = False
+    reason: str | None = None
+    """Why its state was dropped (the next call's `restart_reason`)."""
+
+    def drop(self, reason: str) -> None:
+        if self.kernel is not None:
+            self.kernel.close()
+        self.kernel, self.lost, self.reason = None, True, reason
 
 
 KERNEL_KEY = "native:python"

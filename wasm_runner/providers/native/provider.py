@@ -1046,14 +1046,16 @@ class _KernelCall(_Run):
         reply = Reply(exit_code=126)
         error: GuestError | None = None
         restarted = False
+        restart_reason: str | None = None
         kernel: NativeKernel | None = None
         try:
             key = kernel_key(self.limits, self.job.mounts, network=self.egress is not None)
             if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
-                slot.kernel.close()
-                slot.kernel, slot.lost = None, True
+                slot.drop("the previous call ended the kernel" if slot.kernel.closed else
+                          "the call's limits, mounts or network differ from the kernel's, which keeps those it started with")
             if slot.kernel is None:
                 restarted, slot.lost = slot.lost, False
+                restart_reason, slot.reason = (slot.reason or "the kernel's state was dropped") if restarted else None, None
                 packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
                 others = [m for m in self.job.mounts if m not in packages]
                 if pool is not None and not others and self.egress is None:
@@ -1135,6 +1137,7 @@ class _KernelCall(_Run):
             memory_peak_bytes=kernel.memory_peak() if kernel is not None else None,
             files=diff(before, self._snapshot_after(before)),
             kernel_restarted=restarted,
+            restart_reason=restart_reason,
             language=request.language,
             isolation="bubblewrap",
             enforcement=self.enforcement,

@@ -70,6 +70,7 @@ from wasm_runner.lowlevel.capi import (
     take_error,
     take_trap,
 )
+from wasm_runner.lowlevel.write_tracking import PAGE
 from wasm_runner.manifests import load_manifest
 from wasm_runner.providers.wasm import guest_http
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
@@ -99,6 +100,7 @@ from wasm_runner.providers.wasm.sandbox import (
     new_store,
     trap_outcome,
 )
+from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused, validity_key
 from wasm_runner_protocol.execution import GuestError, Limits
 
 # ----------------------------------------------------------------------------
@@ -191,6 +193,13 @@ class _Layout:
     filename: int
     on_uncaught: int
     """JSValue of the driver's `onUncaught`."""
+
+
+def _page_array(base: int, size: int):
+    """The memory at `base` as an array of host pages (a view: no copy)."""
+    import numpy as np
+
+    return np.frombuffer((ctypes.c_char * size).from_address(base), np.uint8).reshape(-1, PAGE)
 
 
 # ----------------------------------------------------------------------------
@@ -345,6 +354,8 @@ class JavaScriptKernel(Kernel):
     def __init__(self, runtime: JavaScriptRuntime, view: View, limits: Limits) -> None:
         self.settings = engine_settings(limits)
         self._lock = threading.Lock()
+        self.language = runtime.language  # TypeScript kernels are this class too
+        self.key = validity_key(self.language, runtime.snapshot()[1], self.settings.cache_key(), view.preopens)
         self._guest = _Guest(runtime.prepare(self.settings), view, limits, {})
         try:
             self._guest.start()
@@ -369,6 +380,55 @@ class JavaScriptKernel(Kernel):
         with self._lock:
             self.usable = False
             self._guest.close()
+
+    # -- snapshots -----------------------------------------------------------
+
+    def capture(self) -> KernelImage:
+        """The kernel's state at rest: its memory's non-zero pages and its two mutable globals (the
+        stack pointer, back at its start between turns, and the driver's hooks). QuickJS holds no
+        other state outside its memory; between turns no timer or job is pending (a turn ends
+        when none is left), and WASI's descriptors past the preopens are not carried: a file a
+        cell opened with `std.open` and kept is closed in a restored kernel."""
+        import numpy as np
+
+        with self._lock:
+            if not self.usable:
+                raise SnapshotRefused("this JavaScript kernel was closed or lost its instance")
+            guest = self._guest
+            base, size = guest.memory_view(guest.cx)
+            pages = _page_array(base, size)
+            keep = np.flatnonzero(pages.view(np.uint64).any(axis=1))
+            mutable = {name: guest.export(name).value(guest.store) & U32 for name in (STACK_POINTER, HOOKS)}
+            return KernelImage(self.language, self.key, size, keep, pages[keep], PAGE, mutable, {"env": guest.env})
+
+    checkpoint = capture
+
+    def restore(self, image: KernelImage) -> None:
+        """Become the kernel `image` was taken of (a new instance, before any turn)."""
+        import numpy as np
+
+        if image.key != self.key:
+            raise ImageRefused("the snapshot was made for another runtime or view")
+        with self._lock:
+            guest = self._guest
+            store, memory = guest.store, guest.memory
+            missing = image.memory_size - memory.data_len(store)
+            if missing > 0:
+                try:
+                    memory.grow(store, -(-missing // 65536))
+                except wasmtime.WasmtimeError:
+                    raise ImageRefused(f"the snapshot needs {image.memory_size >> 20} MiB of memory, more than "
+                                       "this kernel's limit: restore it under a larger limits.memory_bytes") from None
+            base, size = guest.memory_view(guest.cx)
+            pages = _page_array(base, size)
+            wanted = np.zeros(len(pages), bool)
+            wanted[image.pages] = True
+            pages[np.flatnonzero(pages.view(np.uint64).any(axis=1) & ~wanted)] = 0
+            pages[image.pages] = image.data
+            for name, value in image.globals.items():
+                guest.export(name).set_value(store, wasmtime.Val.i32(value))
+            guest.env = dict(image.host.get("env", guest.env))
+            guest.turns = 0  # the next turn seeds Math.random anew: a fork's children differ
 
 
 class _Guest:

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from wasm_runner.engine import EngineSettings
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View
+from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused
 from wasm_runner_protocol.execution import Limits
 
 __all__ = ["Kernel", "Runtime"]
@@ -22,6 +23,8 @@ class Kernel(ABC):
     """It runs a check's tests in the same guest call as the program (else one call each)."""
     warmed: bool = True
     """It made its warm-up call (or needs none)."""
+    key: dict = {}
+    """What a snapshot of it is valid for (see `snapshots.image.validity_key`)."""
     keeps_warmth: bool = False
     """Its resets keep the warmed-up state (then it warms up even while other runs go on)."""
 
@@ -45,6 +48,18 @@ class Kernel(ABC):
     def warm(self) -> None:  # noqa: B027 - an optional hook: none by default
         """Make the warm-up call ahead of the first run (sets `warmed`)."""
 
+    def capture(self) -> KernelImage:
+        """Its state at rest, as data (SnapshotRefused says why it cannot be taken)."""
+        raise SnapshotRefused(f"{type(self).__name__} cannot be snapshotted")
+
+    def checkpoint(self) -> KernelImage:
+        """`capture` for a rollback: valid until the next call (it may share the kernel's own arrays)."""
+        return self.capture()
+
+    def restore(self, image: KernelImage) -> None:
+        """Take the state `image` holds (a new instance, before its first call)."""
+        raise ImageRefused(f"{type(self).__name__} cannot restore a snapshot")
+
 
 class Runtime(ABC):
     """A language's guest runtime: prepares its module, runs fresh instances, makes kernels."""
@@ -64,3 +79,13 @@ class Runtime(ABC):
     @abstractmethod
     def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> Kernel:
         """A live instance for a session (or, `reusable`, for one-shot runs reset between them)."""
+
+    def restored_kernel(self, view: View, limits: Limits, image: KernelImage) -> Kernel:
+        """A session's kernel holding the state `image` was taken of (ImageRefused: it cannot)."""
+        kernel = self.new_kernel(view, limits)
+        try:
+            kernel.restore(image)
+        except BaseException:
+            kernel.close()
+            raise
+        return kernel

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner")
 WASM_PAGE = 65536
+MAX_WASM_PAGES = 65536
+"""A 32-bit memory's most pages (4 GiB)."""
 FD_VALVE_SHARE = 4
 """No instance is reused while the process holds more than 1/4 of its file-descriptor limit
 (a guest that leaves files open keeps them open in its instance until it is closed)."""
@@ -112,6 +114,10 @@ class LinearMemory:
         """For each page, its row in `_kept`, or -1."""
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
+        self._checkpoint: tuple[int, np.ndarray, np.ndarray] | None = None
+        """A session kernel's last `checkpoint`: (size, pages, contents)."""
+        self._checkpoint_shared = False
+        self._checkpoint_tracked: WrittenPages | None = None
 
     # The page views are made on first use (a reset or keep), so that a one-shot run's
     # instance, never reset, does without numpy.
@@ -176,6 +182,108 @@ class LinearMemory:
         written = written[inside]
         copy_pages(self._pages, written, self._image.pages, written - first)
         return True
+
+    # -- kernel snapshots: the whole state of a memory at rest, and laying it over another ----
+
+    def current_size(self) -> int:
+        """Bytes the memory has now: it grows from its end, in WebAssembly pages, into its
+        reservation, which the host can probe without touching it."""
+        lo, hi = self.size // WASM_PAGE, MAX_WASM_PAGES + 1  # pages lo are accessible, hi are not
+        if not accessible(self.base + self.size):
+            return self.size
+        lo += 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if accessible(self.base + (mid - 1) * WASM_PAGE):
+                lo = mid
+            else:
+                hi = mid
+        return lo * WASM_PAGE
+
+    def capture(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """(size, page numbers, contents) of the pages that differ from a new instance's: its
+        memory image's for pages inside it, zero for the others (the rest of the memory, and
+        whatever it grew by)."""
+        import numpy as np
+
+        size = self.current_size()
+        written = self._written_in(size)
+        now = _pages(self.base, size)[written]  # a copy
+        inside = (written >= self._image_first) & (written < self._image_end)
+        words = now.view(np.uint64)  # compared a word at a time: 8 times fewer elements than bytes
+        changed = words.any(axis=1)
+        image = self._image.pages[written[inside] - self._image_first].view(np.uint64)
+        changed[inside] = (words[inside] != image).any(axis=1)
+        keep = np.flatnonzero(changed)
+        return size, written[keep], now[keep]
+
+    def checkpoint(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """`capture`, kept up to date between calls at the cost of the pages each call writes:
+        after the first, the kernel lists the pages written since the last checkpoint (write
+        tracking) and only those are copied. The arrays returned are the checkpoint's own: valid
+        until the next checkpoint (copy what must outlive it)."""
+        import numpy as np
+
+        size = self.current_size()
+        held = self._checkpoint
+        if held is None or held[0] != size or self._checkpoint_tracked is None:
+            # First, or the memory grew past what is tracked: everything, and track it all from now.
+            self._checkpoint = held = self.capture()
+            self._checkpoint_tracked = start_tracking(self.base, size)
+            return held
+        written = self._checkpoint_tracked.take()
+        _, pages, data = held
+        if not len(written):
+            return held
+        at = np.searchsorted(pages, written)
+        known = at < len(pages)
+        known[known] = pages[at[known]] == written[known]
+        if self._checkpoint_shared:  # the rows also belong to an image handed out: copied before changing
+            data, self._checkpoint_shared = data.copy(), False
+        live = _pages(self.base, size)
+        copy_pages(data, at[known], live, written[known])
+        fresh = written[~known]
+        if len(fresh):
+            pages = np.concatenate((pages, fresh))
+            data = np.concatenate((data, live[fresh]))
+            order = np.argsort(pages, kind="stable")
+            pages, data = pages[order], data[order]
+        self._checkpoint = held = (size, pages, data)
+        return held
+
+    def adopt_checkpoint(self, size: int, pages: np.ndarray, data: np.ndarray) -> None:
+        """Take a restored image as the checkpoint (its rows are shared: copied on first change)."""
+        self._checkpoint = (size, pages, data)
+        self._checkpoint_shared = True
+        self._checkpoint_tracked = start_tracking(self.base, size)
+
+    def restore(self, pages: np.ndarray, data: np.ndarray) -> None:
+        """Make the memory hold `data` at `pages` and a new instance's contents elsewhere (the
+        memory must have grown to the captured size already; pages past it are zeroed)."""
+        import numpy as np
+
+        size = self.current_size()
+        if len(pages) and (int(pages[-1]) + 1) * PAGE > size:
+            raise ValueError("the memory is smaller than the snapshot's")
+        written = self._written_in(size)
+        stale = np.setdiff1d(written, pages, assume_unique=True)
+        first, end = self._image_first, self._image_end
+        inside = (stale >= first) & (stale < end)
+        for lo, hi in _runs(stale[~inside]):
+            if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
+                raise OSError(ctypes.get_errno(), "could not drop the pages of a memory")
+        view = _pages(self.base, size)
+        copy_pages(view, stale[inside], self._image.pages, stale[inside] - first)
+        copy_pages(view, pages, data, np.arange(len(pages)))
+
+    def _written_in(self, size: int) -> np.ndarray:
+        """Numbers of the pages of the first `size` bytes written since instantiation."""
+        entries = bytearray(size // PAGE * 8)
+        if os.preadv(pagemap(), [entries], self.base // PAGE * 8) != len(entries):
+            raise OSError(errno.EIO, "short read of /proc/self/pagemap")
+        import numpy as np
+
+        return np.flatnonzero(_written_flags()[np.frombuffer(entries, np.uint8)[7::8]])
 
     def _written(self) -> np.ndarray:
         """Numbers of the pages written since `keep` (with write tracking) or instantiation."""

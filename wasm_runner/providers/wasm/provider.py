@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 
 import msgspec
 
@@ -22,6 +21,7 @@ from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm import guest_http, guest_installs
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
+from wasm_runner.providers.wasm.kernel_slots import KernelSlot
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
@@ -29,14 +29,6 @@ from wasm_runner.workspace.quota import RunDisk, watcher
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
 
 log = logging.getLogger("wasm_runner")
-
-
-@dataclass
-class KernelSlot:
-    """A session's kernel for one language; `lost` remembers that state was dropped."""
-
-    kernel: Kernel | None = None
-    lost: bool = False
 
 
 class WasmProvider(Provider):
@@ -165,7 +157,8 @@ class WasmProvider(Provider):
         disk = RunDisk(workspace, request.limits, view.mounts, job.disk_room, usage)
         quota_key = watcher.watch(disk, lambda: call.stop(StopReason.disk))
         self._warm.busy()
-        restarted = False
+        restarted = restored = rolled_back = False
+        restart_reason = None
         kernel = None
         one_shot = job.kernels is None
         if one_shot and request.language not in self.prewarm_languages + self._also_prewarmed:
@@ -193,17 +186,14 @@ class WasmProvider(Provider):
                 outcome = runtime.fresh(view, call)
             else:
                 slot = job.kernels.setdefault(request.language, KernelSlot())
-                if slot.kernel is None or not slot.kernel.accepts(request.limits):
-                    if slot.kernel is not None:
-                        slot.kernel.close()
-                        slot.lost = True
-                    restarted, slot.lost = slot.lost, False
-                    slot.kernel = None
-                    slot.kernel = runtime.new_kernel(view, request.limits)
+                opened = slot.open(runtime, view, request.limits, job.images)
+                restarted, restart_reason, restored = opened.restarted, opened.reason, opened.restored
+                assert slot.kernel is not None
+                slot.before_call()
                 outcome = slot.kernel.run(call)
-                if outcome.instance_lost:
-                    slot.kernel.close()
-                    slot.kernel, slot.lost = None, True
+                if outcome.limit is None and (call.stdout.truncated or call.stderr.truncated):
+                    outcome.limit = "output"  # a limit like the others: the kernel is rolled back
+                rolled_back = slot.after_call(runtime, view, request.limits, outcome)
         except Exception as exc:  # the runtime could not start: report, never raise
             outcome = _startup_failure(exc, call)
             outcome.instance_lost = True
@@ -260,6 +250,9 @@ class WasmProvider(Provider):
             memory_peak_bytes=outcome.memory_peak_bytes,
             files=diff(before, after),
             kernel_restarted=restarted,
+            restart_reason=restart_reason,
+            kernel_restored=restored,
+            kernel_rolled_back=rolled_back,
             verdict=_verdict(outcome) if request.harness == "check" else None,
             language=request.language,
             isolation="wasm",

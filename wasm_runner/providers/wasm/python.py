@@ -36,6 +36,7 @@ from wasm_runner.engine.module_cache import cache_dir, compiled_path, load_file,
 from wasm_runner.errors import RuntimeUnavailableError
 from wasm_runner.lowlevel.host_descriptors import HostDescriptors
 from wasm_runner.lowlevel.string_call import StringCall
+from wasm_runner.lowlevel.write_tracking import PAGE
 from wasm_runner.manifests import load_manifest
 from wasm_runner.providers.wasm import guest_http, guest_installs
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
@@ -53,6 +54,7 @@ from wasm_runner.providers.wasm.sandbox import (
     new_store,
     trap_outcome,
 )
+from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused, validity_key
 from wasm_runner_protocol.execution import GuestError, Limits, RichOutput
 from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
@@ -278,6 +280,11 @@ class PythonKernel(Kernel):
         self.store.set_wasi(wasi)
         self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
         instance, located = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
+        self._located = located
+        """The linear memory, where it was found (snapshots need it)."""
+        self.key = validity_key("python", mapped_from.name, self.settings.cache_key(), view.preopens)
+        self._reseed = False
+        """The next call reseeds the guest's `random` (the first after a restore)."""
         self._memory = located if reusable else None
         """The memory to reset after a one-shot run (None: not reused)."""
         self._scratch = HostDescriptors((view.workspace, view.tmp)) if self._memory is not None else None
@@ -367,7 +374,7 @@ class PythonKernel(Kernel):
         if limits.fuel is not None:
             self.store.set_fuel(limits.fuel)
         request = {"code": call.code, "stdin": call.stdin, "env": guest_env(call.env), "timeout_s": limits.timeout_s}
-        if self._memory is not None:  # reusable: the guest reports the descriptors a run changed
+        if self._memory is not None or self.warmed:  # the guest reports the descriptors a run changed
             request["fd_base"] = self._fd_base
         if self._packages is not None:
             try:
@@ -378,6 +385,8 @@ class PythonKernel(Kernel):
             request["filename"] = call.filename
         if call.tests is not None:
             request["tests"] = call.tests
+        if self._reseed:
+            request["reseed"], self._reseed = True, False
         held = self._held if not (call.stdout.streams or call.stderr.streams) else None
         if held is not None:
             request["hold"] = [call.stdout.room, call.stderr.room]
@@ -405,6 +414,64 @@ class PythonKernel(Kernel):
     def close(self) -> None:
         self.usable = False
         close_later(self.store, mapping_lock)
+
+    # -- snapshots -----------------------------------------------------------
+
+    def capture(self) -> KernelImage:
+        """The kernel's state at rest: the memory pages that differ from a new instance's. The
+        interpreter keeps no state outside its linear memory that a restore must bring back:
+        at rest its stack pointer is back at its start and its other globals are fixed at
+        build time (the restore tests check a restored kernel against its original), and its
+        host resources are the standard streams and preopens, which a new instance of the same
+        view obtains in the same order (the warm-up call). A descriptor a cell left open is
+        not such a resource: the capture is refused, naming it."""
+        image = self.checkpoint(probe=True)
+        return KernelImage(image.language, image.key, image.memory_size, image.pages.copy(), image.data.copy(),
+                           image.page_size)
+
+    def checkpoint(self, probe: bool = False) -> KernelImage:
+        """`capture` without copying (valid until the next call): what a call that fails is rolled
+        back to. Open descriptors are probed when a call may have changed them (or `probe`)."""
+        if not self.usable or self._located is None:
+            raise SnapshotRefused("this kernel's memory cannot be read (it was lost, or not located)")
+        if probe or self._descriptors_changed:
+            self.interrupt.arm(self.store, 5.0)
+            raw = self._run(self.store, json.dumps({"open_descriptors": self._fd_base}))
+            self._run.post_return(self.store)
+            held = json.loads(raw).get("open", [])
+            if held:
+                named = ", ".join("a standard stream or preopen was closed" if fd < 0 else str(fd) for fd in held)
+                raise SnapshotRefused(f"the kernel holds files open (descriptors {named}), which a snapshot "
+                                      "cannot carry: close them (`with open(...)`) and the next one can be taken")
+            self._descriptors_changed = False
+        size, pages, data = self._located.checkpoint()
+        return KernelImage("python", self.key, size, pages, data, PAGE)
+
+    def restore(self, image: KernelImage) -> None:
+        """Become the kernel `image` was taken of (on a new instance, before any call)."""
+        if image.key != self.key:
+            raise ImageRefused("the snapshot was made for another runtime or view")
+        if self._located is None:
+            raise ImageRefused("this instance's memory was not located: it cannot take a snapshot")
+        if not self.warmed:
+            self.warm()  # the streams and preopens, obtained in the order the original's were
+        for _ in range(8):  # grown by the guest's own allocator: the host cannot grow a component's memory
+            missing = image.memory_size - self._located.current_size()
+            if missing <= 0:
+                break
+            self.interrupt.arm(self.store, 10.0)
+            raw = self._run(self.store, json.dumps({"code": f"_wasm_runner_grow = [bytearray({missing})]",
+                                                    "env": guest_env({})}))
+            self._run.post_return(self.store)
+            if json.loads(raw).get("error"):
+                raise ImageRefused(f"the snapshot needs {image.memory_size >> 20} MiB of memory, more than "
+                                   "this kernel's limit: restore it under a larger limits.memory_bytes")
+        else:
+            raise ImageRefused("the kernel's memory could not be grown to the snapshot's size")
+        self._located.restore(image.pages, image.data)
+        self._located.adopt_checkpoint(self._located.current_size(), image.pages, image.data)
+        self._descriptors_changed = False
+        self._reseed = True
 
 
 def _collect_held(router: OutputRouter, held: HeldOutput, call: Call) -> None:

@@ -55,6 +55,11 @@ class View:
             object.__setattr__(self, "_hash", cached)
         return cached
 
+    @property
+    def preopens(self) -> list[str]:
+        """The guest paths of its preopens, in the order the guest's descriptors take them."""
+        return [GUEST_WORKSPACE, GUEST_TMP] + [f"{m.guest}:{'rw' if m.writable else 'ro'}" for m in self.mounts]
+
     def configure(self, wasi: wasmtime.WasiConfig) -> None:
         wasi.preopen_dir(str(self.workspace), GUEST_WORKSPACE, True)
         wasi.preopen_dir(str(self.tmp), GUEST_TMP, True)

@@ -425,6 +425,21 @@ def _descriptors_intact(fd_base):
     return identities == _base_fds[0]
 
 
+def _open_descriptors(fd_base, span=256):
+    """Descriptors open past the preopens (files a cell left open), and whether the standard
+    streams and preopens are still the warm-up call's: a kernel snapshot cannot carry either."""
+    open_fds = []
+    for fd in range(fd_base, fd_base + span):
+        try:
+            _fstat(fd)
+        except OSError:
+            continue
+        open_fds.append(fd)
+    if _base_fds[0] is not None and _identities(fd_base) != _base_fds[0]:
+        open_fds.append(-1)
+    return open_fds
+
+
 # --- running a cell ----------------------------------------------------------
 
 VALUE_REPR_LIMIT = 64 * 1024
@@ -787,6 +802,8 @@ def _run_cell(request):
         return {"exit_code": 0}
     _hold_left[:] = request.get("hold") or (0, 0)
     _held_fill[0] = _held_fill[1] = 0
+    if request.get("reseed"):  # the first call of a restored or forked kernel: its own random sequence
+        _seeded[0] = False
     if not _seeded[0]:  # after the warm-up: an instance restored to that state reseeds
         random.seed()  # the snapshot's PRNG state is shared by every instance
         _seeded[0] = True
@@ -882,6 +899,8 @@ class WitWorld:
             elif call.get("held_layout"):  # where the host reads held output (asked before any user code)
                 response = {"held": [_held_fill.buffer_info()[0], _held[0].buffer_info()[0],
                                      _held[1].buffer_info()[0], HOLD_SIZE]}
+            elif "open_descriptors" in call:  # before a kernel snapshot: what the host could not recreate
+                response = {"open": _open_descriptors(call["open_descriptors"])}
             elif "probe_descriptors" in call:  # right after a reset: this driver is the restored one
                 response = {"intact": _descriptors_intact(call["probe_descriptors"])}
             else:

@@ -1,0 +1,72 @@
+"""Where a session's kernel images are kept: one file per language in the session's directory.
+
+The files live beside the session's own (`<session>/kernel/<language>.snap`, outside what the
+guest sees), so they count against the workspace's disk quota, move and fork with the session's
+directory, and go when it is deleted. A write goes to a temporary file renamed into place: a
+crash leaves the previous image or the new one, never half of one. Reads check the image
+(`decode`): a corrupted, foreign or outdated file is refused with the reason and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from wasm_runner.snapshots.image import ImageRefused, KernelImage, decode, encode
+
+__all__ = ["KernelImages"]
+
+SUFFIX = ".snap"
+
+
+class KernelImages:
+    """A session's saved kernel images (see the module's docstring)."""
+
+    def __init__(self, directory: Path, owner: str = "") -> None:
+        self.directory = directory
+        self.owner = owner
+        """The workspace the session belongs to: an image of another is refused."""
+
+    def path(self, language: str) -> Path:
+        return self.directory / f"{language}{SUFFIX}"
+
+    def has(self, language: str) -> bool:
+        return self.path(language).is_file()
+
+    def save(self, image: KernelImage, compress: bool = True) -> int:
+        """Keep `image` as the language's saved state (owned by this session's workspace); its size."""
+        blob = encode(image.for_owner(self.owner), compress)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        target = self.path(image.language)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, target)
+        return len(blob)
+
+    def load(self, language: str, key: dict[str, Any]) -> KernelImage:
+        """The language's saved image, checked against `key` and this workspace (FileNotFoundError:
+        none; ImageRefused: one that cannot be restored, which is then removed)."""
+        path = self.path(language)
+        blob = path.read_bytes()
+        try:
+            return decode(blob, key=key, owner=self.owner)
+        except (ImageRefused, ValueError, KeyError, TypeError) as exc:
+            self.discard(language)
+            if isinstance(exc, ImageRefused):
+                raise
+            raise ImageRefused(f"the snapshot is malformed ({type(exc).__name__}: {exc})") from None
+
+    def discard(self, language: str | None = None) -> None:
+        """Drop the saved image of `language` (None: of every language)."""
+        paths = [self.path(language)] if language is not None else list(self.directory.glob(f"*{SUFFIX}"))
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def languages(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}"))
