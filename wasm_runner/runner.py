@@ -37,6 +37,7 @@ from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:
     from wasm_runner.egress.settings import EgressSettings
+    from wasm_runner.snapshots.templates import Templates
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neither batches nor workers
@@ -252,13 +253,15 @@ class Runner:
     # -- sessions ------------------------------------------------------------------
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
-                mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "") -> Session:
+                mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "",
+                template: str | None = None) -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
         `mounts` adds directories for this session only (e.g. a writable /workspace/shared);
         `egress` is where its runs may connect (see `Session.set_egress`); `owner` names the
-        workspace (tenant) it belongs to, whose kernel snapshots alone it restores.
+        workspace (tenant) it belongs to, whose kernel snapshots alone it restores. A new session
+        with `template` starts as a copy of that template of `templates` (files, packages, kernels).
         """
         session_id = session_id or uuid.uuid4().hex
         if not is_session_id(session_id):
@@ -272,7 +275,18 @@ class Runner:
                 self._sessions[session_id] = session
             if egress is not None:
                 session.set_egress(egress)
-            return session
+        if template is not None:
+            if session.workspace.root.exists():
+                raise InvalidRequestError(f"session {session_id!r} exists already: only a new one starts from a template")
+            self.templates.start(template, session)
+        return session
+
+    @property
+    def templates(self) -> Templates:
+        """Templates published from this Runner's sessions (`templates.publish(session, name)`)."""
+        from wasm_runner.snapshots.templates import Templates
+
+        return Templates(self.data_dir / "templates")
 
     def forget(self, session_id: str) -> None:
         with self._sessions_lock:

@@ -347,6 +347,11 @@ class Session:
             saved.wait(wait_s)
         return saved
 
+    def drop_kernels(self) -> None:
+        """End the background processes and drop the kernels without saving them (the session is going)."""
+        self.stop_processes("stopped: the session was deleted", final=True)
+        self._close_kernels()
+
     def _close_kernels(self, save: bool = False) -> None:
         state = self.state
         with state.lock:
@@ -365,10 +370,10 @@ class Session:
                 else:
                     slot.drop(f"the session hibernated, and its kernel could not be saved: {why}" if save else why)
 
-    def _save_kernel(self, language: str, kernel: Any) -> str | None:
+    def _save_kernel(self, language: str, kernel: Any, compress: bool = True) -> str | None:
         """Save one live kernel's state; why it could not be, or None."""
         try:
-            self.images.save(kernel.capture())
+            self.images.save(kernel.capture(), compress)
             return None
         except SnapshotRefused as exc:
             why = str(exc)
@@ -378,20 +383,22 @@ class Session:
         self.images.discard(language)
         return why
 
-    def save_kernels(self, timeout_s: float = 30.0) -> dict[str, str]:
+    def save_kernels(self, timeout_s: float = 30.0, compress: bool = True) -> dict[str, str]:
         """Save the live WebAssembly kernels' state with the session's files; they keep running.
-        What a fork copies, and what a restart resumes from. Returns the languages whose kernel
-        could not be saved, and why (e.g. a file held open)."""
+        What a fork copies, and what a restart resumes from (`compress`: smaller on disk, slower
+        to write and read). Returns the languages whose kernel could not be saved, and why (e.g. a
+        file held open)."""
         refused: dict[str, str] = {}
         workers = self.runner.kernel_workers
         if workers is not None:
-            refused.update(workers.save(self, timeout_s) or {})
+            refused.update(workers.save(self, timeout_s, compress) or {})
         state = self.state
         with state.lock:
             for language, slot in state.kernels.items():
                 if slot.kernel is None:
                     continue
-                why = self._save_kernel(language, slot.kernel) if isinstance(slot, KernelSlot) else NATIVE_NOT_SAVED
+                why = (self._save_kernel(language, slot.kernel, compress) if isinstance(slot, KernelSlot)
+                       else NATIVE_NOT_SAVED)
                 if why is not None:
                     refused[language] = why
         return refused

@@ -28,6 +28,7 @@ from wasm_runner_client.calls import (
     decode,
     process_path,
     query,
+    segment,
     session_path,
 )
 from wasm_runner_client.errors import TransportError, error_for
@@ -55,9 +56,14 @@ from wasm_runner_client.wire import (
     ProfileList,
     Readiness,
     SessionCreate,
+    SessionFork,
+    SessionForkResult,
     SessionInfo,
     SessionList,
     SessionPatch,
+    TemplateCreate,
+    TemplateInfo,
+    TemplateList,
     TextEdit,
     UploadResult,
     WriteResult,
@@ -161,10 +167,10 @@ class AsyncClient:
                              idle_timeout_s: float | None = None, ttl_s: float | None = None,
                              metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
                              packages: PackageRequest | None = None,
-                             egress: EgressPolicy | None = None) -> SessionInfo:
+                             egress: EgressPolicy | None = None, template: str | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress)
+                             egress=egress, template=template)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     async def update_session(self, session_id: str, *,
@@ -190,6 +196,23 @@ class AsyncClient:
 
     async def delete_session(self, session_id: str) -> None:
         await self._send(Call("DELETE", session_path(session_id)))
+
+    async def fork(self, session_id: str, count: int = 1) -> SessionForkResult:
+        """`count` new sessions, each a copy of this one's files, packages, network policy and kernel
+        state (restored by each copy's first call); `failed` lists copies that could not be made."""
+        return await self._call(Call("POST", session_path(session_id) + ":fork", body=SessionFork(count=count)),
+                               SessionForkResult)
+
+    async def publish_template(self, name: str, session_id: str) -> TemplateInfo:
+        """Publish the session's state (files, packages, kernels) as the workspace's template `name`."""
+        return await self._call(Call("POST", "/v1/templates", body=TemplateCreate(name=name, session=session_id)),
+                               TemplateInfo)
+
+    async def list_templates(self) -> list[TemplateInfo]:
+        return (await self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    async def delete_template(self, name: str) -> None:
+        await self._send(Call("DELETE", "/v1/templates/" + segment(name)))
 
     async def cancel(self, session_id: str) -> CancelResult:
         return await self._call(Call("POST", session_path(session_id, "cancel")), CancelResult)

@@ -24,6 +24,7 @@ from wasm_runner_client.calls import (
     decode,
     process_path,
     query,
+    segment,
     session_path,
 )
 from wasm_runner_client.errors import TransportError, error_for
@@ -50,9 +51,14 @@ from wasm_runner_client.wire import (
     ProfileList,
     Readiness,
     SessionCreate,
+    SessionFork,
+    SessionForkResult,
     SessionInfo,
     SessionList,
     SessionPatch,
+    TemplateCreate,
+    TemplateInfo,
+    TemplateList,
     TextEdit,
     UploadResult,
     WriteResult,
@@ -166,12 +172,13 @@ class Client:
     def create_session(self, id: str | None = None, *, profile: str | None = None,
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
                        metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
-                       packages: PackageRequest | None = None, egress: EgressPolicy | None = None) -> SessionInfo:
+                       packages: PackageRequest | None = None, egress: EgressPolicy | None = None,
+                       template: str | None = None) -> SessionInfo:
         """A new session (cheap: no interpreter or directory until its first use). `egress` narrows its
         profile's network policy for the session's life (403 if wider); `update_session` changes it."""
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress)
+                             egress=egress, template=template)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     def update_session(self, session_id: str, *, egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:
@@ -198,6 +205,23 @@ class Client:
 
     def delete_session(self, session_id: str) -> None:
         self._send(Call("DELETE", session_path(session_id)))
+
+    def fork(self, session_id: str, count: int = 1) -> SessionForkResult:
+        """`count` new sessions, each a copy of this one's files, packages, network policy and kernel
+        state (restored by each copy's first call); `failed` lists copies that could not be made."""
+        return self._call(Call("POST", session_path(session_id) + ":fork", body=SessionFork(count=count)),
+                               SessionForkResult)
+
+    def publish_template(self, name: str, session_id: str) -> TemplateInfo:
+        """Publish the session's state (files, packages, kernels) as the workspace's template `name`."""
+        return self._call(Call("POST", "/v1/templates", body=TemplateCreate(name=name, session=session_id)),
+                               TemplateInfo)
+
+    def list_templates(self) -> list[TemplateInfo]:
+        return (self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    def delete_template(self, name: str) -> None:
+        self._send(Call("DELETE", "/v1/templates/" + segment(name)))
 
     def cancel(self, session_id: str) -> CancelResult:
         """Stop the session's running execution (its caller gets a `cancelled` result)."""

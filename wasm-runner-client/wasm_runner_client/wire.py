@@ -50,9 +50,14 @@ from wasm_runner_protocol.wire import (
     ProfileList,
     Readiness,
     SessionCreate,
+    SessionFork,
+    SessionForkResult,
     SessionInfo,
     SessionList,
     SessionPatch,
+    TemplateCreate,
+    TemplateInfo,
+    TemplateList,
     TextEdit,
     UploadResult,
     WriteResult,
@@ -64,7 +69,8 @@ __all__ = [
     "MountInfo", "OneShotBody", "OneShotResult", "OutputChunk", "OutputFile", "PresignBody", "PresignResult",
     "PreviewLink", "PreviewLinkBody", "ProcessBody", "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput",
     "ProcessSignal", "ProcessStart", "ProcessStdin", "ProcessStdinResult", "ProfileInfo", "ProfileList", "Readiness",
-    "SessionCreate", "SessionInfo", "SessionList", "SessionPatch", "TextEdit", "UploadResult", "WriteResult",
+    "SessionCreate", "SessionFork", "SessionForkResult", "SessionInfo", "SessionList", "SessionPatch",
+    "TemplateCreate", "TemplateInfo", "TemplateList", "TextEdit", "UploadResult", "WriteResult",
 ]
 
 

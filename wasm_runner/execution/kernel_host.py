@@ -147,11 +147,11 @@ class KernelHost:
                 self.send(Answer(order.seq, hibernated=True))
             return
         if order.kind == "save":
-            refused = session.save_kernels()
+            refused = session.save_kernels(compress=order.compress)
             self.send(Answer(order.seq, hibernated=True, refused=refused))
             return
-        if order.kind == "forget":
-            session.hibernate()
+        if order.kind == "forget":  # the session is being deleted: nothing is saved
+            session.drop_kernels()
             self.sessions.pop(order.place.session, None)
             return
         assert order.request is not None

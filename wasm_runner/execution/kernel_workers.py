@@ -483,16 +483,17 @@ class KernelWorkers:
         with self.lock:
             self.moved.pop(session.id, None)
 
-    def save(self, session: HostedSession, timeout_s: float) -> dict[str, str] | None:
+    def save(self, session: HostedSession, timeout_s: float, compress: bool = True) -> dict[str, str] | None:
         """Have the session's worker save its live kernels (they keep running): the languages it
         could not save and why, or None when it holds none or did not answer in time."""
         done = threading.Event()
         answer: dict[str, str] = {}
-        self._tell(session, "save", done, answer)
+        self._tell(session, "save", done, answer, compress)
         return answer if done.wait(timeout_s) and not answer.get("") else None
 
     def _tell(self, session: HostedSession, kind: Literal["hibernate", "save", "forget"],
-              done: threading.Event | None = None, refused: dict[str, str] | None = None) -> None:
+              done: threading.Event | None = None, refused: dict[str, str] | None = None,
+              compress: bool = True) -> None:
         seq = 0
         with self.lock:
             host = self.placement.get(session.id)
@@ -511,7 +512,7 @@ class KernelWorkers:
                 host.seq += 1
                 seq = host.seq
                 host.acks[seq] = (done, refused)
-        host.worker.order(Order(seq, place=_place_of(session), kind=kind))
+        host.worker.order(Order(seq, place=_place_of(session), kind=kind, compress=compress))
 
     def close(self) -> None:
         with self.lock:

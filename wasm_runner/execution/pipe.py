@@ -48,6 +48,8 @@ class Order(msgspec.Struct, array_like=True):
     """With `install`: the parent's `InstallResult` as JSON, given to the guest as it is."""
     disk_room: int | None = None
     """With a request: the most the run may add to disk besides its limits (`Session.disk_room`)."""
+    compress: bool = True
+    """With `save`: compress the images (hibernation), or not (a fork's, read back at once)."""
 
 
 class Answer(msgspec.Struct, array_like=True):

@@ -60,7 +60,7 @@ def fork_session(parent: Session, count: int, skip: frozenset[str] = frozenset()
         raise InvalidRequestError("a session whose /workspace is an existing host directory cannot be forked "
                                   "(its children would share that directory)")
     live = set(parent.kernels)
-    result = ForkResult(fresh_kernels=parent.save_kernels())
+    result = ForkResult(fresh_kernels=parent.save_kernels(compress=False))  # read back at once: not worth compressing
     parent.workspace.ensure()
     parent.packages.ensure()
     result.kernels = parent.images.languages()

@@ -38,7 +38,7 @@ class KernelImages:
     def save(self, image: KernelImage, compress: bool = True) -> int:
         """Keep `image` as the language's saved state (owned by this session's workspace); its size."""
         blob = encode(image.for_owner(self.owner), compress)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(exist_ok=True)  # never the session's directory itself: a deleted session stays gone
         target = self.path(image.language)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:

@@ -90,6 +90,7 @@ from wasm_runner_protocol.wire import (
     ProcessBody,
     PutQuery,
     SessionCreate,
+    SessionForkResult,
     SessionId,
     SessionInfo,
     SessionList,
@@ -235,6 +236,13 @@ class SessionResetArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True)
     """Reset a session: start it again under the same id and profile, with no files and no kernels."""
 
     session: SessionArg | None = None
+
+
+class SessionForkArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Copy a session (files, packages, network policy and variables) into new sessions."""
+
+    session: SessionArg | None = None
+    count: Annotated[int, Meta(ge=1, le=64, description="How many copies (1 to 64)")] = 1
 
 
 # -- structured results -------------------------------------------------------------------------------
@@ -691,6 +699,18 @@ class McpTools:
             text += f"\n(more: cursor={result.next_cursor!r})"
         return [_text(text)], result
 
+    async def session_fork(self, caller: Caller, args: SessionForkArgs) -> Output:
+        async def fork(session_id: str) -> Output:
+            result = await self.client(caller).fork(session_id, args.count)
+            lines = [f"forked {session_id} into {len(result.sessions)} session(s): "
+                     + ", ".join(s.id for s in result.sessions) + "; each keeps the variables and files it had "
+                     "and goes its own way (pass session=<id> to use one)"]
+            lines += [f"note: a new {lang} kernel starts in each copy: {why}" for lang, why in result.fresh_kernels.items()]
+            lines += [f"copy {f.index} failed: {f.error}" for f in result.failed]
+            return [_text("\n".join(lines))], result
+
+        return await self.in_session(caller, args.session, fork)
+
     async def session_reset(self, caller: Caller, args: SessionResetArgs) -> Output:
         async def reset(session_id: str) -> Output:
             client = self.client(caller)
@@ -860,6 +880,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool("session_list", "List sessions",
          "List sessions with their profile and state; the one this connection uses is marked.",
          SessionListArgs, SessionList, McpTools.session_list, read_only=True),
+    Tool("session_fork", "Fork session",
+         "Copy a session (this connection's by default) into `count` new sessions, each with its files, "
+         "installed packages and variables as they are now, to try different approaches from one point; the "
+         "copies share nothing writable with it or each other. This connection keeps its session.",
+         SessionForkArgs, SessionForkResult, McpTools.session_fork),
     Tool("session_reset", "Reset session",
          "Reset a session (this connection's by default): it starts again under the same id and profile, "
          "with no files and no variables.",

@@ -263,3 +263,27 @@ def test_the_service_commands_import_nothing_of_the_sandbox_or_the_service(entry
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert json.loads(done.stdout.splitlines()[-1]) == [69, []]  # refused connection, nothing heavy imported
     assert "cannot reach the service" in done.stderr
+
+
+def test_fork_and_templates_from_the_command_line(service):
+    url, key = service
+    code, sid, err = wasm_runner("sessions", "create", url=url, key=key)
+    sid = sid.strip()
+    assert code == 0, err
+    assert wasm_runner("exec", "-s", sid, "-c", "x = 41", url=url, key=key)[0] == 0
+    code, out, err = wasm_runner("sessions", "fork", sid, "-n", "2", url=url, key=key)
+    children = out.split()
+    assert code == 0 and len(children) == 2, err
+    code, out, err = wasm_runner("exec", "-s", children[1], "-c", "print(x + 1)", url=url, key=key)
+    assert (code, out) == (0, "42\n"), err
+    code, out, err = wasm_runner("sessions", "publish", sid, "ready", url=url, key=key)
+    assert code == 0 and "published ready" in out and "python" in out, err
+    code, out, err = wasm_runner("sessions", "templates", "--json", url=url, key=key)
+    assert [t["name"] for t in json.loads(out)] == ["ready"]
+    code, started, err = wasm_runner("sessions", "create", "--template", "ready", url=url, key=key)
+    assert code == 0, err
+    code, out, err = wasm_runner("exec", "-s", started.strip(), "-c", "print(x)", url=url, key=key)
+    assert (code, out) == (0, "41\n"), err
+    assert wasm_runner("sessions", "unpublish", "ready", url=url, key=key)[0] == 0
+    code, _, err = wasm_runner("sessions", "create", "--template", "ready", url=url, key=key)
+    assert code != 0 and "template" in err

@@ -19,7 +19,7 @@ from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, 
 from wasm_runner_server.mcp import server as mcp_server
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
-                  "run_process", "session_new", "session_list", "session_reset", "publish_artifact",
+                  "run_process", "session_new", "session_list", "session_reset", "session_fork", "publish_artifact",
                   "install_packages", "start_process", "process_output", "send_input", "stop_process",
                   "preview_url"}
 
@@ -247,6 +247,11 @@ async def test_session_tools_new_list_and_reset(http_service: HttpService) -> No
         assert f"{new_id}  " in text_of(listed) and "(this connection)" in text_of(listed)
 
         ok(await session.call_tool("sandbox_execute_code", {"code": "x = 2", "session": old}))
+        forked = ok(await session.call_tool("session_fork", {"session": old, "count": 2}))
+        copies = [s["id"] for s in forked.structured_content["sessions"]]
+        assert len(copies) == 2 and all(c in text_of(forked) for c in copies)
+        in_copy = ok(await session.call_tool("sandbox_execute_code", {"code": "x = x + 1\nx", "session": copies[0]}))
+        assert in_copy.structured_content["value"] == "3"
         reset = ok(await session.call_tool("session_reset", {"session": old}))
         assert reset.structured_content["id"] == old and reset.structured_content["state"] == "new"
         after = await session.call_tool("sandbox_execute_code", {"code": "x", "session": old})

@@ -65,7 +65,7 @@ def _egress_options(parser: argparse.ArgumentParser, mode_flag: str = "--egress"
 
 
 def _add_sessions(sub: Subcommands) -> None:
-    parser = sub.add_parser("sessions", help="create, list, show and delete a service's sessions",
+    parser = sub.add_parser("sessions", help="create, list, show, fork and delete a service's sessions; templates",
                             description="Sessions of a running service: a workspace folder and the kernels "
                                         "that keep state between runs.")
     commands = parser.add_subparsers(dest="sessions_command", required=True)
@@ -77,6 +77,7 @@ def _add_sessions(sub: Subcommands) -> None:
     create.add_argument("--metadata", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="a label (repeatable)")
     create.add_argument("--ephemeral", action="store_true", help="leave no trace: files removed when it ends")
+    create.add_argument("--template", help="start from this template of the workspace (files, packages, kernels)")
     _egress_options(create)
     _leaf(commands, "list", "list sessions", "sessions", "list_command")
     show = _leaf(commands, "show", "show a session", "sessions", "show_command")
@@ -84,6 +85,18 @@ def _add_sessions(sub: Subcommands) -> None:
     delete = _leaf(commands, "delete", "delete sessions and their files", "sessions", "delete_command",
                    json=False, quiet=True)
     delete.add_argument("sessions", nargs="+", metavar="SESSION")
+    fork = _leaf(commands, "fork", "copy a session (files, packages, kernel state); prints the copies' ids",
+                 "sessions", "fork_command")
+    fork.add_argument("session")
+    fork.add_argument("-n", "--count", type=int, default=1, help="how many copies (1 to 64; default 1)")
+    publish = _leaf(commands, "publish", "publish a session's state as a template of the workspace", "sessions",
+                    "publish_command")
+    publish.add_argument("session")
+    publish.add_argument("name", help="the template's name (lower-case letters, digits, '.', '_', '-')")
+    _leaf(commands, "templates", "list the workspace's templates", "sessions", "templates_command")
+    unpublish = _leaf(commands, "unpublish", "delete templates", "sessions", "unpublish_command", json=False,
+                      quiet=True)
+    unpublish.add_argument("names", nargs="+", metavar="NAME")
 
 
 def _add_exec(sub: Subcommands) -> None:

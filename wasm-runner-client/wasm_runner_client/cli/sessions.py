@@ -1,4 +1,4 @@
-"""`wasm-runner sessions create|list|show|delete`."""
+"""`wasm-runner sessions create|list|show|delete|fork|publish|templates|unpublish`."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def create_command(args: argparse.Namespace) -> int:
     with connect(args) as client:
         info = client.create_session(args.id, profile=args.profile, idle_timeout_s=args.idle_timeout,
                                      ttl_s=args.ttl, metadata=dict(args.metadata), ephemeral=args.ephemeral,
-                                     egress=egress)
+                                     egress=egress, template=args.template)
     if args.json:
         print_json(info)
     else:
@@ -84,4 +84,55 @@ def delete_command(args: argparse.Namespace) -> int:
             client.delete_session(session)
             if not args.quiet:
                 print(f"deleted {session}")
+    return OK
+
+
+@guarded
+def fork_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        result = client.fork(args.session, args.count)
+    if args.json:
+        print_json(result)
+        return OK
+    for info in result.sessions:
+        print(info.id)
+    for language, why in sorted(result.fresh_kernels.items()):
+        print(f"note: the copies start a new {language} kernel: {why}")
+    for failure in result.failed:
+        print(f"copy {failure.index} failed: {failure.error}")
+    if result.failed and not result.sessions:
+        raise CliError("no copy could be made")
+    return OK
+
+
+@guarded
+def publish_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        info = client.publish_template(args.name, args.session)
+    if args.json:
+        print_json(info)
+    else:
+        print(f"published {info.name} ({info.bytes} bytes; kernels: {', '.join(info.kernels) or 'none'})")
+    return OK
+
+
+@guarded
+def templates_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        templates = client.list_templates()
+    if args.json:
+        print_json(templates)
+        return OK
+    table(["NAME", "KERNELS", "BYTES", "CREATED"],
+          [[t.name, ", ".join(t.kernels) or "-", str(t.bytes), when(t.created_at)] for t in templates])
+    return OK
+
+
+@guarded
+def unpublish_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        for name in args.names:
+            client.delete_template(name)
+            if not args.quiet:
+                print(f"deleted template {name}")
     return OK

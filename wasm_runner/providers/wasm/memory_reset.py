@@ -70,16 +70,29 @@ class _Mapping:
     path: str
 
 
-def _maps(path: str | None = None) -> list[_Mapping]:
-    out = []
+def _parse(line: str) -> _Mapping:
+    fields = line.split(maxsplit=5)
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    name = fields[5].rstrip("\n") if len(fields) > 5 else ""
+    return _Mapping(start, end, fields[1], int(fields[2], 16), int(fields[4]), name)
+
+
+def _maps(path: str) -> list[_Mapping]:
+    """The process's mappings of the file `path`."""
     with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            name = fields[5].rstrip("\n") if len(fields) > 5 else ""
-            if path is None or name == path:
-                out.append(_Mapping(start, end, fields[1], int(fields[2], 16), int(fields[4]), name))
-    return out
+        return [m for m in map(_parse, (line for line in f if path in line)) if m.path == path]
+
+
+def _maps_around(path: str) -> list[_Mapping]:
+    """The process's mappings of the file `path`, each with the mappings just before and after it
+    (all that `_locate` looks at: parsing every line cost milliseconds once many instances live)."""
+    with open("/proc/self/maps") as f:
+        lines = f.readlines()
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if path in line:
+            keep.update(range(max(i - 2, 0), min(i + 3, len(lines))))
+    return [_parse(lines[i]) for i in sorted(keep)]
 
 
 class _Image:
@@ -345,7 +358,7 @@ def instantiate_located(instantiate: Callable[[], T], compiled_file: Path) -> tu
     with mapping_lock:
         before = {m.start for m in _maps(path)}
         result = instantiate()
-        maps = _maps()
+        maps = _maps_around(path)
     try:
         memory = _locate(maps, path, before)
     except (OSError, ValueError):
