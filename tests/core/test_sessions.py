@@ -124,7 +124,7 @@ async def test_cancelling_the_caller_stops_the_guest(runner):
         pass
     started = asyncio.get_running_loop().time()
     result = await session.run("'alive'")
-    assert result.value == "'alive'" and result.kernel_restarted
+    assert result.value == "'alive'" and not result.kernel_restarted  # the cancelled call was rolled back
     assert asyncio.get_running_loop().time() - started < 5
     session.destroy()
 

@@ -39,10 +39,11 @@ def test_fresh_runs_hibernation_and_a_new_runner_see_the_packages(make_runner):
     session = runner.session("stays")
     assert session.install(["tinyapp==1.0"]).ok
     assert session.run_sync(HELLO, fresh=True).value == "'hello from tinyapp, tinydep 2.1'"
-    assert session.run_sync("state = 1").exit_code == 0  # a kernel, which hibernation drops
+    assert session.run_sync("state = 1").exit_code == 0  # a kernel, which hibernation saves
     session.hibernate()
-    after = session.run_sync(HELLO)
-    assert after.kernel_restarted and after.value == "'hello from tinyapp, tinydep 2.1'"
+    after = session.run_sync(HELLO + "\nstate")
+    assert after.kernel_restored and after.value == "1"
+    assert session.run_sync(HELLO).value == "'hello from tinyapp, tinydep 2.1'"
     runner.close()
     restarted = make_runner().session("stays")  # the same data directory: a restart
     assert restarted.run_sync(HELLO).value == "'hello from tinyapp, tinydep 2.1'"
