@@ -373,7 +373,7 @@ class Session:
     def _save_kernel(self, language: str, kernel: Any, compress: bool = True) -> str | None:
         """Save one live kernel's state; why it could not be, or None."""
         try:
-            self.images.save(kernel.capture(), compress)
+            self.images.save(kernel.checkpoint(probe=True), compress)  # written at once: no copy needed
             return None
         except SnapshotRefused as exc:
             why = str(exc)

@@ -29,7 +29,7 @@ from wasm_runner.errors import WasmRunnerError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["FORMAT", "ImageRefused", "KernelImage", "SnapshotRefused", "decode", "encode"]
+__all__ = ["FORMAT", "ImageRefused", "KernelImage", "SnapshotRefused", "decode", "encode", "encode_parts"]
 
 FORMAT = 1
 MAGIC = b"WASM-RUNNER-KERNEL\n"
@@ -79,19 +79,33 @@ class KernelImage:
 
 def encode(image: KernelImage, compress: bool = True) -> bytes:
     """The image as one file's bytes."""
-    import lz4.frame
+    return b"".join(encode_parts(image, compress))
+
+
+def encode_parts(image: KernelImage, compress: bool = True) -> list[bytes | memoryview]:
+    """The image's file as consecutive parts, without copying the pages when not compressing."""
     import numpy as np
 
-    body = np.ascontiguousarray(image.pages, "<i8").tobytes() + np.ascontiguousarray(image.data).tobytes()
-    payload = lz4.frame.compress(body) if compress else body
+    numbers = np.ascontiguousarray(image.pages, "<i8")
+    pages = np.ascontiguousarray(image.data)
+    parts: list[bytes | memoryview] = [memoryview(numbers).cast("B"), memoryview(pages).cast("B")]
+    body_bytes = sum(len(part) for part in parts)
+    if compress:
+        import lz4.frame
+
+        with lz4.frame.LZ4FrameCompressor() as compressor:
+            parts = [compressor.begin(), *(compressor.compress(part) for part in parts), compressor.flush()]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
     header = json.dumps({
         "format": FORMAT, "language": image.language, "key": image.key, "owner": image.owner,
         "memory_size": image.memory_size, "page_size": image.page_size, "page_count": len(image.pages),
         "globals": image.globals, "host": image.host, "taken_at": image.taken_at,
-        "codec": "lz4" if compress else "raw", "payload_bytes": len(payload), "body_bytes": len(body),
-        "sha256": hashlib.sha256(payload).hexdigest(),
+        "codec": "lz4" if compress else "raw", "payload_bytes": sum(len(part) for part in parts),
+        "body_bytes": body_bytes, "sha256": digest.hexdigest(),
     }, sort_keys=True).encode()
-    return MAGIC + _LEN.pack(len(header)) + header + payload
+    return [MAGIC + _LEN.pack(len(header)) + header, *parts]
 
 
 def decode(blob: bytes | memoryview, *, key: dict[str, Any] | None = None, owner: str | None = None) -> KernelImage:

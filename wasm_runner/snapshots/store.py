@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from wasm_runner.snapshots.image import ImageRefused, KernelImage, decode, encode
+from wasm_runner.snapshots.image import ImageRefused, KernelImage, decode, encode_parts
 
 __all__ = ["KernelImages"]
 
@@ -37,14 +37,15 @@ class KernelImages:
 
     def save(self, image: KernelImage, compress: bool = True) -> int:
         """Keep `image` as the language's saved state (owned by this session's workspace); its size."""
-        blob = encode(image.for_owner(self.owner), compress)
+        parts = encode_parts(image.for_owner(self.owner), compress)
         self.directory.mkdir(exist_ok=True)  # never the session's directory itself: a deleted session stays gone
         target = self.path(image.language)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
-            f.write(blob)
+            for part in parts:
+                f.write(part)
         os.replace(tmp, target)
-        return len(blob)
+        return sum(len(part) for part in parts)
 
     def load(self, language: str, key: dict[str, Any]) -> KernelImage:
         """The language's saved image, checked against `key` and this workspace (FileNotFoundError:

@@ -52,8 +52,9 @@ class Kernel(ABC):
         """Its state at rest, as data (SnapshotRefused says why it cannot be taken)."""
         raise SnapshotRefused(f"{type(self).__name__} cannot be snapshotted")
 
-    def checkpoint(self) -> KernelImage:
-        """`capture` for a rollback: valid until the next call (it may share the kernel's own arrays)."""
+    def checkpoint(self, probe: bool = False) -> KernelImage:
+        """`capture` without copying: valid until the next call (it may share the kernel's own
+        arrays). `probe`: check every host resource as `capture` does, not only what a call changed."""
         return self.capture()
 
     def restore(self, image: KernelImage) -> None:
