@@ -88,7 +88,7 @@ def encode_parts(image: KernelImage, compress: bool = True) -> list[bytes | memo
 
     numbers = np.ascontiguousarray(image.pages, "<i8")
     pages = np.ascontiguousarray(image.data)
-    parts: list[bytes | memoryview] = [memoryview(numbers).cast("B"), memoryview(pages).cast("B")]
+    parts: list[bytes | memoryview] = [numbers.data.cast("B"), pages.data.cast("B")]
     body_bytes = sum(len(part) for part in parts)
     if compress:
         import lz4.frame
