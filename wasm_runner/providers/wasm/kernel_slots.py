@@ -77,6 +77,8 @@ class KernelSlot:
                 return Opened(restored=True)
         self.kernel = kernel
         restarted, reason = self.lost or refused is not None, self.reason
+        if restarted and reason is None:
+            reason = "the kernel's earlier state was dropped"
         if refused is not None:
             reason = f"the saved kernel state could not be restored: {refused}; a new kernel started (files are kept)"
         self.lost, self.reason = False, None
