@@ -793,6 +793,10 @@ def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
     status = f"exit code {result.exit_code}, {result.duration_ms:.0f} ms, session {session_id}"
     if result.kernel_restarted:
         status += "; the kernel was restarted: earlier variables are gone (files are kept)"
+        if result.restart_reason:
+            status += f" ({result.restart_reason})"
+    if result.kernel_rolled_back:
+        status += "; the kernel was rolled back to before this call: earlier variables are kept (files it wrote stay)"
     parts.append(status)
     return "\n".join(parts)
 
