@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+from service_process import serving
 
 from wasm_runner_server.cli.commands import add_keys_command
 
-ROOT = Path(__file__).resolve().parents[3]
 EXECUTIONS = 50
 WRITES = 50
 
@@ -31,44 +28,6 @@ def create_key(data_dir: Path, capsys) -> str:
                               "--data-dir", str(data_dir)])
     assert args.handler(args) == 0
     return capsys.readouterr().out.strip()
-
-
-SLOW_WRITER = ("import runpy, wasm_runner_server.security.audit as audit; audit.BATCH_S = 3600; "
-               "runpy.run_module('wasm_runner_server', run_name='__main__', alter_sys=True)")
-"""The service with an audit writer that lets rows gather for an hour: killed, it has committed none."""
-
-
-@contextlib.asynccontextmanager
-async def serving(data_dir: Path, *, slow_writer: bool = False):
-    """The real service in its own process; yields (process, url)."""
-    program = ("-c", SLOW_WRITER) if slow_writer else ("-m", "wasm_runner_server")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, *program, "serve", "--host", "127.0.0.1", "--port", "0",
-        "--data-dir", str(data_dir), "--log-level", "INFO", "--no-access-log", cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    drain = None
-    try:
-        while True:
-            raw = await asyncio.wait_for(process.stderr.readline(), 120)
-            assert raw, "the server exited before listening"
-            with contextlib.suppress(ValueError):
-                entry = json.loads(raw)
-                if entry.get("event") == "listening":
-                    url = entry["url"]
-                    break
-
-        async def read_rest() -> None:  # a full pipe would block the server
-            while await process.stderr.readline():
-                pass
-
-        drain = asyncio.create_task(read_rest())
-        yield process, url
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        if drain is not None:
-            await drain
 
 
 @pytest.mark.asyncio
