@@ -28,7 +28,6 @@ from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratc
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.provider import WasmProvider
 from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
@@ -61,6 +60,8 @@ def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | N
     """WebAssembly always; the native provider where its module is present (it refuses clearly
     at run time where bubblewrap is missing). `egress` is the operator's egress settings, shared
     by both (default: `EgressSettings()`)."""
+    from wasm_runner.providers.wasm.provider import WasmProvider  # loaded when a Runner is made, not imported
+
     providers: list[Provider] = [WasmProvider(mounts, egress=egress)]
     try:
         from wasm_runner.providers.native import NativeProvider

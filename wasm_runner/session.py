@@ -18,13 +18,13 @@ from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.processes.manager import BackgroundProcess, ProcessLimits, ProcessManager
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.provider import KernelSlot
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a provider loads with the first run, not with the session
     from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner.providers.wasm.provider import KernelSlot
     from wasm_runner_protocol.egress import EgressPolicy
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ class KernelState:
     lost: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        from wasm_runner.providers.wasm.provider import KernelSlot
+
         for language in self.lost:
             self.kernels[language] = KernelSlot(lost=True)
 
