@@ -87,13 +87,12 @@ class Session:
         self._removed = False
         """Destroyed: its files are gone, and nothing of it is made again."""
         self.install_options: dict[str, Any] = {}
-        """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
-        profile's network policy, whether another index is allowed and the workspace's cache."""
+        """`install`'s keywords for the guest's own requests (`sandbox.install`); see `set_guest_installs`."""
         self.install_handler: Callable[[str], str] = self._guest_install
         """Answers the guest's `sandbox.install` (JSON in, JSON out). On a worker process each run's
         handler asks the parent, whose session's handler answers."""
         self.on_guest_install: Callable[[PackageRequest, InstallResult], None] | None = None
-        """Told of each install the guest asked for and its result (the service records its audit row)."""
+        """Told of each install the guest asked for and its result; see `set_guest_installs`."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
@@ -215,16 +214,29 @@ class Session:
 
     def install(self, python: tuple[str, ...] | list[str] = (), *, npm: tuple[str, ...] | list[str] = (),
                 lock: PackageLock | None = None, index: str | None = None, network: EgressPolicy | None = None,
-                allow_custom_index: bool = False, workspace: str = "default") -> InstallResult:
+                allow_custom_index: bool = False, workspace: str = "default",
+                max_bytes: int | None = None) -> InstallResult:
         """Install packages into this session (kept across calls, hibernation and restarts).
 
         `python` takes requirement strings (`"requests==2.32.3"`); `lock` replays another session's
-        `lock()`. Downloads follow `network` (default: the Runner's configured indexes). Blocking: from
-        async code use `await asyncio.to_thread(session.install, ...)`. A failure is a result."""
+        `lock()`. Downloads follow `network` (default: the Runner's configured indexes); `workspace`
+        names the download cache; `max_bytes` is the most the install may add to disk (the room a
+        quota leaves; a distribution past it is refused). Blocking: from async code use
+        `await asyncio.to_thread(session.install, ...)`. A failure is a result."""
         request = PackageRequest(python=tuple(python), npm=tuple(npm), lock=lock, index=index)
         self._ensure_packages()
         return self.runner.packages.install(self.packages, request, policy=network,
-                                            allow_custom_index=allow_custom_index, workspace=workspace)
+                                            allow_custom_index=allow_custom_index, workspace=workspace,
+                                            max_bytes=max_bytes)
+
+    def set_guest_installs(self, *, network: EgressPolicy | None = None, allow_custom_index: bool = False,
+                           workspace: str = "default",
+                           observer: Callable[[PackageRequest, InstallResult], None] | None = None) -> None:
+        """What the guest's own `sandbox.install` follows from the next call on: `install`'s
+        `network`, `allow_custom_index` and `workspace`; `observer` is told of each such install and
+        its result (on the thread running the call)."""
+        self.install_options = {"network": network, "allow_custom_index": allow_custom_index, "workspace": workspace}
+        self.on_guest_install = observer
 
     def _guest_install(self, request_json: str) -> str:
         """Answer the guest's `sandbox.install(...)` (on the worker thread running its call)."""

@@ -191,6 +191,22 @@ class BackgroundProcess:
             stderr_dropped=self.stderr.dropped, ports=self.ports() if running else [],
             memory_bytes=self.memory_bytes, enforcement=sandbox.enforcement if sandbox is not None else "")
 
+    # -- followers --------------------------------------------------------------------------
+
+    def follow(self, *, terminal: bool = False, keep: bool = False) -> None:
+        """A client follows its output from now on (`unfollow` when it leaves): the session is in use.
+        `terminal`: a terminal socket attached; `keep`: that terminal keeps running once its sockets
+        close (once kept, a later attach without `keep` does not undo it)."""
+        self.watchers += 1
+        if terminal:
+            self.attached += 1
+            self.kept = self.kept or keep
+
+    def unfollow(self, *, terminal: bool = False) -> None:
+        self.watchers -= 1
+        if terminal:
+            self.attached -= 1
+
     # -- control ----------------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -289,6 +305,13 @@ class ProcessManager:
         return process
 
     # -- start ------------------------------------------------------------------------------
+
+    def observe(self, observer: Observer) -> None:
+        """Tell `observer` of the processes' starts, network batches and exits from now on, unless an
+        observer is told already (the first one stays: a service sets its own once)."""
+        with self._lock:
+            if self.observer is None:
+                self.observer = observer
 
     def start(self, request: ExecRequest, *, cwd: str = "", name: str = "", stdin: bool = True,
               pty: tuple[int, int] | None = None, ring_bytes: int | None = None,

@@ -20,7 +20,7 @@ from wasm_runner_server.errors import ApiError, from_file_error
 from wasm_runner_server.http.bodies import read_json
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.routes.packages import install_options
+from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
@@ -55,7 +55,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, ExecBody)
     _, profile = service.execution.profile(body.profile or live.row.profile)
     runner, session = service.sessions.core(live, profile)
-    install_options(service, request, live, session)  # for the guest's own `sandbox.install`
+    allow_guest_installs(service, request, live, runner, session)  # for the guest's own `sandbox.install`
     code, path_language = _code_or_path(body, session.workspace.files, service)
     exec_request = service.execution.request(
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
