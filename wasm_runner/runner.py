@@ -129,10 +129,10 @@ class Runner:
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
         if isolation not in ("process", "in-process"):
-            raise ValueError(f"isolation is 'process' or 'in-process', not {isolation!r}")
+            raise InvalidRequestError(f"isolation is 'process' or 'in-process', not {isolation!r}")
         if isolation == "process":
             if providers is not None:
-                raise ValueError("providers of your own cannot be rebuilt in a worker process, so their guests "
+                raise InvalidRequestError("providers of your own cannot be rebuilt in a worker process, so their guests "
                                  "would run in this process: pass isolation='in-process' to accept that")
             for name, count in (("one_shot_workers", one_shot_workers), ("kernel_workers", kernel_workers)):
                 if count is not None and count < 1:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from wasm_runner.capture import Stream
 from wasm_runner.egress.redaction import RunRedactor
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.processes.ring import Chunk, OutputRing
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
@@ -47,7 +48,7 @@ NETWORK_BATCH = 256
 START_WAIT_S = 5.0
 
 
-class ProcessError(RuntimeError):
+class ProcessError(WasmRunnerError, RuntimeError):
     """A process request refused (the message says why and what to do)."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.workspace.layout import Workspace, tree_usage, walk_tree
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Limits
 
@@ -266,7 +267,7 @@ COMMITTED_KEPT_S = 5.0
 a caller measures with, so a write just renamed into place is never missed by both."""
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(WasmRunnerError):
     def __init__(self, scope: str, limit: int, room: int) -> None:
         super().__init__(f"{scope}: {room} of {limit} bytes left")
         self.scope = scope

@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner.capture import Capture
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.egress import RunEgress
 from wasm_runner.providers.native.limits import RunCgroup
 from wasm_runner.providers.native.pidfd import open_pidfd
@@ -50,7 +51,7 @@ REPLY_CAP = 16 << 20
 READ_CHUNK = 65536
 
 
-class KernelError(Exception):
+class KernelError(WasmRunnerError):
     """The kernel could not be started or died while starting."""
 
 

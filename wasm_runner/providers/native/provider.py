@@ -30,6 +30,7 @@ import msgspec
 
 from wasm_runner.capture import Capture
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.hints import native_network_error
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.packages.settings import PackageSettings
@@ -125,7 +126,7 @@ class _Program:
     """Mounted read-only at /opt/js-toolchain, its bin/ first on PATH."""
 
 
-class _Refusal(Exception):
+class _Refusal(WasmRunnerError):
     def __init__(self, type_: str, message: str, exit_code: int = 126) -> None:
         super().__init__(message)
         self.type = type_
@@ -1206,7 +1207,7 @@ class _KernelCall(_Run):
         return kernel
 
 
-class ProcessStartError(RuntimeError):
+class ProcessStartError(WasmRunnerError, RuntimeError):
     """A background process could not start (the message says why and what to do)."""
 
 
