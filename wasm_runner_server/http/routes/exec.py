@@ -61,7 +61,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
-        network=service.sessions.call_egress(live, body.egress))
+        network=service.sessions.call_egress(live, body_policy(body.egress)))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="session", listener=listener, on_start=started))
 
@@ -77,7 +77,7 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
     runner, _ = service.sessions.core(live, profile)
     exec_request = service.execution.request(
         profile, language="bash", code=None, command=body.command, stdin=body.stdin, env=body.env,
-        limits=body.limits, fresh=True, id=body.id, network=service.sessions.call_egress(live, body.egress))
+        limits=body.limits, fresh=True, id=body.id, network=service.sessions.call_egress(live, body_policy(body.egress)))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="process", listener=listener, on_start=started))
 
@@ -136,12 +136,19 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         service.sessions.spawn_blocking(session.destroy)
 
 
+def body_policy(egress: EgressPolicy | str | None) -> EgressPolicy | None:
+    """A body's policy: decoding turns a mode given alone (`"open"`) into its policy already."""
+    assert not isinstance(egress, str), "the wire expands an egress shorthand when it decodes a body"
+    return egress
+
+
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
     """The run's own policy when it names one (its shape checked: 422); the profile then refuses a
     wider one (403)."""
-    if body.egress is not None:
-        check_shape(body.egress)
-    return body.egress
+    policy = body_policy(body.egress)
+    if policy is not None:
+        check_shape(policy)
+    return policy
 
 
 def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:
