@@ -11,7 +11,7 @@ import json
 import sys
 
 from wasm_runner.egress.settings import EgressSettings
-from wasm_runner.execution.kernel_host import HostedSession
+from wasm_runner.execution.kernel_host import WorkerSession
 from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.execution.worker_main import reset_signals, serve, take_pipes
 from wasm_runner.guest import Mount
@@ -34,7 +34,7 @@ def main() -> None:
     with Runner(config["data_dir"], isolation="in-process", concurrency=concurrency, mounts=mounts, egress=egress,
                 packages=packages, ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
 
-        def open_session(session_id: str, workspace: Workspace, mounts: tuple[Mount, ...]) -> HostedSession:
+        def open_session(session_id: str, workspace: Workspace, mounts: tuple[Mount, ...]) -> WorkerSession:
             return Session(runner, session_id, workspace, mounts)
 
         serve(runner, source, out, open_session if hosts_kernels else None)

@@ -38,7 +38,7 @@ from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["HostedSession", "KernelHost", "KernelHostRunner", "OpenSession"]
+__all__ = ["KernelHost", "KernelHostRunner", "OpenSession", "WorkerSession"]
 
 log = logging.getLogger("wasm_runner")
 
@@ -66,7 +66,7 @@ class Ask:
             self.done.set()
 
 
-class HostedSession(Protocol):
+class WorkerSession(Protocol):
     """What the host needs of a session whose kernels it holds (a `Session`)."""
 
     mounts: tuple[Mount, ...]
@@ -84,7 +84,7 @@ class HostedSession(Protocol):
                  on_job: Callable[[Job], None] | None = None) -> ExecResult: ...
 
 
-OpenSession = Callable[[str, Workspace, tuple[Mount, ...]], HostedSession]
+OpenSession = Callable[[str, Workspace, tuple[Mount, ...]], WorkerSession]
 """Opens session `id` on a workspace with its mounts (a `Session` of the worker's Runner)."""
 
 
@@ -103,10 +103,10 @@ class KernelHost:
         self.open_session = open_session
         self.send = send
         self.exit_process = exit_process
-        self.sessions: dict[str, HostedSession] = {}
+        self.sessions: dict[str, WorkerSession] = {}
         self.queues: dict[str, collections.deque[Order]] = {}
         """Orders of each session not yet done; a session with a queue has a drain running."""
-        self.running: dict[int, HostedSession] = {}
+        self.running: dict[int, WorkerSession] = {}
         self.jobs: dict[int, Job] = {}
         """The job of each running call, once its session made it."""
         self.cancelled: set[int] = set()
@@ -146,7 +146,7 @@ class KernelHost:
             self.queues[place.session] = collections.deque([order])
         self.pool.submit(self._drain, place.session)
 
-    def _session(self, place: Place) -> HostedSession:
+    def _session(self, place: Place) -> WorkerSession:
         session = self.sessions.get(place.session)
         if session is None:
             mounts = tuple(Mount(Path(m["host"]), m["guest"], bool(m.get("writable")),
