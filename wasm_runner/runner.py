@@ -29,7 +29,6 @@ from wasm_runner.execution.scratch import READY_SCRATCH, ScratchPool, own_scratc
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.provider import WasmProvider
 from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
@@ -65,6 +64,8 @@ def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | N
     """WebAssembly always; the native provider where its module is present (it refuses clearly
     at run time where bubblewrap is missing). `egress` is the operator's egress settings, shared
     by both (default: `EgressSettings()`)."""
+    from wasm_runner.providers.wasm.provider import WasmProvider  # loaded when a Runner is made, not imported
+
     providers: list[Provider] = [WasmProvider(mounts, egress=egress)]
     try:
         from wasm_runner.providers.native import NativeProvider
@@ -132,10 +133,10 @@ class Runner:
             if not isinstance(provider, Provider):
                 raise TypeError(f"a provider subclasses wasm_runner.providers.base.Provider, not {type(provider).__name__}")
         if isolation not in ("process", "in-process"):
-            raise ValueError(f"isolation is 'process' or 'in-process', not {isolation!r}")
+            raise InvalidRequestError(f"isolation is 'process' or 'in-process', not {isolation!r}")
         if isolation == "process":
             if providers is not None:
-                raise ValueError("providers of your own cannot be rebuilt in a worker process, so their guests "
+                raise InvalidRequestError("providers of your own cannot be rebuilt in a worker process, so their guests "
                                  "would run in this process: pass isolation='in-process' to accept that")
             for name, count in (("one_shot_workers", one_shot_workers), ("kernel_workers", kernel_workers)):
                 if count is not None and count < 1:

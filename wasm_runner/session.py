@@ -6,28 +6,29 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from wasm_runner.capture import OutputListener
-from wasm_runner.errors import RunnerClosedError
+from wasm_runner.errors import InvalidRequestError, RunnerClosedError
 from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.results import no_worker_result
 from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.processes.manager import BackgroundProcess, ProcessLimits, ProcessManager
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm.kernel_slots import KernelSlot
 from wasm_runner.snapshots.image import SnapshotRefused
 from wasm_runner.snapshots.store import KernelImages
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a provider loads with the first run, not with the session
     from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner.providers.wasm.kernel_slots import KernelSlot
     from wasm_runner.snapshots.fork import ForkResult
     from wasm_runner_protocol.egress import EgressPolicy
 
@@ -76,6 +77,8 @@ class KernelState:
     lost: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        from wasm_runner.providers.wasm.kernel_slots import KernelSlot
+
         for language in self.lost:
             self.kernels[language] = KernelSlot(lost=True)
 
@@ -103,13 +106,12 @@ class Session:
         self._removed = False
         """Destroyed: its files are gone, and nothing of it is made again."""
         self.install_options: dict[str, Any] = {}
-        """`install`'s keywords for the guest's own requests (`sandbox.install`): the service sets the
-        profile's network policy, whether another index is allowed and the workspace's cache."""
+        """`install`'s keywords for the guest's own requests (`sandbox.install`); see `set_guest_installs`."""
         self.install_handler: Callable[[str], str] = self._guest_install
         """Answers the guest's `sandbox.install` (JSON in, JSON out). On a worker process each run's
         handler asks the parent, whose session's handler answers."""
         self.on_guest_install: Callable[[PackageRequest, InstallResult], None] | None = None
-        """Told of each install the guest asked for and its result (the service records its audit row)."""
+        """Told of each install the guest asked for and its result; see `set_guest_installs`."""
         self.last_used = time.monotonic()
         self.state = KernelState()
         self._queue: asyncio.Lock | None = None
@@ -231,16 +233,29 @@ class Session:
 
     def install(self, python: tuple[str, ...] | list[str] = (), *, npm: tuple[str, ...] | list[str] = (),
                 lock: PackageLock | None = None, index: str | None = None, network: EgressPolicy | None = None,
-                allow_custom_index: bool = False, workspace: str = "default") -> InstallResult:
+                allow_custom_index: bool = False, workspace: str = "default",
+                max_bytes: int | None = None) -> InstallResult:
         """Install packages into this session (kept across calls, hibernation and restarts).
 
         `python` takes requirement strings (`"requests==2.32.3"`); `lock` replays another session's
-        `lock()`. Downloads follow `network` (default: the Runner's configured indexes). Blocking: from
-        async code use `await asyncio.to_thread(session.install, ...)`. A failure is a result."""
+        `lock()`. Downloads follow `network` (default: the Runner's configured indexes); `workspace`
+        names the download cache; `max_bytes` is the most the install may add to disk (the room a
+        quota leaves; a distribution past it is refused). Blocking: from async code use
+        `await asyncio.to_thread(session.install, ...)`. A failure is a result."""
         request = PackageRequest(python=tuple(python), npm=tuple(npm), lock=lock, index=index)
         self._ensure_packages()
         return self.runner.packages.install(self.packages, request, policy=network,
-                                            allow_custom_index=allow_custom_index, workspace=workspace)
+                                            allow_custom_index=allow_custom_index, workspace=workspace,
+                                            max_bytes=max_bytes)
+
+    def set_guest_installs(self, *, network: EgressPolicy | None = None, allow_custom_index: bool = False,
+                           workspace: str = "default",
+                           observer: Callable[[PackageRequest, InstallResult], None] | None = None) -> None:
+        """What the guest's own `sandbox.install` follows from the next call on: `install`'s
+        `network`, `allow_custom_index` and `workspace`; `observer` is told of each such install and
+        its result (on the thread running the call)."""
+        self.install_options = {"network": network, "allow_custom_index": allow_custom_index, "workspace": workspace}
+        self.on_guest_install = observer
 
     def _guest_install(self, request_json: str) -> str:
         """Answer the guest's `sandbox.install(...)` (on the worker thread running its call)."""
@@ -358,7 +373,8 @@ class Session:
             for language, slot in state.kernels.items():
                 if slot.kernel is None:
                     continue
-                if not isinstance(slot, KernelSlot):
+                why: str | None
+                if not slot.saves_state:
                     why = NATIVE_NOT_SAVED
                 elif save:
                     why = self._save_kernel(language, slot.kernel)
@@ -397,19 +413,48 @@ class Session:
             for language, slot in state.kernels.items():
                 if slot.kernel is None:
                     continue
-                why = (self._save_kernel(language, slot.kernel, compress) if isinstance(slot, KernelSlot)
-                       else NATIVE_NOT_SAVED)
+                why = self._save_kernel(language, slot.kernel, compress) if slot.saves_state else NATIVE_NOT_SAVED
                 if why is not None:
                     refused[language] = why
         return refused
 
     def fork(self, count: int = 1, *, skip: frozenset[str] = frozenset()) -> ForkResult:
         """`count` new sessions, each with a copy of this one's files, packages, egress policy and
-        kernel state (see `ForkResult`); nothing writable is shared. Each child is made whole or
-        not at all. `skip` names top-level entries of the session's directory not to copy."""
-        from wasm_runner.snapshots.fork import fork_session
+        kernel state (see `snapshots.fork`); nothing writable is shared. Each child is made whole
+        or not at all. `skip` names top-level entries of the session's directory not to copy."""
+        from wasm_runner.snapshots.fork import LINKED, MAX_FORK, ForkFailure, ForkResult
+        from wasm_runner.workspace.clone import clone_tree
 
-        return fork_session(self, count, skip)
+        if not 1 <= count <= MAX_FORK:
+            raise InvalidRequestError(f"a fork makes 1 to {MAX_FORK} sessions; ask for fewer, or fork a child again")
+        if self.workspace.files_dir is not None:
+            raise InvalidRequestError("a session whose /workspace is an existing host directory cannot be forked "
+                                      "(its children would share that directory)")
+        live = set(self.kernels)
+        result = ForkResult(fresh_kernels=self.save_kernels(compress=False))  # read back at once: not compressed
+        self.workspace.ensure()
+        self._ensure_packages()
+        result.kernels = self.images.languages()
+        for language in live - set(result.kernels) - set(result.fresh_kernels):
+            result.fresh_kernels[language] = "its state was not saved"
+        own_mounts = tuple(m for m in self.mounts if m.host != self.packages.directory)
+        for index in range(count):
+            child = self.runner.session(uuid.uuid4().hex, mounts=own_mounts, owner=self.owner)
+            root = child.workspace.root
+            try:
+                root.parent.mkdir(parents=True, exist_ok=True)
+                stats = clone_tree(self.workspace.root, root, LINKED, skip)
+            except Exception as exc:  # noqa: BLE001 - this child is not made; the others may be
+                log.warning("a fork's child could not be made", exc_info=True)
+                child.destroy()
+                result.failed.append(ForkFailure(index, f"copying the session failed: {exc}"))
+                continue
+            result.bytes_copied = max(result.bytes_copied, stats.bytes)
+            child.egress_limit, child.process_limits = self.egress_limit, self.process_limits
+            if self.egress is not None:
+                child.set_egress(self.egress)
+            result.children.append(child)
+        return result
 
     def destroy(self) -> None:
         """End the background processes, drop the kernels and remove the session's files."""

@@ -11,10 +11,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.runner import Runner
 from wasm_runner_protocol.egress import DENY, EgressPolicy
@@ -24,9 +25,10 @@ from wasm_runner_protocol.guest import language_for_path
 if TYPE_CHECKING:
     from wasm_runner.guest import Mount
     from wasm_runner.session import Session
+    from wasm_runner_protocol.execution import Language
 
 
-class UsageError(Exception):
+class UsageError(WasmRunnerError):
     """A command line that cannot run: reported on stderr with exit status 2."""
 
 
@@ -119,7 +121,7 @@ def _stdin(args: argparse.Namespace) -> str:
     return Path(args.stdin_file).read_text() if args.stdin_file else ""
 
 
-def _limit_flags(args: argparse.Namespace) -> dict[str, object]:
+def _limit_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The limits given on the command line, as Limits fields."""
     given = {"timeout_s": args.timeout, "memory_bytes": args.memory_mib and args.memory_mib * MiB,
              "output_bytes": args.output_bytes, "disk_bytes": args.disk_mib and args.disk_mib * MiB,
@@ -148,7 +150,8 @@ def _network(args: argparse.Namespace) -> EgressPolicy | None:
 def _flags_request(args: argparse.Namespace, code: str, path_language: str | None, env: dict[str, str]) -> ExecRequest:
     try:
         limits = Limits(**_limit_flags(args))
-        return ExecRequest(code=code, language=args.language or path_language or "python", env=env,
+        language = cast("Language", args.language or path_language or "python")  # argparse's choices; a known suffix
+        return ExecRequest(code=code, language=language, env=env,
                            stdin=_stdin(args), limits=limits, provider=args.provider, typecheck=args.typecheck,
                            typecheck_timeout_s=args.typecheck_timeout, egress=_network(args) or DENY)
     except ValueError as exc:

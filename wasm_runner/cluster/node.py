@@ -6,7 +6,7 @@ The chunks of one batch sent while others run join one stream of items through
 `Runner.run_many`, so the node's lanes never wait between chunks; a chunk's call answers once
 each of its items has.
 
-Like `execution.worker_main`, it sits on top of the package: it holds a Runner, and nothing
+Like `wasm_runner.worker`, it sits on top of the package: it holds a Runner, and nothing
 imports it (the driver names it to Ray).
 """
 

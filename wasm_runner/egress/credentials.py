@@ -15,13 +15,14 @@ from pathlib import Path
 
 from wasm_runner.egress.masking import Masker
 from wasm_runner.egress.policy import Destination, normalise_host, parse_destination
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner_protocol.egress import Credential
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
 
 
-class MissingSecretError(RuntimeError):
+class MissingSecretError(WasmRunnerError, RuntimeError):
     """A credential's secret is not where its configuration says (an operator's error)."""
 
 

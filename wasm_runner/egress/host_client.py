@@ -30,6 +30,7 @@ from wasm_runner.egress.credentials import CredentialBroker, MissingSecretError
 from wasm_runner.egress.masking import BodyDecoder, DecodedTooLarge, Masker, UndecodableBody
 from wasm_runner.egress.policy import DEFAULT_PORTS, EgressRules, PolicyError, normalise_host
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.hints import LIMIT_HINT, allow_hint
 from wasm_runner_protocol.egress import Credential, EgressPolicy, NetworkEvent
 
@@ -48,7 +49,7 @@ USER_AGENT = "wasm-runner"
 """Sent when the guest names none (rather than the host library's own name and version)."""
 
 
-class EgressError(Exception):
+class EgressError(WasmRunnerError):
     """A request the host did not complete; `kind` tells the guest's library which error to raise."""
 
     kind = "failed"

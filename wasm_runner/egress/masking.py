@@ -23,6 +23,8 @@ import zlib
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
+from wasm_runner.errors import WasmRunnerError
+
 MIN_DERIVED = 6
 """Derived forms shorter than this are not masked: they would hide ordinary text and reveal little."""
 REDACTED = b"[redacted]"
@@ -172,11 +174,11 @@ class Masker:
         return tail
 
 
-class UndecodableBody(ValueError):
+class UndecodableBody(WasmRunnerError, ValueError):
     """A body in a content coding the host cannot undo, so cannot mask: it is withheld."""
 
 
-class DecodedTooLarge(ValueError):
+class DecodedTooLarge(WasmRunnerError, ValueError):
     """A compressed body that expands past the run's byte cap."""
 
 

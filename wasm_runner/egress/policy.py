@@ -16,6 +16,7 @@ import ipaddress
 from dataclasses import dataclass
 from functools import lru_cache
 
+from wasm_runner.errors import InvalidRequestError
 from wasm_runner_protocol.egress import EgressPolicy
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -38,7 +39,7 @@ SCHEMES = ("http", "https")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class PolicyError(ValueError):
+class PolicyError(InvalidRequestError):
     """An entry that is not a destination, or a policy wider than the one it must stay within."""
 
 

@@ -7,6 +7,10 @@ a host call past its deadline is answered by the Runner's watchdog (with what th
 printed); the worker then retires: it says so, takes no more turns, and exits once the turns
 in flight are answered. The parent kills it if it does not.
 
+The host is given what it needs (the Runner's executor and concurrency, and how to open a
+session on a workspace) by the worker process that builds the Runner: nothing here imports the
+facade it serves.
+
 A guest's `sandbox.install` is the parent's to answer (its policy, indexes, limits and audit):
 the request goes up the pipe as data and the guest's call waits for the reply, no longer than
 the call's deadline; a cancelled call or a parent gone away ends the wait with an error.
@@ -22,17 +26,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from wasm_runner.capture import OutputListener
+from wasm_runner.execution.executor import Executor
 from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import host_error_result
 from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job
 from wasm_runner.providers.wasm.guest_installs import refusal
-from wasm_runner.runner import Runner
-from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["KernelHost"]
+__all__ = ["KernelHost", "KernelHostRunner", "OpenSession", "WorkerSession"]
 
 log = logging.getLogger("wasm_runner")
 
@@ -60,17 +66,51 @@ class Ask:
             self.done.set()
 
 
+class WorkerSession(Protocol):
+    """What the host needs of a session whose kernels it holds (a `Session`)."""
+
+    mounts: tuple[Mount, ...]
+    disk_room: int | None
+    """Bytes the parent reserved for the next run."""
+    install_handler: Callable[[str], str]
+    """Answers the guest's install requests of the next run."""
+
+    @property
+    def kernels(self) -> list[str]: ...
+
+    def hibernate(self, wait_s: float | None = None) -> threading.Event | None: ...
+
+    def drop_kernels(self) -> None: ...
+
+    def save_kernels(self, timeout_s: float = 30.0, compress: bool = True) -> dict[str, str]: ...
+
+    def run_sync(self, code: ExecRequest, *, listener: OutputListener | None = None,
+                 on_job: Callable[[Job], None] | None = None) -> ExecResult: ...
+
+
+OpenSession = Callable[[str, Workspace, tuple[Mount, ...], str], WorkerSession]
+"""Opens session `id` on a workspace with its mounts, for its owner (a `Session` of the worker's Runner)."""
+
+
+class KernelHostRunner(Protocol):
+    """What the host needs of the worker's Runner."""
+
+    executor: Executor
+    concurrency: int
+
+
 class KernelHost:
     """The sessions of one worker process, and their turns."""
 
-    def __init__(self, runner: Runner, send: Callable[[Answer], None], exit_process: Callable[[], None]) -> None:
-        self.runner = runner
+    def __init__(self, runner: KernelHostRunner, open_session: OpenSession, send: Callable[[Answer], None],
+                 exit_process: Callable[[], None]) -> None:
+        self.open_session = open_session
         self.send = send
         self.exit_process = exit_process
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, WorkerSession] = {}
         self.queues: dict[str, collections.deque[Order]] = {}
         """Orders of each session not yet done; a session with a queue has a drain running."""
-        self.running: dict[int, Session] = {}
+        self.running: dict[int, WorkerSession] = {}
         self.jobs: dict[int, Job] = {}
         """The job of each running call, once its session made it."""
         self.cancelled: set[int] = set()
@@ -110,14 +150,14 @@ class KernelHost:
             self.queues[place.session] = collections.deque([order])
         self.pool.submit(self._drain, place.session)
 
-    def _session(self, place: Place) -> Session:
+    def _session(self, place: Place) -> WorkerSession:
         session = self.sessions.get(place.session)
         if session is None:
             mounts = tuple(Mount(Path(m["host"]), m["guest"], bool(m.get("writable")),
                                  budget=ParentBudget() if m.get("budgeted") else None,
                                  shared=bool(m.get("shared"))) for m in place.mounts)
             workspace = Workspace(Path(place.root), Path(place.files) if place.files else None)
-            session = Session(self.runner, place.session, workspace, mounts, owner=place.owner)
+            session = self.open_session(place.session, workspace, mounts, place.owner)
             self.sessions[place.session] = session
         return session
 
@@ -272,8 +312,6 @@ def _budgets(mounts: tuple[Mount, ...]) -> list[ParentBudget]:
     return [m.budget for m in mounts if isinstance(m.budget, ParentBudget)]
 
 
-def _cancelled(order: Order):
-    from wasm_runner_protocol.execution import ExecResult
-
+def _cancelled(order: Order) -> ExecResult:
     assert order.request is not None
     return ExecResult(exit_code=130, id=order.request.id, language=order.request.language)

@@ -1,48 +1,66 @@
-"""A worker process of a Runner (see `workers`): runs the items its parent orders, one at a time.
+"""A worker process's loop (see `workers`): runs the items its parent orders, one at a time,
+and hands the orders for a session's kernels to its `KernelHost`.
 
-Started as `python -m wasm_runner.execution.worker_main CONFIG`, CONFIG being JSON with the
-data directory and the mounts. It sits on top of the package: nothing imports it.
+The process itself is `wasm_runner.worker`, which builds the Runner and passes it in here: the
+loop needs only what `WorkerRunner` names, so nothing here imports the facade.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import queue
 import signal
-import sys
 import threading
 import time
+from typing import BinaryIO, Protocol
 
 import msgspec
 
-from wasm_runner.egress.settings import EgressSettings
-from wasm_runner.execution.executor import WATCHDOG_POLL_S, is_overdue
-from wasm_runner.execution.kernel_host import KernelHost
+from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue
+from wasm_runner.execution.kernel_host import KernelHost, OpenSession
 from wasm_runner.execution.lanes import ItemLane
 from wasm_runner.execution.pipe import READY, RETIRED_EXIT_CODE, Answer, Order, read_frame, write_frame
-from wasm_runner.execution.scratch import READY_SCRATCH
-from wasm_runner.guest import Mount
-from wasm_runner.packages.settings import PackageSettings
-from wasm_runner.runner import Runner
-from wasm_runner_protocol.execution import ExecResult
+from wasm_runner.execution.scratch import ScratchPool
+from wasm_runner.providers.base import Provider
+from wasm_runner_protocol.execution import ExecRequest, ExecResult
+
+__all__ = ["WorkerRunner", "reset_signals", "serve", "take_pipes"]
 
 
-def main() -> None:
-    # Default handling, whatever the parent ignores (a service started in the background ignores
-    # INT and QUIT): the native sandboxes started here inherit it. A terminal's Ctrl-C does not
-    # reach this process group.
+class WorkerRunner(Protocol):
+    """What the loop needs of the worker's in-process Runner."""
+
+    executor: Executor
+    concurrency: int
+    scratch: ScratchPool
+
+    def provider_for(self, request: ExecRequest) -> Provider: ...
+
+    def prepare(self) -> None: ...
+
+
+def reset_signals() -> None:
+    """Default handling, whatever the parent ignores (a service started in the background ignores
+    INT and QUIT): the native sandboxes started here inherit it. A terminal's Ctrl-C does not
+    reach this process group."""
     for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(number, signal.SIG_DFL)
-    config = json.loads(sys.argv[1])
-    mounts = tuple(Mount.from_config(m) for m in config["mounts"])
-    egress = EgressSettings.from_config(config["egress"]) if config.get("egress") else None
-    # The pipes carry frames only: nothing else in the process (a print, a library, a
-    # native sandbox) may read or write them as its standard streams.
+
+
+def take_pipes() -> tuple[BinaryIO, BinaryIO]:
+    """The parent's pipes (orders in, answers out), taken before anything else runs: they carry
+    frames only, so nothing else in the process (a print, a library, a native sandbox) may read
+    or write them as its standard streams."""
     source, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
+    return source, out
+
+
+def serve(runner: WorkerRunner, source: BinaryIO, out: BinaryIO, open_session: OpenSession | None) -> None:
+    """Answer the parent's orders until its pipe closes; `open_session` is given to a worker that
+    hosts sessions' kernels."""
     orders: queue.SimpleQueue[Order | None] = queue.SimpleQueue()
     write_lock = threading.Lock()
     running = [0, False]
@@ -96,44 +114,34 @@ def main() -> None:
             out.flush()
             os._exit(RETIRED_EXIT_CODE)
 
-    hosts_kernels = bool(config.get("kernels"))
-    concurrency = int(config.get("concurrency", 1))
-    packages = PackageSettings.from_config(config["packages"]) if config.get("packages") else None
-    # This process is the worker: its guests run here, on its threads.
-    with Runner(config["data_dir"], isolation="in-process", concurrency=concurrency, mounts=mounts, egress=egress,
-                packages=packages, ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:
-        lane = ItemLane(runner.provider_for, runner.scratch)
-        kernels = KernelHost(runner, send, exit_retired) if hosts_kernels else None
-        if kernels is not None:  # compiled modules mapped before the first turn's clock starts
-            runner.prepare()
+    lane = ItemLane(runner.provider_for, runner.scratch)
+    kernels = KernelHost(runner, open_session, send, exit_retired) if open_session is not None else None
+    if kernels is not None:  # compiled modules mapped before the first turn's clock starts
+        runner.prepare()
 
-        def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
-            while True:
-                time.sleep(WATCHDOG_POLL_S)
-                job, seq = lane.job, running[0]
-                if job is not None and is_overdue(job):
-                    job.cancel()
-                    answer(seq, runner.executor.replace_stuck_worker(job))
-                    os._exit(RETIRED_EXIT_CODE)
+    def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
+        while True:
+            time.sleep(WATCHDOG_POLL_S)
+            job, seq = lane.job, running[0]
+            if job is not None and is_overdue(job):
+                job.cancel()
+                answer(seq, runner.executor.replace_stuck_worker(job))
+                os._exit(RETIRED_EXIT_CODE)
 
-        gc.collect()
-        gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
-        write_frame(out, READY)  # before any answer: orders the parent sent early are read from now on
-        threading.Thread(target=read_orders, daemon=True).start()
-        threading.Thread(target=watch, daemon=True).start()
-        while (order := orders.get()) is not None and not parent_gone.is_set():
-            assert order.request is not None  # only orders to run are queued
-            with order_lock:
-                running[:] = [order.seq, False]
-                lane.stop_requested = order.seq in cancelled or parent_gone.is_set()
-                cancelled.discard(order.seq)
-            if lane.stop_requested:  # cancelled before it started: nobody waits for it
-                answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
-                continue
-            answer(order.seq, lane.run(order.request))
-            lane.finish()
-        lane.close()
-
-
-if __name__ == "__main__":
-    main()
+    gc.collect()
+    gc.freeze()  # a full collection would walk every module and type loaded so far, items waiting
+    write_frame(out, READY)  # before any answer: orders the parent sent early are read from now on
+    threading.Thread(target=read_orders, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
+    while (order := orders.get()) is not None and not parent_gone.is_set():
+        assert order.request is not None  # only orders to run are queued
+        with order_lock:
+            running[:] = [order.seq, False]
+            lane.stop_requested = order.seq in cancelled or parent_gone.is_set()
+            cancelled.discard(order.seq)
+        if lane.stop_requested:  # cancelled before it started: nobody waits for it
+            answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
+            continue
+        answer(order.seq, lane.run(order.request))
+        lane.finish()
+    lane.close()

@@ -1,7 +1,7 @@
 """Worker processes of a Runner, the parent's side: batch lanes and one-shot runs.
 
 A Runner starts workers on its first batch (and, with `one_shot_workers`, on its first
-one-shot run) and keeps them: each is a `python -m wasm_runner.execution.worker_main`
+one-shot run) and keeps them: each is a `python -m wasm_runner.worker`
 process, with a Runner of its own (same mounts, a data directory inside the parent's
 scratch directory) and one `ItemLane`. Orders (run item N, or cancel item N) and answers
 cross the pipes as frames (`pipe`); pipe I/O is done by threads, so any
@@ -73,7 +73,7 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), *PACKAGE_ROOTS) if p)
         # Its own process group: a terminal's Ctrl-C reaches the parent, which decides.
-        self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.execution.worker_main", json.dumps(config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "wasm_runner.worker", json.dumps(config)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, process_group=0)
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped
         self._orders_out: IO[bytes] = self.proc.stdin

@@ -20,6 +20,8 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from wasm_runner.errors import WasmRunnerError
+
 NATIVE_HINT = ("the WebAssembly Python runtime loads pure-Python wheels only: run code that needs it with the "
                "native provider (profile `python-data`, or a native profile with `pip install` in the session)")
 SDIST_HINT = ("building a source distribution runs the package's own code, which the host never does: use a "
@@ -29,7 +31,7 @@ READ_ONLY_FILE = 0o444
 READ_ONLY_DIR = 0o555
 
 
-class WheelRefused(Exception):
+class WheelRefused(WasmRunnerError):
     """A wheel that cannot go into the guest's package directory; `kind` is a PackageError kind."""
 
     def __init__(self, kind: str, message: str, hint: str | None = None, package: str | None = None) -> None:

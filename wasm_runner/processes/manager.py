@@ -25,17 +25,18 @@ from typing import TYPE_CHECKING
 
 from wasm_runner.capture import Stream
 from wasm_runner.egress.redaction import RunRedactor
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.processes.ring import Chunk, OutputRing
-from wasm_runner.providers.native.limits import RunCgroup, RunLimits
-from wasm_runner.providers.native.sandboxed_process import MAIN_NS_PID, SandboxProcess
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES, ProcessInfo, ProcessState, StreamName
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the native tier loads with a session's first process, not with the session
+    from wasm_runner.providers.native.limits import RunCgroup
     from wasm_runner.providers.native.provider import NativeProvider
+    from wasm_runner.providers.native.sandboxed_process import SandboxProcess
 
 log = logging.getLogger("wasm_runner.processes")
 
@@ -47,7 +48,7 @@ NETWORK_BATCH = 256
 START_WAIT_S = 5.0
 
 
-class ProcessError(RuntimeError):
+class ProcessError(WasmRunnerError, RuntimeError):
     """A process request refused (the message says why and what to do)."""
 
 
@@ -178,6 +179,8 @@ class BackgroundProcess:
         return self.sandbox.stop_reason
 
     def info(self) -> ProcessInfo:
+        from wasm_runner.providers.native.sandboxed_process import MAIN_NS_PID
+
         sandbox = self.sandbox
         running = sandbox is not None and sandbox.running
         return ProcessInfo(
@@ -188,6 +191,22 @@ class BackgroundProcess:
             stdout_bytes=self.stdout.end, stderr_bytes=self.stderr.end, stdout_dropped=self.stdout.dropped,
             stderr_dropped=self.stderr.dropped, ports=self.ports() if running else [],
             memory_bytes=self.memory_bytes, enforcement=sandbox.enforcement if sandbox is not None else "")
+
+    # -- followers --------------------------------------------------------------------------
+
+    def follow(self, *, terminal: bool = False, keep: bool = False) -> None:
+        """A client follows its output from now on (`unfollow` when it leaves): the session is in use.
+        `terminal`: a terminal socket attached; `keep`: that terminal keeps running once its sockets
+        close (once kept, a later attach without `keep` does not undo it)."""
+        self.watchers += 1
+        if terminal:
+            self.attached += 1
+            self.kept = self.kept or keep
+
+    def unfollow(self, *, terminal: bool = False) -> None:
+        self.watchers -= 1
+        if terminal:
+            self.attached -= 1
 
     # -- control ----------------------------------------------------------------------------
 
@@ -236,13 +255,13 @@ class BackgroundProcess:
             raise ProcessError(f"process {self.id} has no terminal")
         self.sandbox.resize(cols, rows)
 
-    def _sink(self, stream: str, data: bytes) -> None:
+    def sink(self, stream: str, data: bytes) -> None:
         self._to_rings("stdout" if stream == "stdout" else "stderr", data)
 
     def _store(self, stream: Stream, data: bytes) -> None:
         (self.stdout if stream == "stdout" else self.stderr).write(data)
 
-    def _ended(self) -> None:
+    def mark_ended(self) -> None:
         self.ended_at = time.time()
         if self._redactor is not None:
             self._redactor.flush()
@@ -288,6 +307,13 @@ class ProcessManager:
 
     # -- start ------------------------------------------------------------------------------
 
+    def observe(self, observer: Observer) -> None:
+        """Tell `observer` of the processes' starts, network batches and exits from now on, unless an
+        observer is told already (the first one stays: a service sets its own once)."""
+        with self._lock:
+            if self.observer is None:
+                self.observer = observer
+
     def start(self, request: ExecRequest, *, cwd: str = "", name: str = "", stdin: bool = True,
               pty: tuple[int, int] | None = None, ring_bytes: int | None = None,
               owner: object = None, disk_room: int | None = None) -> BackgroundProcess:
@@ -324,7 +350,7 @@ class ProcessManager:
                                      cgroup_parent=self._session_cgroup(provider), disk_room=disk_room)
         except Exception as exc:
             process.start_error = str(exc)
-            process._ended()
+            process.mark_ended()
             if self.observer is not None:
                 self.observer("exit", process)
             raise ProcessError(str(exc)) from None
@@ -333,7 +359,7 @@ class ProcessManager:
             refusal = self._refusal()
         if sandbox.egress is not None:
             sandbox.egress.watch(lambda held: self._decided(process, held))
-        sandbox.run(process._sink, lambda _: self._exited(process))
+        sandbox.run(process.sink, lambda _: self._exited(process))
         if self.observer is not None:
             self.observer("start", process)
         if refusal is not None:  # a close began while this sandbox was set up: it waits for this end
@@ -350,7 +376,7 @@ class ProcessManager:
         return None
 
     def _exited(self, process: BackgroundProcess) -> None:
-        process._ended()
+        process.mark_ended()
         if self.observer is not None:
             try:
                 self.observer("exit", process)
@@ -379,6 +405,8 @@ class ProcessManager:
 
     def _session_cgroup(self, provider: NativeProvider) -> RunCgroup | None:
         """The cgroup all this session's processes live under (memory cap together), where cgroups exist."""
+        from wasm_runner.providers.native.limits import RunCgroup, RunLimits
+
         with self._lock:
             if self._cgroup is not None:
                 return self._cgroup

@@ -18,11 +18,13 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from wasm_runner.errors import WasmRunnerError
+
 CLONE_NEWNET = 0x40000000
 LISTEN = "0A"
 
 
-class NetnsUnavailable(RuntimeError):
+class NetnsUnavailable(WasmRunnerError, RuntimeError):
     """The host cannot enter the sandbox's network namespace (the message says why)."""
 
 

@@ -36,7 +36,7 @@ class OutputRing:
         """Offset of the buffer's first byte."""
         self._closed = False
         self._cond = threading.Condition()
-        self._subscribers: list[Callable[[], None]] = []
+        self._subscribers: list[Callable[[], object]] = []
 
     @property
     def end(self) -> int:
@@ -96,7 +96,7 @@ class OutputRing:
         with self._cond:
             return self._cond.wait_for(lambda: self.end > offset or self._closed, timeout)
 
-    def subscribe(self, notify: Callable[[], None]) -> Callable[[], None]:
+    def subscribe(self, notify: Callable[[], object]) -> Callable[[], None]:
         """Call `notify` (from the writer's thread) at each write and at close; returns the unsubscriber."""
         with self._cond:
             self._subscribers.append(notify)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.workspace.files import FileOpError, WorkspaceFiles
 
 Source = Literal["api", "outside"]
@@ -46,7 +47,7 @@ class Version:
     """Order across all files of the session (the oldest is dropped first)."""
 
 
-class VersionNotFoundError(LookupError):
+class VersionNotFoundError(WasmRunnerError, LookupError):
     pass
 
 

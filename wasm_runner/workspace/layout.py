@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner_protocol.execution import FileChanges
 
 log = logging.getLogger("wasm_runner")
@@ -98,7 +99,7 @@ HELD_DESCRIPTORS = 64
 through `..` (their identity checked), so no depth runs out of descriptors."""
 
 
-class TreeChanged(OSError):
+class TreeChanged(WasmRunnerError, OSError):
     """A directory moved while a walk was inside it: the walk cannot tell what it has counted."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.workspace.layout import Workspace, tree_usage, walk_tree
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Limits
 
@@ -266,7 +267,7 @@ COMMITTED_KEPT_S = 5.0
 a caller measures with, so a write just renamed into place is never missed by both."""
 
 
-class QuotaExceeded(Exception):
+class QuotaExceeded(WasmRunnerError):
     def __init__(self, scope: str, limit: int, room: int) -> None:
         super().__init__(f"{scope}: {room} of {limit} bytes left")
         self.scope = scope
@@ -293,13 +294,13 @@ class Reservation:
 
     def room(self) -> int:
         """Bytes this reservation could still take (at this moment)."""
-        with self.ledger._lock:
-            held = self.used + self.ledger._pending(self.scope, self.measured_at, self)
+        with self.ledger.lock:
+            held = self.used + self.ledger.pending_locked(self.scope, self.measured_at, self)
             return max(self.limit - held - self.bytes, 0)
 
     def give_back(self, n: int) -> None:
         """Undo a `take(n)` (another limit refused the same bytes)."""
-        with self.ledger._lock:
+        with self.ledger.lock:
             self.bytes = max(self.bytes - n, 0)
 
     def commit(self) -> None:
@@ -320,12 +321,12 @@ class DiskLedger:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._scopes: dict[str, list[Reservation]] = {}
 
     def reserve(self, scope: str, limit: int, used: int, measured_at: float, initial: int = 0) -> Reservation:
         reservation = Reservation(self, scope, limit, used, measured_at)
-        with self._lock:
+        with self.lock:
             self._scopes.setdefault(scope, []).append(reservation)
         if initial:
             try:
@@ -337,18 +338,18 @@ class DiskLedger:
 
     def pending(self, scope: str, measured_at: float, excluding: Reservation | None = None) -> int:
         """Bytes a measurement taken at `measured_at` may not contain."""
-        with self._lock:
-            return self._pending(scope, measured_at, excluding)
+        with self.lock:
+            return self.pending_locked(scope, measured_at, excluding)
 
-    def _pending(self, scope: str, measured_at: float, excluding: Reservation | None) -> int:
+    def pending_locked(self, scope: str, measured_at: float, excluding: Reservation | None) -> int:
         return sum(r.bytes for r in self._scopes.get(scope, ())
                    if r is not excluding and (r.committed_at is None or r.committed_at >= measured_at))
 
     def take(self, reservation: Reservation, n: int) -> None:
-        with self._lock:
+        with self.lock:
             if reservation.released or reservation.committed_at is not None:
                 raise ValueError("the reservation is settled")
-            held = reservation.used + self._pending(reservation.scope, reservation.measured_at, reservation)
+            held = reservation.used + self.pending_locked(reservation.scope, reservation.measured_at, reservation)
             if held + reservation.bytes + n > reservation.limit:
                 raise QuotaExceeded(reservation.scope, reservation.limit,
                                     max(reservation.limit - held - reservation.bytes, 0))
@@ -356,7 +357,7 @@ class DiskLedger:
 
     def settle(self, reservation: Reservation, *, committed: bool) -> None:
         now = self.clock()
-        with self._lock:
+        with self.lock:
             if reservation.released or reservation.committed_at is not None:
                 return
             if committed:

@@ -148,8 +148,9 @@ class AccessPolicy(ABC):
         """An admitted execution ended (result None: it was aborted)."""
         return None
 
-    def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
-        """An install into a session ended (its result holds the session's lock)."""
+    def on_packages(self, principal: Principal, session_id: str, body: PackageRequest, result: InstallResult) -> None:
+        """An install into a session by `principal` ended (its result holds the session's lock): one the
+        API made, or one the guest asked for in a call of the principal's."""
         return None
 
     def on_egress_change(self, request: web.Request, session_id: str, profile: str, previous: EgressPolicy,

@@ -249,13 +249,12 @@ class SecurityPolicy(AccessPolicy):
             log.exception("audit write failed", extra={"event": "audit_failed"})
             raise
 
-    def on_packages(self, request: web.Request, session_id: str, body: PackageRequest, result: InstallResult) -> None:
+    def on_packages(self, principal: Principal, session_id: str, body: PackageRequest, result: InstallResult) -> None:
         """Records the install's audit row (what was asked, what was installed and the session's lock after
         it) and has the session's disk usage measured afresh."""
         if self._security is None:
             return
         security = self._security
-        principal = request.get(PRINCIPAL) or LOCAL
         owner = security.tenants.owner(session_id)
         security.disk.forget(owner.workspace if owner is not None else principal.workspace, session_id)
         security.audit.record_packages(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, OutputListener, Runner, Session
+from wasm_runner import ExecRequest, ExecResult, GuestError, Limits, NoProviderError, OutputListener, Runner, Session
 from wasm_runner.cluster import ClusterUnavailableError, RayCluster
 from wasm_runner.profiles import Profile, ProfileError, Profiles
 from wasm_runner_protocol.egress import EgressPolicy
@@ -60,6 +60,18 @@ def profile_refusal() -> Iterator[None]:
     except ProfileError as exc:
         hint = exc.hint + PROFILES_HINTS.get(exc.code, "") if exc.hint is not None else None
         raise ApiError(REFUSAL_STATUS.get(exc.code, 422), exc.code, exc.message, hint) from None
+
+
+PROVIDER_HINT = "this server cannot run that; pick another profile or language (GET /v1/profiles)"
+
+
+@contextlib.contextmanager
+def provider_refusal() -> Iterator[None]:
+    """No provider of the runner runs the request (the core's NoProviderError): a 422 that says so."""
+    try:
+        yield
+    except NoProviderError as exc:
+        raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc), PROVIDER_HINT) from None
 
 
 class Execution:
@@ -108,11 +120,8 @@ class Execution:
 
     @staticmethod
     def check_provider(runner: Runner, request: ExecRequest) -> None:
-        try:
+        with provider_refusal():
             runner.provider_for(request)
-        except ValueError as exc:
-            raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc),
-                           "this server cannot run that; pick another profile or language (GET /v1/profiles)") from None
 
     # -- running -------------------------------------------------------------------------
 
@@ -221,7 +230,9 @@ class Execution:
                     yield item if isinstance(item, ExecResult) else cluster_lost_result(item, lost)
         finally:
             try:
-                await results.aclose()  # stops the guests still running
+                close = getattr(results, "aclose", None)  # an async generator's: stops the guests still running
+                if close is not None:
+                    await close()
             finally:
                 left = list(admitted.values())
                 admitted.clear()
@@ -249,16 +260,13 @@ class Execution:
         if on_task is not None:
             on_task(task)
         try:
-            return await task
+            with provider_refusal():
+                return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
             return cancelled_result(request)
-        except ValueError as exc:
-            if "provider" in str(exc):
-                raise ApiError(422, ErrorCode.PROVIDER_UNAVAILABLE, str(exc)) from None
-            raise
         finally:
             self.inflight.discard(task)
             if on_task is not None:

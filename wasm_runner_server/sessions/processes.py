@@ -90,10 +90,8 @@ class ServiceProcesses:
             session.process_limits = ProcessLimits(max_live=self.settings.max_live,
                                                    memory_bytes=self.settings.memory_bytes,
                                                    ring_bytes=self.settings.ring_bytes)
-        manager = session.processes
-        if manager.observer is None:
-            session_id = live.row.id
-            manager.observer = lambda event, process: self._observe(event, session_id, process)
+        session_id = live.row.id
+        session.processes.observe(lambda event, process: self._observe(event, session_id, process))
         return session
 
     def live_count(self) -> int:

@@ -15,7 +15,7 @@ SCENARIO = textwrap.dedent("""
     import json, os, sys, threading, time
     from pathlib import Path
 
-    from wasm_runner import Limits, Runner
+    from wasm_runner import Limits, Runner, Session
     from wasm_runner.execution.kernel_host import KernelHost
     from wasm_runner.execution.pipe import Answer, Order, Place
     from wasm_runner_protocol.execution import ExecRequest
@@ -37,7 +37,8 @@ SCENARIO = textwrap.dedent("""
 
     runner = Runner(root / "data", isolation="in-process", concurrency=2)
     runner.prepare()
-    host = KernelHost(runner, send, exit_process)
+    host = KernelHost(runner, lambda sid, workspace, mounts, owner: Session(runner, sid, workspace, mounts, owner),
+                      send, exit_process)
     for seq, session in ((1, "a"), (2, "b")):
         (root / session).mkdir()
         request = ExecRequest(code=code, limits=Limits(timeout_s=1))

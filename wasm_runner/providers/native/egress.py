@@ -26,6 +26,7 @@ from pathlib import Path
 from wasm_runner.egress.policy import EgressRules, ip_or_none
 from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
@@ -47,7 +48,7 @@ CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SS
                 "NODE_EXTRA_CA_CERTS")
 
 
-class EgressUnavailable(RuntimeError):
+class EgressUnavailable(WasmRunnerError, RuntimeError):
     """This machine cannot give a native run its network (said to the caller)."""
 
 

@@ -30,14 +30,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
 from wasm_runner.capture import Capture
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.egress import RunEgress
 from wasm_runner.providers.native.limits import RunCgroup
 from wasm_runner.providers.native.pidfd import open_pidfd
+from wasm_runner.providers.native.posix import first_child, read_some, signal_pid, write_all
 from wasm_runner_protocol.execution import GuestError, LimitName, RichOutput
 
 DRIVER_NAME = "kernel_driver.py"
@@ -47,10 +49,9 @@ READY_TIMEOUT_S = 60.0
 """How long a new kernel may take to import its preloaded modules and say it is ready."""
 REPLY_CAP = 16 << 20
 """Largest answer read from a driver (rich outputs included); a larger one kills the kernel."""
-READ_CHUNK = 65536
 
 
-class KernelError(Exception):
+class KernelError(WasmRunnerError):
     """The kernel could not be started or died while starting."""
 
 
@@ -171,21 +172,21 @@ class NativeKernel:
                     elif key.data == "status":
                         self._read_status()
                     else:
-                        chunk = _read(key.fd)
+                        chunk = read_some(key.fd)
                         if chunk:
                             stderr += chunk[-4000:]
                         elif chunk == b"":
                             selector.unregister(key.fd)
         self._read_status()
         if self.init_pid is not None:
-            self.driver_pid = _first_child(self.init_pid)
+            self.driver_pid = first_child(self.init_pid)
 
     def _read_status(self) -> None:
         """bubblewrap's status lines (written in pieces): the host pid of the sandbox's init."""
-        chunk = _read(self._status_r)
+        chunk = read_some(self._status_r)
         while chunk:
             self._status += chunk
-            chunk = _read(self._status_r)
+            chunk = read_some(self._status_r)
         while b"\n" in self._status:
             line, self._status = self._status.split(b"\n", 1)
             try:
@@ -210,7 +211,7 @@ class NativeKernel:
               wake_r: int, stop_reason: Callable[[], LimitName | None], on_start: Callable[[], None]) -> Reply:
         captures = {self._out_fds[0]: stdout, self._out_fds[1]: stderr}
         try:
-            _write_all(self._request_w, (json.dumps(request) + "\n").encode())
+            write_all(self._request_w, (json.dumps(request) + "\n").encode())
         except OSError:
             self.close()
             return Reply(exit_code=1, died=True, crash="the kernel had exited before the call")
@@ -264,13 +265,13 @@ class NativeKernel:
                             if not self._fill(key.fd):
                                 selector.unregister(key.fd)
                         elif key.data == "out":
-                            data = _read(key.fd)
+                            data = read_some(key.fd)
                             if data:
                                 captures[key.fd].write(data)
                             elif data == b"":
                                 selector.unregister(key.fd)
                         elif key.data == "wake":
-                            _read(wake_r)
+                            read_some(wake_r)
                         else:
                             selector.unregister(key.fd)
             finally:
@@ -293,9 +294,9 @@ class NativeKernel:
         if self.init_pid is None:
             self._read_status()
         if pid is None and self.init_pid is not None:
-            pid = self.driver_pid = _first_child(self.init_pid)
+            pid = self.driver_pid = first_child(self.init_pid)
         if pid is not None:
-            _signal(pid, signal.SIGINT)
+            signal_pid(pid, signal.SIGINT)
 
     def _line(self) -> bytes | None:
         end = self._reply.find(b"\n")
@@ -305,7 +306,7 @@ class NativeKernel:
         return line
 
     def _fill(self, fd: int) -> bool:
-        data = _read(fd)
+        data = read_some(fd)
         if data:
             self._reply += data
         return data != b""
@@ -314,7 +315,7 @@ class NativeKernel:
         """Whatever the program printed before its answer is in the pipes now: read it all."""
         for fd, capture in captures.items():
             while True:
-                data = _read(fd)
+                data = read_some(fd)
                 if not data:
                     break
                 capture.write(data)
@@ -330,8 +331,8 @@ class NativeKernel:
             return
         self.closed = True
         if self.init_pid is not None:
-            _signal(self.init_pid, signal.SIGKILL)
-        _signal(self.proc.pid, signal.SIGKILL)
+            signal_pid(self.init_pid, signal.SIGKILL)
+        signal_pid(self.proc.pid, signal.SIGKILL)
         if self.cgroup is not None:
             self.cgroup.signal_all(signal.SIGKILL)
         try:
@@ -363,6 +364,7 @@ class NativeKernelSlot:
     is not data the host tracks (see the snapshots decision record), so hibernation, restarts and
     forks start a new kernel and say why."""
 
+    saves_state: ClassVar[bool] = False
     kernel: NativeKernel | None = None
     lost: bool = False
     reason: str | None = None
@@ -388,37 +390,6 @@ def slot_of(kernels: dict[str, Any]) -> NativeKernelSlot:
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def _first_child(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            children = f.read().split()
-    except OSError:
-        return None
-    return int(children[0]) if children else None
-
-
-def _read(fd: int) -> bytes | None:
-    try:
-        return os.read(fd, READ_CHUNK)
-    except BlockingIOError:
-        return None
-    except OSError:
-        return b""
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _exit_code(returncode: int | None) -> int:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.native.identity import SandboxIdentity, helper
 from wasm_runner.providers.native.kernel import KernelError, NativeKernel
@@ -38,7 +39,7 @@ log = logging.getLogger("wasm_runner.native")
 MOUNT_TIMEOUT_S = 10.0
 
 
-class MountError(Exception):
+class MountError(WasmRunnerError):
     """A bind in the holder's namespace failed."""
 
 

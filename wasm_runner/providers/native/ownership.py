@@ -18,6 +18,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasm_runner.errors import WasmRunnerError
+
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 RETRIES = 3
@@ -25,7 +27,7 @@ KEEP_OPEN = 128
 """Directory levels kept open during a walk; deeper ones are found again through '..', checked."""
 
 
-class TreeChanged(OSError):
+class TreeChanged(WasmRunnerError, OSError):
     """A directory moved while it was walked (a guest still writing): the walk starts again."""
 
 

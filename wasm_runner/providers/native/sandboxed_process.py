@@ -14,7 +14,6 @@ kernel module's long-lived spawner thread), so a killed service leaves nothing b
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
@@ -31,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from wasm_runner.providers.native.limits import RunCgroup
 from wasm_runner.providers.native.pidfd import open_pidfd
+from wasm_runner.providers.native.posix import child_tree, children_of, read_some, reap, signal_pid
 
 if TYPE_CHECKING:
     from wasm_runner.providers.native.egress import RunEgress
 
 log = logging.getLogger("wasm_runner.native")
 
-READ_CHUNK = 65536
 DRAIN_AFTER_EXIT_S = 0.5
 """How long output is still read after the sandbox ended (a left-over holder of the pipe is killed first)."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL, "HUP": signal.SIGHUP,
@@ -123,7 +122,7 @@ class SandboxProcess:
         try:
             while True:
                 if status is None:
-                    status = _reap(self.proc.pid)
+                    status = reap(self.proc.pid)[0]
                     if status is not None:
                         exited_at = time.monotonic()
                         self._started.set()
@@ -133,14 +132,14 @@ class SandboxProcess:
                 timeout = (1.0 if pidfd is not None else 0.05) if status is None else 0.05
                 for key, _ in selector.select(timeout):
                     if key.data == "out":
-                        data = _read(key.fd)
+                        data = read_some(key.fd)
                         if data:
                             self._sink(self._outputs[key.fd], data)
                         elif data is not None:
                             selector.unregister(key.fd)
                             del self._outputs[key.fd]
                     elif key.data == "status":
-                        chunk = _read(key.fd)
+                        chunk = read_some(key.fd)
                         if chunk:
                             status_buffer += chunk
                             while b"\n" in status_buffer:
@@ -219,7 +218,7 @@ class SandboxProcess:
         init = self.init_pid
         if init is None:
             return None
-        for child in _children(init):
+        for child in children_of(init):
             if _ns_pid(child) == MAIN_NS_PID:
                 self._main_pid = child
                 return child
@@ -234,7 +233,7 @@ class SandboxProcess:
             return self.cgroup.pids() - spare
         if self.init_pid is None:
             return set()
-        return _descendants(self.init_pid) - spare
+        return child_tree(self.init_pid) - spare
 
     # -- control ---------------------------------------------------------------------------
 
@@ -247,7 +246,7 @@ class SandboxProcess:
         if tree:
             pids = self.sandbox_pids()
             for each in pids:
-                _signal(each, sig)
+                signal_pid(each, sig)
             return bool(pids)
         pid = self.main_pid()
         deadline = time.monotonic() + 2.0
@@ -256,16 +255,16 @@ class SandboxProcess:
             pid = self.main_pid()
         if pid is None:
             return False
-        _signal(pid, sig)
+        signal_pid(pid, sig)
         return True
 
     def kill(self) -> None:
         """SIGKILL the whole sandbox at once (its init: the kernel then ends its PID namespace)."""
         if self.init_pid is not None:
-            _signal(self.init_pid, signal.SIGKILL)
+            signal_pid(self.init_pid, signal.SIGKILL)
         if self.cgroup is not None:
             self.cgroup.signal_all(signal.SIGKILL, spare={self.proc.pid})
-        _signal(self.proc.pid, signal.SIGKILL)
+        signal_pid(self.proc.pid, signal.SIGKILL)
 
     def terminate(self, grace_s: float | None = None, reason: str | None = None) -> None:
         """TERM every process of the sandbox, KILL what is left after `grace_s`; returns once it ended."""
@@ -276,7 +275,7 @@ class SandboxProcess:
         grace = self.kill_grace_s if grace_s is None else grace_s
         pids = self.sandbox_pids() if grace > 0 else set()
         for pid in pids:
-            _signal(pid, signal.SIGTERM)
+            signal_pid(pid, signal.SIGTERM)
         # No process yet (the sandbox is still being set up): nothing would use a grace period.
         if pids and self.wait(grace):
             return
@@ -359,38 +358,6 @@ to the sandbox's init, so the program starts a session of its own and makes the 
 controlling terminal: ^C and job control work (the terminal is the sandbox's, never the host's)."""
 
 
-def _reap(pid: int) -> int | None:
-    try:
-        got, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return 0
-    return status if got else None
-
-
-def _read(fd: int) -> bytes | None:
-    try:
-        return os.read(fd, READ_CHUNK)
-    except BlockingIOError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.EIO:  # a pty whose other side is closed everywhere
-            return b""
-        return b""
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(p) for p in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
 def _ns_pid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
@@ -405,17 +372,6 @@ def _ns_pid(pid: int) -> int | None:
 def ns_pid(pid: int | None) -> int | None:
     """`pid`'s pid inside its innermost PID namespace."""
     return _ns_pid(pid) if pid is not None else None
-
-
-def _descendants(root: int) -> set[int]:
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in _children(stack.pop()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
 
 
 def describe(process: SandboxProcess) -> dict[str, Any]:

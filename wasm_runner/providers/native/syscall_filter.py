@@ -29,6 +29,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native import seccomp_program
 from wasm_runner.providers.native.toolchain import cache_root
 
@@ -85,7 +86,7 @@ log = logging.getLogger("wasm_runner.native")
 _lock = threading.Lock()
 
 
-class FilterUnavailable(RuntimeError):
+class FilterUnavailable(WasmRunnerError, RuntimeError):
     """No seccomp program could be generated here; the message says what to install."""
 
 
@@ -128,7 +129,7 @@ def _valid(path: Path) -> bool:
 def _generate() -> bytes:
     rules = json.dumps(RULES)
     try:
-        import seccomp  # noqa: F401  (the official bindings, where this interpreter has them)
+        import seccomp  # type: ignore[import-not-found]  # noqa: F401  (the official bindings, where this interpreter has them)
     except ImportError:
         pass
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import ClassVar
 
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.sandbox import Outcome, View
@@ -30,6 +31,8 @@ log = logging.getLogger("wasm_runner")
 class KernelSlot:
     """A session's kernel for one language; `lost` remembers that state was dropped, `reason` why."""
 
+    saves_state: ClassVar[bool] = True
+    """Its kernel's state can be saved (a snapshot); a native kernel's cannot."""
     kernel: Kernel | None = None
     lost: bool = False
     reason: str | None = None

@@ -20,7 +20,7 @@ from wasm_runner_server.errors import ApiError, from_file_error
 from wasm_runner_server.http.bodies import read_json
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.routes.packages import install_options
+from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
@@ -55,13 +55,13 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, ExecBody)
     _, profile = service.execution.profile(body.profile or live.row.profile)
     runner, session = service.sessions.core(live, profile)
-    install_options(service, request, live, session)  # for the guest's own `sandbox.install`
+    allow_guest_installs(service, request, live, runner, session)  # for the guest's own `sandbox.install`
     code, path_language = _code_or_path(body, session.workspace.files, service)
     exec_request = service.execution.request(
         profile, language=body.language, code=code, command=None, stdin=body.stdin, env=body.env,
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
-        network=service.sessions.call_egress(live, body.egress))
+        network=service.sessions.call_egress(live, body_policy(body.egress)))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="session", listener=listener, on_start=started))
 
@@ -77,7 +77,7 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
     runner, _ = service.sessions.core(live, profile)
     exec_request = service.execution.request(
         profile, language="bash", code=None, command=body.command, stdin=body.stdin, env=body.env,
-        limits=body.limits, fresh=True, id=body.id, network=service.sessions.call_egress(live, body.egress))
+        limits=body.limits, fresh=True, id=body.id, network=service.sessions.call_egress(live, body_policy(body.egress)))
     return await respond(request, lambda listener, started: service.sessions.run(
         live, runner, exec_request, mode="process", listener=listener, on_start=started))
 
@@ -136,12 +136,19 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         service.sessions.spawn_blocking(session.destroy)
 
 
+def body_policy(egress: EgressPolicy | str | None) -> EgressPolicy | None:
+    """A body's policy: decoding turns a mode given alone (`"open"`) into its policy already."""
+    assert not isinstance(egress, str), "the wire expands an egress shorthand when it decodes a body"
+    return egress
+
+
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
     """The run's own policy when it names one (its shape checked: 422); the profile then refuses a
     wider one (403)."""
-    if body.egress is not None:
-        check_shape(body.egress)
-    return body.egress
+    policy = body_policy(body.egress)
+    if policy is not None:
+        check_shape(policy)
+    return policy
 
 
 def _write_inputs(files: WorkspaceFiles, inputs: dict, quota: int) -> None:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from dataclasses import dataclass
 
 from aiohttp import web
 
-from wasm_runner import Session
+from wasm_runner import Runner, Session
 from wasm_runner.egress.policy import PolicyError
+from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.disk_quota import reserve
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.policy import LOCAL, POLICY, PRINCIPAL
+from wasm_runner_server.http.policy import LOCAL, POLICY, PRINCIPAL, AccessPolicy, Principal
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
 
@@ -26,27 +27,47 @@ routes = web.RouteTableDef()
 SHARED_CACHE = "shared"
 
 
-def install_options(service: Service, request: web.Request, live: LiveSession, session: Session) -> dict[str, Any]:
-    """What installs into the session follow (the API's and the guest's own `sandbox.install`): the
-    session's network policy with the configured indexes, its profile's index permission, the caller's cache."""
+@dataclass(frozen=True)
+class InstallRules:
+    """What installs into a session follow, decided once per call: the session's network policy with
+    the configured indexes, its profile's index permission, the caller's download cache."""
+
+    network: EgressPolicy
+    allow_custom_index: bool
+    workspace: str
+
+
+def install_rules(service: Service, request: web.Request, live: LiveSession, runner: Runner) -> InstallRules:
     profile = service.sessions.profile_of(live)
     principal = request.get(PRINCIPAL) or LOCAL
     try:
         # the configured indexes and file hosts whatever the mode (a loopback or private one too), plus
         # what the session's policy allows (a request's own index only through that)
-        policy = session.runner.packages.settings.install_policy(service.sessions.egress(live))
+        network = runner.package_settings.install_policy(service.sessions.egress(live))
     except PolicyError as exc:
         raise ApiError(422, ErrorCode.NETWORK_NOT_ALLOWED, str(exc)) from None
-    options = {"network": policy, "allow_custom_index": profile.packages.allow_custom_index,
-               "workspace": SHARED_CACHE if service.config.packages.shared_cache else principal.workspace}
-    session.install_options = options
-    session.on_guest_install = lambda body, result: record(request, live.row.id, body, result, by="guest")
-    return options
+    return InstallRules(network, profile.packages.allow_custom_index,
+                        SHARED_CACHE if service.config.packages.shared_cache else principal.workspace)
 
 
-def record(request: web.Request, session_id: str, body: PackageRequest, result: InstallResult, by: str = "api") -> None:
+def allow_guest_installs(service: Service, request: web.Request, live: LiveSession, runner: Runner,
+                         session: Session) -> None:
+    """The guest's own `sandbox.install` in this call follows the API's rules and is recorded as the
+    caller's (the observer keeps the caller and the audit hook, not the request)."""
+    rules = install_rules(service, request, live, runner)
+    policy, principal, session_id = request.app[POLICY], request.get(PRINCIPAL) or LOCAL, live.row.id
+
+    def observe(body: PackageRequest, result: InstallResult) -> None:
+        record(policy, principal, session_id, body, result, by="guest")
+
+    session.set_guest_installs(network=rules.network, allow_custom_index=rules.allow_custom_index,
+                               workspace=rules.workspace, observer=observe)
+
+
+def record(policy: AccessPolicy, principal: Principal, session_id: str, body: PackageRequest, result: InstallResult,
+           by: str = "api") -> None:
     """An install's audit row and log line (the API's and the guest's alike; any thread)."""
-    request.app[POLICY].on_packages(request, session_id, body, result)
+    policy.on_packages(principal, session_id, body, result)
     log.info("packages installed" if result.ok else "packages refused",
              extra={"event": "packages", "session": session_id, "ok": result.ok, "by": by,
                     "installed": [f"{p.name}=={p.version}" for p in result.installed],
@@ -71,15 +92,14 @@ async def install_into(service: Service, request: web.Request, live: LiveSession
     """Run one install for the session (calls to the session wait for it), within the room its workspace's
     disk quota leaves, recorded in the audit log (which refreshes the workspace's usage)."""
     runner, session = service.sessions.core(live)
-    options = install_options(service, request, live, session)
+    rules = install_rules(service, request, live, runner)
     async with live.lock:
         room = await workspace_room(service, request, live)
-        session.packages.ensure()
-        result = await asyncio.to_thread(runner.packages.install, session.packages, body, policy=options["network"],
-                                         allow_custom_index=options["allow_custom_index"],
-                                         workspace=options["workspace"], max_bytes=room)
+        result = await asyncio.to_thread(session.install, body.python, npm=body.npm, lock=body.lock, index=body.index,
+                                         network=rules.network, allow_custom_index=rules.allow_custom_index,
+                                         workspace=rules.workspace, max_bytes=room)
     service.sessions.touch(live)
-    record(request, live.row.id, body, result)
+    record(request.app[POLICY], request.get(PRINCIPAL) or LOCAL, live.row.id, body, result)
     return result
 
 

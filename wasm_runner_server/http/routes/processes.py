@@ -179,7 +179,7 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     ring = process.ring(query.stream)
-    process.watchers += 1  # a client following the output keeps the session from hibernating
+    process.follow()  # a client following the output keeps the session from hibernating
     try:
         with ring_wakeups(ring) as event:
             while True:
@@ -204,7 +204,7 @@ async def _stream(request: web.Request, process: BackgroundProcess, query: Proce
     except ConnectionResetError:
         pass  # the client went away: it resumes from the last id it saw
     finally:
-        process.watchers -= 1
+        process.unfollow()
     return response
 
 

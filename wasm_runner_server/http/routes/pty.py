@@ -87,9 +87,7 @@ async def terminal(request: web.Request) -> web.StreamResponse:
         process = await service.processes.start(live, body, principal_of(request))
     # From here on the terminal is counted as attached, so whatever ends this handler (a failed
     # handshake, a client gone before the first frame, a cancelled task) starts its grace timer.
-    process.attached += 1
-    process.watchers += 1
-    process.kept = process.kept or query.keep  # once kept, a reattach without keep=true does not undo it
+    process.follow(terminal=True, keep=query.keep)  # once kept, a reattach without keep=true does not undo it
     pump: asyncio.Future | None = None
     typed: TerminalInput | None = None
     try:
@@ -109,8 +107,7 @@ async def terminal(request: web.Request) -> web.StreamResponse:
                 break
             service.sessions.touch(live)
     finally:
-        process.attached -= 1
-        process.watchers -= 1
+        process.unfollow(terminal=True)
         if not process.attached and not process.kept and process.running:
             grace = service.config.processes.pty_grace_s
             asyncio.get_running_loop().call_later(grace, _end_unless_attached, process)
