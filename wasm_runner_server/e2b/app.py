@@ -1,0 +1,30 @@
+"""The E2B-compatible API as an aiohttp sub-application (mounted by the service's `create_app`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from wasm_runner_server.e2b import control, envd, filesystem, interpreter
+from wasm_runner_server.e2b.settings import E2bSettings
+from wasm_runner_server.e2b.upstream import CLIENT, SETTINGS
+
+
+async def _client(app: web.Application) -> AsyncIterator[None]:
+    # No total timeout: commands and executions are bounded by the API's own limits, and a stream
+    # follows a process for as long as the SDK keeps it open.
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=30), auto_decompress=False)
+    app[CLIENT] = session
+    yield
+    await session.close()
+
+
+def e2b_app(settings: E2bSettings) -> web.Application:
+    app = web.Application()
+    app[SETTINGS] = settings
+    for table in (control.routes, envd.routes, filesystem.routes, interpreter.routes):
+        app.add_routes(table)
+    app.cleanup_ctx.append(_client)
+    return app
