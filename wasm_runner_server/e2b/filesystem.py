@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Awaitable, Callable
+from email.message import Message
+from email.utils import collapse_rfc2231_value
 from typing import Any
 
 from aiohttp import BodyPartReader, web
@@ -182,7 +184,7 @@ async def upload(request: web.Request) -> web.Response:
             while (part := await reader.next()) is not None:
                 if not isinstance(part, BodyPartReader):
                     return envd_error(400, "nested multipart bodies are not supported")
-                name = part.filename or query_path or ""
+                name = _part_path(part) or query_path or ""
                 written.append(await _put(call, relative(name), part.read_chunk))
         else:
             if not query_path:
@@ -193,6 +195,15 @@ async def upload(request: web.Request) -> web.Response:
     except UpstreamError as exc:
         return _http_error(exc)
     return web.json_response(written)
+
+
+def _part_path(part: BodyPartReader) -> str | None:
+    """A part's filename as sent: the SDK sends the file's path there, and aiohttp's own reading of it
+    drops a leading '/', which would turn /workspace/a into the relative workspace/a."""
+    message = Message()
+    message["Content-Disposition"] = part.headers.get("Content-Disposition", "")
+    name = message.get_param("filename", header="Content-Disposition")
+    return collapse_rfc2231_value(name) if name else None
 
 
 async def _put(call: SandboxCall, rel: str, read: Callable[[int], Awaitable[bytes]]) -> dict[str, Any]:
