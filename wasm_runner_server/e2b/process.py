@@ -24,6 +24,9 @@ from wasm_runner_server.e2b.upstream import UpstreamError, events, session_path
 
 SIGNALS = {"SIGNAL_SIGKILL": "KILL", "SIGNAL_SIGTERM": "TERM", 9: "KILL", 15: "TERM"}
 MAX_PID = 10**9
+START_WAIT_S = 30.0
+"""How long Start waits for the process to leave `starting` (a sandbox is set up in milliseconds)."""
+START_POLL_S = 0.01
 
 
 def _process_id(message: dict[str, Any]) -> str:
@@ -78,8 +81,19 @@ def _start_body(message: dict[str, Any]) -> dict[str, Any]:
 async def start(request: web.Request, call: SandboxCall, message: dict[str, Any], writer: StreamWriter) -> None:
     body = _start_body(message)
     info = await call.upstream.call("POST", session_path(call.sandbox_id, "processes"), json_body=body)
+    await _started(call, info)
     await writer.send({"event": {"start": {"pid": _pid(info["id"])}}})
     await _follow(call, info["id"], writer, offsets=(0, 0), pty=bool(body.get("pty")))
+
+
+async def _started(call: SandboxCall, info: dict[str, Any]) -> None:
+    """Wait until the process has started (or failed to), as envd answers Start once it runs: a signal or
+    stdin sent right after the answer then reaches it."""
+    deadline = asyncio.get_running_loop().time() + START_WAIT_S
+    path = session_path(call.sandbox_id, "processes", info["id"])
+    while info.get("state") == "starting" and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(START_POLL_S)
+        info = await call.upstream.call("GET", path)
 
 
 async def connect(request: web.Request, call: SandboxCall, message: dict[str, Any], writer: StreamWriter) -> None:
