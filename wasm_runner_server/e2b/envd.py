@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -18,11 +19,12 @@ from wasm_runner_server.e2b.connect_rpc import (
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError
 
-log = logging.getLogger("wasm_runner.server.e2b")
 routes = web.RouteTableDef()
 
-UNARY = {"process.Process": process.UNARY, "filesystem.Filesystem": filesystem.UNARY}
-STREAMING = {"process.Process": process.STREAMING, "filesystem.Filesystem": {}}
+Unary = Callable[[SandboxCall, dict[str, Any]], Awaitable[dict[str, Any]]]
+Streaming = Callable[[web.Request, SandboxCall, dict[str, Any], StreamWriter], Awaitable[None]]
+UNARY: dict[str, dict[str, Unary]] = {"process.Process": process.UNARY, "filesystem.Filesystem": filesystem.UNARY}
+STREAMING: dict[str, dict[str, Streaming]] = {"process.Process": process.STREAMING, "filesystem.Filesystem": {}}
 
 
 @routes.post("/sandbox/{service:process\\.Process|filesystem\\.Filesystem}/{method}")

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +23,7 @@ from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, events, session_path
 
-SIGNALS = {"SIGNAL_SIGKILL": "KILL", "SIGNAL_SIGTERM": "TERM", 9: "KILL", 15: "TERM"}
+SIGNALS: dict[str | int, str] = {"SIGNAL_SIGKILL": "KILL", "SIGNAL_SIGTERM": "TERM", 9: "KILL", 15: "TERM"}
 MAX_PID = 10**9
 START_WAIT_S = 30.0
 """How long Start waits for the process to leave `starting` (a sandbox is set up in milliseconds)."""
@@ -34,10 +35,9 @@ def _process_id(message: dict[str, Any]) -> str:
     pid = selector.get("pid")
     if "tag" in selector and pid is None:
         raise RpcError("unimplemented", "selecting a process by tag is not supported here: use its pid")
-    try:
-        number = int(pid)
-    except (TypeError, ValueError):
-        raise RpcError("invalid_argument", "give the process's pid") from None
+    if isinstance(pid, bool) or not isinstance(pid, (int, str)) or not str(pid).isdigit():
+        raise RpcError("invalid_argument", "give the process's pid")
+    number = int(pid)
     if not 0 < number < MAX_PID:
         raise RpcError("not_found", f"process {number} not found")
     return f"p{number}"
@@ -129,7 +129,7 @@ async def _follow(call: SandboxCall, process_id: str, writer: StreamWriter, *, o
 
     tasks = [asyncio.create_task(read(s, o)) for s, o in zip(streams, offsets, strict=False)]
     try:
-        open_streams, end = len(tasks), {}
+        open_streams, end = len(tasks), dict[str, Any]()
         while open_streams:
             kind, payload = await queue.get()
             if kind == "error":
@@ -205,7 +205,7 @@ async def _stdin(call: SandboxCall, process_id: str, body: dict[str, Any]) -> No
 
 async def send_signal(call: SandboxCall, message: dict[str, Any]) -> dict[str, Any]:
     process_id = _process_id(message)
-    signal = SIGNALS.get(message.get("signal"))  # type: ignore[arg-type]
+    signal = SIGNALS.get(message.get("signal") or "")
     if signal is None:
         raise RpcError("invalid_argument", "the signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
     try:
@@ -216,5 +216,7 @@ async def send_signal(call: SandboxCall, message: dict[str, Any]) -> dict[str, A
     return {}
 
 
-UNARY = {"List": list_processes, "SendInput": send_input, "CloseStdin": close_stdin, "SendSignal": send_signal}
-STREAMING = {"Start": start, "Connect": connect}
+UNARY: dict[str, Callable[[SandboxCall, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    "List": list_processes, "SendInput": send_input, "CloseStdin": close_stdin, "SendSignal": send_signal}
+STREAMING: dict[str, Callable[[web.Request, SandboxCall, dict[str, Any], StreamWriter], Awaitable[None]]] = {
+    "Start": start, "Connect": connect}

@@ -115,7 +115,7 @@ def file_path(sandbox_id: str, relative: str) -> str:
 
 async def events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
     """(event, data) of a server-sent event stream, comments skipped."""
-    name, data = "message", []
+    name, data = "message", list[str]()
     while True:
         raw = await response.content.readuntil(b"\n", max_size=MAX_EVENT_BYTES)
         if not raw:
