@@ -151,3 +151,15 @@ async def create_context(request: web.Request) -> web.Response:
 @routes.get("/sandbox/contexts")
 async def list_contexts(request: web.Request) -> web.Response:
     return web.json_response([_context("python")])
+
+
+@routes.post("/sandbox/contexts/{context_id}/restart")
+async def restart_context(request: web.Request) -> web.Response:
+    return _text_error(501, "restarting a context is not supported here: a context is its language's kernel of "
+                            "the sandbox; create another sandbox for a clean one")
+
+
+@routes.delete("/sandbox/contexts/{context_id}")
+async def remove_context(request: web.Request) -> web.Response:
+    return _text_error(501, "removing a context is not supported here: a context is its language's kernel of "
+                            "the sandbox, which lives as long as the sandbox")

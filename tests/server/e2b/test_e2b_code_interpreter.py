@@ -55,6 +55,7 @@ def test_code_sees_the_files_and_the_commands(sandbox):
 def test_contexts_and_other_languages(sandbox):
     context = sandbox.create_code_context(language="python")
     assert context.language == "python" and context.cwd == "/workspace"
+    assert [c.id for c in sandbox.list_code_contexts()] == [context.id]
     sandbox.run_code("y = 5", context=context)
     assert sandbox.run_code("y + 1", context=context).text == "6"
     assert sandbox.run_code("console.log(1 + 2)", language="javascript").logs.stdout == ["3\n"]

@@ -50,6 +50,11 @@ def test_background_command_wait_list_stdin_and_kill(sandbox):
     result = handle.wait()
     assert result.stdout == "got:hello\n" and result.exit_code == 0
 
+    counter = sandbox.commands.run("wc -l", background=True, stdin=True)
+    counter.send_stdin("a\nb\nc\n")
+    counter.close_stdin()  # EOF: wc answers
+    assert counter.wait().stdout.strip() == "3"
+
     sleeper = sandbox.commands.run("sleep 300", background=True)
     assert sandbox.commands.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException):

@@ -12,7 +12,9 @@ def test_a_terminal_takes_input_and_shows_its_output(e2b_service):
     sandbox = Sandbox.create()
     try:
         seen = bytearray()
-        terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+        created = sandbox.pty.create(PtySize(rows=24, cols=80))
+        created.disconnect()
+        terminal = sandbox.pty.connect(created.pid)  # a terminal followed again, as after a page reload
         sandbox.pty.send_stdin(terminal.pid, b"echo $((6 * 7))-from-the-terminal\n")
         sandbox.pty.send_stdin(terminal.pid, b"exit 0\n")
         result = terminal.wait(on_pty=seen.extend)
