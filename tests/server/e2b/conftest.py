@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -80,24 +81,38 @@ class E2bService:
 
 
 @pytest.fixture
-def e2b_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[E2bService]:
-    data_dir = tmp_path / "data"
-    store = TenantStore.in_data_dir(data_dir)
-    keys = {name: store.create_key(workspace, name, "member")[0]
-            for name, workspace in (("alpha", "alpha"), ("alpha_2", "alpha"), ("beta", "beta"))}
-    store.close()
-    config = make_config(data_dir, auth={"enabled": True}, e2b={"enabled": True})
-    server = ThreadServer(create_app(config)).start()
-    service = E2bService(server.url, keys)
-    # What a user of the SDKs sets: the API and one URL for every sandbox, the key, and HTTP/1.1
-    # (the SDKs default to HTTP/2; aiohttp speaks HTTP/1.1).
-    monkeypatch.setenv("E2B_API_URL", service.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", service.sandbox_url)
-    monkeypatch.setenv("E2B_API_KEY", keys["alpha"])
-    monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
-    monkeypatch.delenv("E2B_DOMAIN", raising=False)
-    monkeypatch.delenv("E2B_DEBUG", raising=False)
+def start_e2b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., E2bService]]:
+    """`start_e2b(**config_sections)` starts the service (auth on, E2B API on) and points the SDKs at it."""
+    servers: list[ThreadServer] = []
+
+    def start(**sections: Any) -> E2bService:
+        data_dir = tmp_path / f"data{len(servers)}"
+        store = TenantStore.in_data_dir(data_dir)
+        keys = {name: store.create_key(workspace, name, "member")[0]
+                for name, workspace in (("alpha", "alpha"), ("alpha_2", "alpha"), ("beta", "beta"))}
+        store.close()
+        auth = {"enabled": True, **sections.pop("auth", {})}
+        config = make_config(data_dir, auth=auth, e2b={"enabled": True}, **sections)
+        server = ThreadServer(create_app(config)).start()
+        servers.append(server)
+        service = E2bService(server.url, keys)
+        # What a user of the SDKs sets: the API and one URL for every sandbox, the key, and HTTP/1.1
+        # (the SDKs default to HTTP/2; aiohttp speaks HTTP/1.1).
+        monkeypatch.setenv("E2B_API_URL", service.api_url)
+        monkeypatch.setenv("E2B_SANDBOX_URL", service.sandbox_url)
+        monkeypatch.setenv("E2B_API_KEY", keys["alpha"])
+        monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
+        monkeypatch.delenv("E2B_DOMAIN", raising=False)
+        monkeypatch.delenv("E2B_DEBUG", raising=False)
+        return service
+
     try:
-        yield service
+        yield start
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def e2b_service(start_e2b: Callable[..., E2bService]) -> E2bService:
+    return start_e2b()
