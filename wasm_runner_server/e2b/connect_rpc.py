@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.e2b.upstream import UpstreamError
 
 STATUS_OF = {"canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504,
@@ -26,6 +27,11 @@ STATUS_OF = {"canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The largest request message read (envd's requests are small: paths, commands, stdin chunks)."""
 END_STREAM = 0x02
+SESSION_NOT_FOUND = ErrorCode.SESSION_NOT_FOUND.value
+
+
+def sandbox_not_found(error: UpstreamError) -> str:
+    return f"The sandbox was not found ({error.message})"
 
 
 class RpcError(Exception):
@@ -39,7 +45,11 @@ class RpcError(Exception):
 
 
 def rpc_error_of(error: UpstreamError) -> RpcError:
-    """The Connect error for an error answer of the API."""
+    """The Connect error for an error answer of the API. A sandbox that is not there (killed, expired, or
+    another workspace's) answers as E2B's proxy does: unavailable, "... was not found", which the SDK
+    raises as SandboxNotRunningException."""
+    if error.code == SESSION_NOT_FOUND:
+        return RpcError("unavailable", sandbox_not_found(error))
     code = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
             409: "failed_precondition", 413: "resource_exhausted", 415: "invalid_argument",
             416: "out_of_range", 422: "invalid_argument", 429: "resource_exhausted",

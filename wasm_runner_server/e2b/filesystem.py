@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from wasm_runner_server.e2b.connect_rpc import RpcError, rpc_error_of
+from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, rpc_error_of, sandbox_not_found
 from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, file_path, session_path
@@ -32,6 +32,8 @@ def envd_error(status: int, message: str) -> web.Response:
 
 
 def _http_error(error: UpstreamError) -> web.Response:
+    if error.code == SESSION_NOT_FOUND:
+        return envd_error(502, sandbox_not_found(error))  # as E2B's proxy: the SDK's SandboxNotRunningException
     if error.status == 413 or error.code in ("quota_exceeded", "file_too_large"):
         return envd_error(507, error.message)  # the SDK's NotEnoughSpaceException
     return envd_error(400 if error.status in (409, 415, 416, 422) else error.status, error.message)
@@ -68,7 +70,7 @@ async def stat(call: SandboxCall, rel: str) -> dict[str, Any]:
     try:
         listing = await _listing(call, posixpath.dirname(rel))
     except UpstreamError as exc:
-        if exc.status == 404 or exc.code in ("not_a_directory",):
+        if exc.code != SESSION_NOT_FOUND and (exc.status == 404 or exc.code == "not_a_directory"):
             raise RpcError("not_found", f"{absolute(rel)} does not exist") from None
         raise
     for entry in listing.get("entries", []):
@@ -131,7 +133,7 @@ async def remove(call: SandboxCall, message: dict[str, Any]) -> dict[str, Any]:
     try:
         await call.upstream.call("DELETE", file_path(call.sandbox_id, rel), params={"recursive": "true"})
     except UpstreamError as exc:
-        if exc.status == 404:
+        if exc.status == 404 and exc.code != SESSION_NOT_FOUND:
             raise RpcError("not_found", f"{absolute(rel)} does not exist") from None
         raise
     return {}
@@ -167,7 +169,7 @@ async def download(request: web.Request) -> web.StreamResponse:
             await response.write_eof()
             return response
     except UpstreamError as exc:
-        if exc.status == 404:
+        if exc.status == 404 and exc.code != SESSION_NOT_FOUND:
             return envd_error(404, f"{absolute(rel)} does not exist")
         return _http_error(exc)
 
@@ -227,8 +229,6 @@ async def health(request: web.Request) -> web.Response:
     except RpcError as exc:
         return envd_error(400, exc.message)
     except UpstreamError as exc:
-        if exc.status == 404:
-            return envd_error(502, f"The sandbox {request.headers.get('E2b-Sandbox-Id')} was not found")
         return _http_error(exc)
     return web.Response(status=204)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from wasm_runner_server.e2b.connect_rpc import RpcError
+from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, sandbox_not_found
 from wasm_runner_server.e2b.paths import HOME, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import SETTINGS, UpstreamError, events, session_path
@@ -121,8 +121,9 @@ async def execute(request: web.Request) -> web.StreamResponse:
         if response.prepared:
             await response.write(_line("error", name=exc.code, value=exc.message, traceback=""))
         else:
-            return _text_error(404 if exc.status == 404 else 400 if exc.status in (409, 422) else exc.status,
-                               exc.message)
+            if exc.code == SESSION_NOT_FOUND:  # as E2B's proxy answers for a sandbox that is gone
+                return _text_error(502, sandbox_not_found(exc))
+            return _text_error(400 if exc.status in (409, 422) else exc.status, exc.message)
     except ConnectionResetError:
         return response
     await response.write_eof()

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from wasm_runner_server.e2b.connect_rpc import RpcError, StreamWriter, rpc_error_of
+from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, StreamWriter, rpc_error_of
 from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, events, session_path
@@ -48,7 +48,7 @@ def _pid(process_id: str) -> int:
 
 
 def _not_found(exc: UpstreamError, pid: str) -> RpcError:
-    if exc.status == 404 and "session" not in exc.message.lower():
+    if exc.status == 404 and exc.code != SESSION_NOT_FOUND:
         return RpcError("not_found", f"process {_pid(pid)} not found")
     if exc.status == 409:
         return RpcError("not_found", f"process {_pid(pid)} is not running")

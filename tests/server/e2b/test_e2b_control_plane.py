@@ -6,7 +6,12 @@ import time
 
 import pytest
 from e2b import Sandbox, SandboxQuery
-from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
+from e2b.exceptions import (
+    AuthenticationException,
+    NotFoundException,
+    SandboxException,
+    SandboxNotRunningException,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -26,6 +31,13 @@ def test_create_get_info_connect_list_and_kill(e2b_service):
     assert Sandbox.list(query=SandboxQuery(metadata={"purpose": "other"})).next_items() == []
 
     sandbox.kill()
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.read("anything.txt")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.list("/workspace")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.commands.run("true")
     assert Sandbox.kill(sandbox.sandbox_id) is False  # already gone
     with pytest.raises(NotFoundException):
         Sandbox.connect(sandbox.sandbox_id)

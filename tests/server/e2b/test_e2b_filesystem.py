@@ -74,10 +74,12 @@ def test_paths_outside_the_workspace_are_refused_before_any_call(sandbox):
 
 
 def test_envd_calls_with_another_workspaces_key_or_none_reach_nothing(e2b_service, sandbox):
-    """An attacker who learnt a sandbox id calls envd directly, with their own key or none."""
+    """An attacker who learnt a sandbox id calls envd directly, with their own key or none: another
+    workspace's key is told what a sandbox that does not exist answers (E2B's proxy: 502 / unavailable,
+    "was not found"), no key is told 401."""
     sandbox.files.write("secret.txt", "mine")
     url = e2b_service.sandbox_url
-    for token, status in ((e2b_service.keys["beta"], 404), (None, 401)):
+    for token, status, rpc_status in ((e2b_service.keys["beta"], 502, 503), (None, 401, 401)):
         headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, **({"X-Access-Token": token} if token else {})}
         read = httpx.get(f"{url}/files", params={"path": "secret.txt"}, headers=headers)
         assert read.status_code == status and "mine" not in read.text
@@ -85,5 +87,9 @@ def test_envd_calls_with_another_workspaces_key_or_none_reach_nothing(e2b_servic
                            headers={**headers, "Content-Type": "application/octet-stream"})
         assert write.status_code == status
         listing = httpx.post(f"{url}/filesystem.Filesystem/ListDir", json={"path": "/workspace"}, headers=headers)
-        assert listing.status_code == status and "secret" not in listing.text
+        assert listing.status_code == rpc_status and "secret" not in listing.text
+        if token:
+            nowhere = {**headers, "E2b-Sandbox-Id": "0" * 32}  # a sandbox that does not exist answers the same
+            assert httpx.get(f"{url}/files", params={"path": "secret.txt"}, headers=nowhere).status_code == status
+            assert "was not found" in read.text
     assert sandbox.files.read("secret.txt") == "mine"
