@@ -142,7 +142,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app.on_shutdown.append(_on_shutdown)
     _mount_mcp(app)
     if config.e2b.enabled:
-        app.add_subapp(config.e2b.prefix, e2b_app(config.e2b))
+        app.add_subapp(config.e2b.prefix, e2b_app(config.e2b, config.server.max_body_bytes))
     return app
 
 

@@ -21,8 +21,9 @@ async def _client(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
-def e2b_app(settings: E2bSettings) -> web.Application:
-    app = web.Application()
+def e2b_app(settings: E2bSettings, max_body_bytes: int = 1024**2) -> web.Application:
+    """`max_body_bytes` bounds the JSON bodies read whole (a run's code); files stream through."""
+    app = web.Application(client_max_size=max_body_bytes)
     app[SETTINGS] = settings
     for table in (control.routes, envd.routes, filesystem.routes, interpreter.routes):
         app.add_routes(table)

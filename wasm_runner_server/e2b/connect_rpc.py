@@ -75,7 +75,18 @@ async def read_unary(request: web.Request) -> dict[str, Any]:
     if request.content_type != "application/json":
         raise RpcError("unimplemented", f"content type {request.content_type!r} is not supported: "
                                         "this server speaks Connect with the JSON codec only")
-    return _message(await request.content.read(MAX_MESSAGE_BYTES + 1))
+    return _message(await _body(request, MAX_MESSAGE_BYTES))
+
+
+async def _body(request: web.Request, limit: int) -> bytes:
+    """The whole body (a read returns what has arrived, not all of it), refused past `limit` bytes."""
+    chunks, size = [], 0
+    while chunk := await request.content.read(limit + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise RpcError("resource_exhausted", f"the request message is larger than {MAX_MESSAGE_BYTES} bytes")
+    return b"".join(chunks)
 
 
 async def read_stream_request(request: web.Request) -> dict[str, Any]:
@@ -83,7 +94,7 @@ async def read_stream_request(request: web.Request) -> dict[str, Any]:
     if request.content_type != "application/connect+json":
         raise RpcError("unimplemented", f"content type {request.content_type!r} is not supported: "
                                         "this server speaks Connect with the JSON codec only")
-    body = await request.content.read(MAX_MESSAGE_BYTES + 6)
+    body = await _body(request, MAX_MESSAGE_BYTES + 5)
     if len(body) < 5:
         raise RpcError("invalid_argument", "the request is not a Connect envelope")
     flags, length = struct.unpack(">BI", body[:5])

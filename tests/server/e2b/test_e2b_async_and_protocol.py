@@ -1,0 +1,69 @@
+"""The async SDK classes speak the same protocol; and what the gateway does not answer, it refuses in
+the protocol's own terms (the SDK raises a typed error, never hangs)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from e2b import AsyncSandbox, Sandbox
+from e2b_code_interpreter import AsyncSandbox as AsyncCodeSandbox
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def test_the_async_sdk_creates_writes_runs_and_kills(e2b_service):
+    async def scenario() -> tuple[str, str, str | None]:
+        sandbox = await AsyncCodeSandbox.create()
+        try:
+            await sandbox.files.write("/home/user/async.txt", "from the async SDK")
+            command = await sandbox.commands.run("cat async.txt")
+            execution = await sandbox.run_code("len(open('async.txt').read())")
+            read = await sandbox.files.read("async.txt")
+            return command.stdout, read, execution.text
+        finally:
+            await sandbox.kill()
+
+    stdout, read, text = asyncio.run(scenario())
+    assert stdout == read == "from the async SDK" and text == "18"
+
+    async def listed() -> list[str]:
+        return [s.sandbox_id for s in await AsyncSandbox.list().next_items()]
+
+    assert asyncio.run(listed()) == []
+
+
+def test_unanswered_methods_are_refused_as_unimplemented(e2b_service):
+    sandbox = Sandbox.create()
+    try:
+        with pytest.raises(Exception, match="not supported by this server"):
+            sandbox.files.watch_dir("/workspace")
+        with pytest.raises(Exception, match="not supported by this server"):
+            sandbox.pty.resize(1, size=__import__("e2b").PtySize(rows=10, cols=10))
+    finally:
+        sandbox.kill()
+
+
+def test_malformed_rpc_bodies_get_connect_errors(e2b_service):
+    sandbox = Sandbox.create()
+    try:
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": e2b_service.keys["alpha"]}
+        url = f"{e2b_service.sandbox_url}/filesystem.Filesystem/Stat"
+        not_json = httpx.post(url, content=b"{", headers={**headers, "Content-Type": "application/json"})
+        assert not_json.status_code == 400 and not_json.json()["code"] == "invalid_argument"
+        binary = httpx.post(url, content=b"\x0a\x01a", headers={**headers, "Content-Type": "application/proto"})
+        assert binary.status_code == 501 and "JSON codec" in binary.json()["message"]
+        too_big = httpx.post(url, content=b'{"path": "' + b"a" * (5 * 1024 * 1024) + b'"}',
+                             headers={**headers, "Content-Type": "application/json"})
+        assert too_big.status_code == 429 and too_big.json()["code"] == "resource_exhausted"
+        start = f"{e2b_service.sandbox_url}/process.Process/Start"
+        bad_envelope = httpx.post(start, content=b"\x00\x00\x00\x00\xff{}",
+                                  headers={**headers, "Content-Type": "application/connect+json"})
+        assert bad_envelope.status_code == 200  # a stream's errors travel in its end message
+        assert b'"code":"invalid_argument"' in bad_envelope.content
+        pid = httpx.post(f"{e2b_service.sandbox_url}/process.Process/SendSignal",
+                         json={"process": {"pid": "1/../../x"}, "signal": "SIGNAL_SIGKILL"}, headers=headers)
+        assert pid.status_code == 400
+    finally:
+        sandbox.kill()
