@@ -14,8 +14,12 @@ from wasm_runner_server.e2b.upstream import CLIENT, SETTINGS
 
 async def _client(app: web.Application) -> AsyncIterator[None]:
     # No total timeout: commands and executions are bounded by the API's own limits, and a stream
-    # follows a process for as long as the SDK keeps it open.
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=30), auto_decompress=False)
+    # follows a process for as long as the SDK keeps it open. No cookie jar: the session is shared by
+    # every caller, and nothing one answer sets may ride along on another caller's call. No cap on
+    # connections: each is held for one incoming request (two while a command is followed), so a
+    # cap would make followed commands starve every other call.
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=30), auto_decompress=False,
+                                    cookie_jar=aiohttp.DummyCookieJar(), connector=aiohttp.TCPConnector(limit=0))
     app[CLIENT] = session
     yield
     await session.close()

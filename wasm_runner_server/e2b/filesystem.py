@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, rpc_error_of, sandbox_not_found
+from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, sandbox_not_found
 from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, file_path, session_path
@@ -232,6 +232,3 @@ async def health(request: web.Request) -> web.Response:
         return _http_error(exc)
     return web.Response(status=204)
 
-
-def rpc_error(exc: UpstreamError) -> RpcError:
-    return rpc_error_of(exc)
