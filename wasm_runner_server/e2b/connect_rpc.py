@@ -105,6 +105,27 @@ async def read_stream_request(request: web.Request) -> dict[str, Any]:
     return _message(body[5:])
 
 
+def object_field(message: dict[str, Any], name: str) -> dict[str, Any]:
+    """A message field holding a message ({} when absent); anything else is refused."""
+    value = message.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RpcError("invalid_argument", f"{name} must be a JSON object")
+    return value
+
+
+def int_field(message: dict[str, Any], name: str, default: int) -> int:
+    """An integer field (protobuf's JSON writes 64-bit ones as strings); anything else is refused."""
+    value = message.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isascii() \
+            or not str(value).lstrip("-").isdigit():
+        raise RpcError("invalid_argument", f"{name} must be an integer")
+    return int(value)
+
+
 def envelope(message: dict[str, Any], flags: int = 0) -> bytes:
     data = json.dumps(message, separators=(",", ":")).encode()
     return struct.pack(">BI", flags, len(data)) + data

@@ -145,8 +145,11 @@ async def connect(request: web.Request) -> web.Response:
     sandbox_id = request.match_info["sandbox_id"]
     try:
         info = await upstream.call("GET", session_path(sandbox_id))
-        if body.get("timeout") is not None:
-            info = await _extend(upstream, sandbox_id, info, float(body["timeout"]))
+        timeout = body.get("timeout")
+        if timeout is not None:
+            if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+                return api_error(400, "timeout must be a positive number of seconds")
+            info = await _extend(upstream, sandbox_id, info, float(timeout))
     except UpstreamError as exc:
         return from_upstream(exc)
     return web.json_response(sandbox_of(info, key), status=200)

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, sandbox_not_found
+from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, int_field, sandbox_not_found
 from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, file_path, session_path
@@ -87,7 +87,7 @@ async def _run(call: SandboxCall, argv: list[str]) -> dict[str, Any]:
 
 async def list_dir(call: SandboxCall, message: dict[str, Any]) -> dict[str, Any]:
     rel = relative(str(message.get("path", "")))
-    depth = max(1, int(message.get("depth") or 1))
+    depth = max(1, int_field(message, "depth", 1))
     if (await stat(call, rel))["type"] != "FILE_TYPE_DIRECTORY":
         raise RpcError("invalid_argument", f"{absolute(rel)} is not a directory")
     listing = await _listing(call, rel, recursive=depth > 1)

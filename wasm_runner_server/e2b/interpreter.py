@@ -138,8 +138,10 @@ def _context(language: str) -> dict[str, str]:
 async def create_context(request: web.Request) -> web.Response:
     try:
         body = await request.json() if request.can_read_body else {}
-        language = _language((body or {}).get("language"))
-        cwd = (body or {}).get("cwd")
+        if not isinstance(body, dict):
+            raise RpcError("invalid_argument", "the body must be a JSON object")
+        language = _language(body.get("language"))
+        cwd = body.get("cwd")
         if cwd and relative(str(cwd), what="cwd"):
             raise RpcError("invalid_argument", f"a context's working directory is {HOME} here")
     except RpcError as exc:

@@ -18,7 +18,14 @@ from typing import Any
 
 from aiohttp import web
 
-from wasm_runner_server.e2b.connect_rpc import SESSION_NOT_FOUND, RpcError, StreamWriter, rpc_error_of
+from wasm_runner_server.e2b.connect_rpc import (
+    SESSION_NOT_FOUND,
+    RpcError,
+    StreamWriter,
+    int_field,
+    object_field,
+    rpc_error_of,
+)
 from wasm_runner_server.e2b.paths import absolute, relative
 from wasm_runner_server.e2b.sandbox import SandboxCall
 from wasm_runner_server.e2b.upstream import UpstreamError, events, session_path
@@ -31,13 +38,12 @@ START_POLL_S = 0.01
 
 
 def _process_id(message: dict[str, Any]) -> str:
-    selector = message.get("process") or {}
-    pid = selector.get("pid")
-    if "tag" in selector and pid is None:
+    selector = object_field(message, "process")
+    if "tag" in selector and selector.get("pid") is None:
         raise RpcError("unimplemented", "selecting a process by tag is not supported here: use its pid")
-    if isinstance(pid, bool) or not isinstance(pid, (int, str)) or not str(pid).isdigit():
+    if selector.get("pid") is None:
         raise RpcError("invalid_argument", "give the process's pid")
-    number = int(pid)
+    number = int_field(selector, "pid", 0)
     if not 0 < number < MAX_PID:
         raise RpcError("not_found", f"process {number} not found")
     return f"p{number}"
@@ -56,7 +62,7 @@ def _not_found(exc: UpstreamError, pid: str) -> RpcError:
 
 
 def _start_body(message: dict[str, Any]) -> dict[str, Any]:
-    config = message.get("process") or {}
+    config = object_field(message, "process")
     cmd = config.get("cmd")
     if not isinstance(cmd, str) or not cmd:
         raise RpcError("invalid_argument", "give the command to run (process.cmd)")
@@ -69,10 +75,9 @@ def _start_body(message: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"command": [cmd, *args], "env": envs, "stdin": bool(message.get("stdin", False))}
     if config.get("cwd"):
         body["cwd"] = relative(str(config["cwd"]), what="working directory")
-    pty = message.get("pty")
-    if pty is not None:
-        size = pty.get("size") or {}
-        body.update(pty=True, stdin=True, cols=int(size.get("cols") or 80), rows=int(size.get("rows") or 24))
+    if message.get("pty") is not None:
+        size = object_field(object_field(message, "pty"), "size")
+        body.update(pty=True, stdin=True, cols=int_field(size, "cols", 80) or 80, rows=int_field(size, "rows", 24) or 24)
     if message.get("tag"):
         body["name"] = str(message["tag"])[:200]
     return body
@@ -180,11 +185,11 @@ async def list_processes(call: SandboxCall, message: dict[str, Any]) -> dict[str
 
 async def send_input(call: SandboxCall, message: dict[str, Any]) -> dict[str, Any]:
     process_id = _process_id(message)
-    given = message.get("input") or {}
+    given = object_field(message, "input")
     data = given.get("stdin") if "stdin" in given else given.get("pty")
     try:
         base64.b64decode(data or "", validate=True)
-    except ValueError:
+    except (ValueError, TypeError):
         raise RpcError("invalid_argument", "input is not valid base64") from None
     await _stdin(call, process_id, {"data": data or "", "encoding": "base64"})
     return {}

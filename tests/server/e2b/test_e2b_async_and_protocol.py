@@ -62,8 +62,20 @@ def test_malformed_rpc_bodies_get_connect_errors(e2b_service):
                                   headers={**headers, "Content-Type": "application/connect+json"})
         assert bad_envelope.status_code == 200  # a stream's errors travel in its end message
         assert b'"code":"invalid_argument"' in bad_envelope.content
-        pid = httpx.post(f"{e2b_service.sandbox_url}/process.Process/SendSignal",
-                         json={"process": {"pid": "1/../../x"}, "signal": "SIGNAL_SIGKILL"}, headers=headers)
-        assert pid.status_code == 400
+        rpc = e2b_service.sandbox_url
+        for method, message in (("process.Process/SendSignal", {"process": {"pid": "1/../../x"}}),
+                                ("process.Process/SendSignal", {"process": {"pid": [1]}}),
+                                ("process.Process/SendInput", {"process": "p1", "input": {}}),
+                                ("process.Process/SendInput", {"process": {"pid": 1}, "input": {"stdin": 5}}),
+                                ("filesystem.Filesystem/ListDir", {"path": "/workspace", "depth": "deep"}),
+                                ("filesystem.Filesystem/ListDir", {"path": ["/workspace"]})):
+            answer = httpx.post(f"{rpc}/{method}", json=message, headers=headers)
+            assert answer.status_code in (400, 404) and answer.json()["code"] in ("invalid_argument", "not_found"), \
+                (method, message, answer.text)
+        control = httpx.post(f"{e2b_service.api_url}/v2/sandboxes/{sandbox.sandbox_id}/connect",
+                             json={"timeout": "soon"}, headers={"X-API-Key": e2b_service.keys["alpha"]})
+        assert control.status_code == 400 and "timeout" in control.json()["message"]
+        contexts = httpx.post(f"{rpc}/contexts", json=["python"], headers=headers)
+        assert contexts.status_code == 400
     finally:
         sandbox.kill()
