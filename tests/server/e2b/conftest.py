@@ -92,7 +92,8 @@ def start_e2b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
                 for name, workspace in (("alpha", "alpha"), ("alpha_2", "alpha"), ("beta", "beta"))}
         store.close()
         auth = {"enabled": True, **sections.pop("auth", {})}
-        config = make_config(data_dir, auth=auth, e2b={"enabled": True}, **sections)
+        e2b = {"enabled": True, **sections.pop("e2b", {})}
+        config = make_config(data_dir, auth=auth, e2b=e2b, **sections)
         server = ThreadServer(create_app(config)).start()
         servers.append(server)
         service = E2bService(server.url, keys)

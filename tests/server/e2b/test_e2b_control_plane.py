@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 from e2b import Sandbox, SandboxQuery
 from e2b.exceptions import (
@@ -81,3 +82,22 @@ def test_a_wrong_key_and_an_unknown_template_are_refused(e2b_service):
         Sandbox.create(api_key="wr_not-a-key")
     with pytest.raises(SandboxException, match="not known here"):
         Sandbox.create(template="no-such-template")
+
+
+def test_a_template_maps_to_its_profile_and_no_internet_access_denies_egress(start_e2b):
+    service = start_e2b(
+        profiles={"bash-net": {"language": "bash", "provider": "native",
+                               "network": {"mode": "allowlist", "allow": ["127.0.0.1:9"]}}},
+        e2b={"templates": {"base": "bash", "with-net": "bash-net"}})
+
+    def session(sandbox: Sandbox) -> dict:
+        return httpx.get(f"{service.url}/v1/sessions/{sandbox.sandbox_id}",
+                         headers={"Authorization": f"Bearer {service.keys['alpha']}"}).json()
+
+    networked = Sandbox.create(template="with-net")
+    assert session(networked)["profile"] == "bash-net" and session(networked)["egress"]["mode"] == "allowlist"
+    assert networked.get_info().template_id == "with-net"
+    offline = Sandbox.create(template="with-net", allow_internet_access=False)
+    assert session(offline)["egress"]["mode"] == "deny"
+    networked.kill()
+    offline.kill()
