@@ -26,6 +26,13 @@ CLIENT_ID = "wasm-runner"
 TEMPLATE_KEY = "e2b.template"
 RESERVED_PREFIX = "e2b."
 MiB = 1024 * 1024
+UNSUPPORTED_CREATE = {
+    "network": "a sandbox's network policy is its profile's; narrow it with PATCH /v1/sessions/{id} "
+               "and an egress policy, or allow_internet_access=False",
+    "mcp": "the service's own MCP server is at /mcp",
+    "volumeMounts": "profiles grant mounts ([profiles.NAME] mounts in the service's config)",
+    "iam": "credentials for destinations are added by the host's egress broker, never in the sandbox",
+}
 
 
 def api_error(status: int, message: str) -> web.Response:
@@ -109,6 +116,9 @@ async def create(request: web.Request) -> web.Response:
         return api_error(400, "metadata must map names to strings")
     if any(k.startswith(RESERVED_PREFIX) for k in metadata):
         return api_error(400, f"metadata names starting with {RESERVED_PREFIX!r} are kept for the gateway")
+    for name, instead in UNSUPPORTED_CREATE.items():
+        if body.get(name):  # refused, not ignored: a network rule silently dropped would widen what runs
+            return api_error(400, f"{name} is not supported here: {instead}")
     if body.get("envVars"):
         return api_error(400, "sandbox-wide environment variables are not supported here: pass envs to "
                               "commands.run or run_code")

@@ -82,6 +82,11 @@ def test_a_wrong_key_and_an_unknown_template_are_refused(e2b_service):
         Sandbox.create(api_key="wr_not-a-key")
     with pytest.raises(SandboxException, match="not known here"):
         Sandbox.create(template="no-such-template")
+    with pytest.raises(SandboxException, match="network is not supported here"):
+        Sandbox.create(network={"deny_out": ["0.0.0.0/0"]})
+    with pytest.raises(SandboxException, match="environment variables are not supported"):
+        Sandbox.create(envs={"A": "b"})
+    assert Sandbox.list().next_items() == []  # nothing was created by the refused calls
 
 
 def test_a_template_maps_to_its_profile_and_no_internet_access_denies_egress(start_e2b):
