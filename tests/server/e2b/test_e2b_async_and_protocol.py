@@ -4,6 +4,7 @@ the protocol's own terms (the SDK raises a typed error, never hangs)."""
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -79,3 +80,16 @@ def test_malformed_rpc_bodies_get_connect_errors(e2b_service):
         assert contexts.status_code == 400
     finally:
         sandbox.kill()
+
+
+def test_sandbox_ids_that_try_to_leave_the_sessions_path_reach_nothing(e2b_service):
+    """A sandbox id is put in the API's paths percent-encoded: it names a session or nothing."""
+    admin_paths = ("../../admin/keys", "../v1/admin/keys", "x/../../../v1/audit", "%2e%2e%2fadmin")
+    api_key = {"X-API-Key": e2b_service.keys["alpha"]}
+    for sandbox_id in admin_paths:
+        headers = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": e2b_service.keys["alpha"]}
+        listing = httpx.post(f"{e2b_service.sandbox_url}/filesystem.Filesystem/ListDir", json={"path": ""},
+                             headers=headers)
+        assert listing.status_code == 503 and "was not found" in listing.json()["message"], listing.text
+        info = httpx.get(f"{e2b_service.api_url}/sandboxes/{quote(sandbox_id, safe='')}", headers=api_key)
+        assert info.status_code == 404, info.text
