@@ -106,3 +106,12 @@ def test_a_template_maps_to_its_profile_and_no_internet_access_denies_egress(sta
     assert session(offline)["egress"]["mode"] == "deny"
     networked.kill()
     offline.kill()
+
+
+def test_with_keys_off_any_key_is_the_local_caller(start_e2b, monkeypatch):
+    start_e2b(auth={"enabled": False})
+    monkeypatch.setenv("E2B_API_KEY", "local")  # the SDKs need some key; the service has none to check
+    sandbox = Sandbox.create()
+    sandbox.files.write("local.txt", "works")
+    assert sandbox.commands.run("cat local.txt").stdout == "works"
+    sandbox.kill()
