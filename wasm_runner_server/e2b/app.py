@@ -25,11 +25,19 @@ async def _client(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
+async def _not_supported(request: web.Request) -> web.Response:
+    """E2B calls this gateway does not answer (pause, fork, snapshots, metrics, ...): a 501 that says so,
+    not a 404 the SDK would read as "sandbox not found"."""
+    return control.api_error(501, f"{request.method} {request.rel_url.path} is not supported by this server: "
+                                  "see the E2B guide's parity table")
+
+
 def e2b_app(settings: E2bSettings, max_body_bytes: int = 1024**2) -> web.Application:
     """`max_body_bytes` bounds the JSON bodies read whole (a run's code); files stream through."""
     app = web.Application(client_max_size=max_body_bytes)
     app[SETTINGS] = settings
     for table in (control.routes, envd.routes, filesystem.routes, interpreter.routes):
         app.add_routes(table)
+    app.router.add_route("*", "/{rest:.*}", _not_supported)  # last: only what nothing above answers
     app.cleanup_ctx.append(_client)
     return app

@@ -9,6 +9,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from e2b import AsyncSandbox, Sandbox
+from e2b.exceptions import SandboxException
 from e2b_code_interpreter import AsyncSandbox as AsyncCodeSandbox
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -93,3 +94,15 @@ def test_sandbox_ids_that_try_to_leave_the_sessions_path_reach_nothing(e2b_servi
         assert listing.status_code == 503 and "was not found" in listing.json()["message"], listing.text
         info = httpx.get(f"{e2b_service.api_url}/sandboxes/{quote(sandbox_id, safe='')}", headers=api_key)
         assert info.status_code == 404, info.text
+
+
+def test_control_plane_calls_not_answered_say_so(e2b_service):
+    sandbox = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="not supported by this server"):
+            sandbox.get_metrics()
+        with pytest.raises(SandboxException, match="not supported by this server"):
+            sandbox.pause()
+        assert sandbox.is_running()
+    finally:
+        sandbox.kill()
