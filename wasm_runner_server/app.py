@@ -30,6 +30,7 @@ from aiohttp import web
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.console import routes as console
+from wasm_runner_server.e2b.app import e2b_app
 from wasm_runner_server.errors import error_middleware
 from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
@@ -141,6 +142,8 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app.on_startup.append(routes_meta.build_openapi)
     app.on_shutdown.append(_on_shutdown)
     _mount_mcp(app)
+    if config.e2b.enabled:
+        app.add_subapp(config.e2b.prefix, e2b_app(config.e2b, config.server.max_body_bytes))
     return app
 
 

@@ -23,6 +23,8 @@ A config file (TOML or JSON) may set any of:
     ray_address = "10.0.0.5:6379"
     [previews]                    # see PreviewSettings: the origin previews are served on
     domain = "preview.example.com"
+    [e2b]                         # see wasm_runner_server/e2b/settings.py: the E2B-compatible API
+    enabled = true
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -46,6 +48,7 @@ from wasm_runner.packages.settings import NPM_REGISTRY, PYPI_FILES, PYPI_SIMPLE,
 from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
 from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
+from wasm_runner_server.e2b.settings import E2bSettings
 from wasm_runner_server.security.settings import AuthSettings
 
 
@@ -251,6 +254,8 @@ class ServiceConfig(ProfilesConfig):
     """A Ray cluster for batches."""
     previews: PreviewSettings = PreviewSettings()
     """The origin previews are served on (a listener of their own, or a preview domain)."""
+    e2b: E2bSettings = E2bSettings()
+    """The E2B-compatible API (off by default)."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

@@ -286,6 +286,9 @@ class SessionPatch(_Body):
     egress: EgressPolicy | EgressShorthand | None | UnsetType = UNSET
     """The session's network policy: within its profile's (a wider one is refused with 403
     network_not_allowed, naming the profiles that allow it); null goes back to the profile's."""
+    expires_in_s: Seconds | UnsetType = UNSET
+    """End the session this long from now (its TTL, counted from its creation, becomes what that
+    takes; the server's maximum TTL still bounds it): longer or shorter than before."""
 
 
 class SessionInfo(msgspec.Struct, kw_only=True):

@@ -307,6 +307,17 @@ class SessionManager:
                                                           "mode": self.egress(live).mode})
         return self.egress(live)
 
+    def set_expiry(self, live: LiveSession, expires_in_s: float) -> None:
+        """End the session `expires_in_s` from now, committed before this returns; 422 past the server's
+        maximum TTL."""
+        ttl = time.time() + expires_in_s - live.row.created_at
+        if ttl > self.policy.max_ttl_s:
+            raise ApiError(422, ErrorCode.LIMIT_EXCEEDS_MAXIMUM,
+                           f"the session would live {ttl:g} s in all, past the server maximum TTL "
+                           f"{self.policy.max_ttl_s:g} s", "ask for a shorter time")
+        self.store.set_ttl(live.row.id, ttl)
+        live.row.ttl_s = ttl
+
     def core(self, live: LiveSession, profile: Profile | None = None) -> tuple[Runner, Session]:
         """The core session, from the runner that grants the session's mounts."""
         own = self.profile_of(live)

@@ -127,6 +127,12 @@ class SessionStore:
         with self._lock:
             self._db.execute("UPDATE sessions SET egress=? WHERE id=?", (_policy_text(policy), session_id))
 
+    def set_ttl(self, session_id: str, ttl_s: float) -> None:
+        """Write the session's TTL (and so its end) now."""
+        with self._lock:
+            self._db.execute("UPDATE sessions SET ttl_s=?, expires_at=created_at+? WHERE id=?",
+                             (ttl_s, ttl_s, session_id))
+
     def delete(self, session_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM sessions WHERE id=?", (session_id,))

@@ -105,6 +105,16 @@ def test_a_process_stopped_while_its_sandbox_starts_does_not_wait_out_the_grace(
     assert time.monotonic() - started < 10 and process.info().state == "killed"
 
 
+def test_a_tree_signal_sent_as_soon_as_the_process_runs_reaches_it(runner: Runner) -> None:
+    """A client that kills a process the moment it is reported running (E2B's `kill` after `start`):
+    the sandbox's program may not be forked yet, and the signal must wait for it, not report it gone."""
+    for attempt in range(5):
+        process = runner.session(f"tree-early-{attempt}").start_process(["sleep", "60"])
+        assert until(lambda process=process: process.info().state != "starting", 30)
+        assert process.signal("KILL", tree=True) is True
+        assert process.wait(10) is not None and process.info().state == "killed"
+
+
 def test_int_reaches_the_program(runner: Runner) -> None:
     session = runner.session("int")
     process = session.start_process(["python3", "-u", "-c",

@@ -11,7 +11,7 @@ from server_helpers import make_config
 
 from wasm_runner_server.app import create_app
 
-_APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}))
+_APP = create_app(make_config("/tmp/wasm-runner-route-table", auth={"enabled": True}, e2b={"enabled": True}))
 ROUTES = sorted({(r.method, r.resource.canonical) for r in _APP.router.routes() if r.resource is not None})
 # presigned links name their session inside the signature (download and terminal links are tested with
 # their own forgeries: test_keys_and_links.py, test_terminals.py; previews are served on origins of their
@@ -39,11 +39,17 @@ NOT_SESSION_SCOPED = {
     "/console", "/console/", "/console/static/{name}", "/console/vendor/{name}",
     # the console's sign-in: a key for a cookie of the key's own workspace (tests/server/console)
     "/v1/console/session",
+    # templates: the caller's workspace's directory, chosen in the handler (test_fork_and_templates.py)
+    "/v1/templates", "/v1/templates/{name}",
 }
+GATEWAY_PREFIX = "/e2b/"
+"""The E2B gateway's routes act only by calling the routes above with the caller's key
+(tests/server/e2b/test_e2b_tenancy.py, test_e2b_filesystem.py, test_e2b_control_plane.py)."""
 
 
 def test_every_route_is_session_scoped_or_classified():
-    unclassified = [r for r in ROUTES if "{id}" not in r[1] and r[1] not in NOT_SESSION_SCOPED]
+    unclassified = [r for r in ROUTES if "{id}" not in r[1] and r[1] not in NOT_SESSION_SCOPED
+                    and not r[1].startswith(GATEWAY_PREFIX)]
     assert not unclassified, f"new routes must be classified for tenant isolation: {unclassified}"
     assert len(SESSION_ROUTES) >= 12
 

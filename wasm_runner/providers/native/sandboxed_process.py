@@ -243,16 +243,16 @@ class SandboxProcess:
         sig = SIGNALS[name]
         if not self.running:
             return False
-        if tree:
-            pids = self.sandbox_pids()
-            for each in pids:
-                signal_pid(each, sig)
-            return bool(pids)
         pid = self.main_pid()
         deadline = time.monotonic() + 2.0
         while pid is None and self.running and time.monotonic() < deadline:
             time.sleep(0.005)  # the sandbox is still being set up: its program comes next
             pid = self.main_pid()
+        if tree:  # once the program runs (before, the tree is only the sandbox's own init)
+            pids = self.sandbox_pids()
+            for each in pids:
+                signal_pid(each, sig)
+            return bool(pids)
         if pid is None:
             return False
         signal_pid(pid, sig)

@@ -96,19 +96,25 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 @routes.patch("/v1/sessions/{id}")
-@operation(summary="Change a session: its network policy, from its next call on", tag="sessions",
+@operation(summary="Change a session: its network policy, from its next call on, or when it ends", tag="sessions",
            body=SessionPatch, response=SessionInfo, errors=(403, 404, 413, 415, 422),
            description="`egress` may only narrow the policy of the session's profile (GET /v1/profiles shows "
                        "it); a wider one is refused with 403 network_not_allowed, naming the profiles that "
                        "allow it. null goes back to the profile's policy. The change is committed and audited "
                        "before the answer; a call already running keeps the policy it started with, a queued "
-                       "one gets the new policy when it narrows the old.")
+                       "one gets the new policy when it narrows the old. `expires_in_s` ends the session that "
+                       "long from now (within the server's maximum TTL, counted from its creation).")
 async def patch_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, SessionPatch)
+    if body.egress is UNSET and body.expires_in_s is UNSET:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to change",
+                       'e.g. {"egress": {"mode": "deny"}} or {"expires_in_s": 3600}')
+    if body.expires_in_s is not UNSET:
+        service.sessions.set_expiry(live, body.expires_in_s)
     if body.egress is UNSET:
-        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to change", 'e.g. {"egress": {"mode": "deny"}}')
+        return json_response(service.sessions.info(live))
     policy = request.app[POLICY]
     previous = service.sessions.egress(live)
     try:
