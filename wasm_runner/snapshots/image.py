@@ -94,7 +94,11 @@ def encode_parts(image: KernelImage, compress: bool = True) -> list[bytes | memo
         import lz4.frame
 
         with lz4.frame.LZ4FrameCompressor() as compressor:
-            parts = [compressor.begin(), *(compressor.compress(part) for part in parts), compressor.flush()]
+            packed = [compressor.begin(), *(compressor.compress(part) for part in parts), compressor.flush()]
+        if sum(len(part) for part in packed) < body_bytes * 0.9:  # else kept raw: nothing to decompress
+            parts = packed
+        else:
+            compress = False
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part)

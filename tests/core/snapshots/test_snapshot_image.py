@@ -60,3 +60,12 @@ def test_the_store_keeps_one_image_per_language_and_removes_a_refused_one(tmp_pa
         images.load("python", {**KEY, "engine": "epoch-fuel1"})
     assert not images.has("python")  # a refused image is not tried again
     assert not list((tmp_path / "kernel").glob(".*tmp"))
+
+
+def test_pages_that_do_not_compress_are_kept_raw_and_read_back():
+    random_pages = np.frombuffer(np.random.default_rng(7).bytes(4 * 4096), np.uint8).reshape(4, 4096)
+    incompressible = KernelImage("python", dict(KEY), 16 * 4096, np.array([1, 2, 3, 4], np.int64), random_pages, 4096,
+                                 owner="team-a")
+    blob = encode(incompressible)
+    assert b'"codec": "raw"' in blob[:2048]
+    assert np.array_equal(decode(blob, key=KEY, owner="team-a").data, random_pages)
