@@ -103,3 +103,13 @@ async def test_a_malformed_template_name_is_a_422(secure, name):
     status, data, _ = await secure.call("POST", "/v1/templates", "a_member", json={"name": name, "session": source})
     assert status == 422, data
     assert not os.path.exists(secure.data_dir / "workspaces" / "up")
+
+
+async def test_a_template_counts_against_the_workspace_disk_quota(start_secure):
+    secure = await start_secure(auth={"quotas": {"disk_bytes": 8 * MiB}})
+    source = await session(secure)
+    await run(secure, source, f"open('big.bin', 'wb').write(bytes({5 * MiB}))")
+    status, data, _ = await secure.call("POST", "/v1/templates", "a_member", json={"name": "big", "session": source})
+    assert status == 429 and data["error"]["code"] == "workspace_disk_quota", data
+    status, listed, _ = await secure.call("GET", "/v1/templates", "a_member")
+    assert listed["templates"] == []
