@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkEvent
+from wasm_runner_protocol.tools import ToolCall
 
 MiB = 1024 * 1024
 MAX_LIMIT = 2**63 - 1
@@ -251,6 +252,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     id: str | None = None
     diagnostics: list[Diagnostic] | None = None
     """With `typecheck`: the type checker's findings (empty: the program type-checks)."""
+    tool_calls: list[ToolCall] = []
+    """Every tool call the guest made (code mode), in order, with the host's decision on each."""
 
     @property
     def ok(self) -> bool:

@@ -40,6 +40,8 @@ class Job:
     the watchdog's clock starts here."""
     install: Callable[[str], str] | None = None
     """Answers the guest's own install requests (`sandbox.install`: JSON in, JSON out); sessions only."""
+    tools: Callable[[str], str] | None = None
+    """Answers the guest's tool calls (code mode: JSON in, JSON out); None: the run was given no tools."""
     after: Callable[[], None] | None = None
     """Set by the provider: optional work for the worker once the result is delivered (the
     Runner does it while other jobs wait; the provider must not depend on it running)."""
