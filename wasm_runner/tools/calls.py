@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; used through two calls
 import msgspec
 
 from wasm_runner.tools.registry import Tool, ToolRegistry
@@ -194,10 +194,11 @@ class ToolRun:
         took = time.perf_counter() - started
         with self._lock:
             self._spent_s += took
+        if self._closed.done():  # whether or not the tool has answered meanwhile: the run is over
+            future.cancel()
+            raise _Refused("cancelled", "the run ended while the tool was running")
         if future not in done:
             future.cancel()
-            if self._closed.done():
-                raise _Refused("cancelled", "the run ended while the tool was running")
             raise _Refused("timeout", f"{found.name}() did not answer within {wait:.3g} s")
         exc = future.exception()
         if exc is not None:

@@ -10,7 +10,7 @@ import inspect
 import keyword
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,7 @@ def tool(function: Callable[..., Any], *, name: str | None = None, description: 
     JSON schema of its arguments, its docstring the description. TypeError when it cannot be one."""
     if isinstance(function, Tool):
         return function
-    name = name or getattr(function, "__name__", "")
+    name = name if name is not None else getattr(function, "__name__", "")
     if not NAME.match(name) or keyword.iskeyword(name) or name.endswith("_"):
         raise TypeError(f"a tool's name is snake_case (lower-case letters, digits, single underscores, "
                         f"at most 64 characters, not a Python keyword): {name!r}")
@@ -177,7 +177,7 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.get(name) is not None
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
 

@@ -571,6 +571,9 @@ class ToolError(Exception):
         self.kind = kind
 
 
+ToolError.__module__ = "sandbox"  # as guest code imports it
+
+
 class _Resolved:
     """A tool call made inside a running event loop: already answered, awaited for its value."""
 
