@@ -186,8 +186,6 @@ class Session:
         try:
             async with self._queue:
                 self.last_used = time.monotonic()
-                if tool_run is not None:  # its deadline counts from the guest's turn, not the wait for it
-                    tool_run.deadline = time.monotonic() + request.limits.timeout_s
                 try:
                     workers = self.runner.kernel_workers
                     handler = tool_run.handle if tool_run is not None else None
@@ -197,6 +195,7 @@ class Session:
                     if refused is not None:
                         return refused
                     job = self._new_job(request, listener, handler)
+                    _bound(tool_run, job)
                     result = await self.runner.executor.run_async(job, self.runner.provider_for(request),
                                                                   self.state.lock, on_abandon=self.lose_kernels)
                     return _with_calls(result, tool_run)
@@ -225,6 +224,7 @@ class Session:
             if refused is not None:
                 return refused
             job = self._new_job(request, listener, handler)
+            _bound(tool_run, job)
             if on_job is not None:
                 on_job(job)
             result = self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
@@ -248,8 +248,7 @@ class Session:
 
         registry = ToolRegistry(list(self.tools or ()) + list(as_registry(tools) if tools is not None else ()))
         registry = registry.narrowed(self.tool_allowlist).narrowed(allow_tools, who="the call's allow_tools")
-        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(),
-                       deadline=time.monotonic() + request.limits.timeout_s, loop=loop, on_call=self.on_tool_call)
+        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(), loop=loop, on_call=self.on_tool_call)
 
     def _refused(self, request: ExecRequest) -> ExecResult | None:
         """The answer when no kernel worker can take the call and none may run in this process."""
@@ -397,6 +396,14 @@ class Session:
         self._removed = True
         self.workspace.remove()
         self.runner.forget(self.id)
+
+
+def _bound(tool_run: ToolRun | None, job: Job) -> None:
+    """Calls of a run in this process wait no longer than its guest's deadline (from its start, known once
+    it started). On a worker process, the worker bounds its guest's wait itself."""
+    if tool_run is not None:
+        timeout = job.request.limits.timeout_s
+        tool_run.deadline = lambda: job.started_at + timeout if job.started_at is not None else None
 
 
 def _with_calls(result: ExecResult, tool_run: ToolRun | None) -> ExecResult:

@@ -113,6 +113,7 @@ class ErrorCode(StrEnum):
     SHARED_NOT_FOUND = "shared_not_found"
     ARTIFACT_NOT_FOUND = "artifact_not_found"
     VERSION_NOT_FOUND = "version_not_found"
+    TOOL_CALL_NOT_FOUND = "tool_call_not_found"
     # -- MCP tool errors ---------------------------------------------------------------------
     UNKNOWN_TOOL = "unknown_tool"
     UNAVAILABLE = "unavailable"

@@ -168,7 +168,7 @@ class KernelHost:
         session.disk_room = order.disk_room  # what the parent reserved for this run
         # The guest's clock starts after this, so the wait for an install ends before its deadline.
         session.install_handler = self._asker(seq, time.monotonic() + order.request.limits.timeout_s)
-        session.tool_handler = self._tool_asker(seq, time.monotonic() + order.request.limits.timeout_s)
+        session.tool_handler = self._tool_asker(seq, order.request.limits.timeout_s)
         with self.lock:
             if seq in self.cancelled:
                 self.cancelled.discard(seq)
@@ -218,9 +218,14 @@ class KernelHost:
                     self.asks.pop(number, None)
         return ask_parent
 
-    def _tool_asker(self, seq: int, deadline: float) -> Callable[[str], str]:
-        """Run `seq`'s answer to its guest's tool calls: the parent decides each, until `deadline`."""
+    def _tool_asker(self, seq: int, timeout_s: float) -> Callable[[str], str]:
+        """Run `seq`'s answer to its guest's tool calls: the parent decides each, waited for until the
+        guest's deadline (`timeout_s` from its start)."""
+        set_up = time.monotonic()
+
         def ask_parent(request: str) -> str:
+            job = self.jobs.get(seq)
+            deadline = (job.started_at if job is not None and job.started_at is not None else set_up) + timeout_s
             if len(request) > MAX_TOOL_REQUEST:
                 return guest_tools.refusal("too_large", f"the call's arguments are over {MAX_TOOL_REQUEST} characters")
             with self.lock:

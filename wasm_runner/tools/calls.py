@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import inspect
 import json
 import logging
 import threading
@@ -22,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; used through two calls
 import msgspec
 
 from wasm_runner.tools.registry import Tool, ToolRegistry
@@ -74,13 +74,15 @@ class ToolRun:
     """One run's tools, budget and record. `handle` answers the guest (any thread); `close` ends
     the run's calls: those in flight get `cancelled` at once and later ones are refused."""
 
-    def __init__(self, tools: ToolRegistry, policy: ToolPolicy = ToolPolicy(), *, deadline: float | None = None,
+    def __init__(self, tools: ToolRegistry, policy: ToolPolicy = ToolPolicy(), *,
+                 deadline: float | Callable[[], float | None] | None = None,
                  loop: asyncio.AbstractEventLoop | None = None,
                  on_call: Callable[[ToolCall], None] | None = None) -> None:
         self.tools = tools
         self.policy = policy
         self.deadline = deadline
-        """time.monotonic() at which the run ends: no call waits past it."""
+        """time.monotonic() at which the run ends (or how to know it once the guest started): no call
+        waits past it. None: the one waiting for the answer bounds its wait (a worker process)."""
         self.loop = loop
         """Where coroutine tools run (the caller's loop); None: each on a loop of its own."""
         self.on_call = on_call
@@ -91,11 +93,23 @@ class ToolRun:
         self._closed: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._validators: dict[str, Any] = {}
+        self._in_flight = 0
+        self._settled = threading.Condition(self._lock)
 
     # -- the guest's side --------------------------------------------------------------
 
     def handle(self, request: str) -> str:
         """Answer one call of the guest's (JSON in, JSON out); never raises."""
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return self._handle(request)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._settled.notify_all()
+
+    def _handle(self, request: str) -> str:
         started = time.perf_counter()
         name = "?"
         digest = ""
@@ -167,6 +181,8 @@ class ToolRun:
                 raise _Refused("budget", f"this run's tool budget is spent: {self.policy.max_total_s:g} s of tool time")
 
     def _check(self, found: Tool, arguments: dict[str, Any]) -> None:
+        import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; imported on a run's first check
+
         validator = self._validators.get(found.name)
         if validator is None:
             cls = jsonschema.validators.validator_for(found.spec.parameters, default=jsonschema.Draft202012Validator)
@@ -183,10 +199,12 @@ class ToolRun:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.policy.threads, thread_name_prefix="tool")
             pool = self._pool
         wait = min(self.policy.call_timeout_s, remaining)
-        if self.deadline is not None:
-            wait = min(wait, self.deadline - time.monotonic())
+        deadline = self.deadline() if callable(self.deadline) else self.deadline
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
         if wait <= 0:
-            raise _Refused("timeout", "the run's deadline has passed")
+            raise _Refused("timeout" if remaining > 0 else "budget", "the run's deadline has passed"
+                           if remaining > 0 else "this run's tool budget is spent")
         started = time.perf_counter()
         future = self._start(found, arguments, pool)
         done, _ = concurrent.futures.wait([future, self._closed], timeout=wait,
@@ -208,7 +226,7 @@ class ToolRun:
     def _start(self, found: Tool, arguments: dict[str, Any],
                pool: concurrent.futures.ThreadPoolExecutor) -> concurrent.futures.Future[Any]:
         function = found.function
-        if asyncio.iscoroutinefunction(function):
+        if inspect.iscoroutinefunction(function):
             if self.loop is not None and self.loop.is_running():
                 return asyncio.run_coroutine_threadsafe(function(**arguments), self.loop)
             return pool.submit(asyncio.run, function(**arguments))
@@ -230,6 +248,8 @@ class ToolRun:
         if not self._closed.done():
             self._closed.set_result(None)
         with self._lock:
+            # calls in flight end at once (their waits watch `_closed`): their records are kept
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=5)
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)

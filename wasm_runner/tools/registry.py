@@ -1,28 +1,20 @@
-"""Tools from Python callables: a name, a description and a JSON schema made from type hints.
+"""Tools: a `ToolSpec` (name, description, JSON schema of the arguments) and the callable the host runs.
 
-A tool's arguments are keywords; positional arguments a Python guest passes are bound to the
-schema's properties in order. A model and guest code see `ToolSpec`s; the host keeps the callable.
+A spec comes from a Python callable's type hints (`tool`, see `wasm_runner_protocol.tools.spec_of`)
+or from someone else (`from_spec`: checked). A tool's arguments are keywords; positional arguments
+a Python guest passes are bound to the schema's properties in order.
 """
 
 from __future__ import annotations
 
-import inspect
-import keyword
-import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
+from wasm_runner_protocol.tools import ToolSpec, check_name, spec_of
 
-from wasm_runner_protocol.tools import ToolSpec
-
-__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "tool"]
-
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-"""A tool's name: snake_case, which is a Python identifier and maps one-to-one to a JavaScript camelCase name."""
-
+__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "from_spec", "tool"]
 
 def camel_name(name: str) -> str:
     """The JavaScript name of a tool: `search_issues` -> `searchIssues`."""
@@ -42,88 +34,42 @@ class Tool:
         return self.spec.name
 
 
-def _schema(annotation: Any) -> dict[str, Any]:
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return {}
-    try:
-        schema = msgspec.json.schema(annotation)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"no JSON schema for the type {annotation!r}: use JSON types (str, int, float, bool, "
-                        f"list, dict, None, TypedDict, msgspec.Struct)") from exc
-    return schema
-
-
-def _describe(doc: str) -> tuple[str, dict[str, str]]:
-    """The summary of a docstring and its `Args:` descriptions (Google style), if any."""
-    text = inspect.cleandoc(doc or "")
-    summary, _, rest = text.partition("\nArgs:")
-    described: dict[str, str] = {}
-    current = None
-    for line in rest.splitlines():
-        match = re.match(r"^\s{2,}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
-        if match:
-            current = match.group(1)
-            described[current] = match.group(2).strip()
-        elif current is not None and line.startswith(" " * 6) and line.strip():
-            described[current] += " " + line.strip()
-        elif line.strip() and not line.startswith(" "):
-            break  # Returns:, Raises: ...
-    return summary.strip(), described
-
-
 def tool(function: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> Tool:
     """A tool made from a Python callable: its keyword parameters (with type hints) become the
     JSON schema of its arguments, its docstring the description. TypeError when it cannot be one."""
     if isinstance(function, Tool):
         return function
-    name = name if name is not None else getattr(function, "__name__", "")
-    if not NAME.match(name) or keyword.iskeyword(name) or name.endswith("_"):
-        raise TypeError(f"a tool's name is snake_case (lower-case letters, digits, single underscores, "
-                        f"at most 64 characters, not a Python keyword): {name!r}")
-    if "__" in name:
-        raise TypeError(f"a tool's name has no double underscore: {name!r}")
-    signature = inspect.signature(function)
+    return Tool(spec_of(function, name=name, description=description), function)
+
+
+def from_spec(spec: ToolSpec, function: Callable[..., Any]) -> Tool:
+    """A tool whose spec someone else wrote (a caller over HTTP, an MCP server): its name and its
+    schema are checked (ValueError saying what is wrong). Schemas with `pattern`/`patternProperties`
+    are refused: the host would run a caller's regular expression on a guest's arguments."""
+    check_name(spec.name)
+    parameters = spec.parameters
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise ValueError(f"the tool {spec.name!r}: its parameters schema must be of type object")
+    if _mentions(parameters, ("pattern", "patternProperties")):
+        raise ValueError(f"the tool {spec.name!r}: schemas with pattern or patternProperties are not accepted "
+                         f"(check such strings in the tool itself)")
+    import jsonschema  # type: ignore[import-untyped]  # no stubs shipped
+
     try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # noqa: BLE001 - unresolvable hints: the annotations as written
-        hints = {}
-    summary, described = _describe(inspect.getdoc(function) or "")
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    defs: dict[str, Any] = {}
-    for parameter in signature.parameters.values():
-        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            continue
-        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
-            raise TypeError(f"the tool {name!r} has a positional-only parameter {parameter.name!r}: "
-                            f"tools take keyword arguments")
-        schema = dict(_schema(hints.get(parameter.name, parameter.annotation)))
-        defs.update(schema.pop("$defs", {}))
-        if parameter.name in described:
-            schema["description"] = described[parameter.name]
-        if parameter.default is inspect.Parameter.empty:
-            required.append(parameter.name)
-        else:
-            try:
-                schema["default"] = msgspec.to_builtins(parameter.default)
-            except TypeError:
-                pass  # a default JSON cannot show: the function applies it
-        properties[parameter.name] = schema
-    parameters: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
-    if required:
-        parameters["required"] = required
-    if defs:
-        parameters["$defs"] = defs
-    returns_hint = hints.get("return", signature.return_annotation)
-    returns: dict[str, Any] | None = None
-    if returns_hint is not inspect.Parameter.empty and returns_hint is not Any:
-        try:
-            returns = _schema(returns_hint)
-        except TypeError:
-            returns = None
-    spec = ToolSpec(name=name, description=description if description is not None else summary,
-                    parameters=parameters, returns=returns)
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"the tool {spec.name!r}: its parameters are not a valid JSON schema: {exc.message}") from None
     return Tool(spec, function)
+
+
+def _mentions(schema: Any, keys: tuple[str, ...], depth: int = 0) -> bool:
+    if depth > 64:
+        return True  # deeper than any honest schema: refused as if it held one
+    if isinstance(schema, dict):
+        return any(k in schema for k in keys) or any(_mentions(v, keys, depth + 1) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_mentions(v, keys, depth + 1) for v in schema)
+    return False
 
 
 class ToolRegistry:

@@ -16,6 +16,7 @@ from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
+from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
@@ -40,6 +41,8 @@ class Service:
     checks: dict[str, str] = field(default_factory=dict)
     disk: DiskLedger = field(default_factory=DiskLedger)
     """Bytes reserved by API writes in progress (wasm_runner.quota)."""
+    caller_tools: CallerTools = field(default_factory=CallerTools)
+    """Guests' calls of caller-side tools waiting for the caller's answer (code mode over HTTP)."""
     _warmup: asyncio.Task | None = None
 
     @classmethod

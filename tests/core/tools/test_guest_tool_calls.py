@@ -110,14 +110,15 @@ def test_a_tool_past_its_timeout_raises_in_the_guest_which_goes_on(runner):
     assert [c.outcome for c in result.tool_calls] == ["timeout", "ok"]
 
 
-def test_a_tool_call_ends_at_the_runs_deadline(workers):
+@pytest.mark.parametrize("where", ["in-process", "workers"])
+def test_a_tool_call_ends_at_the_runs_deadline(runner, workers, where):
     release = threading.Event()
 
     def hang() -> None:
         release.wait(60)
 
     try:
-        result = workers.run_sync("from sandbox import tools\ntools.hang()", tools=[hang],
+        result = (runner if where == "in-process" else workers).run_sync("from sandbox import tools\ntools.hang()", tools=[hang],
                                   limits=Limits(timeout_s=1))
     finally:
         release.set()

@@ -5,25 +5,29 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 from aiohttp import web
 
-from wasm_runner import ExecResult
+from wasm_runner import ExecResult, OutputListener, Session
+from wasm_runner.tools import Tool
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolSpec
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
-from wasm_runner_server.errors import ApiError, from_file_error
-from wasm_runner_server.http.bodies import read_json
+from wasm_runner_server.errors import ApiError, from_file_error, not_found
+from wasm_runner_server.http.bodies import json_response, read_json, wants_event_stream
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.routes.packages import install_options
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import check_shape
-from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
+from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
 
 routes = web.RouteTableDef()
@@ -62,8 +66,51 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
         network=service.sessions.call_egress(live, body.egress))
-    return await respond(request, lambda listener, started: service.sessions.run(
-        live, runner, exec_request, mode="session", listener=listener, on_start=started))
+    if not body.tools:
+        return await respond(request, lambda listener, started: service.sessions.run(
+            live, runner, exec_request, mode="session", listener=listener, on_start=started))
+    streams: list[OutputListener] = []  # the run's event stream, once it starts
+    tools = caller_tools(request, service, live, session, body.tools, lambda name, data: streams[0](name, data))
+
+    def run(listener: OutputListener | None, started: Callable[[], None] | None) -> Awaitable[ExecResult]:
+        assert listener is not None  # caller_tools refused a call that does not stream
+        streams.append(listener)
+        return service.sessions.run(live, runner, exec_request, mode="session", listener=listener, on_start=started,
+                                    tools=tools)
+
+    return await respond(request, run)
+
+
+def caller_tools(request: web.Request, service: Service, live: LiveSession, session: Session, specs: list[ToolSpec],
+                 emit: Callable[[str, bytes], None]) -> list[Tool]:
+    """The run's caller-side tools, their calls sent with `emit` and each decided call recorded in the audit
+    log; 422 when the request does not stream or a spec is not a tool's."""
+    if not wants_event_stream(request):
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
+                       "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
+    try:
+        tools = service.caller_tools.tools(live.row.id, specs, emit)
+    except ValueError as exc:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
+    policy = request.app[POLICY]
+    session.on_tool_call = lambda call: policy.on_tool_call(request, live.row.id, call)
+    return tools
+
+
+@routes.post("/v1/sessions/{id}/tool-calls/{call_id}")
+@operation(summary="Answer a tool call of the session's running code (code mode, caller-side tools)",
+           tag="execution", body=ToolAnswer, response=ToolAnswered, errors=(404, 422),
+           description="The call arrived as a tool_call event on the exec stream; its code waits for this "
+                       "answer until the call's timeout or the run's end (then 404 tool_call_not_found).")
+async def answer_tool_call(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, ToolAnswer)
+    call_id = request.match_info["call_id"]
+    if not service.caller_tools.answer(live.row.id, call_id, body):
+        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
+                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
+    return json_response(ToolAnswered())
 
 
 @routes.post("/v1/sessions/{id}/process")
