@@ -49,6 +49,10 @@ class ToolPolicy:
     """Size of one result as JSON (`too_large`)."""
     threads: int = 4
     """Threads running one run's tools (a timed-out call keeps its thread until its function returns)."""
+    inline: bool = False
+    """Run plain (not coroutine) tools on the thread of the guest's call: no hand-off to another thread
+    (the cheapest call), but a call is then not cut at its timeout, nor at the run's end; for tools
+    known to return promptly."""
 
     def __post_init__(self) -> None:
         for field in ("max_calls", "max_argument_bytes", "max_result_bytes", "threads"):
@@ -94,6 +98,8 @@ class ToolRun:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._validators: dict[str, Any] = {}
         self._in_flight = 0
+        self._made = 0
+        """Calls counted against `max_calls`: those that passed the allowlist and the schema."""
         self._settled = threading.Condition(self._lock)
 
     # -- the guest's side --------------------------------------------------------------
@@ -174,9 +180,9 @@ class ToolRun:
 
     def _take_budget(self) -> None:
         with self._lock:
-            made = sum(1 for call in self.calls if call.outcome not in ("not_allowed", "invalid_arguments", "budget"))
-            if made >= self.policy.max_calls:
+            if self._made >= self.policy.max_calls:
                 raise _Refused("budget", f"this run's tool budget is spent: {self.policy.max_calls} calls")
+            self._made += 1  # a call that goes on to fail its schema check gives its unit back
             if self._spent_s >= self.policy.max_total_s:
                 raise _Refused("budget", f"this run's tool budget is spent: {self.policy.max_total_s:g} s of tool time")
 
@@ -189,6 +195,8 @@ class ToolRun:
             validator = self._validators[found.name] = cls(found.spec.parameters)
         error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
         if error is not None:
+            with self._lock:
+                self._made -= 1
             where = "/".join(str(p) for p in error.absolute_path)
             raise _Refused("invalid_arguments", f"{found.name}(): {where + ': ' if where else ''}{error.message}")
 
@@ -206,6 +214,16 @@ class ToolRun:
             raise _Refused("timeout" if remaining > 0 else "budget", "the run's deadline has passed"
                            if remaining > 0 else "this run's tool budget is spent")
         started = time.perf_counter()
+        if self.policy.inline and not inspect.iscoroutinefunction(found.function):
+            try:
+                value = found.function(**arguments)
+            except Exception as exc:  # noqa: BLE001 - the guest gets the tool's message
+                raise _Refused("tool_error", str(exc) or type(exc).__name__) from None
+            finally:
+                took = time.perf_counter() - started
+                with self._lock:
+                    self._spent_s += took
+            return value, took
         future = self._start(found, arguments, pool)
         done, _ = concurrent.futures.wait([future, self._closed], timeout=wait,
                                           return_when=concurrent.futures.FIRST_COMPLETED)

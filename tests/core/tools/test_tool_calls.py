@@ -184,3 +184,15 @@ def test_each_decided_call_is_told_to_the_observer():
     call(run, "add", 1)
     call(run, "nope")
     assert [c.outcome for c in seen] == ["ok", "not_allowed"]
+
+
+def test_inline_tools_run_on_the_guests_thread_and_default_ones_do_not():
+    threads = []
+
+    def where() -> None:
+        threads.append(threading.get_ident())
+
+    inline = ToolRun(ToolRegistry([where, fail]), ToolPolicy(inline=True))
+    assert call(inline, "where")["ok"] and threads == [threading.get_ident()]
+    assert call(inline, "fail", reason="down") == {"ok": False, "error": {"kind": "tool_error", "message": "down"}}
+    assert call(ToolRun(ToolRegistry([where])), "where")["ok"] and threads[1] != threading.get_ident()
