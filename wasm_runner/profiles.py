@@ -214,6 +214,9 @@ class Profile(ConfigModel):
     """Where runs may connect, and the credentials the host adds (`deny` by default)."""
     packages: PackagesConfig = PackagesConfig()
     """Installs into sessions: their downloads may reach the configured indexes and what `network` allows."""
+    tools: list[str] | None = None
+    """Tool names this profile's runs may be given (code mode); a request offering another is refused.
+    null: any; `[]`: none."""
 
     def allows_env(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from wasm_runner_client import AsyncClient, Client
+from wasm_runner_client import AsyncClient, Client, PermissionDeniedError
 from wasm_runner_server.security.tenants import TenantStore
 
 ISSUES = {1: "crash on start", 2: "slow search", 3: "crash on exit"}
@@ -205,3 +205,18 @@ def _result(lines) -> dict:
         if event == "result":
             return data
     raise AssertionError("the stream ended without a result")
+
+
+def test_a_profiles_tool_allowlist_narrows_what_a_call_may_offer(start_server) -> None:
+    server = start_server(profiles={"issues": {"tools": ["search_issues"]}, "no-tools": {"tools": []}})
+    with Client(server.url) as client:
+        sid = client.create_session(profile="issues").id
+        allowed = client.exec(sid, "from sandbox import tools\ntools.search_issues(query='crash')",
+                              tools=[search_issues])
+        assert allowed.value == "[1, 3]"
+        with pytest.raises(PermissionDeniedError) as refused:
+            client.exec(sid, "1", tools=[search_issues, issue_title])
+        assert refused.value.code == "tool_not_allowed" and "issue_title" in refused.value.message
+        bare = client.create_session(profile="no-tools").id
+        with pytest.raises(PermissionDeniedError):
+            client.exec(bare, "1", tools=[search_issues])

@@ -86,6 +86,7 @@ class ErrorCode(StrEnum):
     INVALID_LIMITS = "invalid_limits"
     ENV_NOT_ALLOWED = "env_not_allowed"
     NETWORK_NOT_ALLOWED = "network_not_allowed"
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CLUSTER_UNAVAILABLE = "cluster_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------

@@ -12,6 +12,7 @@ import msgspec
 from aiohttp import web
 
 from wasm_runner import ExecResult, OutputListener, Session
+from wasm_runner.profiles import Profile
 from wasm_runner.tools import Tool
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.egress import EgressPolicy
@@ -70,7 +71,8 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         return await respond(request, lambda listener, started: service.sessions.run(
             live, runner, exec_request, mode="session", listener=listener, on_start=started))
     streams: list[OutputListener] = []  # the run's event stream, once it starts
-    tools = caller_tools(request, service, live, session, body.tools, lambda name, data: streams[0](name, data))
+    tools = caller_tools(request, service, live, session, profile, body.tools,
+                         lambda name, data: streams[0](name, data))
 
     def run(listener: OutputListener | None, started: Callable[[], None] | None) -> Awaitable[ExecResult]:
         assert listener is not None  # caller_tools refused a call that does not stream
@@ -81,13 +83,21 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     return await respond(request, run)
 
 
-def caller_tools(request: web.Request, service: Service, live: LiveSession, session: Session, specs: list[ToolSpec],
-                 emit: Callable[[str, bytes], None]) -> list[Tool]:
+def caller_tools(request: web.Request, service: Service, live: LiveSession, session: Session, profile: Profile,
+                 specs: list[ToolSpec], emit: Callable[[str, bytes], None]) -> list[Tool]:
     """The run's caller-side tools, their calls sent with `emit` and each decided call recorded in the audit
-    log; 422 when the request does not stream or a spec is not a tool's."""
+    log; 422 when the request does not stream or a spec is not a tool's, 403 when the profile does not
+    allow one of them (its allowlist also holds in the core, for every call)."""
     if not wants_event_stream(request):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
                        "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
+    allowed = frozenset(profile.tools) if profile.tools is not None else None
+    refused = sorted({spec.name for spec in specs} - allowed) if allowed is not None else []
+    if refused:
+        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED, f"the profile does not allow the tools {', '.join(refused)}",
+                       f"offer only tools the profile allows ({', '.join(sorted(allowed or ())) or 'none'}), "
+                       "or use another profile")
+    session.tool_allowlist = allowed
     try:
         tools = service.caller_tools.tools(live.row.id, specs, emit)
     except ValueError as exc:
