@@ -236,9 +236,9 @@ class ToolRun:
         if future not in done:
             future.cancel()
             raise _Refused("timeout", f"{found.name}() did not answer within {wait:.3g} s")
-        exc = future.exception()
-        if exc is not None:
-            raise _Refused("tool_error", str(exc) or type(exc).__name__)
+        failure = future.exception()
+        if failure is not None:
+            raise _Refused("tool_error", str(failure) or type(failure).__name__)
         return future.result(), took
 
     def _start(self, found: Tool, arguments: dict[str, Any],
