@@ -42,15 +42,16 @@ def tool(function: Callable[..., Any], *, name: str | None = None, description: 
     return Tool(spec_of(function, name=name, description=description), function)
 
 
-def from_spec(spec: ToolSpec, function: Callable[..., Any]) -> Tool:
+def from_spec(spec: ToolSpec, function: Callable[..., Any], *, allow_patterns: bool = False) -> Tool:
     """A tool whose spec someone else wrote (a caller over HTTP, an MCP server): its name and its
     schema are checked (ValueError saying what is wrong). Schemas with `pattern`/`patternProperties`
-    are refused: the host would run a caller's regular expression on a guest's arguments."""
+    are refused unless `allow_patterns` (an operator's own source): the host would otherwise run a
+    caller's regular expression on a guest's arguments."""
     check_name(spec.name)
     parameters = spec.parameters
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
         raise ValueError(f"the tool {spec.name!r}: its parameters schema must be of type object")
-    if _mentions(parameters, ("pattern", "patternProperties")):
+    if not allow_patterns and _mentions(parameters, ("pattern", "patternProperties")):
         raise ValueError(f"the tool {spec.name!r}: schemas with pattern or patternProperties are not accepted "
                          f"(check such strings in the tool itself)")
     import jsonschema  # type: ignore[import-untyped]  # no stubs shipped
