@@ -220,3 +220,27 @@ def test_a_profiles_tool_allowlist_narrows_what_a_call_may_offer(start_server) -
         bare = client.create_session(profile="no-tools").id
         with pytest.raises(PermissionDeniedError):
             client.exec(bare, "1", tools=[search_issues])
+
+
+def test_a_profiles_mcp_servers_give_its_runs_their_tools(start_server, monkeypatch) -> None:
+    import sys
+
+    token = "tracker-secret-51f0"
+    monkeypatch.setenv("TRACKER_TOKEN", token)  # the host's environment: passed to the MCP server only
+    helper = str(Path(__file__).resolve().parents[1] / "helpers" / "mcp_issue_server.py")
+    server = start_server(profiles={"tracker": {"mcp_servers": [
+        {"command": [sys.executable, helper], "env_from": ["TRACKER_TOKEN"], "prefix": "tracker_"}]}})
+    with Client(server.url) as client:
+        sid = client.create_session(profile="tracker").id
+        plain = client.exec(sid, "from sandbox import tools\n"
+                                 "found = tools.tracker_search_issues(query='crash')\n"
+                                 "import os\nprint(os.environ.get('TRACKER_TOKEN'), tools.tracker_whoami())\n"
+                                 "found")
+        assert plain.error is None, plain.stderr
+        assert plain.value == "[1, 3]"
+        assert plain.stdout == f"None token of {len(token)} characters\n"
+        both = client.exec(sid, "[tools.issue_title(number=n) for n in found] + [tools.tracker_issue_title(number=2)]",
+                           tools=[issue_title])  # the caller's own tools beside the profile's
+        assert both.value == "['crash on start', 'crash on exit', 'slow search']"
+        assert [c.tool for c in both.tool_calls] == ["issue_title", "issue_title", "tracker_issue_title"]
+        assert token not in repr(plain) + repr(both)

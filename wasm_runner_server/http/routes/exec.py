@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFile
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolSpec
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCall, ToolSpec
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 from wasm_runner_server.errors import ApiError, from_file_error, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, wants_event_stream
@@ -31,6 +32,7 @@ from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
 
+log = logging.getLogger("wasm_runner.server")
 routes = web.RouteTableDef()
 
 _EXEC_ERRORS = (403, 404, 409, 413, 415, 429, 503)
@@ -67,12 +69,18 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
         network=service.sessions.call_egress(live, body.egress))
+    profile_name = body.profile or live.row.profile
+    configured = await mcp_tools(service, profile_name, profile)
+    if configured:
+        session.tool_allowlist = frozenset(profile.tools) if profile.tools is not None else None
+        session.on_tool_call = tool_audit(request, live.row.id)
     if not body.tools:
         return await respond(request, lambda listener, started: service.sessions.run(
-            live, runner, exec_request, mode="session", listener=listener, on_start=started))
+            live, runner, exec_request, mode="session", listener=listener, on_start=started,
+            tools=configured or None))
     streams: list[OutputListener] = []  # the run's event stream, once it starts
-    tools = caller_tools(request, service, live, session, profile, body.tools,
-                         lambda name, data: streams[0](name, data))
+    tools = configured + caller_tools(request, service, live, session, profile, body.tools,
+                                      lambda name, data: streams[0](name, data))
 
     def run(listener: OutputListener | None, started: Callable[[], None] | None) -> Awaitable[ExecResult]:
         assert listener is not None  # caller_tools refused a call that does not stream
@@ -102,9 +110,24 @@ def caller_tools(request: web.Request, service: Service, live: LiveSession, sess
         tools = service.caller_tools.tools(live.row.id, specs, emit)
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
-    policy = request.app[POLICY]
-    session.on_tool_call = lambda call: policy.on_tool_call(request, live.row.id, call)
+    session.on_tool_call = tool_audit(request, live.row.id)
     return tools
+
+
+def tool_audit(request: web.Request, session_id: str) -> Callable[[ToolCall], None]:
+    """Records each decided tool call of the session's run in the audit log (any thread)."""
+    policy = request.app[POLICY]
+    return lambda call: policy.on_tool_call(request, session_id, call)
+
+
+async def mcp_tools(service: Service, name: str, profile: Profile) -> list[Tool]:
+    """The tools of the profile's MCP servers; 503 when one cannot be started or reached."""
+    try:
+        return await service.profile_tools.tools(name, profile)
+    except Exception as exc:  # noqa: BLE001 - the caller gets a status, the log the details
+        log.warning("an MCP tool source failed", exc_info=True, extra={"event": "mcp_tools_failed", "profile": name})
+        raise ApiError(503, ErrorCode.UNAVAILABLE, f"the profile's MCP tool servers are unavailable: {exc}",
+                       "retry later, or ask the operator to check the profile's mcp_servers") from None
 
 
 @routes.post("/v1/sessions/{id}/tool-calls/{call_id}")
