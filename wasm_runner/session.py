@@ -180,6 +180,7 @@ class Session:
         run on this event loop."""
         request = self._with_egress(self.runner.request(code, **fields))
         tool_run = self._tool_run(request, tools, allow_tools, tool_policy, asyncio.get_running_loop())
+        request = _declared(request, tool_run)
         self._ensure_packages()
         if self._queue is None:
             self._queue = asyncio.Lock()
@@ -213,6 +214,7 @@ class Session:
         starts (to cancel this very call from another thread)."""
         request = self._with_egress(self.runner.request(code, **fields))
         tool_run = self._tool_run(request, tools, allow_tools, tool_policy, None)
+        request = _declared(request, tool_run)
         handler = tool_run.handle if tool_run is not None else None
         self._ensure_packages()
         self.last_used = time.monotonic()
@@ -396,6 +398,15 @@ class Session:
         self._removed = True
         self.workspace.remove()
         self.runner.forget(self.id)
+
+
+def _declared(request: ExecRequest, tool_run: ToolRun | None) -> ExecRequest:
+    """A TypeScript request to type-check is checked against its run's tools (the `tools` global)."""
+    if tool_run is None or not request.typecheck:
+        return request
+    import msgspec
+
+    return msgspec.structs.replace(request, tool_specs=tuple(tool_run.tools.specs()))
 
 
 def _bound(tool_run: ToolRun | None, job: Job) -> None:

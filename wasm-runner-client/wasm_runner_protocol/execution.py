@@ -11,7 +11,7 @@ from typing import Literal
 import msgspec
 
 from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkEvent
-from wasm_runner_protocol.tools import ToolCall
+from wasm_runner_protocol.tools import ToolCall, ToolSpec
 
 MiB = 1024 * 1024
 MAX_LIMIT = 2**63 - 1
@@ -134,6 +134,9 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     runs either way; with `"block"` a program with type errors does not run (error `TypeCheckError`)."""
     typecheck_timeout_s: float = 60.0
     """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
+    tool_specs: tuple[ToolSpec, ...] = ()
+    """The tools the run was given (set by the host, never from a client): with `typecheck`, the
+    program is checked against their declaration (the `tools` global)."""
 
     @property
     def effective_egress(self) -> EgressPolicy:

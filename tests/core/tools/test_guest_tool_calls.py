@@ -219,3 +219,19 @@ def test_a_javascript_kernel_on_a_worker_keeps_state_across_calls_that_use_tools
         assert bad.error is not None and bad.error.type == "ToolError" and "named arguments" in bad.error.message
     finally:
         session.destroy()
+
+
+@pytest.mark.native
+def test_typescript_type_checks_against_the_runs_tools(workers):
+    wrong = workers.run_sync("const found: string[] = await tools.searchIssues({query: 1});", language="typescript",
+                             typecheck="block", tools=[search_issues])
+    assert wrong.error is not None and wrong.error.type == "TypeCheckError"
+    messages = [d.message for d in wrong.diagnostics or ()]
+    assert any("not assignable to type 'string'" in m for m in messages), messages
+    assert any("Issue" in m or "id: number" in m for m in messages), messages  # the result's type is known
+    assert wrong.tool_calls == []  # blocked: nothing ran
+    right = workers.run_sync("const found = await tools.searchIssues({query: 'crash', limit: 1});\n"
+                             "console.log(found[0].title.toUpperCase());", language="typescript",
+                             typecheck="block", tools=[search_issues])
+    assert right.diagnostics == [], right.diagnostics
+    assert right.stdout == "ISSUE 0: CRASH\n"
