@@ -244,3 +244,6 @@ def test_a_profiles_mcp_servers_give_its_runs_their_tools(start_server, monkeypa
         assert both.value == "['crash on start', 'crash on exit', 'slow search']"
         assert [c.tool for c in both.tool_calls] == ["issue_title", "issue_title", "tracker_issue_title"]
         assert token not in repr(plain) + repr(both)
+        once = client.run("console.log(await tools.trackerIssueTitle({number: 3}))", language="javascript",
+                          profile="tracker")  # one-shot runs of the profile get them too
+        assert once.stdout == "crash on exit\n" and [c.outcome for c in once.tool_calls] == ["ok"]

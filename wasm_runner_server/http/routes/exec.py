@@ -60,7 +60,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ExecBody)
-    _, profile = service.execution.profile(body.profile or live.row.profile)
+    profile_name, profile = service.execution.profile(body.profile or live.row.profile)
     runner, session = service.sessions.core(live, profile)
     install_options(service, request, live, session)  # for the guest's own `sandbox.install`
     code, path_language = _code_or_path(body, session.workspace.files, service)
@@ -69,7 +69,6 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
         network=service.sessions.call_egress(live, body.egress))
-    profile_name = body.profile or live.row.profile
     configured = await mcp_tools(service, profile_name, profile)
     if configured:
         session.tool_allowlist = frozenset(profile.tools) if profile.tools is not None else None
@@ -168,13 +167,14 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
 async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     body = await read_json(request, OneShotBody)
-    _, profile = service.execution.profile(body.profile)
+    profile_name, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
     for pattern in body.outputs:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
     runner = service.pool.get(profile)
-    if not body.files and not body.outputs and body.path is None:  # the core's one-shot path: no workspace to seed
+    configured = await mcp_tools(service, profile_name, profile) if body.command is None else []
+    if not body.files and not body.outputs and body.path is None and not configured:  # the core's one-shot path
         if body.code is None and body.command is None:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
@@ -203,10 +203,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
             limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
             typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
+        if configured:  # the profile's MCP tools, audited under this run's throwaway session
+            session.tool_allowlist = frozenset(profile.tools) if profile.tools is not None else None
+            session.on_tool_call = tool_audit(request, session.id)
 
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
-                                                 on_start=started)
+                                                 on_start=started, tools=configured or None)
             outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
