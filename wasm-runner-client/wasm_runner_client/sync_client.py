@@ -62,7 +62,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent, ToolList
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -218,6 +218,11 @@ class Client:
         return self._call(Call("GET", session_path(session_id, "packages")), PackageLock)
 
     # -- execution -------------------------------------------------------------------------------
+
+    def tools(self, session_id: str) -> ToolList:
+        """The tools the session's code gets from its profile (its MCP servers), with their generated API
+        (`python`, `typescript`) to show a model."""
+        return self._call(Call("GET", session_path(session_id, "tools")), ToolList)
 
     def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
              language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ToolAnswer", "ToolAnswered", "ToolCall", "ToolCallEvent", "ToolOutcome", "ToolSpec", "check_name", "spec_of"]
+__all__ = ["ToolAnswer", "ToolAnswered", "ToolCall", "ToolCallEvent", "ToolList", "ToolOutcome", "ToolSpec", "check_name",
+           "spec_of"]
 
 ToolOutcome = Literal["ok", "tool_error", "not_allowed", "invalid_arguments", "budget", "timeout", "too_large",
                       "cancelled"]
@@ -59,6 +60,15 @@ class ToolAnswer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     value: Any = None
     error: Annotated[str, msgspec.Meta(max_length=16384)] | None = None
     """With ok false: the message the guest's ToolError carries."""
+
+
+class ToolList(msgspec.Struct, kw_only=True):
+    """The tools a session's runs get from its profile (its MCP servers), and the API a model is shown:
+    a Python stub module and a TypeScript declaration of the `tools` object."""
+
+    tools: list[ToolSpec] = []
+    python: str = ""
+    typescript: str = ""
 
 
 class ToolAnswered(msgspec.Struct, kw_only=True):

@@ -14,12 +14,12 @@ from aiohttp import web
 
 from wasm_runner import ExecResult, OutputListener, Session
 from wasm_runner.profiles import Profile
-from wasm_runner.tools import Tool
+from wasm_runner.tools import Tool, ToolRegistry, python_stubs, typescript_stubs
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCall, ToolSpec
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCall, ToolList, ToolSpec
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 from wasm_runner_server.errors import ApiError, from_file_error, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, wants_event_stream
@@ -127,6 +127,20 @@ async def mcp_tools(service: Service, name: str, profile: Profile) -> list[Tool]
         log.warning("an MCP tool source failed", exc_info=True, extra={"event": "mcp_tools_failed", "profile": name})
         raise ApiError(503, ErrorCode.UNAVAILABLE, f"the profile's MCP tool servers are unavailable: {exc}",
                        "retry later, or ask the operator to check the profile's mcp_servers") from None
+
+
+@routes.get("/v1/sessions/{id}/tools")
+@operation(summary="The tools the session's code may call from its profile, and their generated API",
+           tag="execution", response=ToolList, errors=(404, 503),
+           description="The tools of the profile's MCP servers (within its allowlist), with a Python stub module "
+                       "and a TypeScript declaration to show a model; caller-side tools are the caller's own.")
+async def session_tools(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    name, profile = service.execution.profile(live.row.profile)
+    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(profile.tools)
+    specs = registry.specs()
+    return json_response(ToolList(tools=specs, python=python_stubs(specs), typescript=typescript_stubs(specs)))
 
 
 @routes.post("/v1/sessions/{id}/tool-calls/{call_id}")
