@@ -135,6 +135,37 @@ class CredentialConfig(ConfigModel):
                           env=self.env, file=None if self.file is None else str(self.file))
 
 
+class McpServerConfig(ConfigModel):
+    """An MCP server whose tools the profile's runs may call (code mode): a stdio `command` the host runs,
+    or a streamable-HTTP `url`. Its credentials stay on the host: `env` (values, or names in `env_from`
+    read from the host's environment) reaches the command only, `headers` the URL only."""
+
+    command: list[str] | None = None
+    url: str | None = None
+    env: dict[str, str] = {}
+    env_from: list[str] = []
+    """Names of the host's environment variables passed to the command (e.g. an API token)."""
+    headers: dict[str, str] = {}
+    prefix: str = ""
+    """Put before each of its tool names (snake_case), to keep two servers' tools apart."""
+    call_timeout_s: float = 60.0
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has a command (stdio) or a url (streamable HTTP), not both")
+        if self.command is not None and not self.command:
+            raise ValueError("an MCP server's command is not empty")
+        return self
+
+    def environment(self) -> dict[str, str]:
+        """What the command's process gets: `env`, the named host variables, and PATH."""
+        merged = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        merged.update({name: os.environ[name] for name in self.env_from if name in os.environ})
+        merged.update(self.env)
+        return merged
+
+
 class NetworkPolicyConfig(ConfigModel):
     """A network policy: `deny`, an `allowlist` of destinations, or `open` (any public destination:
     private and metadata addresses still need an entry naming them). A string ("deny", "open") is
@@ -214,6 +245,11 @@ class Profile(ConfigModel):
     """Where runs may connect, and the credentials the host adds (`deny` by default)."""
     packages: PackagesConfig = PackagesConfig()
     """Installs into sessions: their downloads may reach the configured indexes and what `network` allows."""
+    tools: list[str] | None = None
+    """Tool names this profile's runs may be given (code mode); a request offering another is refused.
+    null: any; `[]`: none."""
+    mcp_servers: list[McpServerConfig] = []
+    """MCP servers whose tools every run of this profile may call (within `tools`)."""
 
     def allows_env(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)

@@ -47,6 +47,8 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
     from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner.tools.calls import ToolPolicy
+    from wasm_runner.tools.registry import ToolsArg
 
 __all__ = ["Isolation", "Runner", "default_providers"]
 
@@ -295,8 +297,19 @@ class Runner:
 
     # -- one-shot runs --------------------------------------------------------------
 
-    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
-        """Run once in a throwaway workspace and return the result (never raises for guest behaviour)."""
+    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
+                  tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
+                  tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
+        """Run once in a throwaway workspace and return the result (never raises for guest behaviour).
+        `tools`, `allow_tools` and `tool_policy`: as `Session.run` takes them (code mode)."""
+        if tools is not None:
+            session = self._throwaway_session(self.request(code, **fields))
+            try:
+                return await session.run(msgspec.structs.replace(self.request(code, **fields), fresh=True),
+                                         listener=listener, tools=tools, allow_tools=allow_tools,
+                                         tool_policy=tool_policy)
+            finally:
+                session.destroy()
         request = self.request(code, **fields)
         if self.one_shot_workers is not None and listener is None and self._runs_in("wasm", request):
             result = await self.one_shot_workers.run(request, wait=self._waits_for_one_shot_workers())
@@ -312,8 +325,18 @@ class Runner:
         finally:
             self._recycle(job)
 
-    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
+    def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
+                 tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
+                 tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
         """`run`, blocking this thread."""
+        if tools is not None:  # one-shot workers have no way back to this process's tools: a throwaway session
+            session = self._throwaway_session(self.request(code, **fields))
+            try:
+                return session.run_sync(msgspec.structs.replace(self.request(code, **fields), fresh=True),
+                                        listener=listener, tools=tools, allow_tools=allow_tools,
+                                        tool_policy=tool_policy)
+            finally:
+                session.destroy()
         request = self.request(code, **fields)
         if self.isolation == "process":  # an in-process Runner's workers serve its async calls only
             if self.one_shot_workers is not None and listener is None and self._runs_in("wasm", request):

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -30,7 +30,10 @@ if TYPE_CHECKING:  # a provider loads with the first run, not with the session
     from wasm_runner.packages.installer import PackageInstaller
     from wasm_runner.providers.wasm.kernel_slots import KernelSlot
     from wasm_runner.snapshots.fork import ForkResult
+    from wasm_runner.tools.calls import ToolPolicy, ToolRun
+    from wasm_runner.tools.registry import ToolRegistry, ToolsArg
     from wasm_runner_protocol.egress import EgressPolicy
+    from wasm_runner_protocol.tools import ToolCall
 
 if TYPE_CHECKING:
     from wasm_runner.execution.kernel_workers import KernelWorkers
@@ -129,6 +132,23 @@ class Session:
         under a quota shared beyond the session (a workspace's). None: only the run's limits."""
         self._processes: ProcessManager | None = None
         self._processes_lock = threading.Lock()
+        self.tools: ToolRegistry | None = None
+        """Tools bound to the session (code mode): every run may call them, with the run's own."""
+        self.tool_allowlist: frozenset[str] | None = None
+        """The only tool names the session's runs may be given (None: any); a run's `allow_tools`
+        narrows it further. The service sets it from the profile's and the session's choice."""
+        self.tool_policy: ToolPolicy | None = None
+        """Budget, timeout and size caps of each run's tool calls (None: `ToolPolicy()`)."""
+        self.on_tool_call: Callable[[ToolCall], None] | None = None
+        """Told of each tool call a guest made, once decided (the service records its audit row)."""
+        self.tool_handler: Callable[[str], str] | None = None
+        """Answers the guest's tool calls of a run given none here; a worker process sets it to ask
+        the parent, which holds the run's tools."""
+
+    def set_tools(self, allowlist: frozenset[str] | None, on_call: Callable[[ToolCall], None] | None) -> None:
+        """The only tool names its runs may be given (None: any) and who is told of each decided call
+        (the service: its audit row), from the next run on."""
+        self.tool_allowlist, self.on_tool_call = allowlist, on_call
 
     def set_egress(self, policy: EgressPolicy) -> None:
         """Change where the session's runs may connect, from its next call on (and the next connections
@@ -173,48 +193,89 @@ class Session:
             here.update(workers.kernels_of(self.id))
         return sorted(here)
 
-    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None, **fields: Any) -> ExecResult:
-        """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order."""
+    async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
+                  tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
+                  tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
+        """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order.
+
+        `tools` (callables with type hints, `Tool`s, or a `ToolRegistry`) are what the guest may
+        call as `sandbox.tools.<name>(...)` (Python) or `await tools.<name>({...})` (JavaScript),
+        besides the session's own; `allow_tools` narrows them to these names. Every call is decided
+        by the host under `tool_policy` and listed in the result's `tool_calls`. Coroutine tools
+        run on this event loop."""
         request = self._with_egress(self.runner.request(code, **fields))
+        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, asyncio.get_running_loop())
+        request = _declared(request, tool_run)
         self._ensure_packages()
         if self._queue is None:
             self._queue = asyncio.Lock()
-        async with self._queue:
-            self.last_used = time.monotonic()
-            try:
-                workers = self.runner.kernel_workers
-                if workers is not None and workers.available:
-                    return await workers.run(self, request, listener)
-                refused = self._refused(request)
-                if refused is not None:
-                    return refused
-                job = self._new_job(request, listener)
-                return await self.runner.executor.run_async(job, self.runner.provider_for(request), self.state.lock,
-                                                            on_abandon=self.lose_kernels)
-            finally:
+        try:
+            async with self._queue:
                 self.last_used = time.monotonic()
+                try:
+                    workers = self.runner.kernel_workers
+                    handler = tool_run.handle if tool_run is not None else None
+                    if workers is not None and workers.available:
+                        return _with_calls(await workers.run(self, request, listener, handler), tool_run)
+                    refused = self._refused(request)
+                    if refused is not None:
+                        return refused
+                    job = self._new_job(request, listener, handler)
+                    _bound(tool_run, job)
+                    result = await self.runner.executor.run_async(job, self.runner.provider_for(request),
+                                                                  self.state.lock, on_abandon=self.lose_kernels)
+                    return _with_calls(result, tool_run)
+                finally:
+                    self.last_used = time.monotonic()
+        finally:
+            if tool_run is not None:  # calls in flight end with the run (a caller gone away included)
+                tool_run.close()
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
-                 on_job: Callable[[Job], None] | None = None, **fields: Any) -> ExecResult:
+                 on_job: Callable[[Job], None] | None = None, tools: ToolsArg | None = None,
+                 allow_tools: Iterable[str] | None = None, tool_policy: ToolPolicy | None = None,
+                 **fields: Any) -> ExecResult:
         """Run as `run` does, blocking this thread; `on_job` is told of the job before its guest
         starts (to cancel this very call from another thread)."""
         request = self._with_egress(self.runner.request(code, **fields))
+        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, None)
+        request = _declared(request, tool_run)
+        handler = tool_run.handle if tool_run is not None else None
         self._ensure_packages()
         self.last_used = time.monotonic()
         try:
             workers = self.runner.kernel_workers
             if workers is not None and workers.available:
-                return workers.run_blocking(self, request, listener)
+                return _with_calls(workers.run_blocking(self, request, listener, handler), tool_run)
             refused = self._refused(request)
             if refused is not None:
                 return refused
-            job = self._new_job(request, listener)
+            job = self._new_job(request, listener, handler)
+            _bound(tool_run, job)
             if on_job is not None:
                 on_job(job)
-            return self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
-                                                     on_abandon=self.lose_kernels)
+            result = self.runner.executor.run_blocking(job, self.runner.provider_for(request), self.state.lock,
+                                                       on_abandon=self.lose_kernels)
+            return _with_calls(result, tool_run)
         finally:
             self.last_used = time.monotonic()
+            if tool_run is not None:
+                tool_run.close()
+
+    def _tool_run(self, request: ExecRequest, tools: ToolsArg | None, allow_tools: Iterable[str] | None,
+                  policy: ToolPolicy | None, loop: asyncio.AbstractEventLoop | None) -> ToolRun | None:
+        """The run's tools: the session's and the call's, narrowed by the session's allowlist and the
+        call's (PermissionError when `allow_tools` names one the run could not have)."""
+        if tools is None and self.tools is None:
+            if allow_tools is not None and list(allow_tools):
+                raise PermissionError("allow_tools names tools, but the run has none")
+            return None
+        from wasm_runner.tools.calls import ToolPolicy, ToolRun
+        from wasm_runner.tools.registry import ToolRegistry, as_registry
+
+        registry = ToolRegistry(list(self.tools or ()) + list(as_registry(tools) if tools is not None else ()))
+        registry = registry.narrowed(self.tool_allowlist).narrowed(allow_tools, who="the call's allow_tools")
+        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(), loop=loop, on_call=self.on_tool_call)
 
     def _refused(self, request: ExecRequest) -> ExecResult | None:
         """The answer when no kernel worker can take the call and none may run in this process."""
@@ -275,9 +336,10 @@ class Session:
         """The session's installed packages, to replay elsewhere (`install(lock=...)`)."""
         return self.packages.lock()
 
-    def _new_job(self, request: ExecRequest, listener: OutputListener | None) -> Job:
+    def _new_job(self, request: ExecRequest, listener: OutputListener | None,
+                 tools: Callable[[str], str] | None = None) -> Job:
         job = Job(request, self.workspace, self.state.kernels, listener, self.mounts, install=self.install_handler,
-                  disk_room=self.disk_room, images=self.images)
+                  disk_room=self.disk_room, images=self.images, tools=tools or self.tool_handler)
         self._job = job
         return job
 
@@ -466,3 +528,27 @@ class Session:
         self._removed = True
         self.workspace.remove()
         self.runner.forget(self.id)
+
+
+def _declared(request: ExecRequest, tool_run: ToolRun | None) -> ExecRequest:
+    """A TypeScript request to type-check is checked against its run's tools (the `tools` global)."""
+    if tool_run is None or not request.typecheck:
+        return request
+    import msgspec
+
+    return msgspec.structs.replace(request, tool_specs=tuple(tool_run.tools.specs()))
+
+
+def _bound(tool_run: ToolRun | None, job: Job) -> None:
+    """Calls of a run in this process wait no longer than its guest's deadline (from its start, known once
+    it started). On a worker process, the worker bounds its guest's wait itself."""
+    if tool_run is not None:
+        timeout = job.request.limits.timeout_s
+        tool_run.deadline = lambda: job.started_at + timeout if job.started_at is not None else None
+
+
+def _with_calls(result: ExecResult, tool_run: ToolRun | None) -> ExecResult:
+    """The result with the run's tool calls (the record is the host's, whatever the guest says)."""
+    if tool_run is not None:
+        result.tool_calls = tool_run.close()
+    return result

@@ -81,10 +81,11 @@ def test_wasm_runner_protocol():
         "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
         "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",
         "ErrorResponse", "ExecBody", "FileDiff", "FileEdit", "FileEntry", "FileHistory", "FileListing", "FileVersion",
-        "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
+        "ForkFailure", "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
-        "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionInfo",
-        "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk", "TextEdit", "UploadQuery", "UploadResult",
+        "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionFork",
+        "SessionForkResult", "SessionInfo", "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk",
+        "TemplateCreate", "TemplateInfo", "TemplateList", "TextEdit", "UploadQuery", "UploadResult",
         "VersionQuery", "WriteResult",
     ]
 

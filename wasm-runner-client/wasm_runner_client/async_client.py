@@ -5,8 +5,10 @@ The same calls as `Client`, awaited; see sync_client.py for each call's document
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, Literal
@@ -31,7 +33,7 @@ from wasm_runner_client.calls import (
     segment,
     session_path,
 )
-from wasm_runner_client.errors import TransportError, error_for
+from wasm_runner_client.errors import NotFoundError, TransportError, error_for
 from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers
 from wasm_runner_client.wire import (
     CancelResult,
@@ -72,6 +74,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent, ToolList
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
@@ -231,10 +234,23 @@ class AsyncClient:
 
     # -- execution -------------------------------------------------------------------------------
 
+    async def tools(self, session_id: str) -> ToolList:
+        """The tools the session's code gets from its profile (its MCP servers), with their generated API
+        (`python`, `typescript`) to show a model."""
+        return await self._call(Call("GET", session_path(session_id, "tools")), ToolList)
+
     async def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
                    language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                   id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
+                   id: str | None = None, egress: EgressPolicy | None = None,
+                   tools: calls.ToolsArg | None = None) -> ExecResult:
+        """Run `code` in the session's kernel; `tools` as `Client.exec` takes them (coroutine functions are
+        awaited here, others run on a thread)."""
+        if tools is not None:
+            async with self.exec_stream(session_id, code, path=path, language=language, stdin=stdin, env=env,
+                                        limits=limits, fresh=fresh, profile=profile, id=id, egress=egress,
+                                        tools=tools) as stream:
+                return await stream.collect()
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress)
         return await self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
@@ -242,10 +258,34 @@ class AsyncClient:
     def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                    id: str | None = None, egress: EgressPolicy | None = None) -> AsyncExecStream[ExecResult]:
+                    id: str | None = None, egress: EgressPolicy | None = None,
+                    tools: calls.ToolsArg | None = None) -> AsyncExecStream[ExecResult]:
+        specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id, egress=egress)
-        return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+                               fresh=fresh, profile=profile, id=id, egress=egress, tools=specs)
+        on_tool_call = functools.partial(self._answer_tool_call, session_id, functions) if functions else None
+        return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult,
+                               on_tool_call)
+
+    async def _answer_tool_call(self, session_id: str, functions: dict[str, Callable[..., Any]],
+                                event: ToolCallEvent) -> None:
+        """Run the tool the code called and post its answer (a call that ended meanwhile is let go)."""
+        function = functions.get(event.tool)
+        if function is None:
+            answer = ToolAnswer(ok=False, error=f"this client has no tool {event.tool!r}")
+        else:
+            try:
+                if inspect.iscoroutinefunction(function):
+                    value = await function(**event.arguments)
+                else:
+                    value = await anyio.to_thread.run_sync(functools.partial(function, **event.arguments))
+                answer = calls.tool_answer(value)
+            except Exception as exc:  # noqa: BLE001 - the code gets the tool's error as a ToolError
+                answer = calls.tool_failed(exc)
+        try:
+            await self._call(Call("POST", calls.tool_call_path(session_id, event.call_id), body=answer), ToolAnswered)
+        except NotFoundError:
+            pass  # the call timed out or its run ended: the code has its answer already
 
     async def process(self, session_id: str, command: list[str], *, stdin: str = "",
                       env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
@@ -451,10 +491,12 @@ async def _write_to(dest: str | os.PathLike[str] | IO[bytes], chunks: AsyncItera
 class AsyncExecStream(Generic[R]):
     """An execution answered as server-sent events: `async for` the `OutputChunk`s; `result` once done."""
 
-    def __init__(self, client: AsyncClient, call: Call, result_type: type[R]) -> None:
+    def __init__(self, client: AsyncClient, call: Call, result_type: type[R],
+                 on_tool_call: Callable[[ToolCallEvent], Awaitable[None]] | None = None) -> None:
         call.headers["Accept"] = "text/event-stream"
         self._client = client
         self._call = call
+        self._on_tool_call = on_tool_call
         self._state = StreamState(result_type)
         self._response: httpx.Response | None = None
         self._closed = False
@@ -488,7 +530,10 @@ class AsyncExecStream(Generic[R]):
         try:
             async for line in response.aiter_lines():
                 chunk = self._state.line(line)
-                if chunk is not None:
+                if isinstance(chunk, ToolCallEvent):
+                    if self._on_tool_call is not None:
+                        await self._on_tool_call(chunk)
+                elif chunk is not None:
                     yield chunk
             self._state.line("")
         except httpx.HTTPError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Generic, TypeVar
 from urllib.parse import quote
@@ -35,6 +35,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Language, Limits
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES
+from wasm_runner_protocol.tools import ToolAnswer, ToolCallEvent, ToolSpec, spec_of
 
 T = TypeVar("T")
 R = TypeVar("R", bound=ExecResult)
@@ -218,9 +219,9 @@ def _language(language: str | None) -> Any:
 
 def exec_body(code: str | None, *, path: str | None, language: str | None, stdin: str,
               env: Mapping[str, str] | None, limits: LimitsArg, fresh: bool, profile: str | None,
-              id: str | None, egress: EgressPolicy | None = None) -> ExecBody:
+              id: str | None, egress: EgressPolicy | None = None, tools: list[ToolSpec] | None = None) -> ExecBody:
     return ExecBody(language=_language(language), code=code, path=path, stdin=stdin, env=dict(env or {}),
-                    limits=limits_patch(limits), fresh=fresh, profile=profile, id=id, egress=egress)
+                    limits=limits_patch(limits), fresh=fresh, profile=profile, id=id, egress=egress, tools=tools)
 
 
 def process_body(command: list[str], *, stdin: str, env: Mapping[str, str] | None, limits: LimitsArg,
@@ -330,6 +331,44 @@ class EventParser:
         return None
 
 
+# -- caller-side tools (code mode) -------------------------------------------------------------------
+
+ToolsArg = Iterable[Callable[..., Any]] | Mapping[str, Callable[..., Any]]
+"""Tools as a caller gives them: callables with type hints (named after themselves), or callables by name."""
+
+
+def tool_table(tools: ToolsArg) -> tuple[list[ToolSpec], dict[str, Callable[..., Any]]]:
+    """The specs the service is sent (schemas from type hints) and the functions by name."""
+    items = tools.items() if isinstance(tools, Mapping) else ((None, fn) for fn in tools)
+    specs: list[ToolSpec] = []
+    functions: dict[str, Callable[..., Any]] = {}
+    for name, function in items:
+        spec = spec_of(function, name=name)
+        if spec.name in functions:
+            raise ValueError(f"two tools are named {spec.name!r}")
+        specs.append(spec)
+        functions[spec.name] = function
+    return specs, functions
+
+
+def tool_answer(value: Any) -> ToolAnswer:
+    """A tool's result as the answer posted back (an error answer if JSON cannot carry it)."""
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return ToolAnswer(ok=False, error=f"the tool returned a value JSON cannot carry: {exc}")
+    return ToolAnswer(ok=True, value=value)
+
+
+def tool_failed(exc: BaseException) -> ToolAnswer:
+    """A tool's exception as the answer posted back: the guest's ToolError carries its message."""
+    return ToolAnswer(ok=False, error=(str(exc) or type(exc).__name__)[:16384])
+
+
+def tool_call_path(session_id: str, call_id: str) -> str:
+    return session_path(session_id, "tool-calls", segment(call_id))
+
+
 class StreamState(Generic[R]):
     """What a stream of an execution has delivered: chunks as they come, then the result."""
 
@@ -338,8 +377,9 @@ class StreamState(Generic[R]):
         self.parser = EventParser()
         self.result: R | None = None
 
-    def line(self, line: str) -> OutputChunk | None:
-        """The output chunk a line completes, if any; sets `result` on the final event; raises an `error` event."""
+    def line(self, line: str) -> OutputChunk | ToolCallEvent | None:
+        """The output chunk (or tool call) a line completes, if any; sets `result` on the final event;
+        raises an `error` event."""
         event = self.parser.feed(line)
         if event is None:
             return None
@@ -347,6 +387,8 @@ class StreamState(Generic[R]):
         if name in ("stdout", "stderr"):
             text = msgspec.json.decode(data.encode("utf-8"), type=dict).get("text", "")
             return OutputChunk(stream="stdout" if name == "stdout" else "stderr", text=text)
+        if name == "tool_call":
+            return decode(ToolCallEvent, data.encode("utf-8"))
         if name == "result":
             self.result = decode(self.result_type, data.encode("utf-8"))
         elif name == "error":

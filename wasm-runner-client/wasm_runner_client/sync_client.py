@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, Literal
@@ -27,7 +28,7 @@ from wasm_runner_client.calls import (
     segment,
     session_path,
 )
-from wasm_runner_client.errors import TransportError, error_for
+from wasm_runner_client.errors import NotFoundError, TransportError, error_for
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -67,6 +68,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent, ToolList
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -241,11 +243,26 @@ class Client:
 
     # -- execution -------------------------------------------------------------------------------
 
+    def tools(self, session_id: str) -> ToolList:
+        """The tools the session's code gets from its profile (its MCP servers), with their generated API
+        (`python`, `typescript`) to show a model."""
+        return self._call(Call("GET", session_path(session_id, "tools")), ToolList)
+
     def exec(self, session_id: str, code: str | None = None, *, path: str | None = None,
              language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
              limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-             id: str | None = None, egress: EgressPolicy | None = None) -> ExecResult:
-        """Run `code` (or the workspace file `path`) in the session's kernel."""
+             id: str | None = None, egress: EgressPolicy | None = None,
+             tools: calls.ToolsArg | None = None) -> ExecResult:
+        """Run `code` (or the workspace file `path`) in the session's kernel.
+
+        `tools` (callables with type hints) are what the code may call (`sandbox.tools.<name>(...)`,
+        `await tools.<name>({...})`): each call the service allows runs here, in this process, and its
+        result (or its exception's message) goes back to the code. The result lists the calls in `tool_calls`."""
+        if tools is not None:
+            with self.exec_stream(session_id, code, path=path, language=language, stdin=stdin, env=env,
+                                  limits=limits, fresh=fresh, profile=profile, id=id, egress=egress,
+                                  tools=tools) as stream:
+                return stream.collect()
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress)
         return self._call(Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
@@ -253,17 +270,38 @@ class Client:
     def exec_stream(self, session_id: str, code: str | None = None, *, path: str | None = None,
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
-                    id: str | None = None, egress: EgressPolicy | None = None) -> ExecStream[ExecResult]:
+                    id: str | None = None, egress: EgressPolicy | None = None,
+                    tools: calls.ToolsArg | None = None) -> ExecStream[ExecResult]:
         """Like `exec`, yielding output as it happens; the result is `stream.result` at the end.
 
             with client.exec_stream(sid, code) as stream:
                 for chunk in stream:
                     print(chunk.text, end="")
             print(stream.result.exit_code)
-        """
+
+        With `tools`, their calls are answered while the stream is read."""
+        specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
-                               fresh=fresh, profile=profile, id=id, egress=egress)
-        return ExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult)
+                               fresh=fresh, profile=profile, id=id, egress=egress, tools=specs)
+        on_tool_call = functools.partial(self._answer_tool_call, session_id, functions) if functions else None
+        return ExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult,
+                          on_tool_call)
+
+    def _answer_tool_call(self, session_id: str, functions: dict[str, Callable[..., Any]],
+                          event: ToolCallEvent) -> None:
+        """Run the tool the code called and post its answer (a call that ended meanwhile is let go)."""
+        function = functions.get(event.tool)
+        if function is None:
+            answer = ToolAnswer(ok=False, error=f"this client has no tool {event.tool!r}")
+        else:
+            try:
+                answer = calls.tool_answer(function(**event.arguments))
+            except Exception as exc:  # noqa: BLE001 - the code gets the tool's error as a ToolError
+                answer = calls.tool_failed(exc)
+        try:
+            self._call(Call("POST", calls.tool_call_path(session_id, event.call_id), body=answer), ToolAnswered)
+        except NotFoundError:
+            pass  # the call timed out or its run ended: the code has its answer already
 
     def process(self, session_id: str, command: list[str], *, stdin: str = "",
                 env: Mapping[str, str] | None = None, limits: LimitsArg = None, profile: str | None = None,
@@ -502,10 +540,12 @@ class ExecStream(Generic[R]):
     `with` block early closes the connection, which cancels the execution.
     """
 
-    def __init__(self, client: Client, call: Call, result_type: type[R]) -> None:
+    def __init__(self, client: Client, call: Call, result_type: type[R],
+                 on_tool_call: Callable[[ToolCallEvent], None] | None = None) -> None:
         call.headers["Accept"] = "text/event-stream"
         self._client = client
         self._call = call
+        self._on_tool_call = on_tool_call
         self._state = StreamState(result_type)
         self._response: httpx.Response | None = None
         self._closed = False
@@ -540,7 +580,10 @@ class ExecStream(Generic[R]):
         try:
             for line in response.iter_lines():
                 chunk = self._state.line(line)
-                if chunk is not None:
+                if isinstance(chunk, ToolCallEvent):
+                    if self._on_tool_call is not None:
+                        self._on_tool_call(chunk)
+                elif chunk is not None:
                     yield chunk
             self._state.line("")
         except httpx.HTTPError as exc:

@@ -87,6 +87,7 @@ class ErrorCode(StrEnum):
     INVALID_LIMITS = "invalid_limits"
     ENV_NOT_ALLOWED = "env_not_allowed"
     NETWORK_NOT_ALLOWED = "network_not_allowed"
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CLUSTER_UNAVAILABLE = "cluster_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
@@ -114,6 +115,7 @@ class ErrorCode(StrEnum):
     SHARED_NOT_FOUND = "shared_not_found"
     ARTIFACT_NOT_FOUND = "artifact_not_found"
     VERSION_NOT_FOUND = "version_not_found"
+    TOOL_CALL_NOT_FOUND = "tool_call_not_found"
     # -- MCP tool errors ---------------------------------------------------------------------
     UNKNOWN_TOOL = "unknown_tool"
     UNAVAILABLE = "unavailable"

@@ -11,6 +11,7 @@ from typing import Literal
 import msgspec
 
 from wasm_runner_protocol.egress import DENY, Credential, EgressPolicy, NetworkEvent
+from wasm_runner_protocol.tools import ToolCall, ToolSpec
 
 MiB = 1024 * 1024
 MAX_LIMIT = 2**63 - 1
@@ -133,6 +134,9 @@ class ExecRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     runs either way; with `"block"` a program with type errors does not run (error `TypeCheckError`)."""
     typecheck_timeout_s: float = 60.0
     """The type check's own wall-clock limit (apart from `limits.timeout_s`)."""
+    tool_specs: tuple[ToolSpec, ...] = ()
+    """The tools the run was given (set by the host, never from a client): with `typecheck`, the
+    program is checked against their declaration (the `tools` global)."""
 
     @property
     def effective_egress(self) -> EgressPolicy:
@@ -256,6 +260,8 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     id: str | None = None
     diagnostics: list[Diagnostic] | None = None
     """With `typecheck`: the type checker's findings (empty: the program type-checks)."""
+    tool_calls: list[ToolCall] = []
+    """Every tool call the guest made (code mode), in order, with the host's decision on each."""
 
     @property
     def ok(self) -> bool:

@@ -22,6 +22,7 @@ from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
 from wasm_runner_protocol.packages import PackageRequest
+from wasm_runner_protocol.tools import ToolSpec
 
 T = TypeVar("T")
 
@@ -127,6 +128,10 @@ class ExecBody(_Body):
     egress: EgressPolicy | EgressShorthand | None = None
     """This call's network policy, narrower than the session's (default: the session's); a wider one is
     refused with 403 network_not_allowed."""
+    tools: Annotated[list[ToolSpec], Meta(max_length=64)] | None = None
+    """Caller-side tools the code may call (code mode): the call must take the event stream
+    (`Accept: text/event-stream`), where each call the service allows arrives as a `tool_call` event
+    to answer with POST /v1/sessions/{id}/tool-calls/{call_id}."""
 
 
 class ProcessBody(_Body):

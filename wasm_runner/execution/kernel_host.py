@@ -13,7 +13,8 @@ facade it serves.
 
 A guest's `sandbox.install` is the parent's to answer (its policy, indexes, limits and audit):
 the request goes up the pipe as data and the guest's call waits for the reply, no longer than
-the call's deadline; a cancelled call or a parent gone away ends the wait with an error.
+the call's deadline; a cancelled call or a parent gone away ends the wait with an error. A
+guest's tool call goes the same way: the parent holds the run's tools and decides each call.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from wasm_runner.execution.pipe import Answer, Order, Place
 from wasm_runner.execution.results import host_error_result
 from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job
+from wasm_runner.providers.wasm import guest_tools
 from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
@@ -47,6 +49,8 @@ STUCK_NOTICE = "a guest on this worker was stuck in a host call past its deadlin
 
 MAX_INSTALL_REQUEST = 256 * 1024
 """Characters of a guest's install request sent up the pipe (a full request is far smaller)."""
+MAX_TOOL_REQUEST = 4 * 1024 * 1024
+"""Characters of a guest's tool call sent up the pipe (the parent's policy caps it lower by default)."""
 API_HINT = ("install through the API (POST /v1/sessions/{id}/packages, session.install or the MCP tool "
             "install_packages); the session's later calls see the packages")
 
@@ -59,6 +63,11 @@ class Ask:
     """The run whose guest asks."""
     done: threading.Event = field(default_factory=threading.Event)
     reply: str = ""
+    tool: bool = False
+    """A tool call (its refusals are tool answers), else an install."""
+
+    def refuse(self, why: str) -> None:
+        self.settle(guest_tools.refusal("cancelled", why) if self.tool else refusal("resolver_failed", why))
 
     def settle(self, reply: str) -> None:
         if not self.done.is_set():
@@ -74,6 +83,8 @@ class WorkerSession(Protocol):
     """Bytes the parent reserved for the next run."""
     install_handler: Callable[[str], str]
     """Answers the guest's install requests of the next run."""
+    tool_handler: Callable[[str], str] | None
+    """Answers the guest's tool calls of the next run (the parent holds the run's tools)."""
 
     @property
     def kernels(self) -> list[str]: ...
@@ -125,7 +136,7 @@ class KernelHost:
 
     def order(self, order: Order) -> None:
         """Take an order from the parent (on its reader thread: never blocks)."""
-        if order.kind == "install":
+        if order.kind in ("install", "tool"):
             with self.lock:
                 ask = self.asks.get(order.seq)
             if ask is not None:  # else its wait ended already
@@ -205,6 +216,7 @@ class KernelHost:
         session.disk_room = order.disk_room  # what the parent reserved for this run
         # The guest's clock starts after this, so the wait for an install ends before its deadline.
         session.install_handler = self._asker(seq, time.monotonic() + order.request.limits.timeout_s)
+        session.tool_handler = self._tool_asker(seq, order.request.limits.timeout_s)
         with self.lock:
             if seq in self.cancelled:
                 self.cancelled.discard(seq)
@@ -254,19 +266,45 @@ class KernelHost:
                     self.asks.pop(number, None)
         return ask_parent
 
+    def _tool_asker(self, seq: int, timeout_s: float) -> Callable[[str], str]:
+        """Run `seq`'s answer to its guest's tool calls: the parent decides each, waited for until the
+        guest's deadline (`timeout_s` from its start)."""
+        set_up = time.monotonic()
+
+        def ask_parent(request: str) -> str:
+            job = self.jobs.get(seq)
+            deadline = (job.started_at if job is not None and job.started_at is not None else set_up) + timeout_s
+            if len(request) > MAX_TOOL_REQUEST:
+                return guest_tools.refusal("too_large", f"the call's arguments are over {MAX_TOOL_REQUEST} characters")
+            with self.lock:
+                if self.parent_gone:
+                    return guest_tools.refusal("cancelled", "the service this worker served has gone away")
+                self.last_ask += 1
+                number = self.last_ask
+                ask = self.asks[number] = Ask(seq, tool=True)
+            try:
+                self.send(Answer(seq, ask=number, tool=request))
+                if not ask.done.wait(max(deadline - time.monotonic(), 0.0)):
+                    return guest_tools.refusal("timeout", "the tool did not answer before this run's deadline")
+                return ask.reply
+            finally:
+                with self.lock:
+                    self.asks.pop(number, None)
+        return ask_parent
+
     def parent_ended(self) -> None:
         """The parent's pipe closed: installs waiting for it get an error at once."""
         with self.lock:
             self.parent_gone = True
             asks = list(self.asks.values())
         for ask in asks:
-            ask.settle(refusal("resolver_failed", "the service this worker served has gone away"))
+            ask.refuse("the service this worker served has gone away")
 
     def _cancel(self, seq: int) -> None:
         with self.lock:
             for ask in self.asks.values():
                 if ask.seq == seq:  # its guest stops once the wait ends
-                    ask.settle(refusal("resolver_failed", "the call was cancelled", None))
+                    ask.refuse("the call was cancelled")
             job = self.jobs.get(seq)
             if job is None:
                 for queue in self.queues.values():

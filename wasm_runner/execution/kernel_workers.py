@@ -43,6 +43,7 @@ from wasm_runner.execution.results import lost_result, no_worker_result, stuck_r
 from wasm_runner.execution.workers import Worker
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
+from wasm_runner.providers.wasm import guest_tools
 from wasm_runner.providers.wasm.guest_installs import refusal
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner.workspace.quota import DiskBudget
@@ -114,6 +115,8 @@ class Pending:
     over_budget: bool = False
     install: Callable[[str], str] | None = None
     """Answers its guest's install requests (the session's handler when the call was made)."""
+    tools: Callable[[str], str] | None = None
+    """Answers its guest's tool calls (the run's `ToolRun`); None: the run was given no tools."""
 
 
 @dataclass(eq=False)
@@ -321,6 +324,9 @@ class KernelWorkers:
                     refused.update(answer.refused)
                 done.set()
             return
+        if answer.tool is not None:
+            self._call_tool(host, answer)
+            return
         if answer.result is None:  # a chunk of output
             call = host.pending.get(answer.seq)
             if call is not None and answer.stream is not None:
@@ -362,6 +368,21 @@ class KernelWorkers:
             log.exception("a guest's install request failed on the host")
             reply = refusal("resolver_failed", f"the host could not install: {exc}", None)
         self._reply(host, ask, reply)
+
+    def _call_tool(self, host: KernelWorker, answer: Answer) -> None:
+        """A guest calls a tool (reader thread): the run's tools decide and answer on a thread of their own."""
+        assert answer.tool is not None
+        call = host.pending.get(answer.seq)
+        handler = call.tools if call is not None else None
+        if handler is None:
+            host.worker.order(Order(answer.ask, kind="tool", reply=guest_tools.NO_TOOLS))
+            return
+
+        def run(request: str = answer.tool, ask: int = answer.ask, handler: Callable[[str], str] = handler) -> None:
+            reply = guest_tools.answer_with(handler, request)
+            host.worker.order(Order(ask, kind="tool", reply=reply))  # a worker gone away drops it
+
+        threading.Thread(target=run, name="kernel-tool-call", daemon=True).start()
 
     @staticmethod
     def _reply(host: KernelWorker, ask: int, reply: str) -> None:
@@ -441,8 +462,9 @@ class KernelWorkers:
             host.sessions.add(session.id)
         return host
 
-    def submit(self, session: HostedSession, request: ExecRequest,
-               listener: OutputListener | None) -> tuple[KernelWorker, int, Place, concurrent.futures.Future[ExecResult]]:
+    def submit(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None,
+               tools: Callable[[str], str] | None = None,
+               ) -> tuple[KernelWorker, int, Place, concurrent.futures.Future[ExecResult]]:
         future: concurrent.futures.Future[ExecResult] = concurrent.futures.Future()
         place = _place_of(session)
         with self.lock:
@@ -453,23 +475,25 @@ class KernelWorkers:
             seq = host.seq
             host.pending[seq] = Pending(request, future, session.id, listener, time.monotonic(),
                                         budgets=[m.budget for m in session.mounts if m.budget is not None],
-                                        install=session.install_handler)
+                                        install=session.install_handler, tools=tools)
             moved = self.moved.get(session.id)
         host.worker.order(Order(seq, request, place, stream=listener is not None, disk_room=session.disk_room))
         if moved is not None:
             future = _with_restart_notice(future, moved, request, self.moved, session.id)
         return host, seq, place, future
 
-    async def run(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
-        host, seq, place, future = self.submit(session, request, listener)
+    async def run(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None,
+                  tools: Callable[[str], str] | None = None) -> ExecResult:
+        host, seq, place, future = self.submit(session, request, listener, tools)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:  # the caller went away: stop its guest (the answer is dropped)
             host.worker.order(Order(seq, place=place))
             raise
 
-    def run_blocking(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None) -> ExecResult:
-        return self.submit(session, request, listener)[3].result()
+    def run_blocking(self, session: HostedSession, request: ExecRequest, listener: OutputListener | None,
+                     tools: Callable[[str], str] | None = None) -> ExecResult:
+        return self.submit(session, request, listener, tools)[3].result()
 
     def hibernate(self, session: HostedSession) -> threading.Event:
         """Tell the session's worker to save and drop its kernels; the event is set once it has

@@ -40,12 +40,13 @@ class Order(msgspec.Struct, array_like=True):
     seq: int
     request: ExecRequest | None = None
     place: Place | None = None
-    kind: Literal["", "hibernate", "save", "forget", "over-budget", "install"] = ""
+    kind: Literal["", "hibernate", "save", "forget", "over-budget", "install", "tool"] = ""
     """`over-budget`: a mount's budget, which the parent keeps, is exceeded: stop run `seq` for disk."""
     stream: bool = False
     """Send the run's output as `Answer` chunks while it runs (a listener waits for them)."""
     reply: str = ""
-    """With `install`: the parent's `InstallResult` as JSON, given to the guest as it is."""
+    """With `install`: the parent's `InstallResult` as JSON, given to the guest as it is; with
+    `tool`: the parent's answer to the guest's tool call (JSON), likewise."""
     disk_room: int | None = None
     """With a request: the most the run may add to disk besides its limits (`Session.disk_room`)."""
     compress: bool = True
@@ -56,7 +57,8 @@ class Answer(msgspec.Struct, array_like=True):
     """Worker to parent: item `seq`'s result, or a chunk of its output (`stream`, `data`), or
     (`seq` 0, `retiring`) the notice that the worker takes no more sessions and exits once
     its runs in flight are answered, or the guest of run `seq` asking the parent to install
-    (`install`, numbered `ask`: the parent answers with an `install` order of that number)."""
+    (`install`, numbered `ask`: the parent answers with an `install` order of that number) or
+    to call a tool (`tool`, likewise)."""
 
     seq: int
     result: ExecResult | None = None
@@ -73,6 +75,9 @@ class Answer(msgspec.Struct, array_like=True):
     """With `seq`: the hibernate or save order of that number is done (its kernels' images are saved)."""
     refused: dict[str, str] = {}
     """With `hibernated`: the languages whose kernel could not be saved, and why."""
+    tool: str | None = None
+    """The guest's tool call as it wrote it (JSON), numbered `ask`: the parent, which holds the run's
+    tools, decides and answers with a `tool` order of that number."""
 
 
 def write_frame(stream: IO[bytes], body: bytes) -> None:

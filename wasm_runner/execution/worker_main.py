@@ -75,7 +75,7 @@ def serve(runner: WorkerRunner, source: BinaryIO, out: BinaryIO, open_session: O
     def read_orders() -> None:  # eagerly, so that the parent's writes never wait
         while (frame := read_frame(source)) is not None:
             order = decode(frame)
-            if order.place is not None or order.kind == "install":  # a session's kernels: the kernel host's
+            if order.place is not None or order.kind in ("install", "tool"):  # a session's kernels: the kernel host's
                 assert kernels is not None, "kernel orders sent to a worker that hosts none"
                 kernels.order(order)
                 continue

@@ -43,6 +43,8 @@ class Job:
     the watchdog's clock starts here."""
     install: Callable[[str], str] | None = None
     """Answers the guest's own install requests (`sandbox.install`: JSON in, JSON out); sessions only."""
+    tools: Callable[[str], str] | None = None
+    """Answers the guest's tool calls (code mode: JSON in, JSON out); None: the run was given no tools."""
     after: Callable[[], None] | None = None
     """Set by the provider: optional work for the worker once the result is delivered (the
     Runner does it while other jobs wait; the provider must not depend on it running)."""
@@ -74,9 +76,9 @@ class Provider(ABC):
     name: ClassVar[str]
     """How a request names it (`ExecRequest.provider`)."""
     languages: ClassVar[frozenset[str]]
-    typechecker: Callable[[str, float], list[Diagnostic]] | None = None
-    """Type-checks a TypeScript program (code, time limit) for `typecheck` requests; set by
-    `default_providers` (the native provider's tsc)."""
+    typechecker: Callable[[str, float, str], list[Diagnostic]] | None = None
+    """Type-checks a TypeScript program (code, time limit, extra declarations) for `typecheck` requests;
+    set by `default_providers` (the native provider's tsc)."""
 
     def run(self, job: Job) -> ExecResult:
         """`execute` (once per case with the `io` harness), preceded by the program's type
@@ -104,7 +106,12 @@ class Provider(ABC):
                                       message="type checking needs the native provider's tsc "
                                               "(bubblewrap and `wasm-runner prepare`), which this Runner lacks")]
         else:
-            diagnostics = self.typechecker(request.code, request.typecheck_timeout_s)
+            declarations = ""
+            if request.tool_specs:  # the run's tools, as the program sees them
+                from wasm_runner.tools.stubs import typescript_stubs
+
+                declarations = typescript_stubs(request.tool_specs)
+            diagnostics = self.typechecker(request.code, request.typecheck_timeout_s, declarations)
         errors = [d for d in diagnostics if d.category in ("error", "checker")]
         if request.typecheck == "block" and errors:
             return blocked_by_typecheck(request, diagnostics, errors)

@@ -22,6 +22,7 @@ from wasm_runner.processes import BackgroundProcess
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
+from wasm_runner_protocol.tools import ToolCall
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.disk_quota import WorkspaceMeasure
@@ -161,6 +162,10 @@ class AccessPolicy(ABC):
 
     def on_process(self, event: str, session_id: str, process: BackgroundProcess, owner: object) -> None:
         """A session's background process started or ended (`owner`: the Principal that started it)."""
+        return None
+
+    def on_tool_call(self, request: web.Request, session_id: str, call: ToolCall) -> None:
+        """A guest's tool call was decided (made, refused or failed); any thread."""
         return None
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:

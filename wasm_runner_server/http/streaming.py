@@ -2,7 +2,8 @@
 
 With `Accept: text/event-stream` the response starts once the execution is admitted
 (a 429 is still a plain status), then carries `stdout` and `stderr` events
-(`{"text": ...}`) as the guest writes, and one final `result` event (or `error`).
+(`{"text": ...}`) as the guest writes, `tool_call` events when the run calls a caller-side
+tool (code mode), and one final `result` event (or `error`).
 If the client goes away, writing fails (or aiohttp cancels the handler) and the
 execution is cancelled, which stops its guest.
 """
@@ -58,12 +59,15 @@ class _EventWriter:
         for stream, data in items:
             if stream == _START:
                 continue
-            if merged and merged[-1][0] == stream:
+            if merged and merged[-1][0] == stream and stream in self.decoders:
                 merged[-1] = (stream, merged[-1][1] + data)
             else:
                 merged.append((stream, data))
         chunks = []
         for stream, data in merged:
+            if stream not in self.decoders:  # an event of the host's own (a tool call): its JSON as it is
+                chunks.append(_event(stream, data))
+                continue
             text = self.decoders[stream].decode(data)
             if text:
                 chunks.append(_event(stream, encode(StreamChunk(text))))

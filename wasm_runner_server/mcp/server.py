@@ -73,6 +73,7 @@ from wasm_runner_protocol.processes import (
     ProcessStdin,
     ProcessStdinResult,
 )
+from wasm_runner_protocol.tools import ToolList
 from wasm_runner_protocol.wire import (
     ArtifactCreate,
     ArtifactInfo,
@@ -229,6 +230,14 @@ class InstallPackagesArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
 
     python: Annotated[list[Annotated[str, Meta(max_length=512)]],
                       Meta(max_length=64, description="Requirements, e.g. ['requests==2.32.3', 'pyyaml>=6']")] = []
+    session: SessionArg | None = None
+
+
+class ToolsApiArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The tools code in the session may call (its profile's MCP servers), as an API to write code against."""
+
+    language: Annotated[Literal["python", "typescript"],
+                        Meta(description="The API's form: a Python stub module or a TypeScript declaration")] = "python"
     session: SessionArg | None = None
 
 
@@ -607,6 +616,16 @@ class McpTools:
 
         return await self.in_session(caller, args.session, grep)
 
+    async def tools_api(self, caller: Caller, args: ToolsApiArgs) -> Output:
+        async def api(session_id: str) -> Output:
+            listed = await self.client(caller).tools(session_id)
+            if not listed.tools:
+                return [_text("no tools: the session's profile configures no MCP servers")], listed
+            text = listed.python if args.language == "python" else listed.typescript
+            return [_text(text)], listed
+
+        return await self.in_session(caller, args.session, api)
+
     async def install_packages(self, caller: Caller, args: InstallPackagesArgs) -> Output:
         async def install(session_id: str) -> Output:
             result = await self.client(caller).install(session_id, args.python)
@@ -870,6 +889,12 @@ TOOLS: tuple[Tool, ...] = (
          "Search workspace files for a regular expression (Python syntax; fixed_string for literal text), "
          "answering path:line: text for each match. `glob` limits the files searched.",
          GrepArgs, GrepResult, McpTools.grep, read_only=True),
+    Tool("sandbox_tools_api", "Tools for code",
+         "The tools code run with sandbox_execute_code may call in this session (code mode): its profile's MCP "
+         "servers' tools, as a Python module (`from sandbox import tools`, then `tools.<name>(...)`) or a "
+         "TypeScript declaration (`await tools.<name>({...})`). One program can call many tools, loop and "
+         "filter, and return only the answer; each call is decided and recorded by the host.",
+         ToolsApiArgs, ToolList, McpTools.tools_api, read_only=True),
     Tool("install_packages", "Install packages",
          "Install pure-Python packages (wheels from the server's package index) into the session, so that "
          "code run in it later can import them, in the kernel and in fresh runs, also after a restart. The "

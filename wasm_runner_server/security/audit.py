@@ -52,7 +52,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy | process
+    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy | process | tool
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
@@ -362,6 +362,20 @@ class AuditLog:
         if not ephemeral:
             row.update(code=cap(requested, self.code_bytes), code_sha256=hashlib.sha256(requested.encode()).hexdigest(),
                        stdout=cap(installed, self.output_bytes), stderr=error, files_changed=lock)
+        return self._insert(row)
+
+    def record_tool_call(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, tool: str,
+                         arguments_sha256: str, outcome: str, duration_ms: float, error: str | None) -> int:
+        """Queue the row of a guest's tool call (code mode): the tool as `path`, the digest of its arguments
+        as `code_sha256` (their values are not kept), its outcome, its time, the message of a refusal or
+        failure as `stderr`."""
+        now = time.time()
+        row = {"ts": now, "kind": "tool", "workspace": workspace, "key_id": key_id, "session": session,
+               "ephemeral": int(ephemeral), "mode": "call", "path": tool, "code_sha256": arguments_sha256 or None,
+               "outcome": outcome, "duration_ms": duration_ms, "started_at": now - duration_ms / 1000,
+               "finished_at": now}
+        if not ephemeral and error:
+            row["stderr"] = cap(error, self.output_bytes)
         return self._insert(row)
 
     def record_policy(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, profile: str | None,

@@ -31,6 +31,7 @@ from wasm_runner.processes import BackgroundProcess
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.packages import InstallResult, PackageRequest
+from wasm_runner_protocol.tools import ToolCall
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.e2b.upstream import GATEWAY
@@ -269,6 +270,21 @@ class SecurityPolicy(AccessPolicy):
             installed=msgspec.json.encode(result.installed).decode(),
             lock=msgspec.json.encode(result.lock).decode(), ok=result.ok,
             error=result.error.message if result.error else None, duration_ms=result.duration_ms)
+
+    def on_tool_call(self, request: web.Request, session_id: str, call: ToolCall) -> None:
+        """Records the call's audit row: the tool, its arguments' digest (never their values), how long it
+        took and how it ended (any thread: rows are queued to the writer)."""
+        if self._security is None:
+            return
+        principal = request.get(PRINCIPAL) or LOCAL
+        owner = self._security.tenants.owner(session_id)
+        try:
+            self._security.audit.record_tool_call(
+                workspace=principal.workspace, key_id=principal.key_id, session=session_id,
+                ephemeral=bool(owner and owner.ephemeral), tool=call.tool, arguments_sha256=call.arguments_sha256,
+                outcome=call.outcome, duration_ms=call.duration_ms, error=call.error)
+        except Exception:  # noqa: BLE001 - the guest's call is answered whatever the log does
+            log.exception("audit write failed", extra={"event": "audit_failed"})
 
     def on_egress_change(self, request: web.Request, session_id: str, profile: str, previous: EgressPolicy,
                          requested: EgressPolicy | None, error: str | None) -> None:

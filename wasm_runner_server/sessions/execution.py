@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -32,6 +33,9 @@ from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
+
+if TYPE_CHECKING:
+    from wasm_runner.tools import Tool
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -127,7 +131,8 @@ class Execution:
 
     async def run(self, target: Runner | Session, request: ExecRequest, *, mode: str,
                   listener: OutputListener | None = None, on_start: Callable[[], None] | None = None,
-                  on_task: Callable[[asyncio.Task | None], None] | None = None) -> ExecResult:
+                  on_task: Callable[[asyncio.Task | None], None] | None = None,
+                  tools: list[Tool] | None = None) -> ExecResult:
         """Run in a session (or one-shot on a runner) while holding a gate slot.
 
         `on_start` is called once the execution is admitted (a streaming response starts
@@ -144,7 +149,7 @@ class Execution:
                 started = time.perf_counter()
                 result = None
                 try:
-                    result = await self._run_task(target, request, listener, on_task)
+                    result = await self._run_task(target, request, listener, on_task, tools)
                     if waited is not None:
                         result.queued_ms = round(waited * 1000, 3)
                 finally:
@@ -254,8 +259,10 @@ class Execution:
         return result
 
     async def _run_task(self, target: Runner | Session, request: ExecRequest, listener: OutputListener | None,
-                        on_task: Callable[[asyncio.Task | None], None] | None) -> ExecResult:
-        task = asyncio.ensure_future(target.run(request, listener=listener))
+                        on_task: Callable[[asyncio.Task | None], None] | None,
+                        tools: list[Tool] | None = None) -> ExecResult:
+        task = asyncio.ensure_future(target.run(request, listener=listener, tools=tools)
+                                     if tools is not None else target.run(request, listener=listener))
         self.inflight.add(task)
         if on_task is not None:
             on_task(task)

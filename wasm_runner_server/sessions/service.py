@@ -16,10 +16,12 @@ from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
+from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
+from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
 from wasm_runner_server.sessions.store import SessionStore
 
@@ -43,6 +45,10 @@ class Service:
     checks: dict[str, str] = field(default_factory=dict)
     disk: DiskLedger = field(default_factory=DiskLedger)
     """Bytes reserved by API writes in progress (wasm_runner.quota)."""
+    caller_tools: CallerTools = field(default_factory=CallerTools)
+    """Guests' calls of caller-side tools waiting for the caller's answer (code mode over HTTP)."""
+    profile_tools: ProfileTools = field(default_factory=ProfileTools)
+    """The tools of the profiles' MCP servers (code mode)."""
     _warmup: asyncio.Task | None = None
 
     @classmethod
@@ -126,6 +132,7 @@ class Service:
             self._warmup.cancel()
         await self.processes.close()
         await self.sessions.close()
+        await self.profile_tools.close()
         try:
             await asyncio.wait_for(asyncio.to_thread(self.pool.close), timeout=10)
         except TimeoutError:

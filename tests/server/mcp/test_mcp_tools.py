@@ -21,7 +21,7 @@ from wasm_runner_server.mcp import server as mcp_server
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
                   "run_process", "session_new", "session_list", "session_reset", "session_fork", "publish_artifact",
                   "install_packages", "start_process", "process_output", "send_input", "stop_process",
-                  "preview_url"}
+                  "preview_url", "sandbox_tools_api"}
 
 # Plain Python (no matplotlib in WASI): a bar chart drawn into RGB pixels, written as a PNG with zlib + struct.
 PNG_CHART = r'''

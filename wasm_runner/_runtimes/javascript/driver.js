@@ -308,7 +308,7 @@
   class NetworkLimitExceeded extends TypeError {}
   Object.defineProperty(NetworkLimitExceeded.prototype, 'name', { value: 'NetworkLimitExceeded' });
 
-  function hostCall(head, body) {
+  function hostExchange(head, body) {
     const headBytes = encodeText(JSON.stringify(head));
     const payload = body || new Uint8Array(0);
     const message = new Uint8Array(4 + headBytes.length + payload.length);
@@ -316,11 +316,16 @@
     message.set(headBytes, 4);
     message.set(payload, 4 + headBytes.length);
     const size = os.write(HTTP_FD, message.buffer, 0, message.length);
-    if (!(size > 4)) throw new TypeError('fetch failed: the host did not answer');
+    if (!(size > 4)) return [null, null];
     const reply = new Uint8Array(size);
     os.write(HTTP_FD + 1, reply.buffer, 0, size);
     const headLength = new DataView(reply.buffer).getUint32(0, true);
-    const answer = JSON.parse(decodeText(reply.subarray(4, 4 + headLength)));
+    return [JSON.parse(decodeText(reply.subarray(4, 4 + headLength))), reply.subarray(4 + headLength)];
+  }
+
+  function hostCall(head, body) {
+    const [answer, rest] = hostExchange(head, body);
+    if (answer === null) throw new TypeError('fetch failed: the host did not answer');
     if (!answer.ok) {
       const error = answer.error || {};
       let text = error.message || 'the host refused the request';
@@ -328,7 +333,7 @@
       const Kind = error.kind === 'denied' ? NetworkDenied : error.kind === 'limit' ? NetworkLimitExceeded : TypeError;
       throw new Kind(Kind === TypeError ? `fetch failed: ${text}` : text);
     }
-    return [answer, reply.subarray(4 + headLength)];
+    return [answer, rest];
   }
 
   const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -516,6 +521,42 @@
   define('Request', Request);
   define('Response', Response);
   define('fetch', async function fetch(input, init) { return fetchNow(input, init); });
+
+  // ---------------------------------------------------------------- tools (code mode)
+
+  // `await tools.searchIssues({query: "x"})`: the call goes to the host on the same channel as
+  // fetch (a head whose op is "tool"), which decides it (allowlist, budget, schema, timeout) and
+  // answers with the tool's JSON result or a refusal, thrown here as a ToolError.
+  class ToolError extends Error {
+    constructor(message, kind) { super(message); this.kind = kind || 'tool_error'; }
+  }
+  Object.defineProperty(ToolError.prototype, 'name', { value: 'ToolError' });
+  function callTool(name, args) {
+    let head;
+    try {
+      head = { op: 'tool', name, kwargs: args === undefined ? {} : JSON.parse(JSON.stringify(args)) };
+    } catch (e) {
+      throw new ToolError(`${name}(): arguments must be JSON values: ${e.message}`, 'invalid_arguments');
+    }
+    if (head.kwargs === null || typeof head.kwargs !== 'object' || Array.isArray(head.kwargs)) {
+      throw new ToolError(`${name}() takes one object of named arguments, e.g. {query: "x"}`, 'invalid_arguments');
+    }
+    const [answer] = hostExchange(head);
+    if (answer === null) throw new ToolError(`${name}(): the host did not answer`);
+    if (!answer.ok) {
+      const error = answer.error || {};
+      throw new ToolError(error.message || 'the host refused the call', error.kind);
+    }
+    return answer.value === undefined ? null : answer.value;
+  }
+  const tools = new Proxy(Object.create(null), {
+    get(target, name) {
+      if (typeof name !== 'string' || name === 'then') return undefined;
+      return async (args) => callTool(name, args);
+    },
+  });
+  define('ToolError', ToolError);
+  define('tools', tools);
 
   // ---------------------------------------------------------------- per instance
 

@@ -293,11 +293,12 @@ class NativeProvider(Provider):
                              program, bwrap_path, self.identity, self.seccomp_program, self.egress, tools)
         return launch.start(cwd, stdin, pty)
 
-    def typecheck(self, code: str, timeout_s: float) -> list[Diagnostic]:
-        """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own."""
+    def typecheck(self, code: str, timeout_s: float, declarations: str = "") -> list[Diagnostic]:
+        """tsc's diagnostics for a TypeScript program, checked in a sandbox of its own (with `declarations`,
+        a `.d.ts` text, beside the runtimes' own)."""
         from wasm_runner.providers.native.typecheck import typecheck
 
-        return typecheck(self.execute, code, timeout_s)
+        return typecheck(self.execute, code, timeout_s, declarations)
 
     def _program(self, request: ExecRequest, isolated: bool) -> Program:
         for key, value in request.env.items():

@@ -75,13 +75,18 @@ def _checker(message: str) -> list[Diagnostic]:
     return [Diagnostic(file="", line=0, column=0, code=0, message=message, category="checker")]
 
 
-def typecheck(execute: Callable[[Job], ExecResult], code: str, timeout_s: float) -> list[Diagnostic]:
+def typecheck(execute: Callable[[Job], ExecResult], code: str, timeout_s: float,
+              declarations: str = "") -> list[Diagnostic]:
     """tsc's diagnostics for `code` (empty when it type-checks), run by `execute` (the native
-    provider's) in a sandbox."""
-    script = (f"mkdir -p {CHECK_DIR} && cat > {CHECK_DIR}/input.ts && cat > {CHECK_DIR}/globals.d.ts <<'EOF'\n"
+    provider's) in a sandbox; `declarations` (a `.d.ts` text: the run's tools) is checked beside it."""
+    # stdin carries the program's length in bytes on a line, the program, then the declarations:
+    # no text of the request's is put into the script (`read` takes the line byte by byte).
+    script = (f"mkdir -p {CHECK_DIR} && {{ IFS= read -r n && head -c \"$n\" > {CHECK_DIR}/input.ts && "
+              f"cat > {CHECK_DIR}/tools.d.ts; }} && cat > {CHECK_DIR}/globals.d.ts <<'EOF'\n"
               f"{GLOBALS_D_TS}EOF\n"
-              f'exec tsc "$@" {CHECK_DIR}/input.ts {CHECK_DIR}/globals.d.ts')
-    request = ExecRequest(command=["/bin/sh", "-c", script, "tsc", *TSC_OPTIONS], provider="native", stdin=code,
+              f'exec tsc "$@" {CHECK_DIR}/input.ts {CHECK_DIR}/globals.d.ts {CHECK_DIR}/tools.d.ts')
+    stdin = f"{len(code.encode())}\n{code}{declarations}"
+    request = ExecRequest(command=["/bin/sh", "-c", script, "tsc", *TSC_OPTIONS], provider="native", stdin=stdin,
                           limits=Limits(timeout_s=timeout_s, memory_bytes=TYPECHECK_MEMORY_BYTES))
     root = Path(tempfile.mkdtemp(prefix="wasm-runner-typecheck-"))
     try:

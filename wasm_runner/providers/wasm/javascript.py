@@ -72,7 +72,7 @@ from wasm_runner.lowlevel.capi import (
 )
 from wasm_runner.lowlevel.write_tracking import PAGE
 from wasm_runner.manifests import load_manifest
-from wasm_runner.providers.wasm import guest_http
+from wasm_runner.providers.wasm import guest_http, guest_tools
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.quickjs_module import (
     DERIVE_VERSION,
@@ -833,7 +833,8 @@ def _stdio_write(guest: _Guest, cx: int, fd: int, iovs: int, iovs_len: int, nwri
         return ERRNO_SUCCESS
     data = chunks[0] if iovs_len == 1 else b"".join(chunks)
     if fd == HTTP_FD:  # a request: answered by the host now; its length is what the write returns
-        guest.http_reply = guest_http.answer_binary(data)
+        guest.http_reply = (guest_tools.answer_binary(data) if guest_tools.is_tool_message(data)
+                            else guest_http.answer_binary(data))
         ctypes.c_uint32.from_address(base + nwritten_ptr).value = len(guest.http_reply)
         return ERRNO_SUCCESS
     capture = guest.router.stdout if fd == 1 else guest.router.stderr

@@ -19,7 +19,7 @@ from wasm_runner.guest import Mount
 from wasm_runner.hints import network_hint, with_hint
 from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.base import Job, Provider
-from wasm_runner.providers.wasm import guest_http, guest_installs
+from wasm_runner.providers.wasm import guest_http, guest_installs, guest_tools
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.kernel_slots import KernelSlot
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_settings, wait_closed
@@ -168,6 +168,7 @@ class WasmProvider(Provider):
         network = guest_http.GuestNetwork(self.http, request.effective_egress, request.credentials,
                                           time.monotonic() + request.limits.timeout_s)
         fetching = guest_http.serve(network)  # and its HTTP requests
+        calling = guest_tools.serve(job.tools)  # and its tool calls
         try:
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
@@ -200,6 +201,7 @@ class WasmProvider(Provider):
         finally:
             guest_installs.serve(answering)  # another job on this thread must not reach this session
             guest_http.serve(fetching)
+            guest_tools.serve(calling)
             events = network.close()
             self._warm.done()
             watcher.unwatch(quota_key)

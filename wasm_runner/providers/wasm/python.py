@@ -38,7 +38,7 @@ from wasm_runner.lowlevel.host_descriptors import HostDescriptors
 from wasm_runner.lowlevel.string_call import StringCall
 from wasm_runner.lowlevel.write_tracking import PAGE
 from wasm_runner.manifests import load_manifest
-from wasm_runner.providers.wasm import guest_http, guest_installs
+from wasm_runner.providers.wasm import guest_http, guest_installs, guest_tools
 from wasm_runner.providers.wasm.immortal_image import ImageSpan, ensure_immortal_copy, immortal_path
 from wasm_runner.providers.wasm.kernel import Kernel, Runtime
 from wasm_runner.providers.wasm.memory_reset import LinearMemory, instantiate_located, mapping_lock
@@ -147,6 +147,7 @@ class PythonRuntime(Runtime):
         with linker.root() as root:
             root.add_func(guest_installs.IMPORT_NAME, guest_installs.answer)
             root.add_func(guest_http.IMPORT_NAME, guest_http.answer)
+            root.add_func(guest_tools.IMPORT_NAME, guest_tools.answer)
         plain = Path(os.path.realpath(compiled_path(sha, "component", settings)))
         immortal: Path | None = immortal_path(plain)
         if not immortal.exists():

@@ -4,28 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 from aiohttp import web
 
-from wasm_runner import ExecResult
+from wasm_runner import ExecResult, OutputListener, Session
+from wasm_runner.profiles import Profile
+from wasm_runner.tools import Tool, ToolRegistry, python_stubs, typescript_stubs
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
+from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCall, ToolList, ToolSpec
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
-from wasm_runner_server.errors import ApiError, from_file_error
-from wasm_runner_server.http.bodies import read_json
+from wasm_runner_server.errors import ApiError, from_file_error, not_found
+from wasm_runner_server.http.bodies import json_response, read_json, wants_event_stream
 from wasm_runner_server.http.file_work import request_budget, run_file_work
 from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import check_shape
-from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
+from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.service import SERVICE, Service
 
+log = logging.getLogger("wasm_runner.server")
 routes = web.RouteTableDef()
 
 _EXEC_ERRORS = (403, 404, 409, 413, 415, 429, 503)
@@ -53,7 +60,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ExecBody)
-    _, profile = service.execution.profile(body.profile or live.row.profile)
+    profile_name, profile = service.execution.profile(body.profile or live.row.profile)
     runner, session = service.sessions.core(live, profile)
     allow_guest_installs(service, request, live, runner, session)  # for the guest's own `sandbox.install`
     code, path_language = _code_or_path(body, session.workspace.files, service)
@@ -62,8 +69,93 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         limits=body.limits, fresh=body.fresh, id=body.id, path_language=path_language,
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
         network=service.sessions.call_egress(live, body_policy(body.egress)))
-    return await respond(request, lambda listener, started: service.sessions.run(
-        live, runner, exec_request, mode="session", listener=listener, on_start=started))
+    configured = await mcp_tools(service, profile_name, profile)
+    if configured:
+        session.set_tools(frozenset(profile.tools) if profile.tools is not None else None,
+                          tool_audit(request, live.row.id))
+    if not body.tools:
+        return await respond(request, lambda listener, started: service.sessions.run(
+            live, runner, exec_request, mode="session", listener=listener, on_start=started,
+            tools=configured or None))
+    streams: list[OutputListener] = []  # the run's event stream, once it starts
+    tools = configured + caller_tools(request, service, live, session, profile, body.tools,
+                                      lambda name, data: streams[0](name, data))
+
+    def run(listener: OutputListener | None, started: Callable[[], None] | None) -> Awaitable[ExecResult]:
+        assert listener is not None  # caller_tools refused a call that does not stream
+        streams.append(listener)
+        return service.sessions.run(live, runner, exec_request, mode="session", listener=listener, on_start=started,
+                                    tools=tools)
+
+    return await respond(request, run)
+
+
+def caller_tools(request: web.Request, service: Service, live: LiveSession, session: Session, profile: Profile,
+                 specs: list[ToolSpec], emit: Callable[[str, bytes], None]) -> list[Tool]:
+    """The run's caller-side tools, their calls sent with `emit` and each decided call recorded in the audit
+    log; 422 when the request does not stream or a spec is not a tool's, 403 when the profile does not
+    allow one of them (its allowlist also holds in the core, for every call)."""
+    if not wants_event_stream(request):
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
+                       "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
+    allowed = frozenset(profile.tools) if profile.tools is not None else None
+    refused = sorted({spec.name for spec in specs} - allowed) if allowed is not None else []
+    if refused:
+        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED, f"the profile does not allow the tools {', '.join(refused)}",
+                       f"offer only tools the profile allows ({', '.join(sorted(allowed or ())) or 'none'}), "
+                       "or use another profile")
+    try:
+        tools = service.caller_tools.tools(live.row.id, specs, emit)
+    except ValueError as exc:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
+    session.set_tools(allowed, tool_audit(request, live.row.id))
+    return tools
+
+
+def tool_audit(request: web.Request, session_id: str) -> Callable[[ToolCall], None]:
+    """Records each decided tool call of the session's run in the audit log (any thread)."""
+    policy = request.app[POLICY]
+    return lambda call: policy.on_tool_call(request, session_id, call)
+
+
+async def mcp_tools(service: Service, name: str, profile: Profile) -> list[Tool]:
+    """The tools of the profile's MCP servers; 503 when one cannot be started or reached."""
+    try:
+        return await service.profile_tools.tools(name, profile)
+    except Exception as exc:  # noqa: BLE001 - the caller gets a status, the log the details
+        log.warning("an MCP tool source failed", exc_info=True, extra={"event": "mcp_tools_failed", "profile": name})
+        raise ApiError(503, ErrorCode.UNAVAILABLE, f"the profile's MCP tool servers are unavailable: {exc}",
+                       "retry later, or ask the operator to check the profile's mcp_servers") from None
+
+
+@routes.get("/v1/sessions/{id}/tools")
+@operation(summary="The tools the session's code may call from its profile, and their generated API",
+           tag="execution", response=ToolList, errors=(404, 503),
+           description="The tools of the profile's MCP servers (within its allowlist), with a Python stub module "
+                       "and a TypeScript declaration to show a model; caller-side tools are the caller's own.")
+async def session_tools(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    name, profile = service.execution.profile(live.row.profile)
+    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(profile.tools)
+    specs = registry.specs()
+    return json_response(ToolList(tools=specs, python=python_stubs(specs), typescript=typescript_stubs(specs)))
+
+
+@routes.post("/v1/sessions/{id}/tool-calls/{call_id}")
+@operation(summary="Answer a tool call of the session's running code (code mode, caller-side tools)",
+           tag="execution", body=ToolAnswer, response=ToolAnswered, errors=(404, 422),
+           description="The call arrived as a tool_call event on the exec stream; its code waits for this "
+                       "answer until the call's timeout or the run's end (then 404 tool_call_not_found).")
+async def answer_tool_call(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, ToolAnswer)
+    call_id = request.match_info["call_id"]
+    if not service.caller_tools.answer(live.row.id, call_id, body):
+        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
+                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
+    return json_response(ToolAnswered())
 
 
 @routes.post("/v1/sessions/{id}/process")
@@ -88,13 +180,14 @@ async def process_in_session(request: web.Request) -> web.StreamResponse:
 async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     body = await read_json(request, OneShotBody)
-    _, profile = service.execution.profile(body.profile)
+    profile_name, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
     for pattern in body.outputs:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
     runner = service.pool.get(profile)
-    if not body.files and not body.outputs and body.path is None:  # the core's one-shot path: no workspace to seed
+    configured = await mcp_tools(service, profile_name, profile) if body.command is None else []
+    if not body.files and not body.outputs and body.path is None and not configured:  # the core's one-shot path
         if body.code is None and body.command is None:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
@@ -123,10 +216,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
             limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
             typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
+        if configured:  # the profile's MCP tools, audited under this run's throwaway session
+            session.set_tools(frozenset(profile.tools) if profile.tools is not None else None,
+                              tool_audit(request, session.id))
 
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
-                                                 on_start=started)
+                                                 on_start=started, tools=configured or None)
             outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)

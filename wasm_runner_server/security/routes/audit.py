@@ -24,7 +24,7 @@ routes = web.RouteTableDef()
 class AuditQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     session: Annotated[str, Meta(max_length=64)] | None = None
     key_id: Annotated[str, Meta(max_length=64)] | None = None
-    kind: Literal["exec", "file", "artifact", "packages", "policy", "process", "session"] | None = None
+    kind: Literal["exec", "file", "artifact", "packages", "policy", "process", "session", "tool"] | None = None
     outcome: Annotated[str, Meta(max_length=32)] | None = None
     since: float | None = None
     """Unix time; rows at or after it."""

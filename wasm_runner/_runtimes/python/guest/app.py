@@ -575,6 +575,86 @@ def _sandbox_module():
     sys.modules["sandbox"] = module
 
 
+# --- tools (code mode) -------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call the host refused or the tool failed; `kind` says which (see the result's tool_calls)."""
+
+    def __init__(self, message, kind="tool_error"):
+        super().__init__(message)
+        self.kind = kind
+
+
+ToolError.__module__ = "sandbox"  # as guest code imports it
+
+
+class _Resolved:
+    """A tool call made inside a running event loop: already answered, awaited for its value."""
+
+    __slots__ = ("_value", "_error")
+
+    def __init__(self, value, error):
+        self._value, self._error = value, error
+
+    def __await__(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+        yield  # noqa: unreachable - makes this a generator
+
+
+def _sandbox_tools():
+    """`from sandbox import tools; tools.search_issues(query="x")`: each call goes to the host,
+    which decides it (the run's tools only, budget, schema, timeout) and answers with JSON.
+    Inside a running event loop a call returns an awaitable (`await tools.search_issues(...)`)."""
+    import wit_world
+
+    def call(name, args, kwargs):
+        try:
+            request = _dumps({"name": name, "args": list(args), "kwargs": kwargs})
+        except (TypeError, ValueError) as exc:
+            raise ToolError(f"{name}(): arguments must be JSON values: {exc}", "invalid_arguments") from None
+        answer = _loads(wit_world.call_tool(request))
+        if answer.get("ok"):
+            return answer.get("value")
+        error = answer.get("error") or {}
+        raise ToolError(error.get("message", "the host refused the call"), error.get("kind", "tool_error"))
+
+    def in_event_loop():
+        asyncio = sys.modules.get("asyncio")
+        return asyncio is not None and asyncio.events._get_running_loop() is not None
+
+    class Tool:
+        __slots__ = ("__name__",)
+
+        def __init__(self, name):
+            self.__name__ = name
+
+        def __call__(self, *args, **kwargs):
+            if not in_event_loop():
+                return call(self.__name__, args, kwargs)
+            try:
+                return _Resolved(call(self.__name__, args, kwargs), None)
+            except ToolError as exc:
+                return _Resolved(None, exc)
+
+        def __repr__(self):
+            return f"<tool {self.__name__}>"
+
+    class Tools:
+        """The run's tools, by name: `tools.<name>(...)`; a name the run was not given raises ToolError."""
+
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                raise AttributeError(name)
+            return Tool(name)
+
+    module = sys.modules["sandbox"]
+    module.tools = Tools()
+    module.ToolError = ToolError
+
+
 # --- HTTP through the host ---------------------------------------------------------
 # There are no sockets here. http.client's connections (and so urllib.request, and libraries
 # built on them) hand each request to the host through the `http-request` import: the host
@@ -917,6 +997,7 @@ class WitWorld:
 
 
 _sandbox_module()
+_sandbox_tools()
 _warm_up()
 
 # The environment a run with no variables of its own gets (the host's base environment,

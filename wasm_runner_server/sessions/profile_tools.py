@@ -1,0 +1,54 @@
+"""The tools a profile's runs get from its configured MCP servers, started on first use and kept
+until the service closes (a server that cannot start is retried on the next use)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from wasm_runner.profiles import Profile
+from wasm_runner.tools import Tool
+from wasm_runner.tools.mcp_source import McpTools
+
+__all__ = ["ProfileTools"]
+
+log = logging.getLogger("wasm_runner.server")
+
+
+class ProfileTools:
+    def __init__(self) -> None:
+        self._sources: dict[str, list[McpTools]] = {}
+        self._lock = asyncio.Lock()
+
+    async def tools(self, name: str, profile: Profile) -> list[Tool]:
+        """The tools of the profile's MCP servers (RuntimeError naming a server that cannot be reached)."""
+        if not profile.mcp_servers:
+            return []
+        async with self._lock:
+            sources = self._sources.get(name)
+            if sources is None:
+                sources = []
+                try:
+                    for server in profile.mcp_servers:
+                        source = McpTools(command=server.command, url=server.url, env=server.environment(),
+                                          headers=server.headers, prefix=server.prefix,
+                                          call_timeout_s=server.call_timeout_s)
+                        sources.append(source)
+                        await asyncio.to_thread(source.start)
+                except Exception:
+                    await asyncio.to_thread(_close_all, sources)
+                    raise
+                self._sources[name] = sources
+                log.info("MCP tool sources started", extra={"event": "mcp_tools", "profile": name,
+                                                            "tools": sum(len(s.tools) for s in sources)})
+        return [tool for source in sources for tool in source.tools]
+
+    async def close(self) -> None:
+        sources = [s for listed in self._sources.values() for s in listed]
+        self._sources.clear()
+        await asyncio.to_thread(_close_all, sources)
+
+
+def _close_all(sources: list[McpTools]) -> None:
+    for source in sources:
+        source.close()
