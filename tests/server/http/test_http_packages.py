@@ -39,8 +39,9 @@ async def test_install_then_import_in_kernel_fresh_after_hibernation_and_restart
         return (await call(first, "GET", f"/v1/sessions/{sid}"))[1]["state"] == "hibernated"
 
     await eventually(hibernated, timeout=10)
-    after = await run(first, sid, HELLO)
-    assert after["kernel_restarted"] is True and after["value"] == EXPECTED
+    after = await run(first, sid, HELLO + "\nkept")
+    assert after["kernel_restored"] is True and after["value"] == "1"  # the kernel came back with its state
+    assert (await run(first, sid, HELLO))["value"] == EXPECTED
     await first.close()
 
     second = await serve(packages=packages)  # same data directory: a restart
