@@ -42,6 +42,7 @@ from wasm_runner_server.http.preview_server import (
     refuse_service_worker,
 )
 from wasm_runner_server.http.routes import batch as routes_batch
+from wasm_runner_server.http.routes import copies as routes_copies
 from wasm_runner_server.http.routes import exec as routes_exec
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import history as routes_history
@@ -130,7 +131,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app[CONFIG] = config
     app[POLICY] = policy
     app[PREVIEWS] = previews
-    for table in (routes_meta.routes, routes_sessions.routes, routes_exec.routes, routes_files.routes,
+    for table in (routes_meta.routes, routes_sessions.routes, routes_copies.routes, routes_exec.routes, routes_files.routes,
                   routes_history.routes, routes_batch.routes, console.routes,
                   routes_packages.routes, routes_processes.routes, routes_ports.routes, routes_pty.routes):
         app.add_routes(table)

@@ -60,7 +60,7 @@ def _method(method: str) -> str:
 
 
 def _concrete(canonical: str, session_id: str) -> str:
-    path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000")
+    path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000").replace("{call_id}", "c1")
     return re.sub(r"\{path\}", "notes.txt", path)
 
 
