@@ -424,6 +424,16 @@ class Session:
             saved.wait(wait_s)
         return saved
 
+    def checkpoint_kernels(self) -> None:
+        """Checkpoint the live WebAssembly kernels now, between calls, so that the next call need not
+        before it runs (what a failed call is rolled back to). A worker process calls it once a
+        call's answer is out."""
+        state = self.state
+        with state.lock:
+            for slot in state.kernels.values():
+                if slot.saves_state:
+                    slot.ahead()
+
     def drop_kernels(self) -> None:
         """End the background processes and drop the kernels without saving them (the session is going)."""
         self.stop_processes("stopped: the session was deleted", final=True)

@@ -93,6 +93,8 @@ class WorkerSession(Protocol):
 
     def drop_kernels(self) -> None: ...
 
+    def checkpoint_kernels(self) -> None: ...
+
     def save_kernels(self, timeout_s: float = 30.0, compress: bool = True) -> dict[str, str]: ...
 
     def run_sync(self, code: ExecRequest, *, listener: OutputListener | None = None,
@@ -241,6 +243,11 @@ class KernelHost:
                 done = self.retiring and not self.running
         if done:
             self.exit_process()
+        elif not self.retiring:  # the answer is out: what a failed next call rolls back to, taken now
+            try:
+                session.checkpoint_kernels()
+            except Exception:  # noqa: BLE001 - the next call takes it itself
+                log.exception("a kernel checkpoint between calls failed")
 
     def _asker(self, seq: int, deadline: float) -> Callable[[str], str]:
         """Run `seq`'s answer to its guest's install requests: ask the parent, wait until `deadline`."""

@@ -40,12 +40,15 @@ class KernelSlot:
     """The kernel's state before the call running now (None: it could not be taken)."""
     no_checkpoint: str | None = None
     """Why there is none."""
+    checkpoint_current: bool = False
+    """The checkpoint was taken after the last call (ahead of the next): nothing ran since."""
 
     def drop(self, reason: str) -> None:
         """Close the kernel (if any) and remember that its state is gone, and why."""
         if self.kernel is not None:
             self.kernel.close()
         self.kernel, self.lost, self.reason, self.checkpoint = None, True, reason, None
+        self.checkpoint_current = False
 
     def open(self, runtime: Runtime, view: View, limits: Limits, images: KernelImages | None) -> Opened:
         """Make sure the slot holds a kernel that takes `limits`, restoring a saved image where
@@ -88,8 +91,11 @@ class KernelSlot:
         return Opened(restarted=restarted, reason=reason)
 
     def before_call(self) -> None:
-        """Checkpoint the kernel, for a rollback should the call fail."""
+        """Checkpoint the kernel, for a rollback should the call fail (unless `ahead` did already)."""
         assert self.kernel is not None
+        if self.checkpoint_current:
+            self.checkpoint_current = False
+            return
         try:
             self.checkpoint, self.no_checkpoint = self.kernel.checkpoint(), None
         except SnapshotRefused as exc:
@@ -97,6 +103,12 @@ class KernelSlot:
         except Exception as exc:  # noqa: BLE001 - the call runs without a way back
             log.warning("could not checkpoint a kernel", exc_info=True)
             self.checkpoint, self.no_checkpoint = None, f"the checkpoint failed: {exc}"
+
+    def ahead(self) -> None:
+        """Checkpoint now, between calls (off the next call's path: a worker does it once its answer is out)."""
+        if self.kernel is not None and not self.checkpoint_current:
+            self.before_call()
+            self.checkpoint_current = True
 
     def after_call(self, runtime: Runtime, view: View, limits: Limits, outcome: Outcome) -> bool:
         """After a call: one that hit a limit or lost its instance is rolled back to the checkpoint
@@ -114,7 +126,7 @@ class KernelSlot:
             else:
                 assert self.kernel is not None
                 self.kernel.close()
-                self.kernel, self.checkpoint = kernel, None
+                self.kernel, self.checkpoint, self.checkpoint_current = kernel, None, False
                 return True
         if outcome.instance_lost:
             self.drop(f"the previous call {what}, and the kernel could not be rolled back ({self.no_checkpoint})")
