@@ -47,7 +47,7 @@ from wasm_runner_server.sessions.run_disk import RunRooms
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
 
 if TYPE_CHECKING:
-    from wasm_runner.tools import Tool
+    from wasm_runner.tools import Approver, Tool
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -390,7 +390,8 @@ class SessionManager:
     # -- execution ------------------------------------------------------------------------
 
     async def run(self, live: LiveSession, runner: Runner, request: ExecRequest, *, mode: str,
-                  listener: OutputListener | None = None, on_start=None, tools: list[Tool] | None = None) -> ExecResult:
+                  listener: OutputListener | None = None, on_start=None, tools: list[Tool] | None = None,
+                  on_approval: Approver | None = None) -> ExecResult:
         """Run in the session: queued behind its earlier calls, then under a gate slot."""
         if live.waiting >= self.config.server.session_queue_size:
             raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", ErrorCode.SESSION_BUSY)
@@ -415,7 +416,8 @@ class SessionManager:
             session.disk_room = room.room if room is not None else None  # calls of a session run one at a time
             try:
                 result = await self.execution.run(session, request, mode=mode, listener=listener,
-                                                  on_start=on_start, on_task=set_task, tools=tools)
+                                                  on_start=on_start, on_task=set_task, tools=tools,
+                                                  on_approval=on_approval)
             finally:
                 session.disk_room = None
                 if room is not None:
