@@ -45,6 +45,7 @@ from wasm_runner_server.sessions.egress import at_start, within_profile, within_
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.run_disk import RunRooms
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
+from wasm_runner_server.sessions.tool_sets import session_tools
 
 if TYPE_CHECKING:
     from wasm_runner.tools import Approver, Tool
@@ -232,6 +233,7 @@ class SessionManager:
     def create(self, body: SessionCreate) -> LiveSession:
         name, profile = self.execution.profile(body.profile)
         egress = None if body.egress is None else within_profile(body.egress, name, profile, self.execution.profiles)
+        tools = None if body.tools is None else session_tools(body.tools, name, profile)
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
         if idle > self.policy.max_idle_timeout_s:
@@ -245,7 +247,7 @@ class SessionManager:
             raise ApiError(422, ErrorCode.INVALID_SESSION_ID, f"session ids may not start with {ONESHOT_PREFIX!r}")
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
-                         ttl_s=ttl, metadata=dict(body.metadata), egress=egress)
+                         ttl_s=ttl, metadata=dict(body.metadata), egress=egress, tools=tools)
         if session_id in self.sessions or not self.store.insert(row):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
@@ -261,7 +263,7 @@ class SessionManager:
         source = parent.row
         row = SessionRow(id=core.id, profile=source.profile, created_at=now, last_used_at=now,
                          idle_timeout_s=source.idle_timeout_s, ttl_s=source.ttl_s, metadata=dict(source.metadata),
-                         egress=source.egress)
+                         egress=source.egress, tools=source.tools)
         if core.id in self.sessions or not self.store.insert(row):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
         live = LiveSession(row, core=core)
@@ -370,7 +372,8 @@ class SessionManager:
         return SessionInfo(id=row.id, profile=row.profile, state=state, kernels=kernels,
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
-                           executions=row.executions, metadata=row.metadata, egress=self.egress(live))
+                           executions=row.executions, metadata=row.metadata, egress=self.egress(live),
+                           tools=row.tools)
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None

@@ -40,6 +40,7 @@ from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.profile_tools import with_approvals
 from wasm_runner_server.sessions.service import SERVICE, Service
+from wasm_runner_server.sessions.tool_sets import run_allowlist
 
 log = logging.getLogger("wasm_runner.server")
 routes = web.RouteTableDef()
@@ -80,8 +81,7 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         network=service.sessions.call_egress(live, body_policy(body.egress)))
     configured = await mcp_tools(service, profile_name, profile)
     if configured:
-        session.set_tools(frozenset(profile.tools) if profile.tools is not None else None,
-                          tool_audit(request, live.row.id))
+        session.set_tools(run_allowlist(profile, live.row.tools), tool_audit(request, live.row.id))
     streams: list[OutputListener] = []  # the run's event stream, once it starts
 
     def emit(name: str, data: bytes) -> None:
@@ -112,12 +112,13 @@ def caller_tools(request: web.Request, service: Service, live: LiveSession, sess
     if not wants_event_stream(request):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
                        "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
-    allowed = frozenset(profile.tools) if profile.tools is not None else None
+    allowed = run_allowlist(profile, live.row.tools)
     refused = sorted({spec.name for spec in specs} - allowed) if allowed is not None else []
     if refused:
-        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED, f"the profile does not allow the tools {', '.join(refused)}",
-                       f"offer only tools the profile allows ({', '.join(sorted(allowed or ())) or 'none'}), "
-                       "or use another profile")
+        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED,
+                       f"the session's profile and tool set do not allow the tools {', '.join(refused)}",
+                       f"offer only tools they allow ({', '.join(sorted(allowed or ())) or 'none'}), "
+                       "or use another session")
     try:
         tools = service.caller_tools.tools(live.row.id, specs, emit)
     except ValueError as exc:
@@ -151,7 +152,7 @@ async def session_tools(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     name, profile = service.execution.profile(live.row.profile)
-    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(profile.tools)
+    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(run_allowlist(profile, live.row.tools))
     specs = registry.specs()
     return json_response(ToolList(tools=specs, python=python_stubs(specs), typescript=typescript_stubs(specs)))
 
