@@ -131,3 +131,27 @@ def test_a_malformed_decision_is_a_422(server, body) -> None:
         sid = client.create_session().id
     response = httpx.post(f"{server.url}/v1/sessions/{sid}/approvals/abc", json=body)
     assert response.status_code == 422, response.text
+
+
+def test_an_async_clients_coroutine_decides_a_javascript_guests_call(start_server) -> None:
+    import asyncio
+
+    from wasm_runner_client import AsyncClient
+
+    server = start_server(profiles=tracker())
+
+    async def main():
+        async def decide(event: ApprovalEvent) -> bool:
+            await asyncio.sleep(0)
+            return event.arguments == {"number": 3}
+
+        async with AsyncClient(server.url) as client:
+            sid = (await client.create_session(profile="tracker")).id
+            return await client.exec(sid, "for (const n of [3, 2]) {\n"
+                                          "  try { console.log(await tools.trackerIssueTitle({number: n})); }\n"
+                                          "  catch (e) { console.log(e.kind); }\n}", language="javascript",
+                                     on_approval=decide)
+
+    result = asyncio.run(main())
+    assert result.stdout == "crash on exit\nrefused\n", result.stderr
+    assert [c.approval for c in result.tool_calls] == ["granted", "refused"]
