@@ -61,7 +61,8 @@ def _method(method: str) -> str:
 
 def _concrete(canonical: str, session_id: str) -> str:
     path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000")
-    return re.sub(r"\{path\}", "notes.txt", path)
+    path = re.sub(r"\{path\}", "notes.txt", path)
+    return re.sub(r"\{\w+\}", "x1", path)  # a call's or an approval's id
 
 
 @pytest.mark.parametrize(("method", "canonical"), SESSION_ROUTES, ids=[f"{m} {c}" for m, c in SESSION_ROUTES])
