@@ -9,8 +9,12 @@ way back. Paths: a library callable with the guest in this process (`isolation="
 also with `ToolPolicy(inline=True)`: the tool on the guest's own thread, no hand-off),
 the same with the guest on a worker process (the default: the call goes up its pipe), and a
 caller-side tool through the service (an event on the exec stream, answered by the typed
-client's POST), against `wasm-runner serve` on loopback. Prints one JSON object (p50 and p90
-in microseconds, medians over the rounds).
+client's POST), against `wasm-runner serve` on loopback, and a local MCP server over stdio (the
+official SDK, `mcp_noop_server.py`) as the tool source. Then code mode against tool calling: one
+program making `--batch` calls of the MCP tool, timed whole from the host (the run included),
+against as many separate round trips by an MCP client to the same server (what a client calling
+the tool once per turn pays, model time aside). Prints one JSON object (p50 and p90 in
+microseconds, medians over the rounds; the batch in milliseconds).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,6 +35,7 @@ from bench_http import start_server  # noqa: E402
 
 from wasm_runner import Runner  # noqa: E402
 from wasm_runner.tools import ToolPolicy  # noqa: E402
+from wasm_runner.tools.mcp_source import McpTools  # noqa: E402
 from wasm_runner_client import Client  # noqa: E402
 
 TARGETS_US = {"library_in_process_p50_us": 50.0, "service_caller_side_p50_us": 2000.0}
@@ -51,6 +57,15 @@ print(times[len(times) // 2], times[len(times) * 9 // 10])
 def noop(n: int) -> int:
     """Does nothing: the call's own cost is all there is."""
     return n
+
+
+MCP_SERVER = Path(__file__).resolve().parent / "mcp_noop_server.py"
+
+BATCH_PROGRAM = """
+from sandbox import tools
+total = sum(tools.noop(n=1) for _ in range({calls}))
+print(total)
+"""
 
 
 def percentiles(stdout: str) -> tuple[float, float]:
@@ -90,15 +105,48 @@ def _through_client(url: str, calls: int, rounds: int) -> dict[str, float]:
             "p90_us": round(statistics.median(g[1] for g in got), 1)}
 
 
+def mcp_stdio(calls: int, rounds: int, batch: int) -> tuple[dict[str, float], dict[str, float]]:
+    """A guest calling the MCP server's tool (p50/p90 per call); then one program making `batch` calls
+    against `batch` round trips of an MCP client (wall time of each, medians over the rounds)."""
+    source = McpTools(command=[sys.executable, str(MCP_SERVER)])
+    tools = source.start()
+    try:
+        with Runner() as runner:
+            session = runner.session()
+            session.run_sync("1", tools=tools)
+            got = [percentiles(session.run_sync(PROGRAM.format(calls=calls), tools=tools).stdout)
+                   for _ in range(rounds)]
+            program_ms, trips_ms = [], []
+            [noop_tool] = tools
+            for _ in range(rounds):
+                started = time.perf_counter()
+                result = session.run_sync(BATCH_PROGRAM.format(calls=batch), tools=tools)
+                program_ms.append((time.perf_counter() - started) * 1000)
+                assert result.stdout.strip() == str(batch), result.stderr
+                started = time.perf_counter()
+                for _ in range(batch):
+                    noop_tool.function(n=1)  # one tools/call round trip of the SDK's client each
+                trips_ms.append((time.perf_counter() - started) * 1000)
+    finally:
+        source.close()
+    per_call = {"p50_us": round(statistics.median(g[0] for g in got), 1),
+                "p90_us": round(statistics.median(g[1] for g in got), 1)}
+    compared = {"calls": batch, "one_program_ms": round(statistics.median(program_ms), 1),
+                "separate_round_trips_ms": round(statistics.median(trips_ms), 1)}
+    return per_call, compared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
     in_process = library("in-process", args.calls, args.rounds)
     inline = library("in-process", args.calls, args.rounds, ToolPolicy(inline=True))
     on_worker = library("process", args.calls, args.rounds)
     over_http = asyncio.run(service(args.calls, args.rounds))
+    over_mcp, program_vs_trips = mcp_stdio(args.calls, args.rounds, args.batch)
     print(json.dumps({
         "benchmark": "tools",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -108,6 +156,8 @@ def main() -> None:
         "library_in_process_inline": inline,
         "library_worker_process": on_worker,
         "service_caller_side": over_http,
+        "mcp_stdio": over_mcp,
+        "program_vs_round_trips": program_vs_trips,
         "targets_us": TARGETS_US,
     }, indent=2))
 

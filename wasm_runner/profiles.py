@@ -250,6 +250,11 @@ class Profile(ConfigModel):
     null: any; `[]`: none."""
     mcp_servers: list[McpServerConfig] = []
     """MCP servers whose tools every run of this profile may call (within `tools`)."""
+    tool_call_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    """The longest a guest's tool call waits, its approval included (the run's deadline bounds it too)."""
+    approval_tools: list[str] = []
+    """Tool names (as guests call them, prefix included) each call of which waits for the session
+    owner's approval (an `approval_required` event on the exec stream); MCP and caller-side tools alike."""
 
     def allows_env(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.env_allowlist)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
     from wasm_runner.packages.installer import PackageInstaller
-    from wasm_runner.tools.calls import ToolPolicy
+    from wasm_runner.tools.calls import Approver, ToolPolicy
     from wasm_runner.tools.registry import ToolsArg
 
 __all__ = ["Isolation", "Runner", "default_providers"]
@@ -299,15 +299,16 @@ class Runner:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
                   tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
-                  tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
+                  tool_policy: ToolPolicy | None = None, on_approval: Approver | None = None,
+                  **fields: Any) -> ExecResult:
         """Run once in a throwaway workspace and return the result (never raises for guest behaviour).
-        `tools`, `allow_tools` and `tool_policy`: as `Session.run` takes them (code mode)."""
+        `tools`, `allow_tools`, `tool_policy` and `on_approval`: as `Session.run` takes them (code mode)."""
         if tools is not None:
             session = self._throwaway_session(self.request(code, **fields))
             try:
                 return await session.run(msgspec.structs.replace(self.request(code, **fields), fresh=True),
                                          listener=listener, tools=tools, allow_tools=allow_tools,
-                                         tool_policy=tool_policy)
+                                         tool_policy=tool_policy, on_approval=on_approval)
             finally:
                 session.destroy()
         request = self.request(code, **fields)
@@ -327,14 +328,15 @@ class Runner:
 
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
                  tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
-                 tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
+                 tool_policy: ToolPolicy | None = None, on_approval: Approver | None = None,
+                 **fields: Any) -> ExecResult:
         """`run`, blocking this thread."""
         if tools is not None:  # one-shot workers have no way back to this process's tools: a throwaway session
             session = self._throwaway_session(self.request(code, **fields))
             try:
                 return session.run_sync(msgspec.structs.replace(self.request(code, **fields), fresh=True),
                                         listener=listener, tools=tools, allow_tools=allow_tools,
-                                        tool_policy=tool_policy)
+                                        tool_policy=tool_policy, on_approval=on_approval)
             finally:
                 session.destroy()
         request = self.request(code, **fields)

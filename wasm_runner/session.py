@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # a provider loads with the first run, not with the session
     from wasm_runner.packages.installer import PackageInstaller
     from wasm_runner.providers.wasm.kernel_slots import KernelSlot
     from wasm_runner.snapshots.fork import ForkResult
-    from wasm_runner.tools.calls import ToolPolicy, ToolRun
+    from wasm_runner.tools.calls import Approver, ToolPolicy, ToolRun
     from wasm_runner.tools.registry import ToolRegistry, ToolsArg
     from wasm_runner_protocol.egress import EgressPolicy
     from wasm_runner_protocol.tools import ToolCall
@@ -195,16 +195,18 @@ class Session:
 
     async def run(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
                   tools: ToolsArg | None = None, allow_tools: Iterable[str] | None = None,
-                  tool_policy: ToolPolicy | None = None, **fields: Any) -> ExecResult:
+                  tool_policy: ToolPolicy | None = None, on_approval: Approver | None = None,
+                  **fields: Any) -> ExecResult:
         """Run in this session's kernel (or a fresh instance with fresh=True); calls run in order.
 
         `tools` (callables with type hints, `Tool`s, or a `ToolRegistry`) are what the guest may
         call as `sandbox.tools.<name>(...)` (Python) or `await tools.<name>({...})` (JavaScript),
         besides the session's own; `allow_tools` narrows them to these names. Every call is decided
         by the host under `tool_policy` and listed in the result's `tool_calls`. Coroutine tools
-        run on this event loop."""
+        run on this event loop. `on_approval` decides each call of a tool that needs approval
+        (`tool(fn, approval=True)`): True runs it; without it such calls are refused."""
         request = self._with_egress(self.runner.request(code, **fields))
-        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, asyncio.get_running_loop())
+        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, asyncio.get_running_loop(), on_approval)
         request = _declared(request, tool_run)
         self._ensure_packages()
         if self._queue is None:
@@ -234,11 +236,11 @@ class Session:
     def run_sync(self, code: str | ExecRequest, *, listener: OutputListener | None = None,
                  on_job: Callable[[Job], None] | None = None, tools: ToolsArg | None = None,
                  allow_tools: Iterable[str] | None = None, tool_policy: ToolPolicy | None = None,
-                 **fields: Any) -> ExecResult:
+                 on_approval: Approver | None = None, **fields: Any) -> ExecResult:
         """Run as `run` does, blocking this thread; `on_job` is told of the job before its guest
         starts (to cancel this very call from another thread)."""
         request = self._with_egress(self.runner.request(code, **fields))
-        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, None)
+        tool_run = self._tool_run(request, tools, allow_tools, tool_policy, None, on_approval)
         request = _declared(request, tool_run)
         handler = tool_run.handle if tool_run is not None else None
         self._ensure_packages()
@@ -263,7 +265,8 @@ class Session:
                 tool_run.close()
 
     def _tool_run(self, request: ExecRequest, tools: ToolsArg | None, allow_tools: Iterable[str] | None,
-                  policy: ToolPolicy | None, loop: asyncio.AbstractEventLoop | None) -> ToolRun | None:
+                  policy: ToolPolicy | None, loop: asyncio.AbstractEventLoop | None,
+                  on_approval: Approver | None = None) -> ToolRun | None:
         """The run's tools: the session's and the call's, narrowed by the session's allowlist and the
         call's (PermissionError when `allow_tools` names one the run could not have)."""
         if tools is None and self.tools is None:
@@ -275,7 +278,8 @@ class Session:
 
         registry = ToolRegistry(list(self.tools or ()) + list(as_registry(tools) if tools is not None else ()))
         registry = registry.narrowed(self.tool_allowlist).narrowed(allow_tools, who="the call's allow_tools")
-        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(), loop=loop, on_call=self.on_tool_call)
+        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(), loop=loop, on_call=self.on_tool_call,
+                       approver=on_approval)
 
     def _refused(self, request: ExecRequest) -> ExecResult | None:
         """The answer when no kernel worker can take the call and none may run in this process."""

@@ -74,7 +74,15 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent, ToolList
+from wasm_runner_protocol.tools import (
+    ApprovalDecided,
+    ApprovalDecision,
+    ApprovalEvent,
+    ToolAnswer,
+    ToolAnswered,
+    ToolCallEvent,
+    ToolList,
+)
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
@@ -170,10 +178,11 @@ class AsyncClient:
                              idle_timeout_s: float | None = None, ttl_s: float | None = None,
                              metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
                              packages: PackageRequest | None = None,
-                             egress: EgressPolicy | None = None, template: str | None = None) -> SessionInfo:
+                             egress: EgressPolicy | None = None, template: str | None = None,
+                             tools: list[str] | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress, template=template)
+                             egress=egress, template=template, tools=tools)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     async def update_session(self, session_id: str, *,
@@ -243,13 +252,14 @@ class AsyncClient:
                    language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
                    id: str | None = None, egress: EgressPolicy | None = None,
-                   tools: calls.ToolsArg | None = None) -> ExecResult:
+                   tools: calls.ToolsArg | None = None,
+             on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None = None) -> ExecResult:
         """Run `code` in the session's kernel; `tools` as `Client.exec` takes them (coroutine functions are
         awaited here, others run on a thread)."""
-        if tools is not None:
+        if tools is not None or on_approval is not None:
             async with self.exec_stream(session_id, code, path=path, language=language, stdin=stdin, env=env,
                                         limits=limits, fresh=fresh, profile=profile, id=id, egress=egress,
-                                        tools=tools) as stream:
+                                        tools=tools, on_approval=on_approval) as stream:
                 return await stream.collect()
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress)
@@ -259,13 +269,39 @@ class AsyncClient:
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
                     id: str | None = None, egress: EgressPolicy | None = None,
-                    tools: calls.ToolsArg | None = None) -> AsyncExecStream[ExecResult]:
+                    tools: calls.ToolsArg | None = None,
+                    on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None = None) -> AsyncExecStream[ExecResult]:
         specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress, tools=specs)
-        on_tool_call = functools.partial(self._answer_tool_call, session_id, functions) if functions else None
+        on_tool_call = (functools.partial(self._answer_stream_event, session_id, functions, on_approval)
+                        if tools is not None or on_approval is not None else None)
         return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult,
                                on_tool_call)
+
+    async def _answer_stream_event(self, session_id: str, functions: dict[str, Callable[..., Any]],
+                                   on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None,
+                                   event: ToolCallEvent | ApprovalEvent) -> None:
+        if isinstance(event, ApprovalEvent):
+            await self._decide(session_id, on_approval, event)
+        else:
+            await self._answer_tool_call(session_id, functions, event)
+
+    async def _decide(self, session_id: str, on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None,
+                      event: ApprovalEvent) -> None:
+        """Ask `on_approval` and post its decision (no callback, or one that fails: refused)."""
+        try:
+            decision = on_approval(event) if on_approval is not None else False
+            if inspect.isawaitable(decision):
+                decision = await decision
+            approve = decision is True
+        except Exception:  # noqa: BLE001 - a failing callback refuses the call
+            approve = False
+        try:
+            await self._call(Call("POST", calls.approval_path(session_id, event.approval_id),
+                                  body=ApprovalDecision(approve=approve)), ApprovalDecided)
+        except NotFoundError:
+            pass  # the call timed out or its run ended: it is refused already
 
     async def _answer_tool_call(self, session_id: str, functions: dict[str, Callable[..., Any]],
                                 event: ToolCallEvent) -> None:
@@ -492,7 +528,7 @@ class AsyncExecStream(Generic[R]):
     """An execution answered as server-sent events: `async for` the `OutputChunk`s; `result` once done."""
 
     def __init__(self, client: AsyncClient, call: Call, result_type: type[R],
-                 on_tool_call: Callable[[ToolCallEvent], Awaitable[None]] | None = None) -> None:
+                 on_tool_call: Callable[[ToolCallEvent | ApprovalEvent], Awaitable[None]] | None = None) -> None:
         call.headers["Accept"] = "text/event-stream"
         self._client = client
         self._call = call
@@ -530,7 +566,7 @@ class AsyncExecStream(Generic[R]):
         try:
             async for line in response.aiter_lines():
                 chunk = self._state.line(line)
-                if isinstance(chunk, ToolCallEvent):
+                if isinstance(chunk, (ToolCallEvent, ApprovalEvent)):
                     if self._on_tool_call is not None:
                         await self._on_tool_call(chunk)
                 elif chunk is not None:

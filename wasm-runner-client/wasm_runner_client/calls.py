@@ -35,7 +35,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Language, Limits
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES
-from wasm_runner_protocol.tools import ToolAnswer, ToolCallEvent, ToolSpec, spec_of
+from wasm_runner_protocol.tools import ApprovalEvent, ToolAnswer, ToolCallEvent, ToolSpec, spec_of
 
 T = TypeVar("T")
 R = TypeVar("R", bound=ExecResult)
@@ -369,6 +369,10 @@ def tool_call_path(session_id: str, call_id: str) -> str:
     return session_path(session_id, "tool-calls", segment(call_id))
 
 
+def approval_path(session_id: str, approval_id: str) -> str:
+    return session_path(session_id, "approvals", segment(approval_id))
+
+
 class StreamState(Generic[R]):
     """What a stream of an execution has delivered: chunks as they come, then the result."""
 
@@ -377,9 +381,9 @@ class StreamState(Generic[R]):
         self.parser = EventParser()
         self.result: R | None = None
 
-    def line(self, line: str) -> OutputChunk | ToolCallEvent | None:
-        """The output chunk (or tool call) a line completes, if any; sets `result` on the final event;
-        raises an `error` event."""
+    def line(self, line: str) -> OutputChunk | ToolCallEvent | ApprovalEvent | None:
+        """The output chunk (or tool call, or call waiting for approval) a line completes, if any; sets
+        `result` on the final event; raises an `error` event."""
         event = self.parser.feed(line)
         if event is None:
             return None
@@ -389,6 +393,8 @@ class StreamState(Generic[R]):
             return OutputChunk(stream="stdout" if name == "stdout" else "stderr", text=text)
         if name == "tool_call":
             return decode(ToolCallEvent, data.encode("utf-8"))
+        if name == "approval_required":
+            return decode(ApprovalEvent, data.encode("utf-8"))
         if name == "result":
             self.result = decode(self.result_type, data.encode("utf-8"))
         elif name == "error":

@@ -68,7 +68,15 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import ExecResult, Language
 from wasm_runner_protocol.packages import InstallResult, PackageLock, PackageRequest
 from wasm_runner_protocol.processes import SignalName, StreamName
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCallEvent, ToolList
+from wasm_runner_protocol.tools import (
+    ApprovalDecided,
+    ApprovalDecision,
+    ApprovalEvent,
+    ToolAnswer,
+    ToolAnswered,
+    ToolCallEvent,
+    ToolList,
+)
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -175,12 +183,12 @@ class Client:
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
                        metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
                        packages: PackageRequest | None = None, egress: EgressPolicy | None = None,
-                       template: str | None = None) -> SessionInfo:
+                       template: str | None = None, tools: list[str] | None = None) -> SessionInfo:
         """A new session (cheap: no interpreter or directory until its first use). `egress` narrows its
         profile's network policy for the session's life (403 if wider); `update_session` changes it."""
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress, template=template)
+                             egress=egress, template=template, tools=tools)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     def update_session(self, session_id: str, *, egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:
@@ -252,16 +260,19 @@ class Client:
              language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
              limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
              id: str | None = None, egress: EgressPolicy | None = None,
-             tools: calls.ToolsArg | None = None) -> ExecResult:
+             tools: calls.ToolsArg | None = None,
+             on_approval: Callable[[ApprovalEvent], bool] | None = None) -> ExecResult:
         """Run `code` (or the workspace file `path`) in the session's kernel.
 
         `tools` (callables with type hints) are what the code may call (`sandbox.tools.<name>(...)`,
         `await tools.<name>({...})`): each call the service allows runs here, in this process, and its
-        result (or its exception's message) goes back to the code. The result lists the calls in `tool_calls`."""
-        if tools is not None:
+        result (or its exception's message) goes back to the code. The result lists the calls in `tool_calls`.
+        `on_approval` decides each call of a tool that needs approval (an `ApprovalEvent`: the tool and its
+        arguments): True runs it; without it, or when it raises, such calls are refused."""
+        if tools is not None or on_approval is not None:
             with self.exec_stream(session_id, code, path=path, language=language, stdin=stdin, env=env,
                                   limits=limits, fresh=fresh, profile=profile, id=id, egress=egress,
-                                  tools=tools) as stream:
+                                  tools=tools, on_approval=on_approval) as stream:
                 return stream.collect()
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress)
@@ -271,7 +282,8 @@ class Client:
                     language: str | None = None, stdin: str = "", env: Mapping[str, str] | None = None,
                     limits: LimitsArg = None, fresh: bool = False, profile: str | None = None,
                     id: str | None = None, egress: EgressPolicy | None = None,
-                    tools: calls.ToolsArg | None = None) -> ExecStream[ExecResult]:
+                    tools: calls.ToolsArg | None = None,
+                    on_approval: Callable[[ApprovalEvent], bool] | None = None) -> ExecStream[ExecResult]:
         """Like `exec`, yielding output as it happens; the result is `stream.result` at the end.
 
             with client.exec_stream(sid, code) as stream:
@@ -283,9 +295,31 @@ class Client:
         specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress, tools=specs)
-        on_tool_call = functools.partial(self._answer_tool_call, session_id, functions) if functions else None
+        on_tool_call = (functools.partial(self._answer_stream_event, session_id, functions, on_approval)
+                        if tools is not None or on_approval is not None else None)
         return ExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult,
                           on_tool_call)
+
+    def _answer_stream_event(self, session_id: str, functions: dict[str, Callable[..., Any]],
+                             on_approval: Callable[[ApprovalEvent], bool] | None,
+                             event: ToolCallEvent | ApprovalEvent) -> None:
+        if isinstance(event, ApprovalEvent):
+            self._decide(session_id, on_approval, event)
+        else:
+            self._answer_tool_call(session_id, functions, event)
+
+    def _decide(self, session_id: str, on_approval: Callable[[ApprovalEvent], bool] | None,
+                event: ApprovalEvent) -> None:
+        """Ask `on_approval` and post its decision (no callback, or one that fails: refused)."""
+        try:
+            approve = on_approval is not None and on_approval(event) is True
+        except Exception:  # noqa: BLE001 - a failing callback refuses the call
+            approve = False
+        try:
+            self._call(Call("POST", calls.approval_path(session_id, event.approval_id),
+                            body=ApprovalDecision(approve=approve)), ApprovalDecided)
+        except NotFoundError:
+            pass  # the call timed out or its run ended: it is refused already
 
     def _answer_tool_call(self, session_id: str, functions: dict[str, Callable[..., Any]],
                           event: ToolCallEvent) -> None:
@@ -541,7 +575,7 @@ class ExecStream(Generic[R]):
     """
 
     def __init__(self, client: Client, call: Call, result_type: type[R],
-                 on_tool_call: Callable[[ToolCallEvent], None] | None = None) -> None:
+                 on_tool_call: Callable[[ToolCallEvent | ApprovalEvent], None] | None = None) -> None:
         call.headers["Accept"] = "text/event-stream"
         self._client = client
         self._call = call
@@ -580,7 +614,7 @@ class ExecStream(Generic[R]):
         try:
             for line in response.iter_lines():
                 chunk = self._state.line(line)
-                if isinstance(chunk, ToolCallEvent):
+                if isinstance(chunk, (ToolCallEvent, ApprovalEvent)):
                     if self._on_tool_call is not None:
                         self._on_tool_call(chunk)
                 elif chunk is not None:

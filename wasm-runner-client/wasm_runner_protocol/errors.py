@@ -116,6 +116,7 @@ class ErrorCode(StrEnum):
     ARTIFACT_NOT_FOUND = "artifact_not_found"
     VERSION_NOT_FOUND = "version_not_found"
     TOOL_CALL_NOT_FOUND = "tool_call_not_found"
+    APPROVAL_NOT_FOUND = "approval_not_found"
     # -- MCP tool errors ---------------------------------------------------------------------
     UNKNOWN_TOOL = "unknown_tool"
     UNAVAILABLE = "unavailable"

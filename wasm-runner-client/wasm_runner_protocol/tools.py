@@ -11,12 +11,17 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ToolAnswer", "ToolAnswered", "ToolCall", "ToolCallEvent", "ToolList", "ToolOutcome", "ToolSpec", "check_name",
+__all__ = ["ApprovalDecided", "ApprovalDecision", "ApprovalEvent", "ApprovalState", "ToolAnswer", "ToolAnswered",
+           "ToolCall", "ToolCallEvent", "ToolList", "ToolOutcome", "ToolSpec", "check_name",
            "spec_of"]
 
 ToolOutcome = Literal["ok", "tool_error", "not_allowed", "invalid_arguments", "budget", "timeout", "too_large",
-                      "cancelled"]
-"""How a guest's tool call ended: answered (`ok`), the tool raised (`tool_error`), or the host refused it."""
+                      "cancelled", "refused"]
+"""How a guest's tool call ended: answered (`ok`), the tool raised (`tool_error`), or the host refused it
+(`refused`: its approval was denied)."""
+
+ApprovalState = Literal["granted", "refused", "timeout"]
+"""The decision on a call of a tool that needs approval: given, denied, or none before the call's timeout."""
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):
@@ -28,6 +33,8 @@ class ToolSpec(msgspec.Struct, kw_only=True):
     """A JSON schema of type object: the tool's keyword arguments."""
     returns: dict[str, Any] | None = None
     """A JSON schema of its result, when known (stubs show it; results are not checked against it)."""
+    approval: bool = False
+    """Each call waits for someone's approval (an `approval_required` event) before the tool runs."""
 
 
 class ToolCall(msgspec.Struct, kw_only=True):
@@ -41,6 +48,8 @@ class ToolCall(msgspec.Struct, kw_only=True):
     """Digest of the arguments as the guest sent them (JSON): a record that holds no argument values."""
     error: str | None = None
     """The message the guest got, when the call did not succeed."""
+    approval: ApprovalState | None = None
+    """For a tool that needs approval: the decision (None: no approval was asked)."""
 
 
 class ToolCallEvent(msgspec.Struct, kw_only=True):
@@ -51,6 +60,31 @@ class ToolCallEvent(msgspec.Struct, kw_only=True):
     tool: str
     arguments: dict[str, Any] = {}
     """Checked against the tool's schema by the service."""
+
+
+class ApprovalEvent(msgspec.Struct, kw_only=True):
+    """A guest's call of a tool that needs approval, sent on the exec stream as the event
+    `approval_required`: the call waits for a `ApprovalDecision` posted to
+    /v1/sessions/{id}/approvals/{approval_id}, until the call's timeout (then it is refused)."""
+
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any] = {}
+    """Already checked against the tool's schema."""
+    timeout_s: float = 0.0
+    """How long the call waits for the decision."""
+
+
+class ApprovalDecision(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The decision on an `ApprovalEvent`: the tool runs, or the guest gets ToolError `refused`."""
+
+    approve: bool
+
+
+class ApprovalDecided(msgspec.Struct, kw_only=True):
+    """The service took the decision: the waiting call goes on (or is refused) now."""
+
+    accepted: bool = True
 
 
 class ToolAnswer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -120,7 +154,8 @@ def _describe(doc: str) -> tuple[str, dict[str, str]]:
     return summary.strip(), described
 
 
-def spec_of(function: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> ToolSpec:
+def spec_of(function: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+            approval: bool = False) -> ToolSpec:
     """The spec of a Python callable: its keyword parameters (with type hints) become the JSON schema
     of its arguments, its docstring the description. TypeError when it cannot be a tool."""
     name = name if name is not None else getattr(function, "__name__", "")
@@ -168,4 +203,4 @@ def spec_of(function: Callable[..., Any], *, name: str | None = None, descriptio
         except TypeError:
             returns = None
     return ToolSpec(name=name, description=description if description is not None else summary,
-                    parameters=parameters, returns=returns)
+                    parameters=parameters, returns=returns, approval=approval)

@@ -239,6 +239,9 @@ class SessionCreate(_Body):
     template: TemplateName | None = None
     """Start from this template of the workspace (`POST /v1/templates`): its files, packages and kernel
     state, so the first call finds them ready."""
+    tools: Annotated[list[Annotated[str, Meta(max_length=64)]], Meta(max_length=256)] | None = None
+    """The only tool names the session's runs may use (code mode), within its profile's `tools`
+    (a name outside them: 403 tool_not_allowed); null: the profile's."""
 
 
 class SessionFork(_Body):
@@ -313,6 +316,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     metadata: dict[str, str]
     egress: EgressPolicy = EgressPolicy()
     """The session's network policy now: its profile's unless changed (PATCH /v1/sessions/{id})."""
+    tools: list[str] | None = None
+    """The tool names its runs may use, as chosen at creation (null: its profile's allowlist)."""
 
 
 class SessionList(msgspec.Struct, kw_only=True):

@@ -4,7 +4,8 @@ A guest's request is JSON, `{"name": str, "args": [...], "kwargs": {...}}`, and 
 `{"ok": true, "value": ...}` or `{"ok": false, "error": {"kind", "message"}}` (the guest raises
 `ToolError`). Before a tool runs the host checks, in order: the run is still on, the request's
 size, that the run was given the tool, the budget (calls, total tool time) and the arguments
-against the tool's JSON schema. The tool then runs on a thread of the run's own, waited for no
+against the tool's JSON schema, and for a tool that needs approval, the run's approver's decision
+(refused when none is given by the call's timeout). The tool then runs on a thread of the run's own, waited for no
 longer than the call's timeout, the budget's remaining time and the run's deadline; its result
 must be JSON no larger than the cap. Each call is recorded (`ToolCall`) whatever its outcome.
 """
@@ -19,16 +20,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from wasm_runner.tools.registry import Tool, ToolRegistry
-from wasm_runner_protocol.tools import ToolCall, ToolOutcome
+from wasm_runner_protocol.tools import ApprovalState, ToolCall, ToolOutcome
 
-__all__ = ["ToolPolicy", "ToolRun", "refusal"]
+__all__ = ["ApprovalRequest", "Approver", "ToolPolicy", "ToolRun", "refusal"]
 
 log = logging.getLogger("wasm_runner")
 
@@ -63,15 +64,31 @@ class ToolPolicy:
                 raise ValueError(f"ToolPolicy.{field} must be positive")
 
 
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A guest's call of a tool that needs approval, its arguments checked, waiting for a decision."""
+
+    tool: str
+    arguments: dict[str, Any]
+    timeout_s: float
+    """How long the call waits; with no decision by then it is refused (`timeout`)."""
+
+
+Approver = Callable[[ApprovalRequest], "bool | Awaitable[bool]"]
+"""Decides a call of a tool that needs approval: True runs it. A coroutine function runs on the run's
+loop; a plain one on a thread of the run's (it may block, e.g. to ask a person)."""
+
+
 def refusal(kind: ToolOutcome, message: str) -> str:
     """An answer refusing the guest's call, as JSON (the guest raises it as ToolError)."""
     return json.dumps({"ok": False, "error": {"kind": kind, "message": message}})
 
 
 class _Refused(Exception):
-    def __init__(self, kind: ToolOutcome, message: str) -> None:
+    def __init__(self, kind: ToolOutcome, message: str, approval: ApprovalState | None = None) -> None:
         super().__init__(message)
         self.kind: ToolOutcome = kind
+        self.approval = approval
 
 
 class ToolRun:
@@ -81,7 +98,8 @@ class ToolRun:
     def __init__(self, tools: ToolRegistry, policy: ToolPolicy = ToolPolicy(), *,
                  deadline: float | Callable[[], float | None] | None = None,
                  loop: asyncio.AbstractEventLoop | None = None,
-                 on_call: Callable[[ToolCall], None] | None = None) -> None:
+                 on_call: Callable[[ToolCall], None] | None = None,
+                 approver: Approver | None = None) -> None:
         self.tools = tools
         self.policy = policy
         self.deadline = deadline
@@ -91,6 +109,8 @@ class ToolRun:
         """Where coroutine tools run (the caller's loop); None: each on a loop of its own."""
         self.on_call = on_call
         """Told of every call once decided (the service's audit rows)."""
+        self.approver = approver
+        """Decides the calls of tools that need approval (None: such calls are refused)."""
         self.calls: list[ToolCall] = []
         self._lock = threading.Lock()
         self._spent_s = 0.0
@@ -120,6 +140,7 @@ class ToolRun:
         name = "?"
         digest = ""
         tool_s = 0.0
+        approval: ApprovalState | None = None
         try:
             if self._closed.done():
                 raise _Refused("cancelled", "the run has ended: no tool call is made after it")
@@ -141,6 +162,9 @@ class ToolRun:
             digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()
             self._take_budget()
             self._check(found, arguments)
+            if found.spec.approval:
+                self._approve(found, arguments)
+                approval = "granted"
             value, tool_s = self._call(found, arguments)
             try:
                 encoded = msgspec.json.encode({"ok": True, "value": value})
@@ -149,18 +173,20 @@ class ToolRun:
             if len(encoded) > self.policy.max_result_bytes:
                 raise _Refused("too_large", f"the tool's result is over {self.policy.max_result_bytes} bytes")
             self._record(ToolCall(tool=name, outcome="ok", duration_ms=round(tool_s * 1000, 3),
-                                  arguments_sha256=digest))
+                                  arguments_sha256=digest, approval=approval))
             return encoded.decode()
         except _Refused as refused:
             if refused.kind in ("tool_error", "timeout", "cancelled", "too_large") and not tool_s:
                 tool_s = time.perf_counter() - started if refused.kind != "too_large" else 0.0
             message_text = str(refused)
             self._record(ToolCall(tool=name, outcome=refused.kind, duration_ms=round(tool_s * 1000, 3),
-                                  arguments_sha256=digest, error=message_text))
+                                  arguments_sha256=digest, error=message_text,
+                                  approval=refused.approval or approval))
             return refusal(refused.kind, message_text)
         except Exception as exc:  # noqa: BLE001 - the guest gets an answer, the instance stays usable
             log.exception("a guest's tool call failed on the host")
-            self._record(ToolCall(tool=name, outcome="tool_error", arguments_sha256=digest, error="host error"))
+            self._record(ToolCall(tool=name, outcome="tool_error", arguments_sha256=digest, error="host error",
+                                  approval=approval))
             return refusal("tool_error", f"the host could not make the call: {type(exc).__name__}")
 
     def _bind(self, found: Tool, args: Any, kwargs: Any) -> dict[str, Any]:
@@ -199,6 +225,57 @@ class ToolRun:
                 self._made -= 1
             where = "/".join(str(p) for p in error.absolute_path)
             raise _Refused("invalid_arguments", f"{found.name}(): {where + ': ' if where else ''}{error.message}")
+
+    def _wait_s(self) -> float:
+        """How long the next wait of a call may last: the call's timeout, bounded by the run's deadline."""
+        wait = self.policy.call_timeout_s
+        deadline = self.deadline() if callable(self.deadline) else self.deadline
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        return wait
+
+    def _approve(self, found: Tool, arguments: dict[str, Any]) -> None:
+        """Returns once the call is approved; else _Refused (denied, no decision in time, run over).
+        The wait for a decision is not tool time: the tool then gets its own timeout."""
+        if self.approver is None:
+            raise _Refused("refused", f"{found.name}() needs approval and this run has no one to give it "
+                                      f"(over HTTP: a session's exec with Accept: text/event-stream)", "refused")
+        wait = self._wait_s()
+        if wait <= 0:
+            raise _Refused("timeout", "the run's deadline has passed", "timeout")
+        request = ApprovalRequest(tool=found.name, arguments=arguments, timeout_s=round(wait, 3))
+        approver = self.approver
+        future: concurrent.futures.Future[Any]
+        if inspect.iscoroutinefunction(approver):
+            if self.loop is not None and self.loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(approver(request), self.loop)
+            else:
+                future = self._ensure_pool().submit(asyncio.run, approver(request))
+        else:
+            future = self._ensure_pool().submit(approver, request)
+        done, _ = concurrent.futures.wait([future, self._closed], timeout=wait,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        if self._closed.done():
+            future.cancel()
+            raise _Refused("cancelled", "the run ended while the call waited for approval")
+        if future not in done:
+            future.cancel()
+            raise _Refused("timeout", f"{found.name}() needs approval and none was given within {wait:.3g} s: "
+                                      f"the call was refused", "timeout")
+        failure = future.exception()
+        decision = future.result() if failure is None else False
+        if failure is not None:
+            log.warning("a tool call's approver failed: the call is refused", exc_info=failure)
+        if inspect.isawaitable(decision):  # a plain function returning an awaitable: not a decision
+            raise _Refused("refused", f"{found.name}(): the approver gave no decision", "refused")
+        if decision is not True:
+            raise _Refused("refused", f"{found.name}() needs approval and it was refused", "refused")
+
+    def _ensure_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.policy.threads, thread_name_prefix="tool")
+            return self._pool
 
     def _call(self, found: Tool, arguments: dict[str, Any]) -> tuple[Any, float]:
         with self._lock:

@@ -12,9 +12,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from wasm_runner_protocol.tools import ToolSpec, check_name, spec_of
 
-__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "from_spec", "tool"]
+__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "from_spec", "needing_approval",
+           "tool"]
 
 def camel_name(name: str) -> str:
     """The JavaScript name of a tool: `search_issues` -> `searchIssues`."""
@@ -34,12 +37,21 @@ class Tool:
         return self.spec.name
 
 
-def tool(function: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> Tool:
+def tool(function: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+         approval: bool = False) -> Tool:
     """A tool made from a Python callable: its keyword parameters (with type hints) become the
-    JSON schema of its arguments, its docstring the description. TypeError when it cannot be one."""
+    JSON schema of its arguments, its docstring the description. TypeError when it cannot be one.
+    With `approval`, each call waits for the run's approver (`on_approval`) before the tool runs."""
     if isinstance(function, Tool):
-        return function
-    return Tool(spec_of(function, name=name, description=description), function)
+        return needing_approval(function) if approval else function
+    return Tool(spec_of(function, name=name, description=description, approval=approval), function)
+
+
+def needing_approval(found: Tool) -> Tool:
+    """The same tool, each of whose calls waits for an approval (an operator's marking of an MCP tool)."""
+    if found.spec.approval:
+        return found
+    return Tool(msgspec.structs.replace(found.spec, approval=True), found.function)
 
 
 def from_spec(spec: ToolSpec, function: Callable[..., Any], *, allow_patterns: bool = False) -> Tool:

@@ -365,13 +365,16 @@ class AuditLog:
         return self._insert(row)
 
     def record_tool_call(self, *, workspace: str, key_id: str, session: str, ephemeral: bool, tool: str,
-                         arguments_sha256: str, outcome: str, duration_ms: float, error: str | None) -> int:
+                         arguments_sha256: str, outcome: str, duration_ms: float, error: str | None,
+                         approval: str | None = None) -> int:
         """Queue the row of a guest's tool call (code mode): the tool as `path`, the digest of its arguments
         as `code_sha256` (their values are not kept), its outcome, its time, the message of a refusal or
-        failure as `stderr`."""
+        failure as `stderr`; `mode` is `call`, or for a tool that needs approval `approval_<decision>`
+        (granted, refused, timeout)."""
         now = time.time()
+        mode = f"approval_{approval}" if approval else "call"
         row = {"ts": now, "kind": "tool", "workspace": workspace, "key_id": key_id, "session": session,
-               "ephemeral": int(ephemeral), "mode": "call", "path": tool, "code_sha256": arguments_sha256 or None,
+               "ephemeral": int(ephemeral), "mode": mode, "path": tool, "code_sha256": arguments_sha256 or None,
                "outcome": outcome, "duration_ms": duration_ms, "started_at": now - duration_ms / 1000,
                "finished_at": now}
         if not ephemeral and error:

@@ -282,7 +282,7 @@ class SecurityPolicy(AccessPolicy):
             self._security.audit.record_tool_call(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
                 ephemeral=bool(owner and owner.ephemeral), tool=call.tool, arguments_sha256=call.arguments_sha256,
-                outcome=call.outcome, duration_ms=call.duration_ms, error=call.error)
+                outcome=call.outcome, duration_ms=call.duration_ms, error=call.error, approval=call.approval)
         except Exception:  # noqa: BLE001 - the guest's call is answered whatever the log does
             log.exception("audit write failed", extra={"event": "audit_failed"})
 

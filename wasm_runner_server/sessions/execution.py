@@ -35,7 +35,7 @@ from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.backpressure import ExecutionGate
 
 if TYPE_CHECKING:
-    from wasm_runner.tools import Tool
+    from wasm_runner.tools import Approver, Tool, ToolPolicy
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -132,7 +132,8 @@ class Execution:
     async def run(self, target: Runner | Session, request: ExecRequest, *, mode: str,
                   listener: OutputListener | None = None, on_start: Callable[[], None] | None = None,
                   on_task: Callable[[asyncio.Task | None], None] | None = None,
-                  tools: list[Tool] | None = None) -> ExecResult:
+                  tools: list[Tool] | None = None, on_approval: Approver | None = None,
+                  tool_policy: ToolPolicy | None = None) -> ExecResult:
         """Run in a session (or one-shot on a runner) while holding a gate slot.
 
         `on_start` is called once the execution is admitted (a streaming response starts
@@ -149,7 +150,7 @@ class Execution:
                 started = time.perf_counter()
                 result = None
                 try:
-                    result = await self._run_task(target, request, listener, on_task, tools)
+                    result = await self._run_task(target, request, listener, on_task, tools, on_approval, tool_policy)
                     if waited is not None:
                         result.queued_ms = round(waited * 1000, 3)
                 finally:
@@ -260,8 +261,10 @@ class Execution:
 
     async def _run_task(self, target: Runner | Session, request: ExecRequest, listener: OutputListener | None,
                         on_task: Callable[[asyncio.Task | None], None] | None,
-                        tools: list[Tool] | None = None) -> ExecResult:
-        task = asyncio.ensure_future(target.run(request, listener=listener, tools=tools)
+                        tools: list[Tool] | None = None, on_approval: Approver | None = None,
+                        tool_policy: ToolPolicy | None = None) -> ExecResult:
+        task = asyncio.ensure_future(target.run(request, listener=listener, tools=tools, on_approval=on_approval,
+                                                tool_policy=tool_policy)
                                      if tools is not None else target.run(request, listener=listener))
         self.inflight.add(task)
         if on_task is not None:

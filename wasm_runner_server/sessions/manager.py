@@ -45,9 +45,10 @@ from wasm_runner_server.sessions.egress import at_start, within_profile, within_
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.run_disk import RunRooms
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
+from wasm_runner_server.sessions.tool_sets import session_tools
 
 if TYPE_CHECKING:
-    from wasm_runner.tools import Tool
+    from wasm_runner.tools import Approver, Tool, ToolPolicy
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -232,6 +233,7 @@ class SessionManager:
     def create(self, body: SessionCreate) -> LiveSession:
         name, profile = self.execution.profile(body.profile)
         egress = None if body.egress is None else within_profile(body.egress, name, profile, self.execution.profiles)
+        tools = None if body.tools is None else session_tools(body.tools, name, profile)
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s
         if idle > self.policy.max_idle_timeout_s:
@@ -245,7 +247,7 @@ class SessionManager:
             raise ApiError(422, ErrorCode.INVALID_SESSION_ID, f"session ids may not start with {ONESHOT_PREFIX!r}")
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
-                         ttl_s=ttl, metadata=dict(body.metadata), egress=egress)
+                         ttl_s=ttl, metadata=dict(body.metadata), egress=egress, tools=tools)
         if session_id in self.sessions or not self.store.insert(row):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
@@ -261,7 +263,7 @@ class SessionManager:
         source = parent.row
         row = SessionRow(id=core.id, profile=source.profile, created_at=now, last_used_at=now,
                          idle_timeout_s=source.idle_timeout_s, ttl_s=source.ttl_s, metadata=dict(source.metadata),
-                         egress=source.egress)
+                         egress=source.egress, tools=source.tools)
         if core.id in self.sessions or not self.store.insert(row):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
         live = LiveSession(row, core=core)
@@ -370,7 +372,8 @@ class SessionManager:
         return SessionInfo(id=row.id, profile=row.profile, state=state, kernels=kernels,
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
-                           executions=row.executions, metadata=row.metadata, egress=self.egress(live))
+                           executions=row.executions, metadata=row.metadata, egress=self.egress(live),
+                           tools=row.tools)
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None
@@ -390,7 +393,8 @@ class SessionManager:
     # -- execution ------------------------------------------------------------------------
 
     async def run(self, live: LiveSession, runner: Runner, request: ExecRequest, *, mode: str,
-                  listener: OutputListener | None = None, on_start=None, tools: list[Tool] | None = None) -> ExecResult:
+                  listener: OutputListener | None = None, on_start=None, tools: list[Tool] | None = None,
+                  on_approval: Approver | None = None, tool_policy: ToolPolicy | None = None) -> ExecResult:
         """Run in the session: queued behind its earlier calls, then under a gate slot."""
         if live.waiting >= self.config.server.session_queue_size:
             raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", ErrorCode.SESSION_BUSY)
@@ -415,7 +419,8 @@ class SessionManager:
             session.disk_room = room.room if room is not None else None  # calls of a session run one at a time
             try:
                 result = await self.execution.run(session, request, mode=mode, listener=listener,
-                                                  on_start=on_start, on_task=set_task, tools=tools)
+                                                  on_start=on_start, on_task=set_task, tools=tools,
+                                                  on_approval=on_approval, tool_policy=tool_policy)
             finally:
                 session.disk_room = None
                 if room is not None:

@@ -7,10 +7,10 @@ import asyncio
 import logging
 
 from wasm_runner.profiles import Profile
-from wasm_runner.tools import Tool
+from wasm_runner.tools import Tool, needing_approval
 from wasm_runner.tools.mcp_source import McpTools
 
-__all__ = ["ProfileTools"]
+__all__ = ["ProfileTools", "with_approvals"]
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -21,7 +21,8 @@ class ProfileTools:
         self._lock = asyncio.Lock()
 
     async def tools(self, name: str, profile: Profile) -> list[Tool]:
-        """The tools of the profile's MCP servers (RuntimeError naming a server that cannot be reached)."""
+        """The tools of the profile's MCP servers, those its `approval_tools` names marked as needing approval
+        (RuntimeError naming a server that cannot be reached)."""
         if not profile.mcp_servers:
             return []
         async with self._lock:
@@ -41,12 +42,18 @@ class ProfileTools:
                 self._sources[name] = sources
                 log.info("MCP tool sources started", extra={"event": "mcp_tools", "profile": name,
                                                             "tools": sum(len(s.tools) for s in sources)})
-        return [tool for source in sources for tool in source.tools]
+        return with_approvals([tool for source in sources for tool in source.tools], profile)
 
     async def close(self) -> None:
         sources = [s for listed in self._sources.values() for s in listed]
         self._sources.clear()
         await asyncio.to_thread(_close_all, sources)
+
+
+def with_approvals(tools: list[Tool], profile: Profile) -> list[Tool]:
+    """The tools, those the profile's `approval_tools` names marked as needing approval."""
+    marked = frozenset(profile.approval_tools)
+    return [needing_approval(tool) if tool.name in marked else tool for tool in tools]
 
 
 def _close_all(sources: list[McpTools]) -> None:

@@ -15,6 +15,7 @@ from wasm_runner.workspace.quota import DiskLedger
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
 from wasm_runner_server.metrics import Metrics
+from wasm_runner_server.sessions.approvals import Approvals
 from wasm_runner_server.sessions.backpressure import ExecutionGate
 from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
@@ -47,6 +48,8 @@ class Service:
     """Bytes reserved by API writes in progress (wasm_runner.quota)."""
     caller_tools: CallerTools = field(default_factory=CallerTools)
     """Guests' calls of caller-side tools waiting for the caller's answer (code mode over HTTP)."""
+    approvals: Approvals = field(default_factory=Approvals)
+    """Guests' calls of tools that need approval, waiting for the session owner's decision."""
     profile_tools: ProfileTools = field(default_factory=ProfileTools)
     """The tools of the profiles' MCP servers (code mode)."""
     _warmup: asyncio.Task | None = None

@@ -38,12 +38,13 @@ CREATE TABLE IF NOT EXISTS sessions (
     metadata TEXT NOT NULL DEFAULT '{}',
     kernels TEXT NOT NULL DEFAULT '[]',
     executions INTEGER NOT NULL DEFAULT 0,
-    egress TEXT                       -- the session's network policy (JSON), NULL: its profile's
+    egress TEXT,                      -- the session's network policy (JSON), NULL: its profile's
+    tools TEXT                        -- the tool names its runs may use (JSON list), NULL: its profile's
 );
 CREATE INDEX IF NOT EXISTS sessions_by_creation ON sessions (created_at, id);
 CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
 """
-ADDED_COLUMNS = {"egress": "TEXT"}
+ADDED_COLUMNS = {"egress": "TEXT", "tools": "TEXT"}
 """Columns a store made by an earlier version lacks: added when it is opened."""
 
 
@@ -61,19 +62,22 @@ class SessionRow:
     executions: int = 0
     egress: EgressPolicy | None = None
     """The session's own network policy (None: its profile's)."""
+    tools: list[str] | None = None
+    """The only tool names its runs may use, chosen at creation (None: its profile's allowlist)."""
 
     @property
     def expires_at(self) -> float:
         return self.created_at + self.ttl_s
 
 
-_COLUMNS = "id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions, egress"
+_COLUMNS = ("id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions, egress, "
+            "tools")
 
 
 def _row(values: tuple) -> SessionRow:
-    (id_, profile, created, used, idle, ttl, metadata, kernels, executions, egress) = values
+    (id_, profile, created, used, idle, ttl, metadata, kernels, executions, egress, tools) = values
     return SessionRow(id_, profile, created, used, idle, ttl, json.loads(metadata), json.loads(kernels), executions,
-                      _policy(egress))
+                      _policy(egress), None if tools is None else list(json.loads(tools)))
 
 
 def _policy(text: str | None) -> EgressPolicy | None:
@@ -105,7 +109,7 @@ class SessionStore:
         try:
             with self._lock:
                 self._db.execute(
-                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (*self._values(row), row.expires_at),
                 )
         except sqlite3.IntegrityError:
@@ -161,7 +165,8 @@ class SessionStore:
     @staticmethod
     def _values(row: SessionRow) -> tuple:
         return (row.id, row.profile, row.created_at, row.last_used_at, row.idle_timeout_s, row.ttl_s,
-                json.dumps(row.metadata), json.dumps(row.kernels), row.executions, _policy_text(row.egress))
+                json.dumps(row.metadata), json.dumps(row.kernels), row.executions, _policy_text(row.egress),
+                None if row.tools is None else json.dumps(row.tools))
 
     def _transaction(self):
         db = self._db

@@ -60,8 +60,9 @@ def _method(method: str) -> str:
 
 
 def _concrete(canonical: str, session_id: str) -> str:
-    path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000").replace("{call_id}", "c1")
-    return re.sub(r"\{path\}", "notes.txt", path)
+    path = canonical.replace("{id}", session_id).replace("{pid}", "p1").replace("{port}", "8000")
+    path = re.sub(r"\{path\}", "notes.txt", path)
+    return re.sub(r"\{\w+\}", "x1", path)  # a call's or an approval's id
 
 
 @pytest.mark.parametrize(("method", "canonical"), SESSION_ROUTES, ids=[f"{m} {c}" for m, c in SESSION_ROUTES])

@@ -14,12 +14,20 @@ from aiohttp import web
 
 from wasm_runner import ExecResult, OutputListener, Session
 from wasm_runner.profiles import Profile
-from wasm_runner.tools import Tool, ToolRegistry, python_stubs, typescript_stubs
+from wasm_runner.tools import Tool, ToolPolicy, ToolRegistry, python_stubs, typescript_stubs
 from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path
-from wasm_runner_protocol.tools import ToolAnswer, ToolAnswered, ToolCall, ToolList, ToolSpec
+from wasm_runner_protocol.tools import (
+    ApprovalDecided,
+    ApprovalDecision,
+    ToolAnswer,
+    ToolAnswered,
+    ToolCall,
+    ToolList,
+    ToolSpec,
+)
 from wasm_runner_protocol.wire import ExecBody, OneShotBody, OneShotResult, OutputFile, ProcessBody
 from wasm_runner_server.errors import ApiError, from_file_error, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, wants_event_stream
@@ -30,7 +38,9 @@ from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
+from wasm_runner_server.sessions.profile_tools import with_approvals
 from wasm_runner_server.sessions.service import SERVICE, Service
+from wasm_runner_server.sessions.tool_sets import run_allowlist
 
 log = logging.getLogger("wasm_runner.server")
 routes = web.RouteTableDef()
@@ -71,21 +81,24 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         network=service.sessions.call_egress(live, body_policy(body.egress)))
     configured = await mcp_tools(service, profile_name, profile)
     if configured:
-        session.set_tools(frozenset(profile.tools) if profile.tools is not None else None,
-                          tool_audit(request, live.row.id))
-    if not body.tools:
-        return await respond(request, lambda listener, started: service.sessions.run(
-            live, runner, exec_request, mode="session", listener=listener, on_start=started,
-            tools=configured or None))
+        session.set_tools(run_allowlist(profile, live.row.tools), tool_audit(request, live.row.id))
     streams: list[OutputListener] = []  # the run's event stream, once it starts
-    tools = configured + caller_tools(request, service, live, session, profile, body.tools,
-                                      lambda name, data: streams[0](name, data))
+
+    def emit(name: str, data: bytes) -> None:
+        streams[0](name, data)  # type: ignore[arg-type]  # code mode's events share the output stream
+
+    tools = configured + (caller_tools(request, service, live, session, profile, body.tools, emit)
+                          if body.tools else [])
+    tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s) if tools else None
+    # approvals are asked on the stream: without one, calls needing approval are refused (ToolRun)
+    approver = (service.approvals.approver(live.row.id, emit)
+                if wants_event_stream(request) and any(t.spec.approval for t in tools) else None)
 
     def run(listener: OutputListener | None, started: Callable[[], None] | None) -> Awaitable[ExecResult]:
-        assert listener is not None  # caller_tools refused a call that does not stream
-        streams.append(listener)
+        if listener is not None:
+            streams.append(listener)
         return service.sessions.run(live, runner, exec_request, mode="session", listener=listener, on_start=started,
-                                    tools=tools)
+                                    tools=tools or None, on_approval=approver, tool_policy=tool_policy)
 
     return await respond(request, run)
 
@@ -98,18 +111,19 @@ def caller_tools(request: web.Request, service: Service, live: LiveSession, sess
     if not wants_event_stream(request):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
                        "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
-    allowed = frozenset(profile.tools) if profile.tools is not None else None
+    allowed = run_allowlist(profile, live.row.tools)
     refused = sorted({spec.name for spec in specs} - allowed) if allowed is not None else []
     if refused:
-        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED, f"the profile does not allow the tools {', '.join(refused)}",
-                       f"offer only tools the profile allows ({', '.join(sorted(allowed or ())) or 'none'}), "
-                       "or use another profile")
+        raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED,
+                       f"the session's profile and tool set do not allow the tools {', '.join(refused)}",
+                       f"offer only tools they allow ({', '.join(sorted(allowed or ())) or 'none'}), "
+                       "or use another session")
     try:
         tools = service.caller_tools.tools(live.row.id, specs, emit)
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
     session.set_tools(allowed, tool_audit(request, live.row.id))
-    return tools
+    return with_approvals(tools, profile)
 
 
 def tool_audit(request: web.Request, session_id: str) -> Callable[[ToolCall], None]:
@@ -137,7 +151,7 @@ async def session_tools(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     name, profile = service.execution.profile(live.row.profile)
-    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(profile.tools)
+    registry = ToolRegistry(await mcp_tools(service, name, profile)).narrowed(run_allowlist(profile, live.row.tools))
     specs = registry.specs()
     return json_response(ToolList(tools=specs, python=python_stubs(specs), typescript=typescript_stubs(specs)))
 
@@ -156,6 +170,24 @@ async def answer_tool_call(request: web.Request) -> web.Response:
         raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
                         "the call ended (answered, timed out, or its run is over); answer each call once, in time")
     return json_response(ToolAnswered())
+
+
+@routes.post("/v1/sessions/{id}/approvals/{approval_id}")
+@operation(summary="Approve or refuse a tool call of the session's running code (code mode)",
+           tag="execution", body=ApprovalDecision, response=ApprovalDecided, errors=(404, 422),
+           description="The call arrived as an approval_required event on the exec stream; it waits for this "
+                       "decision until the call's timeout or the run's end (then 404 approval_not_found, and "
+                       "the call is refused). Only the session's owner reaches this route.")
+async def decide_approval(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    body = await read_json(request, ApprovalDecision)
+    approval_id = request.match_info["approval_id"]
+    if not service.approvals.decide(live.row.id, approval_id, body.approve):
+        raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
+                        "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
+                        "within its timeout_s")
+    return json_response(ApprovalDecided())
 
 
 @routes.post("/v1/sessions/{id}/process")
