@@ -37,11 +37,13 @@ import hashlib
 import io
 import logging
 import mimetypes
+import re
+import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import quote
+from typing import IO, Annotated, Any, Literal, TypeVar, cast
+from urllib.parse import quote, unquote
 
 import httpx
 import mcp_types as types
@@ -53,6 +55,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from msgspec import Meta
 from multidict import CIMultiDict
 
@@ -63,6 +66,7 @@ from wasm_runner_client.errors import ApiError as ClientApiError
 from wasm_runner_client.errors import ConflictError, NotFoundError, TransportError
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
+from wasm_runner_protocol.guest import SESSION_ID_PATTERN
 from wasm_runner_protocol.packages import InstallResult
 from wasm_runner_protocol.processes import (
     PreviewLink,
@@ -111,6 +115,8 @@ from wasm_runner_server.mcp.processes import (
     describe_output,
     describe_process,
 )
+from wasm_runner_server.mcp.rendering import MARKER_ROOM, bound_content, bound_structured, clip, share
+from wasm_runner_server.mcp.settings import DEFAULT_MAX_RESULT_CHARS
 from wasm_runner_server.sessions.service import CONFIG
 
 T = TypeVar("T")
@@ -143,6 +149,13 @@ MAX_CLIENTS = 64
 MAX_CONNECTIONS = 10_000
 """Connections remembered (connection -> its session); the oldest are forgotten first."""
 STDIO = "stdio"
+MAX_RESOURCE_BYTES = 64 * 1024 * 1024
+"""Largest file resources/read answers (an execution's full output is at most its output limit)."""
+FULL_OUTPUT_DIR = ".outputs"
+"""Where output cut from a result is kept in full, in the session's workspace."""
+RESOURCE_URI = re.compile(r"wasm-runner://sessions/([^/]+)/files/(.+)")
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code MCP gives an unknown resource."""
 
 
 # -- tool arguments: the HTTP wire's Structs, plus the session they act on --------------------------
@@ -262,6 +275,8 @@ class ExecOutput(ExecResult, kw_only=True):
 
     session: str
     images: list[str] = []
+    full_output: dict[str, str] = {}
+    """stdout/stderr -> the resource URI of its full text, when the result holds only its head and tail."""
 
 
 class PublishedArtifact(ArtifactInfo, kw_only=True):
@@ -287,7 +302,7 @@ class Caller:
         return self.headers.get("authorization") if self.headers is not None else None
 
 
-Content = list[types.TextContent | types.ImageContent | types.EmbeddedResource]
+Content = list[types.TextContent | types.ImageContent | types.EmbeddedResource | types.ResourceLink]
 Output = tuple[Content, msgspec.Struct | None]
 
 
@@ -338,7 +353,7 @@ class _CappedSink(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, chunk) -> int:  # type: ignore[override]
+    def write(self, chunk) -> int:
         if len(self.data) + len(chunk) > self.cap:
             raise _TooLarge
         self.data += chunk
@@ -355,7 +370,7 @@ class McpTools:
     """
 
     def __init__(self, base_url: str | None = None, *, uds: str | None = None, api_key: str = "",
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> None:
         self.base_url = base_url
         """The HTTP API (for /mcp: set from the first MCP request's local address)."""
         self.uds = uds
@@ -364,6 +379,8 @@ class McpTools:
         """Sent when the caller brings no credentials of its own (stdio); "" sends none."""
         self.profile = profile
         """Profile of the sessions created for connections (None: the service's default)."""
+        self.max_result_chars = max_result_chars
+        """Text one tool result hands a model at most (the service config's [mcp] section)."""
         self._bound: OrderedDict[str, str] = OrderedDict()
         """Connection -> the id of its session."""
         self._clients: OrderedDict[str, AsyncClient] = OrderedDict()
@@ -486,7 +503,12 @@ class McpTools:
         if images:
             result = msgspec.structs.replace(result, outputs=[
                 msgspec.structs.replace(o, data="") if o.type == "image/png" else o for o in result.outputs])
+        shown = bool(images)
         for path in paths:
+            if shown:  # most often the figure shown, saved too: a model gets each image once
+                notes.append(f"{path}: an image this call wrote, not sent next to the figure(s) shown "
+                             "(read_file it to see it)")
+                continue
             if len(images) >= MAX_IMAGES:
                 notes.append(f"{path}: not returned (at most {MAX_IMAGES} images per result; read_file it)")
                 continue
@@ -500,11 +522,95 @@ class McpTools:
                 continue  # gone or replaced since
             if data:
                 images.append((path, types.ImageContent(type="image", data=base64.b64encode(data).decode(),
-                                                        mime_type=_image_type(path))))
-        output = ExecOutput(**msgspec.structs.asdict(result), session=session_id, images=[p for p, _ in images])
+                                                        mime_type=_image_type(path) or "image/png")))
+        result, full, links = await self._fit(client, session_id, result, notes)
+        output = ExecOutput(**msgspec.structs.asdict(result), session=session_id, images=[p for p, _ in images],
+                            full_output=full)
         content: Content = [_text(describe(result, session_id, notes))]
+        content += links
         content += [image for _, image in images]
         return content, output
+
+    async def _fit(self, client: AsyncClient, session_id: str, result: ExecResult,
+                   notes: list[str]) -> tuple[ExecResult, dict[str, str], list[types.ResourceLink]]:
+        """The result with stdout and stderr cut to their head and tail when its text would pass the bound,
+        each cut stream kept in full in the workspace and linked."""
+        limit = self.max_result_chars
+        if len(describe(result, session_id, notes)) <= limit:
+            return result, {}, []
+        rest = len(describe(msgspec.structs.replace(result, stdout="", stderr=""), session_id, notes))
+        cap = share([len(result.stdout), len(result.stderr)], max(limit - rest - 4 * MARKER_ROOM, 1000))
+        cut: dict[str, str] = {}
+        full: dict[str, str] = {}
+        links: list[types.ResourceLink] = []
+        for stream in ("stdout", "stderr"):
+            text = getattr(result, stream)
+            if len(text) <= cap:
+                continue
+            path = f"{FULL_OUTPUT_DIR}/{secrets.token_hex(4)}-{stream}.txt"
+            where = await self._keep(client, session_id, path, text, links)
+            if links and len(links) > len(full):
+                full[stream] = str(links[-1].uri)
+            cut[stream] = clip(text, cap, where)
+        return msgspec.structs.replace(result, **cut), full, links
+
+    async def _keep(self, client: AsyncClient, session_id: str, path: str, text: str,
+                    links: list[types.ResourceLink]) -> str:
+        """Keep `text` in the workspace file `path`; where to read it, for the marker of the cut."""
+        data = text.encode("utf-8")
+        try:
+            await client.write_file(session_id, path, data, mkdirs=True)
+        except ClientApiError as exc:
+            return f"the full text could not be kept ({exc.code}: {exc.message})"
+        links.append(self._link(session_id, path, len(data)))
+        return f"full text: {path} in the workspace (the resource link; grep or read it with code)" + \
+            await self._download(client, session_id, path)
+
+    def _link(self, session_id: str, path: str, size: int) -> types.ResourceLink:
+        uri = f"wasm-runner://sessions/{_seg(session_id)}/files/{quote(path)}"
+        return types.ResourceLink(type="resource_link", uri=uri, name=path, mime_type="text/plain", size=size,
+                                  description="the full text; this result holds its head and tail")
+
+    async def _download(self, client: AsyncClient, session_id: str, path: str) -> str:
+        """A presigned link to `path`, when the caller reaches the service over HTTP (over stdio's private
+        socket a link would lead nowhere: the resource link is the way)."""
+        if self.uds is not None:
+            return ""
+        try:
+            link = await client.presign(session_id, path)
+        except ClientApiError:
+            return ""
+        return f"; download (no key, {link.expires_in / 60:.0f} min): {link.url}"
+
+    async def read_resource(self, caller: Caller, uri: str) -> types.ReadResourceResult:
+        """A workspace file named by a resource link this server gave (read with the caller's credentials,
+        so the HTTP API decides as for any read)."""
+        match = RESOURCE_URI.fullmatch(uri)
+        session_id = unquote(match[1]) if match else ""
+        path = unquote(match[2]) if match else ""
+        if (match is None or not re.fullmatch(SESSION_ID_PATTERN, session_id) or path.startswith("/")
+                or any(part in ("", ".", "..") for part in path.split("/"))):
+            raise MCPError(types.INVALID_PARAMS, f"not a resource of this server: {uri!r}",
+                           {"hint": "use a wasm-runner://sessions/<id>/files/<path> link a tool result gave"})
+        client = self.client(caller)
+        try:
+            data = await _read(client, session_id, path, MAX_RESOURCE_BYTES)
+        except _TooLarge:
+            raise MCPError(types.INVALID_PARAMS, f"{path} is over {MAX_RESOURCE_BYTES} bytes",
+                           {"hint": "download it with read_file's link"}) from None
+        except ClientApiError as exc:
+            code = RESOURCE_NOT_FOUND if exc.status == 404 else types.INVALID_PARAMS
+            raise MCPError(code, f"{exc.code}: {exc.message}", {"hint": exc.hint}) from None
+        mime = _image_type(path) or mimetypes.guess_type(path)[0] or "text/plain"
+        if b"\x00" not in data:
+            try:
+                return types.ReadResourceResult(
+                    contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=data.decode("utf-8"))])
+            except UnicodeDecodeError:
+                pass
+        return types.ReadResourceResult(contents=[types.BlobResourceContents(
+            uri=uri, mime_type="application/octet-stream" if mime == "text/plain" else mime,
+            blob=base64.b64encode(data).decode())])
 
     # -- files ------------------------------------------------------------------------------------------
 
@@ -524,13 +630,20 @@ class McpTools:
                 listing = await client.list_files(session_id, args.path)
                 return [_text(_listing_text(listing.path, listing.entries, listing.truncated))], None
             mime = _image_type(args.path) or mimetypes.guess_type(args.path)[0]
-            if mime in IMAGE_TYPES.values():
+            if mime is not None and mime in IMAGE_TYPES.values():
                 return [types.ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime)], None
             if b"\x00" not in data:
                 try:
-                    return [_text(data.decode("utf-8"))], None
+                    text = data.decode("utf-8")
                 except UnicodeDecodeError:
                     pass
+                else:
+                    if len(text) <= self.max_result_chars:
+                        return [_text(text)], None
+                    where = (f"full text: the resource link, or read parts of {args.path} with code"
+                             + await self._download(client, session_id, args.path))
+                    return [_text(clip(text, self.max_result_chars, where)),
+                            self._link(session_id, args.path, len(data))], None
             uri = f"wasm-runner://sessions/{session_id}/files/{quote(args.path)}"
             blob = types.BlobResourceContents(uri=uri, mime_type=mime or "application/octet-stream",
                                               blob=base64.b64encode(data).decode())
@@ -744,7 +857,7 @@ class McpTools:
 
 async def _read(client: AsyncClient, session_id: str, path: str, cap: int) -> bytes:
     sink = _CappedSink(cap)
-    await client.download(session_id, path, sink)
+    await client.download(session_id, path, cast(IO[bytes], sink))
     return bytes(sink.data)
 
 
@@ -774,7 +887,7 @@ def _listing_text(path: str, entries: list, truncated: bool) -> str:
     return "\n".join(lines)
 
 
-def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
+def describe(result: ExecResult, session_id: str, notes: Sequence[str] = ()) -> str:
     """An execution result as text for a model to read."""
     parts: list[str] = []
     if result.stdout:
@@ -981,12 +1094,22 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
             log.exception("MCP tool failed", extra={"event": "mcp_tool_failed", "tool": tool.name})
             return tool_error(ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",
                               "retry; if it persists, report it with the time of the request")
+        # The last word on size, for every tool: no result hands a model more than the bound.
+        limit = tools.max_result_chars
         return types.CallToolResult(
-            content=content,
-            structured_content=msgspec.to_builtins(structured) if structured is not None else None)
+            content=bound_content(content, limit),
+            structured_content=bound_structured(msgspec.to_builtins(structured), limit)
+            if structured is not None else None)
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any],
+                            params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        try:
+            return await tools.read_resource(_caller(ctx), str(params.uri))
+        except TransportError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"the HTTP API could not be reached: {exc}") from None
 
     return Server(SERVER_NAME, version=version, title="wasm-runner", instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool,
+                  on_list_tools=list_tools, on_call_tool=call_tool, on_read_resource=read_resource,
                   get_tool_input_schema=lambda name: schemas.get(name))
 
 
@@ -1051,6 +1174,7 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
 
     async def start(app: web.Application) -> None:
         settings = app[CONFIG].server
+        tools.max_result_chars = app[CONFIG].mcp.max_result_chars
         security = None
         if settings.host in _LOOPBACK:
             security = TransportSecuritySettings(
@@ -1078,7 +1202,7 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
         user = _mcp_user(request)
 
         async def as_caller(scope: dict, receive: Callable[[], Awaitable[dict]],
-                            send: Callable[[dict], Awaitable[None]]) -> None:
+                            send: Send) -> None:
             scope["user"] = user
             await transport.manager.handle_request(scope, receive, send)
 
@@ -1123,7 +1247,8 @@ def _settled(task: asyncio.Task) -> None:
         log.error("MCP request failed after its answer", exc_info=failure, extra={"event": "mcp_request_failed"})
 
 
-AsgiApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[dict, Callable[[], Awaitable[dict]], Send], Awaitable[None]]
 
 
 async def serve_asgi(request: web.Request, app: AsgiApp, background: set[asyncio.Task]) -> web.StreamResponse:
@@ -1162,7 +1287,7 @@ async def serve_asgi(request: web.Request, app: AsgiApp, background: set[asyncio
                 await asyncio.wait_for(finished.wait(), 1.0)
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal response
         if message["type"] == "http.response.start":
             headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", ()))

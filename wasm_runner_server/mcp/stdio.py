@@ -97,7 +97,8 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
     await runner.setup()
     try:
         await web.UnixSite(runner, socket_path).start()
-        await _serve(McpTools("http://wasm-runner", uds=socket_path, profile=profile))
+        await _serve(McpTools("http://wasm-runner", uds=socket_path, profile=profile,
+                                max_result_chars=config.mcp.max_result_chars))
     finally:
         await runner.cleanup()
         shutil.rmtree(socket_dir, ignore_errors=True)
