@@ -123,6 +123,19 @@ T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")
 
 SERVER_NAME = "wasm-runner"
+TIERS = (
+    "Which tier for what (`profile` of a call or of session_new): 'python', 'javascript' and 'typescript' run in "
+    "WebAssembly, start in milliseconds and suit fast pure code (the standard library, pure-Python packages); "
+    "'python-data' is native CPython with pandas, numpy, matplotlib and the data stack (charts come back as "
+    "images); 'bash' is a shell with command-line tools (or run_process with a command); 'node' is native "
+    "Node.js (npm packages, builds)."
+)
+LIMITS = (
+    "Limits by default: 10 s wall clock (limits.timeout_s, up to the server's maximum), 256 MiB memory (1 GiB "
+    "for the native tools), 1 MiB of output per stream, 256 MiB of workspace disk. A result gives at most "
+    "{bound} characters of text: longer output comes back as its head and tail with a count of what was cut, "
+    "and the full text stays in the workspace (.outputs/), linked; write large output to a file and grep it."
+)
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (
     "A sandbox for running code and working with files. This connection has its own session: files in "
@@ -134,7 +147,7 @@ INSTRUCTIONS = (
     "running in the background (a dev server, a long job); process_output reads its output by offset, and "
     "preview_url gives the user a browser link to a port it listens on. Images the code writes (PNG, JPEG, "
     "SVG) are returned as images. Pass `session` to work in another session; session_new, session_list and "
-    "session_reset manage them."
+    "session_reset manage them. " + TIERS + " " + LIMITS
 )
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml",
@@ -935,20 +948,22 @@ def describe(result: ExecResult, session_id: str, notes: Sequence[str] = ()) -> 
 
 TOOLS: tuple[Tool, ...] = (
     Tool("sandbox_execute_code", "Execute code",
-         "Run Python or JavaScript in the session's sandbox (WebAssembly; the network only as the session's "
+         "Run code in the session's sandbox, with the network only as the session's "
          "profile allows, none by default: urllib/http.client and fetch go through the host, which checks "
          "each request; `egress` narrows it for this call). Variables persist "
          "between calls (a kernel; the last expression's value is returned); files persist in the workspace, "
          "which is the current directory. Returns stdout, stderr, errors with their line, limits hit, and "
          "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new "
          "instance instead of the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
-         "a workspace file instead of `code`.",
+         "a workspace file instead of `code`. " + TIERS + " " + LIMITS,
          ExecuteCodeArgs, ExecOutput, McpTools.execute_code),
     Tool("run_process", "Run a program",
          "Run a program natively in the session's workspace, sandboxed by bubblewrap, with the network only "
          "as the session's profile allows (none by default; curl, pip and git go through the host's proxy): e.g. "
          "['python3', 'plot.py'], ['sh', '-c', 'ls -la | head'], ['pandoc', 'in.md', '-o', 'out.pdf']. "
-         "Needs the server's native provider. Returns output and images written, like sandbox_execute_code.",
+         "Use it for command-line tools (pandoc, git, sed, ffmpeg where installed); for pandas/numpy/matplotlib "
+         "prefer sandbox_execute_code with profile 'python-data' (a kernel keeps variables). Needs the server's "
+         "native provider. Returns output and images written, like sandbox_execute_code. " + LIMITS,
          RunProcessArgs, ExecOutput, McpTools.run_process),
     Tool("start_process", "Start a background process",
          "Start a program that keeps running after this call (a dev server, a watcher, a long job, an "
@@ -1059,9 +1074,11 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
     """The MCP server (low-level SDK server, schemas from msgspec) over `tools`."""
     by_name = {tool.name: tool for tool in TOOLS}
     schemas = {tool.name: _schema(tool.args) for tool in TOOLS}
+    bound = f"{tools.max_result_chars:,}"
     listed = [
         types.Tool(
-            name=tool.name, title=tool.title, description=tool.description, input_schema=schemas[tool.name],
+            name=tool.name, title=tool.title, description=tool.description.replace("{bound}", bound),
+            input_schema=schemas[tool.name],
             output_schema=_schema(tool.output) if tool.output is not None else None,
             annotations=types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only,
                                               destructive_hint=tool.destructive if not tool.read_only else None,
@@ -1108,7 +1125,8 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
         except TransportError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"the HTTP API could not be reached: {exc}") from None
 
-    return Server(SERVER_NAME, version=version, title="wasm-runner", instructions=INSTRUCTIONS,
+    return Server(SERVER_NAME, version=version, title="wasm-runner",
+                  instructions=INSTRUCTIONS.replace("{bound}", bound),
                   on_list_tools=list_tools, on_call_tool=call_tool, on_read_resource=read_resource,
                   get_tool_input_schema=lambda name: schemas.get(name))
 
@@ -1169,12 +1187,11 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
     request's Authorization header, so keys, workspaces, quotas and audit apply unchanged.
     On a loopback address, Host and Origin are checked against DNS rebinding (as the SDK does).
     """
-    tools = McpTools()
+    tools = McpTools(max_result_chars=app[CONFIG].mcp.max_result_chars)
     server = build_server(tools)
 
     async def start(app: web.Application) -> None:
         settings = app[CONFIG].server
-        tools.max_result_chars = app[CONFIG].mcp.max_result_chars
         security = None
         if settings.host in _LOOPBACK:
             security = TransportSecuritySettings(
