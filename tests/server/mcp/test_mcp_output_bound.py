@@ -90,3 +90,21 @@ async def test_a_resource_of_another_session_is_not_readable_without_its_key(htt
             assert "not a resource of this server" in str(exc)
         else:
             raise AssertionError("a path leaving the workspace was read")
+
+
+async def test_stdio_in_front_of_a_service_takes_the_bound_from_its_config(tmp_path, http_service: HttpService) -> None:
+    from mcp_connect import connect_stdio
+
+    config = tmp_path / "mcp.toml"
+    config.write_text("[mcp]\nmax_result_chars = 3000\n")
+    data_dir = tmp_path / "unused"
+    data_dir.mkdir()
+    async with connect_stdio(data_dir, "--url", http_service.url("/"), "--config", str(config)) as session:
+        result = await session.call_tool("sandbox_execute_code", {"code": "print('z' * 50_000)"})
+        assert not result.is_error, _texts(result)[:2000]
+        text = _texts(result)
+        assert len(text) <= 3000 and "characters cut" in text
+        links = [c for c in result.content if isinstance(c, types.ResourceLink)]
+        read = await session.read_resource(str(links[0].uri))
+    (contents,) = read.contents
+    assert isinstance(contents, types.TextResourceContents) and contents.text == "z" * 50_000 + "\n"
