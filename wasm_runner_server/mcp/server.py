@@ -330,6 +330,10 @@ class Tool:
     read_only: bool = False
     destructive: bool = False
 
+    def described(self, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
+        """The description a model reads, with the server's bound on a result's text filled in."""
+        return self.description.replace("{bound}", f"{max_result_chars:,}")
+
 
 def _schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
     """A JSON Schema for `struct` whose top level is the object itself (as MCP wants), helpers in $defs."""
@@ -1074,10 +1078,9 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
     """The MCP server (low-level SDK server, schemas from msgspec) over `tools`."""
     by_name = {tool.name: tool for tool in TOOLS}
     schemas = {tool.name: _schema(tool.args) for tool in TOOLS}
-    bound = f"{tools.max_result_chars:,}"
     listed = [
         types.Tool(
-            name=tool.name, title=tool.title, description=tool.description.replace("{bound}", bound),
+            name=tool.name, title=tool.title, description=tool.described(tools.max_result_chars),
             input_schema=schemas[tool.name],
             output_schema=_schema(tool.output) if tool.output is not None else None,
             annotations=types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only,
@@ -1126,7 +1129,7 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
             raise MCPError(types.INTERNAL_ERROR, f"the HTTP API could not be reached: {exc}") from None
 
     return Server(SERVER_NAME, version=version, title="wasm-runner",
-                  instructions=INSTRUCTIONS.replace("{bound}", bound),
+                  instructions=INSTRUCTIONS.replace("{bound}", f"{tools.max_result_chars:,}"),
                   on_list_tools=list_tools, on_call_tool=call_tool, on_read_resource=read_resource,
                   get_tool_input_schema=lambda name: schemas.get(name))
 
