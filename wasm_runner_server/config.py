@@ -25,6 +25,8 @@ A config file (TOML or JSON) may set any of:
     domain = "preview.example.com"
     [e2b]                         # see wasm_runner_server/e2b/settings.py: the E2B-compatible API
     enabled = true
+    [mcp]                         # see wasm_runner_server/mcp/settings.py: what a tool result may hold
+    max_result_chars = 20000
 
     [limits.*], [profiles.*]      # as `wasm_runner.profiles` describes them
 
@@ -49,6 +51,7 @@ from wasm_runner.profiles import ConfigModel, ProfilesConfig, read_config_file
 from wasm_runner_protocol.execution import MiB
 from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
 from wasm_runner_server.e2b.settings import E2bSettings
+from wasm_runner_server.mcp.settings import McpSettings
 from wasm_runner_server.security.settings import AuthSettings
 
 
@@ -256,6 +259,8 @@ class ServiceConfig(ProfilesConfig):
     """The origin previews are served on (a listener of their own, or a preview domain)."""
     e2b: E2bSettings = E2bSettings()
     """The E2B-compatible API (off by default)."""
+    mcp: McpSettings = McpSettings()
+    """The MCP server: how much text one tool result hands a model."""
 
     def with_server(self, **changes) -> ServiceConfig:
         """A copy with server settings changed (flags and environment variables win over the file)."""

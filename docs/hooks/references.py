@@ -446,7 +446,7 @@ def mcp_page() -> str:
     for tool in mcp_tools():
         kind = "read-only" if tool.read_only else "destructive" if tool.destructive else "—"
         arguments = ", ".join(f"`{field.encode_name}`" for field in msgspec.structs.fields(tool.args))
-        lines.append(f"| `{tool.name}` | {_cell(tool.title)} | {kind} | {arguments} | {_cell(tool.description)} |")
+        lines.append(f"| `{tool.name}` | {_cell(tool.title)} | {kind} | {arguments} | {_cell(tool.described())} |")
     return "\n".join(lines) + "\n"
 
 

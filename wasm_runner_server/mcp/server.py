@@ -37,11 +37,13 @@ import hashlib
 import io
 import logging
 import mimetypes
+import re
+import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import quote
+from typing import IO, Annotated, Any, Literal, TypeVar, cast
+from urllib.parse import quote, unquote
 
 import httpx
 import mcp_types as types
@@ -53,6 +55,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from msgspec import Meta
 from multidict import CIMultiDict
 
@@ -63,6 +66,7 @@ from wasm_runner_client.errors import ApiError as ClientApiError
 from wasm_runner_client.errors import ConflictError, NotFoundError, TransportError
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, Harness
+from wasm_runner_protocol.guest import SESSION_ID_PATTERN
 from wasm_runner_protocol.packages import InstallResult
 from wasm_runner_protocol.processes import (
     PreviewLink,
@@ -111,12 +115,27 @@ from wasm_runner_server.mcp.processes import (
     describe_output,
     describe_process,
 )
+from wasm_runner_server.mcp.rendering import MARKER_ROOM, bound_content, bound_structured, clip, share
+from wasm_runner_server.mcp.settings import DEFAULT_MAX_RESULT_CHARS
 from wasm_runner_server.sessions.service import CONFIG
 
 T = TypeVar("T")
 log = logging.getLogger("wasm_runner.server.mcp")
 
 SERVER_NAME = "wasm-runner"
+TIERS = (
+    "Which tier for what (`profile` of a call or of session_new): 'python', 'javascript' and 'typescript' run in "
+    "WebAssembly, start in milliseconds and suit fast pure code (the standard library, pure-Python packages); "
+    "'python-data' is native CPython with pandas, numpy, matplotlib and the data stack (charts come back as "
+    "images); 'bash' is a shell with command-line tools (or run_process with a command); 'node' is native "
+    "Node.js (npm packages, builds)."
+)
+LIMITS = (
+    "Limits by default: 10 s wall clock (limits.timeout_s, up to the server's maximum), 256 MiB memory (1 GiB "
+    "for the native tools), 1 MiB of output per stream, 256 MiB of workspace disk. A result gives at most "
+    "{bound} characters of text: longer output comes back as its head and tail with a count of what was cut, "
+    "and the full text stays in the workspace (.outputs/), linked; write large output to a file and grep it."
+)
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (
     "A sandbox for running code and working with files. This connection has its own session: files in "
@@ -128,7 +147,7 @@ INSTRUCTIONS = (
     "running in the background (a dev server, a long job); process_output reads its output by offset, and "
     "preview_url gives the user a browser link to a port it listens on. Images the code writes (PNG, JPEG, "
     "SVG) are returned as images. Pass `session` to work in another session; session_new, session_list and "
-    "session_reset manage them."
+    "session_reset manage them. " + TIERS + " " + LIMITS
 )
 
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".svg": "image/svg+xml",
@@ -143,6 +162,13 @@ MAX_CLIENTS = 64
 MAX_CONNECTIONS = 10_000
 """Connections remembered (connection -> its session); the oldest are forgotten first."""
 STDIO = "stdio"
+MAX_RESOURCE_BYTES = 64 * 1024 * 1024
+"""Largest file resources/read answers (an execution's full output is at most its output limit)."""
+FULL_OUTPUT_DIR = ".outputs"
+"""Where output cut from a result is kept in full, in the session's workspace."""
+RESOURCE_URI = re.compile(r"wasm-runner://sessions/([^/]+)/files/(.+)")
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code MCP gives an unknown resource."""
 
 
 # -- tool arguments: the HTTP wire's Structs, plus the session they act on --------------------------
@@ -262,6 +288,8 @@ class ExecOutput(ExecResult, kw_only=True):
 
     session: str
     images: list[str] = []
+    full_output: dict[str, str] = {}
+    """stdout/stderr -> the resource URI of its full text, when the result holds only its head and tail."""
 
 
 class PublishedArtifact(ArtifactInfo, kw_only=True):
@@ -287,7 +315,7 @@ class Caller:
         return self.headers.get("authorization") if self.headers is not None else None
 
 
-Content = list[types.TextContent | types.ImageContent | types.EmbeddedResource]
+Content = list[types.TextContent | types.ImageContent | types.EmbeddedResource | types.ResourceLink]
 Output = tuple[Content, msgspec.Struct | None]
 
 
@@ -301,6 +329,10 @@ class Tool:
     run: Callable[[McpTools, Caller, Any], Awaitable[Output]]
     read_only: bool = False
     destructive: bool = False
+
+    def described(self, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> str:
+        """The description a model reads, with the server's bound on a result's text filled in."""
+        return self.description.replace("{bound}", f"{max_result_chars:,}")
 
 
 def _schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
@@ -338,7 +370,7 @@ class _CappedSink(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, chunk) -> int:  # type: ignore[override]
+    def write(self, chunk) -> int:
         if len(self.data) + len(chunk) > self.cap:
             raise _TooLarge
         self.data += chunk
@@ -355,7 +387,7 @@ class McpTools:
     """
 
     def __init__(self, base_url: str | None = None, *, uds: str | None = None, api_key: str = "",
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, max_result_chars: int = DEFAULT_MAX_RESULT_CHARS) -> None:
         self.base_url = base_url
         """The HTTP API (for /mcp: set from the first MCP request's local address)."""
         self.uds = uds
@@ -364,6 +396,8 @@ class McpTools:
         """Sent when the caller brings no credentials of its own (stdio); "" sends none."""
         self.profile = profile
         """Profile of the sessions created for connections (None: the service's default)."""
+        self.max_result_chars = max_result_chars
+        """Text one tool result hands a model at most (the service config's [mcp] section)."""
         self._bound: OrderedDict[str, str] = OrderedDict()
         """Connection -> the id of its session."""
         self._clients: OrderedDict[str, AsyncClient] = OrderedDict()
@@ -486,7 +520,12 @@ class McpTools:
         if images:
             result = msgspec.structs.replace(result, outputs=[
                 msgspec.structs.replace(o, data="") if o.type == "image/png" else o for o in result.outputs])
+        shown = bool(images)
         for path in paths:
+            if shown:  # most often the figure shown, saved too: a model gets each image once
+                notes.append(f"{path}: an image this call wrote, not sent next to the figure(s) shown "
+                             "(read_file it to see it)")
+                continue
             if len(images) >= MAX_IMAGES:
                 notes.append(f"{path}: not returned (at most {MAX_IMAGES} images per result; read_file it)")
                 continue
@@ -500,11 +539,95 @@ class McpTools:
                 continue  # gone or replaced since
             if data:
                 images.append((path, types.ImageContent(type="image", data=base64.b64encode(data).decode(),
-                                                        mime_type=_image_type(path))))
-        output = ExecOutput(**msgspec.structs.asdict(result), session=session_id, images=[p for p, _ in images])
+                                                        mime_type=_image_type(path) or "image/png")))
+        result, full, links = await self._fit(client, session_id, result, notes)
+        output = ExecOutput(**msgspec.structs.asdict(result), session=session_id, images=[p for p, _ in images],
+                            full_output=full)
         content: Content = [_text(describe(result, session_id, notes))]
+        content += links
         content += [image for _, image in images]
         return content, output
+
+    async def _fit(self, client: AsyncClient, session_id: str, result: ExecResult,
+                   notes: list[str]) -> tuple[ExecResult, dict[str, str], list[types.ResourceLink]]:
+        """The result with stdout and stderr cut to their head and tail when its text would pass the bound,
+        each cut stream kept in full in the workspace and linked."""
+        limit = self.max_result_chars
+        if len(describe(result, session_id, notes)) <= limit:
+            return result, {}, []
+        rest = len(describe(msgspec.structs.replace(result, stdout="", stderr=""), session_id, notes))
+        cap = share([len(result.stdout), len(result.stderr)], max(limit - rest - 4 * MARKER_ROOM, 1000))
+        cut: dict[str, str] = {}
+        full: dict[str, str] = {}
+        links: list[types.ResourceLink] = []
+        for stream in ("stdout", "stderr"):
+            text = getattr(result, stream)
+            if len(text) <= cap:
+                continue
+            path = f"{FULL_OUTPUT_DIR}/{secrets.token_hex(4)}-{stream}.txt"
+            where = await self._keep(client, session_id, path, text, links)
+            if links and len(links) > len(full):
+                full[stream] = str(links[-1].uri)
+            cut[stream] = clip(text, cap, where)
+        return msgspec.structs.replace(result, **cut), full, links
+
+    async def _keep(self, client: AsyncClient, session_id: str, path: str, text: str,
+                    links: list[types.ResourceLink]) -> str:
+        """Keep `text` in the workspace file `path`; where to read it, for the marker of the cut."""
+        data = text.encode("utf-8")
+        try:
+            await client.write_file(session_id, path, data, mkdirs=True)
+        except ClientApiError as exc:
+            return f"the full text could not be kept ({exc.code}: {exc.message})"
+        links.append(self._link(session_id, path, len(data)))
+        return f"full text: {path} in the workspace (the resource link; grep or read it with code)" + \
+            await self._download(client, session_id, path)
+
+    def _link(self, session_id: str, path: str, size: int) -> types.ResourceLink:
+        uri = f"wasm-runner://sessions/{_seg(session_id)}/files/{quote(path)}"
+        return types.ResourceLink(type="resource_link", uri=uri, name=path, mime_type="text/plain", size=size,
+                                  description="the full text; this result holds its head and tail")
+
+    async def _download(self, client: AsyncClient, session_id: str, path: str) -> str:
+        """A presigned link to `path`, when the caller reaches the service over HTTP (over stdio's private
+        socket a link would lead nowhere: the resource link is the way)."""
+        if self.uds is not None:
+            return ""
+        try:
+            link = await client.presign(session_id, path)
+        except ClientApiError:
+            return ""
+        return f"; download (no key, {link.expires_in / 60:.0f} min): {link.url}"
+
+    async def read_resource(self, caller: Caller, uri: str) -> types.ReadResourceResult:
+        """A workspace file named by a resource link this server gave (read with the caller's credentials,
+        so the HTTP API decides as for any read)."""
+        match = RESOURCE_URI.fullmatch(uri)
+        session_id = unquote(match[1]) if match else ""
+        path = unquote(match[2]) if match else ""
+        if (match is None or not re.fullmatch(SESSION_ID_PATTERN, session_id) or path.startswith("/")
+                or any(part in ("", ".", "..") for part in path.split("/"))):
+            raise MCPError(types.INVALID_PARAMS, f"not a resource of this server: {uri!r}",
+                           {"hint": "use a wasm-runner://sessions/<id>/files/<path> link a tool result gave"})
+        client = self.client(caller)
+        try:
+            data = await _read(client, session_id, path, MAX_RESOURCE_BYTES)
+        except _TooLarge:
+            raise MCPError(types.INVALID_PARAMS, f"{path} is over {MAX_RESOURCE_BYTES} bytes",
+                           {"hint": "download it with read_file's link"}) from None
+        except ClientApiError as exc:
+            code = RESOURCE_NOT_FOUND if exc.status == 404 else types.INVALID_PARAMS
+            raise MCPError(code, f"{exc.code}: {exc.message}", {"hint": exc.hint}) from None
+        mime = _image_type(path) or mimetypes.guess_type(path)[0] or "text/plain"
+        if b"\x00" not in data:
+            try:
+                return types.ReadResourceResult(
+                    contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=data.decode("utf-8"))])
+            except UnicodeDecodeError:
+                pass
+        return types.ReadResourceResult(contents=[types.BlobResourceContents(
+            uri=uri, mime_type="application/octet-stream" if mime == "text/plain" else mime,
+            blob=base64.b64encode(data).decode())])
 
     # -- files ------------------------------------------------------------------------------------------
 
@@ -524,13 +647,20 @@ class McpTools:
                 listing = await client.list_files(session_id, args.path)
                 return [_text(_listing_text(listing.path, listing.entries, listing.truncated))], None
             mime = _image_type(args.path) or mimetypes.guess_type(args.path)[0]
-            if mime in IMAGE_TYPES.values():
+            if mime is not None and mime in IMAGE_TYPES.values():
                 return [types.ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime)], None
             if b"\x00" not in data:
                 try:
-                    return [_text(data.decode("utf-8"))], None
+                    text = data.decode("utf-8")
                 except UnicodeDecodeError:
                     pass
+                else:
+                    if len(text) <= self.max_result_chars:
+                        return [_text(text)], None
+                    where = (f"full text: the resource link, or read parts of {args.path} with code"
+                             + await self._download(client, session_id, args.path))
+                    return [_text(clip(text, self.max_result_chars, where)),
+                            self._link(session_id, args.path, len(data))], None
             uri = f"wasm-runner://sessions/{session_id}/files/{quote(args.path)}"
             blob = types.BlobResourceContents(uri=uri, mime_type=mime or "application/octet-stream",
                                               blob=base64.b64encode(data).decode())
@@ -744,7 +874,7 @@ class McpTools:
 
 async def _read(client: AsyncClient, session_id: str, path: str, cap: int) -> bytes:
     sink = _CappedSink(cap)
-    await client.download(session_id, path, sink)
+    await client.download(session_id, path, cast(IO[bytes], sink))
     return bytes(sink.data)
 
 
@@ -774,7 +904,7 @@ def _listing_text(path: str, entries: list, truncated: bool) -> str:
     return "\n".join(lines)
 
 
-def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
+def describe(result: ExecResult, session_id: str, notes: Sequence[str] = ()) -> str:
     """An execution result as text for a model to read."""
     parts: list[str] = []
     if result.stdout:
@@ -822,20 +952,22 @@ def describe(result: ExecResult, session_id: str, notes: list[str] = ()) -> str:
 
 TOOLS: tuple[Tool, ...] = (
     Tool("sandbox_execute_code", "Execute code",
-         "Run Python or JavaScript in the session's sandbox (WebAssembly; the network only as the session's "
+         "Run code in the session's sandbox, with the network only as the session's "
          "profile allows, none by default: urllib/http.client and fetch go through the host, which checks "
          "each request; `egress` narrows it for this call). Variables persist "
          "between calls (a kernel; the last expression's value is returned); files persist in the workspace, "
          "which is the current directory. Returns stdout, stderr, errors with their line, limits hit, and "
          "images the code wrote (PNG, JPEG, SVG) and figures it showed as image content. `fresh` runs in a new "
          "instance instead of the kernel; harness 'check' runs `code`, then `tests` against it, and gives a verdict; `path` runs "
-         "a workspace file instead of `code`.",
+         "a workspace file instead of `code`. " + TIERS + " " + LIMITS,
          ExecuteCodeArgs, ExecOutput, McpTools.execute_code),
     Tool("run_process", "Run a program",
          "Run a program natively in the session's workspace, sandboxed by bubblewrap, with the network only "
          "as the session's profile allows (none by default; curl, pip and git go through the host's proxy): e.g. "
          "['python3', 'plot.py'], ['sh', '-c', 'ls -la | head'], ['pandoc', 'in.md', '-o', 'out.pdf']. "
-         "Needs the server's native provider. Returns output and images written, like sandbox_execute_code.",
+         "Use it for command-line tools (pandoc, git, sed, ffmpeg where installed); for pandas/numpy/matplotlib "
+         "prefer sandbox_execute_code with profile 'python-data' (a kernel keeps variables). Needs the server's "
+         "native provider. Returns output and images written, like sandbox_execute_code. " + LIMITS,
          RunProcessArgs, ExecOutput, McpTools.run_process),
     Tool("start_process", "Start a background process",
          "Start a program that keeps running after this call (a dev server, a watcher, a long job, an "
@@ -948,7 +1080,8 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
     schemas = {tool.name: _schema(tool.args) for tool in TOOLS}
     listed = [
         types.Tool(
-            name=tool.name, title=tool.title, description=tool.description, input_schema=schemas[tool.name],
+            name=tool.name, title=tool.title, description=tool.described(tools.max_result_chars),
+            input_schema=schemas[tool.name],
             output_schema=_schema(tool.output) if tool.output is not None else None,
             annotations=types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only,
                                               destructive_hint=tool.destructive if not tool.read_only else None,
@@ -981,12 +1114,23 @@ def build_server(tools: McpTools, *, version: str = "") -> Server[Any]:
             log.exception("MCP tool failed", extra={"event": "mcp_tool_failed", "tool": tool.name})
             return tool_error(ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",
                               "retry; if it persists, report it with the time of the request")
+        # The last word on size, for every tool: no result hands a model more than the bound.
+        limit = tools.max_result_chars
         return types.CallToolResult(
-            content=content,
-            structured_content=msgspec.to_builtins(structured) if structured is not None else None)
+            content=bound_content(content, limit),
+            structured_content=bound_structured(msgspec.to_builtins(structured), limit)
+            if structured is not None else None)
 
-    return Server(SERVER_NAME, version=version, title="wasm-runner", instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool,
+    async def read_resource(ctx: ServerRequestContext[Any, Any],
+                            params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        try:
+            return await tools.read_resource(_caller(ctx), str(params.uri))
+        except TransportError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"the HTTP API could not be reached: {exc}") from None
+
+    return Server(SERVER_NAME, version=version, title="wasm-runner",
+                  instructions=INSTRUCTIONS.replace("{bound}", f"{tools.max_result_chars:,}"),
+                  on_list_tools=list_tools, on_call_tool=call_tool, on_read_resource=read_resource,
                   get_tool_input_schema=lambda name: schemas.get(name))
 
 
@@ -1046,7 +1190,7 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
     request's Authorization header, so keys, workspaces, quotas and audit apply unchanged.
     On a loopback address, Host and Origin are checked against DNS rebinding (as the SDK does).
     """
-    tools = McpTools()
+    tools = McpTools(max_result_chars=app[CONFIG].mcp.max_result_chars)
     server = build_server(tools)
 
     async def start(app: web.Application) -> None:
@@ -1078,7 +1222,7 @@ def mount_mcp(app: web.Application, path: str = MCP_PATH) -> None:
         user = _mcp_user(request)
 
         async def as_caller(scope: dict, receive: Callable[[], Awaitable[dict]],
-                            send: Callable[[dict], Awaitable[None]]) -> None:
+                            send: Send) -> None:
             scope["user"] = user
             await transport.manager.handle_request(scope, receive, send)
 
@@ -1123,7 +1267,8 @@ def _settled(task: asyncio.Task) -> None:
         log.error("MCP request failed after its answer", exc_info=failure, extra={"event": "mcp_request_failed"})
 
 
-AsgiApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[dict, Callable[[], Awaitable[dict]], Send], Awaitable[None]]
 
 
 async def serve_asgi(request: web.Request, app: AsgiApp, background: set[asyncio.Task]) -> web.StreamResponse:
@@ -1162,7 +1307,7 @@ async def serve_asgi(request: web.Request, app: AsgiApp, background: set[asyncio
                 await asyncio.wait_for(finished.wait(), 1.0)
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal response
         if message["type"] == "http.response.start":
             headers = CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", ()))

@@ -42,7 +42,12 @@ def run_mcp(args: argparse.Namespace) -> int:
     if args.url is not None:
         configure_logging(args.log_level, args.log_format, access_log=False)
         api_key = args.api_key if args.api_key is not None else os.environ.get("WASM_RUNNER_API_KEY", "")
-        asyncio.run(serve_stdio(None, url=args.url, api_key=api_key, profile=args.profile))
+        try:  # the [mcp] table applies to this MCP server, in front of any service
+            bound = load_config(args.config).mcp.max_result_chars
+        except (ValidationError, ValueError, OSError) as exc:
+            print(f"wasm-runner mcp: invalid configuration:\n{exc}", file=sys.stderr)
+            return 2
+        asyncio.run(serve_stdio(None, url=args.url, api_key=api_key, profile=args.profile, max_result_chars=bound))
         return 0
     temporary = None
     data_dir = args.data_dir
@@ -74,13 +79,15 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, api_key: str = "",
-                      profile: str | None = None) -> None:
+                      profile: str | None = None, max_result_chars: int | None = None) -> None:
     """Serve one MCP connection on stdin/stdout until it closes: over the server at `url`, or over
     a service run here (from `config`) on a Unix socket in a private directory."""
     from wasm_runner_server.mcp.server import McpTools
+    from wasm_runner_server.mcp.settings import DEFAULT_MAX_RESULT_CHARS
 
     if url is not None:
-        await _serve(McpTools(url, api_key=api_key, profile=profile))
+        await _serve(McpTools(url, api_key=api_key, profile=profile,
+                              max_result_chars=max_result_chars or DEFAULT_MAX_RESULT_CHARS))
         return
     from aiohttp import web
 
@@ -97,7 +104,8 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
     await runner.setup()
     try:
         await web.UnixSite(runner, socket_path).start()
-        await _serve(McpTools("http://wasm-runner", uds=socket_path, profile=profile))
+        await _serve(McpTools("http://wasm-runner", uds=socket_path, profile=profile,
+                                max_result_chars=config.mcp.max_result_chars))
     finally:
         await runner.cleanup()
         shutil.rmtree(socket_dir, ignore_errors=True)
