@@ -45,6 +45,8 @@ class KernelCall(Run):
     """One call in a session's native kernel: the same confinement and accounting as a run,
     with the sandbox kept between calls (see kernel.py)."""
 
+    PROXY_UNDER_DENY = False  # it outlives the call: under deny it keeps no socket at all
+
     def execute(self, slot: NativeKernelSlot | None = None, pool: KernelPool | None = None) -> ExecResult:
         assert slot is not None
         request = self.request
