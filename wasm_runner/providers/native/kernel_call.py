@@ -67,7 +67,7 @@ class KernelCall(Run):
         restart_reason: str | None = None
         kernel: NativeKernel | None = None
         try:
-            key = kernel_key(self.limits, self.job.mounts, network=self.egress is not None)
+            key = kernel_key(self.limits, (*self.job.mounts, *self.tools.binds), network=self.egress is not None)
             if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
                 slot.drop("the previous call ended the kernel" if slot.kernel.closed else
                           "the call's limits, mounts or network differ from the kernel's, which keeps those it started with")
@@ -76,7 +76,7 @@ class KernelCall(Run):
                 restart_reason, slot.reason = (slot.reason or "the kernel's state was dropped") if restarted else None, None
                 packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
                 others = [m for m in self.job.mounts if m not in packages]
-                if pool is not None and not others and self.egress is None:
+                if pool is not None and not others and not self.tools.binds and self.egress is None:
                     taken = pool.take(kernel_key(self.limits, ()), self.workspace,
                                       packages[0].host if packages else None)
                     if taken is not None:

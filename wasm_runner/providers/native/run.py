@@ -175,7 +175,7 @@ class Run:
     def _writable_trees(self) -> list[Path]:
         """What the sandbox can write on the host: workspace, its /tmp, writable session mounts."""
         trees = [self.workspace.files, self.workspace.tmp]
-        trees += [m.host for m in self.job.mounts if m.writable]
+        trees += [m.host for m in (*self.job.mounts, *self.tools.binds) if m.writable]
         return trees
 
     def _normalize(self, before_run: bool) -> None:
@@ -306,6 +306,7 @@ class Run:
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
             binds += self.job.mounts
+            binds += self.tools.binds  # the session's venv, outside /workspace
             data_files: list[tuple[int, str]] = []
             if egress is not None:
                 binds += egress.binds()
