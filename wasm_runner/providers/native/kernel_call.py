@@ -24,6 +24,7 @@ from wasm_runner.providers.native.kernel import (
 )
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import RunCgroup, RunLimits
+from wasm_runner.providers.native.package_env import GUEST_VENV
 from wasm_runner.providers.native.posix import write_all
 from wasm_runner.providers.native.run import BACKGROUND_LIFETIME_S, Program, Run
 from wasm_runner.workspace.layout import diff
@@ -76,9 +77,10 @@ class KernelCall(Run):
                 restart_reason, slot.reason = (slot.reason or "the kernel's state was dropped") if restarted else None, None
                 packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
                 others = [m for m in self.job.mounts if m not in packages]
-                if pool is not None and not others and not self.tools.binds and self.egress is None:
+                venv = [b.host for b in self.tools.binds if b.guest == GUEST_VENV]
+                if pool is not None and not others and len(venv) == len(self.tools.binds) and self.egress is None:
                     taken = pool.take(kernel_key(self.limits, ()), self.workspace,
-                                      packages[0].host if packages else None)
+                                      packages[0].host if packages else None, venv[0] if venv else None)
                     if taken is not None:
                         taken.key = key  # its sandbox shows this session's mounts now
                     slot.kernel = taken

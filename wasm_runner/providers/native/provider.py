@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
@@ -37,7 +38,7 @@ from wasm_runner.providers.native.kernel import KernelError, NativeKernel, slot_
 from wasm_runner.providers.native.kernel_call import KernelCall, kernel_key
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, detect, nested
-from wasm_runner.providers.native.package_env import PackageTools, package_tools
+from wasm_runner.providers.native.package_env import GUEST_VENV, VENV_NAME, PackageTools, package_tools
 from wasm_runner.providers.native.run import Program, Refusal, Run
 from wasm_runner.providers.native.sandboxed_process import SandboxProcess
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -204,8 +205,9 @@ class NativeProvider(Provider):
         except Refusal as refusal:
             raise KernelError(refusal.message) from None
         job = Job(request, workspace, mounts=(SessionPackages(workspace.root).mount(),))
+        venv = PackageTools(binds=(Mount(workspace.internal / VENV_NAME, GUEST_VENV, writable=True),))
         call = KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                           self.identity, self.seccomp_program)
+                           self.identity, self.seccomp_program, tools=venv)
         try:
             return call.start_kernel(key, holder, on_close)
         finally:
