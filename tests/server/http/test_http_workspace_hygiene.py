@@ -48,3 +48,11 @@ async def test_a_session_after_pip_install_lists_no_internals_and_its_install_su
     await eventually(hibernated, timeout=15)
     after = await run(client, sid, IMPORT)
     assert after["exit_code"] == 0 and after["stdout"] == "hello from tinyapp, tinydep 2.1\n", after
+
+    status, fork = await call(client, "POST", f"/v1/sessions/{sid}:fork", json={"count": 1})
+    assert status == 201 and not fork["failed"], fork
+    [child] = [entry["id"] for entry in fork["sessions"]]
+    forked = await run(client, child, IMPORT + " && pip install --no-cache-dir --no-deps --no-index tinyapp 2>&1 "
+                                                "| tail -1; ls -A /workspace")
+    assert forked["stdout"].startswith("hello from tinyapp, tinydep 2.1\nRequirement already satisfied"), forked
+    assert forked["stdout"].endswith("\nshared\n"), forked  # the child's copy of the venv, outside its files
