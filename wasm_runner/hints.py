@@ -95,6 +95,33 @@ TURN_ON = ('turn it on for the session with PATCH /v1/sessions/{id} {"egress": "
 NATIVE_DENY_HINT = f"this run's network policy is deny: the sandbox has no route out; {TURN_ON}"
 
 
+def refusal_summary(mode: str, scheme: str, host: str, port: int, reason: str | None = None) -> str:
+    """One line naming a refusal of the network policy and how to lift it: the proxy's reason phrase
+    and body start with it, and a native run's stderr ends with it (curl prints neither for a tunnel)."""
+    destination = f"{scheme}://{host}:{port}"
+    if mode == "deny":
+        return f"network policy deny: {destination} is not allowed; {TURN_ON}"
+    why = f" ({reason})" if reason else ""
+    return (f"network policy {mode}: {destination} is not allowed{why}; add \"{host}:{port}\" to the session's "
+            f"allowlist (PATCH /v1/sessions/{{id}} {{\"egress\": {{\"mode\": \"allowlist\", \"allow\": [...]}}}}) "
+            "or its profile's network.allow")
+
+
+def refusal_note(events: Sequence[NetworkEvent], mode: str) -> str:
+    """The lines a native run's stderr ends with, one per refused destination (from the host's own
+    records): a tool that prints only `CONNECT tunnel failed, response 403` still has its refusal named."""
+    refused = dict.fromkeys((e.scheme, e.host, e.port, e.reason) for e in events
+                            if not e.allowed and not (e.reason and "network cap" in e.reason))
+    return "".join(f"[wasm-runner] {refusal_summary(mode, scheme, host, port, reason)}\n"
+                   for scheme, host, port, reason in refused)
+
+
+def reason_phrase(mode: str, host: str) -> str:
+    """The status line's reason of a refusal (what pip, npm and git print): printable ASCII, bounded."""
+    text = f"network policy {mode}: {host} is not allowed"
+    return "".join(ch for ch in text if " " <= ch <= "~")[:200]
+
+
 def allow_hint(event: NetworkEvent) -> str:
     """How to allow a refused destination."""
     if event.reason and "private, loopback or link-local" in event.reason:
@@ -120,7 +147,7 @@ def native_network_error(events: Sequence[NetworkEvent], policy: EgressPolicy, s
         return GuestError(type="NetworkDenied",
                           message=f"the host refused {names}: {refused[0].reason} (network policy {policy.mode}, "
                                   f"allow: {allowed})",
-                          hint=allow_hint(refused[0]))
+                          hint=NATIVE_DENY_HINT if policy.mode == "deny" else allow_hint(refused[0]))
     if policy.mode == "deny" and any(pattern.search(stderr[-8000:]) for pattern in NATIVE_OFFLINE_ERRORS):
         return GuestError(type="NetworkDenied", message="the program tried to reach the network, and this run has none",
                           hint=NATIVE_DENY_HINT)

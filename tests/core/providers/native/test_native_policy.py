@@ -11,6 +11,7 @@ import pytest
 from wasm_runner import Limits, Runner
 from wasm_runner.providers.native import NativeProvider, SandboxPolicy, process_request
 from wasm_runner.providers.native.bwrap import find_bwrap, probe, sandbox_env
+from wasm_runner.providers.native.egress import CA_VARIABLES
 
 _path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
@@ -46,7 +47,9 @@ def test_only_the_allowlisted_environment_and_the_callers_variables_are_set(nati
     env = dict(item.split("=", 1) for item in result.stdout.split("\0") if item)
     allowlist = set(sandbox_env(python_data=True, extra={})) | {"PWD"}  # PWD: set by bwrap --chdir
     assert len(allowlist) <= 15
-    assert set(env) <= allowlist | {"MY_VAR"}
+    # under deny too, the way to the egress proxy (which refuses everything, naming the policy)
+    proxy = {name for base in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY") for name in (base, base.lower())}
+    assert set(env) <= allowlist | proxy | {"NODE_USE_ENV_PROXY", *CA_VARIABLES} | {"MY_VAR"}
     assert env["MY_VAR"] == "42" and env["HOME"] == "/workspace" and env["USER"] == "sandbox"
     assert secret not in result.stdout
 
