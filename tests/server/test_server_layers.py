@@ -20,8 +20,9 @@ RANKS = {"sessions": 1, "http": 2, "console": 2, "security": 3, "mcp": 4, "app":
 """A module's layer by its first component under the package; anything else is the basics (0)."""
 
 KNOWN_UPWARD = {
-    # AuthSettings is the [auth] table of the configuration file, a leaf pydantic model.
+    # AuthSettings and McpSettings are the [auth] and [mcp] tables of the configuration file, leaf pydantic models.
     ("wasm_runner_server.config", "wasm_runner_server.security.settings"),
+    ("wasm_runner_server.config", "wasm_runner_server.mcp.settings"),
     # The stdio entry point runs a whole service in-process (create_app) and logs as `serve` does.
     ("wasm_runner_server.mcp.stdio", "wasm_runner_server.app"),
     ("wasm_runner_server.mcp.stdio", "wasm_runner_server.cli.serve"),

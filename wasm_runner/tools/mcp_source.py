@@ -17,13 +17,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.tools.registry import Tool, from_spec
 from wasm_runner_protocol.tools import ToolSpec
 
 __all__ = ["McpToolError", "McpTools", "snake_name"]
 
 
-class McpToolError(RuntimeError):
+class McpToolError(WasmRunnerError, RuntimeError):
     """The MCP server answered the call with an error (`isError`), or could not be reached."""
 
 
