@@ -164,7 +164,7 @@ class LinearMemory:
         ran driver code: whatever the memory holds now, every later run starts from)."""
         import numpy as np
 
-        written = self._written_since_instantiation()
+        written = self._written_in(self.size)
         now = self._pages[written]  # a copy
         pristine = np.zeros_like(now)
         inside = (written >= self._image_first) & (written < self._image_end)
@@ -290,26 +290,22 @@ class LinearMemory:
         copy_pages(view, pages, data, np.arange(len(pages)))
 
     def _written_in(self, size: int) -> np.ndarray:
-        """Numbers of the pages of the first `size` bytes written since instantiation."""
-        entries = bytearray(size // PAGE * 8)
+        """Numbers of the pages of the first `size` bytes written since instantiation (the buffer
+        made at location is reused for the memory's first size: a reset reads it every run)."""
+        entries = self._entries if size == self.size else bytearray(size // PAGE * 8)
         if os.preadv(pagemap(), [entries], self.base // PAGE * 8) != len(entries):
             raise OSError(errno.EIO, "short read of /proc/self/pagemap")
         import numpy as np
 
-        return np.flatnonzero(_written_flags()[np.frombuffer(entries, np.uint8)[7::8]])
+        flags = self._entry_flags if entries is self._entries else np.frombuffer(entries, np.uint8)[7::8]
+        return np.flatnonzero(_written_flags()[flags])
 
     def _written(self) -> np.ndarray:
         """Numbers of the pages written since `keep` (with write tracking) or instantiation."""
         if self._tracked is not None:
             return self._tracked.pages()
-        return self._written_since_instantiation()
+        return self._written_in(self.size)
 
-    def _written_since_instantiation(self) -> np.ndarray:
-        if os.preadv(pagemap(), [self._entries], self.base // PAGE * 8) != len(self._entries):
-            raise OSError(errno.EIO, "short read of /proc/self/pagemap")
-        import numpy as np
-
-        return np.flatnonzero(_written_flags()[self._entry_flags])
 
 
 def _pages(address: int, length: int) -> np.ndarray:
