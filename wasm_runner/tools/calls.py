@@ -32,6 +32,8 @@ from wasm_runner_protocol.tools import ApprovalState, ToolCall, ToolOutcome
 __all__ = ["ApprovalRequest", "Approver", "ToolPolicy", "ToolRun", "refusal"]
 
 log = logging.getLogger("wasm_runner")
+ANSWER_MARGIN_S = 0.05
+"""A tool call's wait bounded by the run's deadline ends this long before it."""
 
 
 @dataclass(frozen=True)
@@ -227,11 +229,13 @@ class ToolRun:
             raise _Refused("invalid_arguments", f"{found.name}(): {where + ': ' if where else ''}{error.message}")
 
     def _wait_s(self) -> float:
-        """How long the next wait of a call may last: the call's timeout, bounded by the run's deadline."""
+        """How long the next wait of a call may last: the call's timeout, bounded by the run's deadline
+        (less a margin: the guest then gets the timeout as a ToolError it can handle, where a wait to
+        the deadline itself raced the guest's own stop)."""
         wait = self.policy.call_timeout_s
         deadline = self.deadline() if callable(self.deadline) else self.deadline
         if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
+            wait = min(wait, deadline - time.monotonic() - ANSWER_MARGIN_S)
         return wait
 
     def _approve(self, found: Tool, arguments: dict[str, Any]) -> None:
@@ -283,10 +287,7 @@ class ToolRun:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.policy.threads, thread_name_prefix="tool")
             pool = self._pool
-        wait = min(self.policy.call_timeout_s, remaining)
-        deadline = self.deadline() if callable(self.deadline) else self.deadline
-        if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
+        wait = min(self._wait_s(), remaining)
         if wait <= 0:
             raise _Refused("timeout" if remaining > 0 else "budget", "the run's deadline has passed"
                            if remaining > 0 else "this run's tool budget is spent")
