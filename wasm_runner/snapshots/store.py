@@ -3,14 +3,19 @@
 The files live beside the session's own (`<session>/kernel/<language>.snap`, outside what the
 guest sees), so they count against the workspace's disk quota, move and fork with the session's
 directory, and go when it is deleted. A write goes to a temporary file renamed into place: a
-crash leaves the previous image or the new one, never half of one. Reads check the image
-(`decode`): a corrupted, foreign or outdated file is refused with the reason and removed.
+crash leaves the previous image or the new one, never half of one. The image it replaces is
+freed on a thread of its own (held open until then): freeing a file's 5 MB of cached
+pages took 3 ms of every fork. Reads map the file instead of copying it: a restore lays the
+pages straight from the page cache. Reads check the image (`decode`): a corrupted, foreign or
+outdated file is refused with the reason and removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,8 @@ from wasm_runner.snapshots.image import ImageRefused, KernelImage, decode, encod
 __all__ = ["KernelImages"]
 
 SUFFIX = ".snap"
+_freeing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-image-free")
+"""Closes the last descriptor of replaced images (its thread is joined at exit)."""
 
 
 class KernelImages:
@@ -44,14 +51,21 @@ class KernelImages:
         with open(tmp, "wb") as f:
             for part in parts:
                 f.write(part)
+        try:  # held open, the replaced file is freed when this is closed, on the freeing thread
+            replaced: int | None = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            replaced = None
         os.replace(tmp, target)
+        if replaced is not None:
+            _freeing.submit(os.close, replaced)
         return sum(len(part) for part in parts)
 
     def load(self, language: str, key: dict[str, Any]) -> KernelImage:
         """The language's saved image, checked against `key` and this workspace (FileNotFoundError:
         none; ImageRefused: one that cannot be restored, which is then removed)."""
-        path = self.path(language)
-        blob = path.read_bytes()
+        with open(self.path(language), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            blob = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b""
         try:
             return decode(blob, key=key, owner=self.owner)
         except (ImageRefused, ValueError, KeyError, TypeError) as exc:
@@ -71,3 +85,4 @@ class KernelImages:
         if not self.directory.is_dir():
             return []
         return sorted(p.name[: -len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}"))
+
