@@ -88,6 +88,18 @@ def test_a_kernel_holding_a_file_open_is_not_saved_and_the_restart_says_why(runn
     session.destroy()
 
 
+def test_a_file_held_open_across_calls_is_never_rolled_back_to(runner):
+    session = runner.session()
+    session.run_sync("x = 1\nhandle = open('held.txt', 'w')")
+    session.run_sync("y = 2")  # a call that changes no descriptor of its own
+    hit = session.run_sync("while True: pass", limits=Limits(timeout_s=0.3))
+    assert hit.limit == "timeout" and not hit.kernel_rolled_back  # a new instance would lack the handle
+    after = session.run_sync("'x' in globals()")
+    assert after.kernel_restarted and after.value == "False"
+    assert "descriptors" in after.restart_reason
+    session.destroy()
+
+
 def test_changing_fuel_metering_rebuilds_the_kernel(runner):
     session = runner.session()
     session.run_sync("y = 5")

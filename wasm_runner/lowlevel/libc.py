@@ -10,6 +10,7 @@ import os
 import sys
 
 MADV_DONTNEED = 4
+MADV_POPULATE_WRITE = 23
 
 libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 """None off Linux: callers then do without (no instance reuse, no write tracking)."""

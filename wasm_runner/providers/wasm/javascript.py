@@ -344,7 +344,7 @@ class JavaScriptRuntime(Runtime):
         finally:
             guest.close()
 
-    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> JavaScriptKernel:
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False, restoring: bool = False) -> JavaScriptKernel:
         return JavaScriptKernel(self, view, limits)  # not reusable: a new one is cheap
 
 

@@ -78,12 +78,16 @@ class Runtime(ABC):
         """Run one call in a new instance, thrown away after."""
 
     @abstractmethod
-    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> Kernel:
-        """A live instance for a session (or, `reusable`, for one-shot runs reset between them)."""
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False, restoring: bool = False) -> Kernel:
+        """A live instance for a session (or, `reusable`, for one-shot runs reset between them;
+        `restoring`: about to take an image, which an instance made ahead for it may speed up)."""
+
+    def close(self) -> None:  # noqa: B027 - an optional hook: nothing to release by default
+        """Release what the runtime keeps made ahead (instances not yet given out)."""
 
     def restored_kernel(self, view: View, limits: Limits, image: KernelImage) -> Kernel:
         """A session's kernel holding the state `image` was taken of (ImageRefused: it cannot)."""
-        kernel = self.new_kernel(view, limits)
+        kernel = self.new_kernel(view, limits, restoring=True)
         try:
             kernel.restore(image)
         except BaseException:

@@ -59,17 +59,14 @@ class KernelSlot:
         if kernel is not None:
             self.drop("the call's limits need another engine (fuel counting on or off), and a kernel "
                       "keeps the engine it started with")
-        kernel = runtime.new_kernel(view, limits)
-        try:
-            kernel.warm()
-        except Exception:
-            kernel.close()
-            raise
+        restoring = images is not None and not self.lost and images.has(runtime.language)
+        kernel = runtime.new_kernel(view, limits, restoring=restoring)
         refused = None
         if images is not None and self.lost:  # dropped here, for a reason: an older image is not this state
             images.discard(runtime.language)
-        elif images is not None and images.has(runtime.language):
-            try:
+        elif restoring:
+            assert images is not None
+            try:  # onto the new instance before its warm-up: a restore obtains only the handles it needs
                 kernel.restore(images.load(runtime.language, kernel.key))
             except FileNotFoundError:
                 pass
@@ -77,10 +74,17 @@ class KernelSlot:
                 refused = str(exc)
                 kernel.close()
                 kernel = runtime.new_kernel(view, limits)
-                kernel.warm()
+            except BaseException:
+                kernel.close()
+                raise
             else:  # the file stays: should this process die, the next one resumes from it
                 self.kernel, self.lost, self.reason = kernel, False, None
                 return Opened(restored=True)
+        try:
+            kernel.warm()
+        except Exception:
+            kernel.close()
+            raise
         self.kernel = kernel
         restarted, reason = self.lost or refused is not None, self.reason
         if restarted and reason is None:

@@ -67,6 +67,10 @@ class WasmProvider(Provider):
 
     def close(self) -> None:
         self._warm.close()
+        with self._lock:
+            runtimes = list(self._runtimes.values())
+        for runtime in runtimes:
+            runtime.close()
         wait_closed()
         self.http.close()
         _open_providers.discard(self)

@@ -54,6 +54,7 @@ from wasm_runner.providers.wasm.sandbox import (
     new_store,
     trap_outcome,
 )
+from wasm_runner.providers.wasm.spare_instances import SpareInstances, Unbound
 from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused, validity_key
 from wasm_runner_protocol.execution import GuestError, Limits, RichOutput
 from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
@@ -76,6 +77,7 @@ class PythonRuntime(Runtime):
         self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component, Path]] = {}
         self._held_layouts: dict[EngineSettings, list[int] | None] = {}
         """Where the guest holds a call's output (see `HeldOutput`): the same in every instance."""
+        self._spares = SpareInstances(self._instantiate)
 
     # -- preparation ---------------------------------------------------------
 
@@ -162,6 +164,35 @@ class PythonRuntime(Runtime):
             self._held_layouts.setdefault(settings, layout)
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
 
+    def _instantiate(self, settings: EngineSettings) -> Unbound:
+        """A new instance, located, with no view yet (see `spare_instances`)."""
+        linker, compiled, mapped_from = self.prepare(settings)
+        store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
+        try:
+            store.set_wasi(wasmtime.WasiConfig())
+            interrupt.arm(store, 60.0)  # instantiation runs guest code too
+            instance, located = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
+        except BaseException:
+            close_later(store, mapping_lock)
+            raise
+        return Unbound(store, interrupt, instance, located)
+
+    def unbound_instance(self, settings: EngineSettings, restoring: bool = False) -> Unbound:
+        """An instance to bind to a view: the one made ahead (for a restore: with the pages the
+        last one laid written ahead), else a new one."""
+        return self._spares.take(settings, restoring) or self._instantiate(settings)
+
+    def spare_ready(self, settings: EngineSettings, restoring: bool = False) -> bool:
+        """Whether the next kernel for these settings and this use starts on an instance made ahead."""
+        return self._spares.ready(settings, restoring)
+
+    def restores_laid(self, settings: EngineSettings, pages: np.ndarray) -> None:
+        """A restore laid these pages (the next instances for restores write them ahead)."""
+        self._spares.expect(settings, pages)
+
+    def close(self) -> None:
+        self._spares.close()
+
     def held_layout(self, settings: EngineSettings) -> list[int] | None:
         """(fill counts, stdout buffer, stderr buffer, size) in the guest's memory, once prepared."""
         with self._lock:
@@ -176,9 +207,9 @@ class PythonRuntime(Runtime):
         finally:
             kernel.close()
 
-    def new_kernel(self, view: View, limits: Limits, reusable: bool = False) -> PythonKernel:
+    def new_kernel(self, view: View, limits: Limits, reusable: bool = False, restoring: bool = False) -> PythonKernel:
         """An instance; a `reusable` one can be reset to new after a one-shot run."""
-        return PythonKernel(self, view, limits, reusable)
+        return PythonKernel(self, view, limits, reusable, restoring)
 
 
 def _tzdata_package(pinned: str) -> Path:
@@ -268,19 +299,23 @@ class PythonKernel(Kernel):
     runs_tests = True
     """A call may carry the check harness's tests: the guest runs them after the program."""
 
-    def __init__(self, runtime: PythonRuntime, view: View, limits: Limits, reusable: bool = False) -> None:
+    def __init__(self, runtime: PythonRuntime, view: View, limits: Limits, reusable: bool = False,
+                 restoring: bool = False) -> None:
         self.settings = engine_settings(limits)
-        linker, compiled, mapped_from = runtime.prepare(self.settings)
-        self.store, self.interrupt = new_store(limits)
+        self._runtime = runtime
+        _, _, mapped_from = runtime.prepare(self.settings)
+        unbound = runtime.unbound_instance(self.settings, restoring)
+        self.store, self.interrupt, instance, located = unbound.store, unbound.interrupt, unbound.instance, unbound.located
+        self.store.set_limits(memory_size=limits.memory_bytes)
+        if limits.fuel is not None:
+            self.store.set_fuel(limits.fuel)
         self.router = OutputRouter()
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python"]
         wasi.env = list(guest_env({}).items())
         self.router.attach(wasi)
         view.configure(wasi)
-        self.store.set_wasi(wasi)
-        self.interrupt.arm(self.store, limits.timeout_s)  # instantiation runs guest code too
-        instance, located = instantiate_located(lambda: linker.instantiate(self.store, compiled), mapped_from)
+        self.store.set_wasi(wasi)  # bound now: the guest has not asked for its resources yet
         self._located = located
         """The linear memory, where it was found (snapshots need it)."""
         self.key = validity_key("python", mapped_from.name, self.settings.cache_key(), view.preopens)
@@ -304,6 +339,10 @@ class PythonKernel(Kernel):
         self.warmed = False
         """Calls start warm: `warm` ran, and resets restore the state it left."""
         self._descriptors_changed = True
+        """The last run may have opened or closed a descriptor (what a one-shot reset checks)."""
+        self._probe_due = True
+        """A run may have changed the descriptors since a probe last found none held open (what a
+        snapshot checks: a file held open stays held across later runs that report no change)."""
         self._untouched = True
         """No user code ran since instantiation or the last reset."""
 
@@ -403,6 +442,7 @@ class PythonKernel(Kernel):
         else:
             response = json.loads(raw)
             self._descriptors_changed = response.get("descriptors_changed", True)
+            self._probe_due = self._probe_due or self._descriptors_changed
             outcome = _outcome(response)
         finally:
             self.router.stdout = self.router.stderr = None
@@ -432,10 +472,11 @@ class PythonKernel(Kernel):
 
     def checkpoint(self, probe: bool = False) -> KernelImage:
         """`capture` without copying (valid until the next call): what a call that fails is rolled
-        back to. Open descriptors are probed when a call may have changed them (or `probe`)."""
+        back to. Open descriptors are probed when a run may have changed them since the last probe
+        that found none held (that record answers `probe` too: a probe is a guest call, 1 ms)."""
         if not self.usable or self._located is None:
             raise SnapshotRefused("this kernel's memory cannot be read (it was lost, or not located)")
-        if probe or self._descriptors_changed:
+        if self._probe_due:
             self.interrupt.arm(self.store, 5.0)
             raw = self._run(self.store, json.dumps({"open_descriptors": self._fd_base}))
             self._run.post_return(self.store)
@@ -444,7 +485,7 @@ class PythonKernel(Kernel):
                 named = ", ".join("a standard stream or preopen was closed" if fd < 0 else str(fd) for fd in held)
                 raise SnapshotRefused(f"the kernel holds files open (descriptors {named}), which a snapshot "
                                       "cannot carry: close them (`with open(...)`) and the next one can be taken")
-            self._descriptors_changed = False
+            self._probe_due = False
         size, pages, data = self._located.checkpoint()
         return KernelImage("python", self.key, size, pages, data, PAGE)
 
@@ -454,8 +495,12 @@ class PythonKernel(Kernel):
             raise ImageRefused("the snapshot was made for another runtime or view")
         if self._located is None:
             raise ImageRefused("this instance's memory was not located: it cannot take a snapshot")
-        if not self.warmed:
-            self.warm()  # the streams and preopens, obtained in the order the original's were
+        if not self.warmed:  # the streams and preopens, obtained as the original's warm-up did (only that)
+            self.interrupt.arm(self.store, 10.0)
+            self._run(self.store, json.dumps({"warm": True, "handles_only": True, "env": guest_env({}),
+                                              "fd_base": self._fd_base}))
+            self._run.post_return(self.store)
+            self.warmed = True  # the pages laid next are the original's warmed-up state
         for _ in range(8):  # grown by the guest's own allocator: the host cannot grow a component's memory
             missing = image.memory_size - self._located.current_size()
             if missing <= 0:
@@ -470,8 +515,9 @@ class PythonKernel(Kernel):
         else:
             raise ImageRefused("the kernel's memory could not be grown to the snapshot's size")
         self._located.restore(image.pages, image.data)
+        self._runtime.restores_laid(self.settings, image.pages)
         self._located.adopt_checkpoint(self._located.current_size(), image.pages, image.data)
-        self._descriptors_changed = False
+        self._probe_due = False  # the image was taken with none held
         self._reseed = True
 
 

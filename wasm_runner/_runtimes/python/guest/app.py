@@ -871,14 +871,22 @@ def _run_cell(request):
     cwd = request.get("cwd", "/workspace")
     if os.getcwd() != cwd:
         os.chdir(cwd)
-    if request.get("warm"):  # cells that leave no trace, so the first real call finds warm pages
+    if request.get("warm"):
+        # First the host resources, always in this order: a restored kernel's memory holds the
+        # handle numbers its original was given, and a new instance obtains the same ones by
+        # making the same requests (`handles_only`, all a restore needs before its pages are laid).
+        if "fd_base" in request:
+            _base_fds[0] = _identities(request["fd_base"])
+            _base_offsets[0] = _offsets(request["fd_base"])
+        for fd in (1, 2):
+            os.write(fd, b"\n")  # the standard streams' output handles (the host discards it)
+        if request.get("handles_only"):
+            return {"exit_code": 0}
+        # Then cells that leave no trace, so the first real call finds warm pages.
         _exec_cell("print('')", "<warm-up>")  # a one-line cell whose output (discarded by the host) is flushed
         _exec_cell("_warm = None\ndel _warm", "<warm-up>")  # the multi-statement path
         _cells[0] = 0
         linecache.cache.pop("<warm-up>", None)
-        if "fd_base" in request:
-            _base_fds[0] = _identities(request["fd_base"])
-            _base_offsets[0] = _offsets(request["fd_base"])
         return {"exit_code": 0}
     _hold_left[:] = request.get("hold") or (0, 0)
     _held_fill[0] = _held_fill[1] = 0
