@@ -77,7 +77,7 @@ class PythonRuntime(Runtime):
         self._linkers: dict[EngineSettings, tuple[component.Linker, component.Component, Path]] = {}
         self._held_layouts: dict[EngineSettings, list[int] | None] = {}
         """Where the guest holds a call's output (see `HeldOutput`): the same in every instance."""
-        self._spares = SpareInstances(self._instantiate)
+        self._spares = SpareInstances(self.new_instance)
 
     # -- preparation ---------------------------------------------------------
 
@@ -164,7 +164,7 @@ class PythonRuntime(Runtime):
             self._held_layouts.setdefault(settings, layout)
             return self._linkers.setdefault(settings, (linker, compiled, mapped_from))
 
-    def _instantiate(self, settings: EngineSettings) -> Unbound:
+    def new_instance(self, settings: EngineSettings) -> Unbound:
         """A new instance, located, with no view yet (see `spare_instances`)."""
         linker, compiled, mapped_from = self.prepare(settings)
         store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
@@ -180,7 +180,7 @@ class PythonRuntime(Runtime):
     def unbound_instance(self, settings: EngineSettings, restoring: bool = False) -> Unbound:
         """An instance to bind to a view: the one made ahead (for a restore: with the pages the
         last one laid written ahead), else a new one."""
-        return self._spares.take(settings, restoring) or self._instantiate(settings)
+        return self._spares.take(settings, restoring) or self.new_instance(settings)
 
     def spare_ready(self, settings: EngineSettings, restoring: bool = False) -> bool:
         """Whether the next kernel for these settings and this use starts on an instance made ahead."""
@@ -208,8 +208,11 @@ class PythonRuntime(Runtime):
             kernel.close()
 
     def new_kernel(self, view: View, limits: Limits, reusable: bool = False, restoring: bool = False) -> PythonKernel:
-        """An instance; a `reusable` one can be reset to new after a one-shot run."""
-        return PythonKernel(self, view, limits, reusable, restoring)
+        """An instance; a `reusable` one can be reset to new after a one-shot run (one-shot runs
+        have instances made ahead of their own, per scratch workspace: see `warm_pool`); a
+        session's starts on a spare (see `spare_instances`)."""
+        unbound = None if reusable else self.unbound_instance(engine_settings(limits), restoring)
+        return PythonKernel(self, view, limits, reusable, unbound)
 
 
 def _tzdata_package(pinned: str) -> Path:
@@ -300,11 +303,12 @@ class PythonKernel(Kernel):
     """A call may carry the check harness's tests: the guest runs them after the program."""
 
     def __init__(self, runtime: PythonRuntime, view: View, limits: Limits, reusable: bool = False,
-                 restoring: bool = False) -> None:
+                 unbound: Unbound | None = None) -> None:
         self.settings = engine_settings(limits)
         self._runtime = runtime
         _, _, mapped_from = runtime.prepare(self.settings)
-        unbound = runtime.unbound_instance(self.settings, restoring)
+        if unbound is None:
+            unbound = runtime.new_instance(self.settings)
         self.store, self.interrupt, instance, located = unbound.store, unbound.interrupt, unbound.instance, unbound.located
         self.store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:

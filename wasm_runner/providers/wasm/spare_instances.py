@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -70,6 +69,8 @@ class SpareInstances:
         self._wanted: queue.SimpleQueue[Kind | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
+        self._stopping = threading.Event()
+        """Set at close: ends the wait before making a spare at once."""
         self._thread: threading.Thread | None = None
 
     def take(self, settings: EngineSettings, restoring: bool = False) -> Unbound | None:
@@ -101,7 +102,8 @@ class SpareInstances:
             with self._lock:
                 if kind in self._spares or self._closed:
                     continue
-            time.sleep(REFILL_DELAY_S)
+            if self._stopping.wait(REFILL_DELAY_S):
+                break
             try:
                 spare = self._make(kind[0])
                 with self._lock:
@@ -122,6 +124,7 @@ class SpareInstances:
         inside wasmtime can abort)."""
         with self._lock:
             self._closed = True
+            self._stopping.set()
             thread, self._thread = self._thread, None
             spares, self._spares = list(self._spares.values()), {}
         if thread is not None:

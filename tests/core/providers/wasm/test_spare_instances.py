@@ -46,7 +46,7 @@ def test_an_instance_made_ahead_sees_only_the_view_it_is_given_when_taken(runtim
     runtime.new_kernel(first, Limits()).close()  # the first kernel is made inline; taking asks for a spare
     wait_for_spare(runtime)
     made_inline = []
-    monkeypatch.setattr(runtime, "_instantiate", lambda settings: made_inline.append(settings))
+    monkeypatch.setattr(runtime, "new_instance", lambda settings: made_inline.append(settings))
     kernel = runtime.new_kernel(second, Limits())
     try:
         kernel.warm()
