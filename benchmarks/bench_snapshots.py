@@ -114,7 +114,8 @@ def measure_kernel(runner: Runner, name: str, samples: int) -> dict:
     return {"memory_mib": round(image.memory_size / (1 << 20), 1), "pages_kept": len(image.pages),
             "image_bytes_raw": image.nbytes, "image_bytes_lz4": len(encode(image)),
             "capture_ms": med(captures), "checkpoint_before_call_ms": med(checkpoints), "encode_lz4_ms": med(encodes),
-            "restore_ms": med(restored), "restore_back_to_back_ms": med(back_to_back), **forks, "first_call_after_hibernation_ms": med(after_hibernation),
+            "restore_ms": med(restored), "restore_back_to_back_ms": med(back_to_back), **forks,
+            "first_call_after_hibernation_ms": med(after_hibernation),
             "rebuild_new_kernel_first_call_ms": med(rebuild_empty), "rebuild_rerunning_setup_ms": med(rebuild_rerun)}
 
 

@@ -14,7 +14,25 @@ import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
 
-from wasm_runner.workspace import files
+from wasm_runner.workspace.file_errors import (
+    BudgetExceededError,
+    DirectoryNotEmptyError,
+    EditError,
+    EditNotFoundError,
+    EditNotUniqueError,
+    FileOpError,
+    FileTooLargeError,
+    InvalidPathError,
+    InvalidPatternError,
+    IsDirectoryError,
+    NoSuchFileError,
+    NotDirectoryError,
+    NotRegularFileError,
+    NotTextError,
+    OperationCancelledError,
+    PatchError,
+    PathEscapeError,
+)
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse
 
@@ -59,34 +77,34 @@ def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERL
                     {"Retry-After": str(retry_after)})
 
 
-_FILE_STATUS: dict[type[files.FileOpError], int] = {
-    files.PathEscapeError: 403,
-    files.InvalidPathError: 400,
-    files.NoSuchFileError: 404,
-    files.IsDirectoryError: 409,
-    files.NotDirectoryError: 409,
-    files.NotRegularFileError: 409,
-    files.DirectoryNotEmptyError: 409,
-    files.FileTooLargeError: 413,
-    files.NotTextError: 415,
-    files.EditNotFoundError: 422,
-    files.EditNotUniqueError: 409,
-    files.EditError: 422,
-    files.PatchError: 409,
-    files.InvalidPatternError: 422,
-    files.BudgetExceededError: 422,
-    files.OperationCancelledError: 503,
+_FILE_STATUS: dict[type[FileOpError], int] = {
+    PathEscapeError: 403,
+    InvalidPathError: 400,
+    NoSuchFileError: 404,
+    IsDirectoryError: 409,
+    NotDirectoryError: 409,
+    NotRegularFileError: 409,
+    DirectoryNotEmptyError: 409,
+    FileTooLargeError: 413,
+    NotTextError: 415,
+    EditNotFoundError: 422,
+    EditNotUniqueError: 409,
+    EditError: 422,
+    PatchError: 409,
+    InvalidPatternError: 422,
+    BudgetExceededError: 422,
+    OperationCancelledError: 503,
 }
 
 
-def from_file_error(exc: files.FileOpError) -> ApiError:
+def from_file_error(exc: FileOpError) -> ApiError:
     status = 400
     for cls in type(exc).__mro__:
         if cls in _FILE_STATUS:
             status = _FILE_STATUS[cls]
             break
     hint = exc.hint
-    if hint is None and isinstance(exc, files.PathEscapeError):
+    if hint is None and isinstance(exc, PathEscapeError):
         hint = "paths are relative to the workspace; '..', absolute paths elsewhere and symbolic links are refused"
     return ApiError(status, exc.code, exc.message, hint)
 
@@ -152,7 +170,7 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except ApiError as exc:
         return exc.response()
-    except files.FileOpError as exc:
+    except FileOpError as exc:
         return from_file_error(exc).response()
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return from_validation(exc).response()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wasm_runner.workspace import files
+from wasm_runner.workspace.file_errors import FileOpError
 from wasm_runner_protocol.errors import ErrorCode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,10 +66,10 @@ def test_a_code_is_its_name_in_lower_case() -> None:
     assert [m for m in ErrorCode if m.value != m.name.lower()] == []
 
 
-def _file_errors(cls: type[files.FileOpError]) -> list[type[files.FileOpError]]:
+def _file_errors(cls: type[FileOpError]) -> list[type[FileOpError]]:
     return [cls, *(sub for child in cls.__subclasses__() for sub in _file_errors(child))]
 
 
-@pytest.mark.parametrize("error", _file_errors(files.FileOpError), ids=lambda cls: cls.__name__)
-def test_file_errors_carry_error_codes(error: type[files.FileOpError]) -> None:
+@pytest.mark.parametrize("error", _file_errors(FileOpError), ids=lambda cls: cls.__name__)
+def test_file_errors_carry_error_codes(error: type[FileOpError]) -> None:
     assert type(error.code) is ErrorCode

@@ -8,7 +8,9 @@ the same directory, then rename), so a reader or a running guest never sees half
 
 This module is the one implementation of the file tools (read, write, edit, patch,
 list, glob, grep, archive) used by the HTTP service and the MCP server; it knows
-nothing about either.
+nothing about either. Beside it: the paths it takes (`relpaths`), its errors
+(`file_errors`), the budget its loops check (`budget`), glob patterns (`globs`), and
+edits and diffs applied to a text (`text_patches`).
 """
 
 from __future__ import annotations
@@ -21,133 +23,45 @@ import re
 import secrets
 import stat
 import tarfile
-import threading
 import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import re2
 import regex
 
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import (
+    DirectoryNotEmptyError,
+    EditError,
+    EditNotFoundError,
+    EditNotUniqueError,
+    FileOpError,
+    FileTooLargeError,
+    InvalidPathError,
+    InvalidPatternError,
+    IsDirectoryError,
+    NoSuchFileError,
+    NotDirectoryError,
+    NotRegularFileError,
+    NotTextError,
+    PathEscapeError,
+)
+from wasm_runner.workspace.globs import Glob, has_magic, unescape
 from wasm_runner.workspace.layout import remove_tree
-from wasm_runner_protocol.errors import ErrorCode, WasmRunnerError
-from wasm_runner_protocol.guest import GUEST_WORKSPACE
+from wasm_runner.workspace.relpaths import join, split_path
+from wasm_runner.workspace.text_patches import apply_hunks, near_miss_hint, occurrence_lines, parse_unified_diff
 
 EntryType = Literal["file", "directory", "symlink", "other"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
-GUEST_ROOT = GUEST_WORKSPACE
-"""How the guest names the workspace; absolute paths under it are accepted."""
-MAX_PATH_CHARS = 4096
-MAX_NAME_BYTES = 255
 CHUNK = 256 * 1024
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO never hangs us
-
-
-# -- errors ------------------------------------------------------------------------
-
-
-class FileOpError(WasmRunnerError):
-    """A file operation that cannot be done; `code` is stable, the message says why."""
-
-    code: ErrorCode = ErrorCode.FILE_ERROR
-
-    def __init__(self, path: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.message = message
-        self.hint = hint
-
-
-class InvalidPathError(FileOpError):
-    code = ErrorCode.INVALID_PATH
-
-
-class PathEscapeError(FileOpError):
-    """The path leaves the workspace (`..`, an absolute path elsewhere, or a symlink on the way)."""
-
-    code = ErrorCode.PATH_ESCAPE
-
-
-class NoSuchFileError(FileOpError):
-    code = ErrorCode.FILE_NOT_FOUND
-
-
-class IsDirectoryError(FileOpError):
-    code = ErrorCode.IS_A_DIRECTORY
-
-
-class NotDirectoryError(FileOpError):
-    code = ErrorCode.NOT_A_DIRECTORY
-
-
-class NotRegularFileError(FileOpError):
-    code = ErrorCode.NOT_A_REGULAR_FILE
-
-
-class DirectoryNotEmptyError(FileOpError):
-    code = ErrorCode.DIRECTORY_NOT_EMPTY
-
-
-class FileTooLargeError(FileOpError):
-    code = ErrorCode.FILE_TOO_LARGE
-
-    def __init__(self, path: str, limit: int, message: str | None = None, hint: str | None = None) -> None:
-        super().__init__(path, message or f"{path or 'the file'} is larger than the {limit}-byte limit", hint)
-        self.limit = limit
-
-
-class NotTextError(FileOpError):
-    code = ErrorCode.NOT_TEXT
-
-
-class EditError(FileOpError):
-    code = ErrorCode.EDIT_FAILED
-
-
-class EditNotFoundError(EditError):
-    """The text to replace does not occur in the file."""
-
-    code = ErrorCode.EDIT_NOT_FOUND
-
-
-class EditNotUniqueError(EditError):
-    """The text to replace occurs more than once and replace_all was not asked."""
-
-    code = ErrorCode.EDIT_NOT_UNIQUE
-
-    def __init__(self, path: str, message: str, count: int, lines: list[int], hint: str | None = None) -> None:
-        super().__init__(path, message, hint)
-        self.count = count
-        self.lines = lines
-
-
-class PatchError(FileOpError):
-    """A unified diff that is malformed or whose context is not in the file."""
-
-    code = ErrorCode.PATCH_FAILED
-
-
-class InvalidPatternError(FileOpError):
-    code = ErrorCode.INVALID_PATTERN
-
-
-class BudgetExceededError(FileOpError):
-    """The operation ran past its time budget (the request's share of the file workers)."""
-
-    code = ErrorCode.BUDGET_EXCEEDED
-
-
-class OperationCancelledError(FileOpError):
-    """The operation was stopped because the one who asked for it went away."""
-
-    code = ErrorCode.CANCELLED
 
 
 # -- results -----------------------------------------------------------------------
@@ -203,46 +117,6 @@ class GrepResult:
     truncated: bool = False
     """True when the match cap, the scan cap or the time budget stopped the search early."""
     timed_out: bool = False
-
-
-# -- paths -------------------------------------------------------------------------
-
-
-def split_path(path: str, *, what: str = "path") -> tuple[str, ...]:
-    """The components of a workspace path; refuses anything that could leave the workspace.
-
-    Accepted: relative paths (`a/b.txt`, `./a`), and absolute paths under /workspace
-    (the guest's name for it). `.` and empty components are dropped; `..` is refused
-    outright (even where it would stay inside) so no caller ever needs to reason about it.
-    """
-    if not isinstance(path, str):
-        raise InvalidPathError(str(path), f"the {what} must be a string")
-    if "\x00" in path:
-        raise InvalidPathError(path, f"the {what} contains a NUL byte")
-    if len(path) > MAX_PATH_CHARS:
-        raise InvalidPathError(path[:64] + "…", f"the {what} is longer than {MAX_PATH_CHARS} characters")
-    original = path
-    if path.startswith("/"):
-        if path == GUEST_ROOT or path.startswith(GUEST_ROOT + "/"):
-            path = path[len(GUEST_ROOT):]
-        else:
-            raise PathEscapeError(path, f"the {what} {path!r} is outside the workspace",
-                                  "use a path relative to the workspace, or one under /workspace")
-    parts = tuple(p for p in path.split("/") if p not in ("", "."))
-    for part in parts:
-        if part == "..":
-            raise PathEscapeError(original, f"the {what} {original!r} contains '..'", "paths may not go up a directory")
-        try:
-            encoded = part.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidPathError(path, f"the {what} is not valid UTF-8") from None
-        if len(encoded) > MAX_NAME_BYTES:
-            raise InvalidPathError(path, f"a component of the {what} is longer than {MAX_NAME_BYTES} bytes")
-    return parts
-
-
-def join(parts: Sequence[str]) -> str:
-    return "/".join(parts)
 
 
 def _type_of(mode: int) -> EntryType:
@@ -493,9 +367,9 @@ class WorkspaceFiles:
             count = text.count(edit.old_text)
             if count == 0:
                 raise EditNotFoundError(path, f"{which}old_text was not found in {path!r}",
-                                        _near_miss_hint(text, edit.old_text, budget))
+                                        near_miss_hint(text, edit.old_text, budget))
             if count > 1 and not edit.replace_all:
-                lines = _occurrence_lines(text, edit.old_text, budget)
+                lines = occurrence_lines(text, edit.old_text, budget)
                 shown = ", ".join(map(str, lines)) + ("…" if count > len(lines) else "")
                 raise EditNotUniqueError(
                     path, f"{which}old_text occurs {count} times in {path!r} (lines {shown})", count, lines,
@@ -524,7 +398,7 @@ class WorkspaceFiles:
             if not all(not h.old for h in hunks):
                 raise
             original = ""
-        patched = _apply_hunks(original, hunks, path, budget)  # at most the file plus the diff's added lines
+        patched = apply_hunks(original, hunks, path, budget)  # at most the file plus the diff's added lines
         result = self.write_text(path, patched, max_bytes=max_result_bytes, reserve=reserve)
         return EditResult(info=result.info, hunks=len(hunks))
 
@@ -602,9 +476,9 @@ class WorkspaceFiles:
         parts = matcher.parts
         static: list[str] = []
         for part in parts:
-            if _has_magic(part):
+            if has_magic(part):
                 break
-            static.append(_unescape(part))
+            static.append(unescape(part))
         if len(static) == len(parts):  # no magic at all: a plain path
             try:
                 return Listing([self.stat(join(static))], False)
@@ -1013,7 +887,7 @@ class _Sink(io.RawIOBase):
     def seekable(self) -> bool:
         return False
 
-    def write(self, data) -> int:  # type: ignore[override]
+    def write(self, data: Any) -> int:
         data = bytes(data)
         self._parts.append(data)
         self.size += len(data)
@@ -1033,173 +907,6 @@ class _Sink(io.RawIOBase):
         return data
 
 
-# -- budgets ----------------------------------------------------------------------------
-
-
-class Budget:
-    """How long one request's file work may run, and whether the one who asked is still there.
-
-    The loops of glob, grep, edit, patch and archive call `check`: past the deadline it
-    raises BudgetExceededError, after `cancel` (the client went away) OperationCancelledError.
-    `cancel` may be called from another thread (the event loop) while a worker thread checks.
-    """
-
-    def __init__(self, seconds: float | None = None) -> None:
-        self.seconds = seconds
-        self.deadline = math.inf
-        self._cancelled = threading.Event()
-        self.restart()
-
-    def restart(self) -> None:
-        """Start a new period of `seconds` (a streamed archive has one per chunk it produces)."""
-        if self.seconds is not None:
-            self.deadline = time.monotonic() + self.seconds
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def check(self, what: str, path: str = "", hint: str | None = None) -> None:
-        if self._cancelled.is_set():
-            raise OperationCancelledError(path, f"{what} was stopped: the request was cancelled")
-        if time.monotonic() > self.deadline:
-            raise BudgetExceededError(path, f"{what} took longer than its budget of {self.seconds:g} s", hint)
-
-
-# -- glob --------------------------------------------------------------------------------
-
-_MAGIC = re.compile(r"(?<!\\)[*?\[{]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # a bad pattern is the caller's error, answered, not logged
-_RE2_OPTIONS.never_capture = True
-_RE2_OPTIONS.dot_nl = True
-
-
-def _has_magic(part: str) -> bool:
-    return _MAGIC.search(part) is not None
-
-
-def _unescape(part: str) -> str:
-    return re.sub(r"\\(.)", r"\1", part)
-
-
-class Glob:
-    """A glob pattern compiled for matching `/`-separated relative paths.
-
-    `*` and `?` stay within one component, `**` as a whole component spans any depth,
-    `[abc]`, `[a-z]`, `[!a]` or `[^a]` and `{a,b}` as usual, a backslash escapes the next character.
-    Matching runs on RE2, whose automaton never backtracks: its time is linear in the
-    path's length whatever the pattern, so no pattern can make a match slow.
-    """
-
-    __slots__ = ("pattern", "parts", "source", "_compiled")
-
-    def __init__(self, pattern: str, *, what: str = "pattern") -> None:
-        self.pattern = pattern
-        self.parts = split_path(pattern, what=what)
-        if not self.parts:
-            raise InvalidPatternError(pattern, f"the {what} is empty", "e.g. *.py or **/*.txt")
-        self.source = glob_regex(join(self.parts))
-        try:
-            self._compiled = re2.compile(self.source, _RE2_OPTIONS)
-        except re2.error as exc:
-            reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-            raise InvalidPatternError(pattern, f"invalid glob pattern {pattern[:200]!r}: {reason}",
-                                      "simplify the pattern") from None
-
-    def matches(self, path: str) -> bool:
-        try:
-            return self._compiled.fullmatch(path) is not None
-        except UnicodeEncodeError:  # a name that is not UTF-8 on disk: each stray byte is one character
-            return self._compiled.fullmatch(_SURROGATE.sub("\ufffd", path)) is not None
-
-
-def glob_regex(pattern: str) -> str:
-    """The RE2 expression a glob pattern stands for, over `/`-separated relative paths.
-
-    Raises InvalidPatternError for a pattern with no meaning (a reversed range such as `[z-a]`).
-    """
-    parts = [p for p in pattern.split("/") if p not in ("", ".")]
-    out: list[str] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-        else:
-            out.append(_component_regex(part, pattern) + ("" if last else "/"))
-    return "".join(out)
-
-
-def _component_regex(part: str, pattern: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(part)
-    while i < n:
-        c = part[i]
-        if c == "\\" and i + 1 < n:
-            out.append(re2.escape(part[i + 1]))
-            i += 2
-            continue
-        if c == "*":
-            while i + 1 < n and part[i + 1] == "*":
-                i += 1
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i + 1
-            if j < n and part[j] in "!^":
-                j += 1
-            if j < n and part[j] == "]":
-                j += 1
-            while j < n and part[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re2.escape(c))
-            else:
-                out.append(_class_regex(part[i + 1: j], pattern))
-                i = j
-        elif c == "{":
-            j = part.find("}", i)
-            if j == -1:
-                out.append(re2.escape(c))
-            else:
-                options = part[i + 1: j].split(",")
-                out.append("(?:" + "|".join(_component_regex(o, pattern) for o in options) + ")")
-                i = j
-        else:
-            out.append(re2.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _class_regex(body: str, pattern: str) -> str:
-    """`[body]` of a glob as an RE2 class: ranges checked, every character escaped, never `/`."""
-    negate = body[:1] in ("!", "^")
-    if negate:
-        body = body[1:]
-    items: list[str] = []
-    k = 0
-    while k < len(body):
-        if k + 2 < len(body) and body[k + 1] == "-":
-            low, high = body[k], body[k + 2]
-            if low > high:
-                raise InvalidPatternError(pattern, f"the range {low}-{high} in [{body}] is reversed",
-                                          f"write it low to high: {high}-{low}")
-            items.append(f"{re2.escape(low)}-{re2.escape(high)}")
-            k += 3
-        else:
-            items.append(re2.escape(body[k]))
-            k += 1
-    return f"[^/{''.join(items)}]" if negate else f"[{''.join(items)}]"
-
-
 def _grep_name_filter(pattern: str) -> Callable[[str], bool]:
     compiled = Glob(pattern, what="glob")
     if len(compiled.parts) > 1:
@@ -1207,228 +914,3 @@ def _grep_name_filter(pattern: str) -> Callable[[str], bool]:
     return lambda rel: compiled.matches(rel.rsplit("/", 1)[-1])
 
 
-# -- edits -------------------------------------------------------------------------------
-
-
-SHOWN_OCCURRENCES = 10
-"""How many line numbers an edit_not_unique error names."""
-
-
-def _occurrence_lines(text: str, needle: str, budget: Budget, limit: int = SHOWN_OCCURRENCES) -> list[int]:
-    """The lines of the first `limit` occurrences of `needle` (not overlapping, as `str.replace` sees
-    them), numbered in one pass: each step counts only the newlines since the previous one."""
-    lines: list[int] = []
-    line, counted = 1, 0
-    start = text.find(needle)
-    while start != -1 and len(lines) < limit:
-        budget.check("the edit", hint="make old_text longer so it matches once")
-        line += text.count("\n", counted, start)
-        counted = start
-        lines.append(line)
-        start = text.find(needle, start + len(needle))
-    return lines
-
-
-def _near_miss_hint(text: str, needle: str, budget: Budget) -> str:
-    """Why `needle` may not have been found; every step is one linear pass over the text."""
-    squash = re.compile(r"\s+")
-    flat_needle = squash.sub(" ", needle).strip()
-    budget.check("the edit")
-    if flat_needle and flat_needle in squash.sub(" ", text):
-        return "the text occurs with different whitespace or line breaks; copy it exactly from the file"
-    budget.check("the edit")
-    first = needle.strip().splitlines()[0].strip() if needle.strip() else ""
-    at = text.find(first) if first else -1
-    if at != -1:
-        line = text.count("\n", 0, at) + 1
-        return f"its first line occurs at line {line} but the rest differs; read the file again and copy the text exactly"
-    return "read the file again: it may have changed, and old_text must match exactly (whitespace included)"
-
-
-# -- unified diffs -----------------------------------------------------------------------
-
-# Numbers bounded: int() of a huge one is slow (and past 4300 digits an error).
-_HUNK = re.compile(r"^@@ -(\d{1,18})(?:,(\d{1,18}))? \+(\d{1,18})(?:,(\d{1,18}))? @@")
-
-
-@dataclass
-class Hunk:
-    old_start: int
-    old: list[str] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
-    old_no_eol: bool = False
-    new_no_eol: bool = False
-
-
-def parse_unified_diff(diff: str) -> list[Hunk]:
-    """The hunks of a one-file unified diff; `---`/`+++`/`diff`/`index` headers are optional."""
-    hunks: list[Hunk] = []
-    current: Hunk | None = None
-    left_old = left_new = 0
-    last_tag = ""
-    files = 0
-    lines = diff.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for i, raw in enumerate(lines):
-        raw = raw[:-1] if raw.endswith("\r") else raw
-        header = _HUNK.match(raw)
-        if header:
-            current = Hunk(int(header[1]))
-            hunks.append(current)
-            left_old = int(header[2]) if header[2] is not None else 1
-            left_new = int(header[4]) if header[4] is not None else 1
-            continue
-        in_counted_body = current is not None and (left_old > 0 or left_new > 0)
-        if not in_counted_body and raw.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            files += 1
-            if files > 1:
-                raise PatchError("", "the diff changes more than one file", "send one diff per file")
-            current = None
-            continue
-        if current is None:
-            continue  # preamble: diff/index/---/+++ lines
-        if raw == "":
-            tag, body = " ", ""
-        else:
-            tag, body = raw[0], raw[1:]
-        if tag == " ":
-            current.old.append(body)
-            current.new.append(body)
-            left_old -= 1
-            left_new -= 1
-        elif tag == "-":
-            current.old.append(body)
-            left_old -= 1
-        elif tag == "+":
-            current.new.append(body)
-            left_new -= 1
-        elif tag == "\\":
-            if last_tag in (" ", "-"):
-                current.old_no_eol = True
-            if last_tag in (" ", "+"):
-                current.new_no_eol = True
-            continue
-        elif not in_counted_body and raw.startswith(("diff ", "index ")):
-            continue
-        else:
-            raise PatchError("", f"unexpected line in a hunk: {raw[:80]!r}",
-                             "every hunk line starts with ' ', '-' or '+'")
-        last_tag = tag
-    if not hunks:
-        raise PatchError("", "the diff has no hunks", "send a unified diff with @@ -a,b +c,d @@ hunk headers")
-    return hunks
-
-
-_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
-
-
-def _apply_hunks(text: str, hunks: list[Hunk], path: str, budget: Budget) -> str:
-    lines = _LINE.findall(text)
-    crlf = sum(1 for line in lines if line.endswith("\r\n"))
-    eol = "\r\n" if crlf > len(lines) / 2 else "\n"
-    keys = _LineKeys([line.rstrip("\r\n") for line in lines], budget)
-    out: list[str] = []
-    cursor = 0
-    delta = 0
-    for number, hunk in enumerate(hunks, 1):
-        expected = max(hunk.old_start - 1 + delta, cursor) if hunk.old else max(hunk.old_start + delta, cursor)
-        if not hunk.old and hunk.old_start == 0:
-            expected = cursor
-        at = keys.find_block(hunk.old, expected, cursor)
-        if at is None:
-            raise PatchError(path, f"hunk {number} (@@ -{hunk.old_start}) does not apply: its context and removed "
-                             f"lines are not in {path!r}", "read the file again and regenerate the diff")
-        out.extend(lines[cursor:at])
-        replaced_last = at + len(hunk.old) == len(lines) and len(lines) > 0
-        for j, new in enumerate(hunk.new):
-            is_last = j == len(hunk.new) - 1
-            if is_last and hunk.new_no_eol:
-                out.append(new)
-            elif is_last and replaced_last and hunk.old and not lines[-1].endswith("\n") and not hunk.old_no_eol and \
-                    hunk.new and hunk.new[-1] == hunk.old[-1]:
-                out.append(new)  # an unchanged last line without a newline stays without one
-            else:
-                out.append(new + eol)
-        delta += len(hunk.new) - len(hunk.old)
-        cursor = at + len(hunk.old)
-    out.extend(lines[cursor:])
-    for k in range(len(out) - 1):  # joining must never glue two lines together
-        if not out[k].endswith("\n"):
-            out[k] += eol
-    return "".join(out)
-
-
-class _LineKeys:
-    """The lines of a file, compared by block in constant time (a rolling hash over line ids).
-
-    Comparing a hunk's lines at each candidate position would cost the hunk's length per
-    position (quadratic when the hunk moved far); the hash of any block is a subtraction.
-    The base is random per file, so no diff can be made to collide on purpose; a hash match
-    is confirmed line by line.
-    """
-
-    _MOD = (1 << 61) - 1
-
-    def __init__(self, keys: list[str], budget: Budget) -> None:
-        self.keys = keys
-        self.budget = budget
-        self._base = secrets.randbelow(self._MOD - 2) + 2
-        self._ids: dict[str, int] = {}
-        self._prefix: list[int] | None = None
-        self._powers: list[int] = [1]
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def _id(self, key: str) -> int:
-        return self._ids.setdefault(key, len(self._ids) + 1)
-
-    def _power(self, n: int) -> int:
-        powers = self._powers
-        while len(powers) <= n:
-            powers.append(powers[-1] * self._base % self._MOD)
-        return powers[n]
-
-    def _hash_of(self, block: list[str]) -> int:
-        h = 0
-        for k, key in enumerate(block):
-            if k % 4096 == 0:
-                self.budget.check("applying the patch", hint="regenerate the diff against the current file")
-            h = (h * self._base + self._id(key)) % self._MOD
-        return h
-
-    def _prefixes(self) -> list[int]:
-        if self._prefix is None:
-            prefix = [0]
-            for k, key in enumerate(self.keys):
-                if k % 4096 == 0:
-                    self.budget.check("applying the patch", hint="regenerate the diff against the current file")
-                prefix.append((prefix[-1] * self._base + self._id(key)) % self._MOD)
-            self._prefix = prefix
-        return self._prefix
-
-    def find_block(self, block: list[str], expected: int, floor: int) -> int | None:
-        """Where `block` starts in the lines, at `floor` or after, nearest to `expected` (earlier first)."""
-        keys = self.keys
-        if not block:
-            return min(max(expected, floor), len(keys))
-        n = len(block)
-        limit = len(keys) - n
-        if floor <= expected <= limit and keys[expected: expected + n] == block:
-            return expected  # the usual case: the hunk did not move
-        prefix = self._prefixes()
-        target = self._hash_of(block)
-        shift = self._power(n)
-        mod = self._MOD
-        for offset in range(1, len(keys) + 1):
-            if offset % 4096 == 0:
-                self.budget.check("applying the patch", hint="regenerate the diff against the current file")
-            for candidate in (expected - offset, expected + offset):
-                if floor <= candidate <= limit and \
-                        (prefix[candidate + n] - prefix[candidate] * shift) % mod == target and \
-                        keys[candidate: candidate + n] == block:
-                    return candidate
-            if expected - offset < floor and expected + offset > limit:
-                break
-        return None

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Literal
 
 from wasm_runner.errors import WasmRunnerError
-from wasm_runner.workspace.files import FileOpError, WorkspaceFiles
+from wasm_runner.workspace.file_errors import FileOpError
+from wasm_runner.workspace.files import WorkspaceFiles
 
 Source = Literal["api", "outside"]
 

@@ -7,7 +7,8 @@ relative to it. Any other absolute path, or one going up with `..`, is refused b
 
 from __future__ import annotations
 
-from wasm_runner.workspace.files import FileOpError, split_path
+from wasm_runner.workspace.file_errors import FileOpError
+from wasm_runner.workspace.relpaths import split_path
 from wasm_runner_server.e2b.connect_rpc import RpcError
 
 HOME = "/workspace"

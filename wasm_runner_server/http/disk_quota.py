@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.file_errors import NoSuchFileError, NotDirectoryError
 from wasm_runner.workspace.history import HISTORY_DIR
 from wasm_runner.workspace.layout import tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, Reservation
@@ -124,7 +125,7 @@ def existing_size(files: wf.WorkspaceFiles, path: str) -> int | None:
     """The size of the regular file a write would replace; None when it would create one."""
     try:
         info = files.stat(path)
-    except (wf.NoSuchFileError, wf.NotDirectoryError):
+    except (NoSuchFileError, NotDirectoryError):
         return None
     return info.size if info.type == "file" else 0
 

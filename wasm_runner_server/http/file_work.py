@@ -12,17 +12,17 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.budget import Budget
 from wasm_runner_server.sessions.service import Service
 
 T = TypeVar("T")
 
 
-def request_budget(service: Service) -> wf.Budget:
-    return wf.Budget(service.config.server.file_op_timeout_s)
+def request_budget(service: Service) -> Budget:
+    return Budget(service.config.server.file_op_timeout_s)
 
 
-async def run_file_work(budget: wf.Budget, fn: Callable[..., T], /, *args, **kwargs) -> T:
+async def run_file_work(budget: Budget, fn: Callable[..., T], /, *args, **kwargs) -> T:
     """`fn(*args, **kwargs, budget=budget)` on the executor; cancelling the caller cancels the budget."""
     try:
         return await asyncio.to_thread(fn, *args, budget=budget, **kwargs)

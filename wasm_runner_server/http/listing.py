@@ -6,6 +6,8 @@ import asyncio
 from datetime import UTC, datetime
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.file_errors import NoSuchFileError
+from wasm_runner.workspace.relpaths import split_path
 from wasm_runner_protocol.wire import FileEntry, FileListing
 
 
@@ -17,9 +19,9 @@ def entry_of(info: wf.FileInfo) -> FileEntry:
 async def listing_of(files: wf.WorkspaceFiles, path: str, recursive: bool, limit: int) -> FileListing:
     try:
         listing = await asyncio.to_thread(files.list, path, recursive=recursive, limit=limit)
-    except wf.NoSuchFileError:
-        if wf.split_path(path):
+    except NoSuchFileError:
+        if split_path(path):
             raise
         listing = wf.Listing([], False)  # a session not used yet has an empty workspace
-    return FileListing(path="/".join(wf.split_path(path)), entries=[entry_of(i) for i in listing.entries],
+    return FileListing(path="/".join(split_path(path)), entries=[entry_of(i) for i in listing.entries],
                        truncated=listing.truncated)

@@ -15,6 +15,16 @@ from pathlib import PurePosixPath, PureWindowsPath
 import pytest
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import (
+    BudgetExceededError,
+    EditNotFoundError,
+    EditNotUniqueError,
+    FileOpError,
+    OperationCancelledError,
+    PatchError,
+)
+from wasm_runner.workspace.text_patches import SHOWN_OCCURRENCES
 
 
 @pytest.fixture
@@ -29,17 +39,17 @@ def test_a_text_occurring_millions_of_times_is_reported_not_unique_at_once(files
     # Numbering each occurrence from the start of the file took 6 s for 80,000 of them.
     files.write_text("big.txt", "a\n" * 2_000_000)
     started = time.monotonic()
-    with pytest.raises(wf.EditNotUniqueError) as raised:
+    with pytest.raises(EditNotUniqueError) as raised:
         files.edit("big.txt", [wf.TextEdit("a", "b")])
     assert time.monotonic() - started < 2.0
     assert raised.value.count == 2_000_000
-    assert raised.value.lines == list(range(1, wf.SHOWN_OCCURRENCES + 1))
+    assert raised.value.lines == list(range(1, SHOWN_OCCURRENCES + 1))
     assert "occurs 2000000 times" in raised.value.message and "10…" in raised.value.message
 
 
 def test_occurrences_are_counted_and_numbered_as_replace_sees_them(files):
     files.write_text("t.txt", "aaaa\nx\naa\n")
-    with pytest.raises(wf.EditNotUniqueError) as raised:
+    with pytest.raises(EditNotUniqueError) as raised:
         files.edit("t.txt", [wf.TextEdit("aa", "b")])
     assert raised.value.count == 3 and raised.value.lines == [1, 1, 3]  # not overlapping, like str.replace
     assert files.edit("t.txt", [wf.TextEdit("aa", "b", replace_all=True)]).replacements == 3
@@ -49,11 +59,11 @@ def test_occurrences_are_counted_and_numbered_as_replace_sees_them(files):
 def test_a_text_not_found_gets_its_hint_quickly(files):
     files.write_text("big.txt", "a\n" * 2_000_000)
     started = time.monotonic()
-    with pytest.raises(wf.EditNotFoundError) as raised:
+    with pytest.raises(EditNotFoundError) as raised:
         files.edit("big.txt", [wf.TextEdit("a\nc", "b")])
     assert time.monotonic() - started < 3.0
     assert "first line occurs at line 1" in raised.value.hint
-    with pytest.raises(wf.EditNotFoundError) as raised:
+    with pytest.raises(EditNotFoundError) as raised:
         files.edit("big.txt", [wf.TextEdit("a   \n  a\nc", "b")])
     assert "first line occurs" in raised.value.hint
 
@@ -61,8 +71,8 @@ def test_a_text_not_found_gets_its_hint_quickly(files):
 def test_many_edits_stop_at_the_budget(files):
     files.write_text("t.txt", "x" * 1_000_000)
     edits = [wf.TextEdit("y" * 10, "z") for _ in range(100)]
-    with pytest.raises(wf.BudgetExceededError) as raised:
-        files.edit("t.txt", edits, budget=wf.Budget(0))
+    with pytest.raises(BudgetExceededError) as raised:
+        files.edit("t.txt", edits, budget=Budget(0))
     assert raised.value.code == "budget_exceeded" and raised.value.hint
     assert files.read_text("t.txt") == "x" * 1_000_000  # all or nothing
 
@@ -85,7 +95,7 @@ def test_a_long_hunk_that_is_nowhere_fails_in_linear_time(files):
     files.write_text("t.txt", "x\n" * 200_000)
     diff = "@@ -1,20000 +1,20000 @@\n" + " x\n" * 19_999 + "-y\n+z\n"
     started = time.monotonic()
-    with pytest.raises(wf.PatchError):
+    with pytest.raises(PatchError):
         files.apply_patch("t.txt", diff)
     assert time.monotonic() - started < 5.0
 
@@ -100,14 +110,14 @@ def test_the_nearest_place_wins_earlier_first(files):
 
 def test_a_patch_past_its_budget_stops_with_a_clear_error(files):
     files.write_text("t.txt", "x\n" * 100_000)
-    with pytest.raises(wf.BudgetExceededError) as raised:
-        files.apply_patch("t.txt", "@@ -1,2 +1,2 @@\n x\n-y\n+z\n", budget=wf.Budget(0))
+    with pytest.raises(BudgetExceededError) as raised:
+        files.apply_patch("t.txt", "@@ -1,2 +1,2 @@\n x\n-y\n+z\n", budget=Budget(0))
     assert "regenerate" in raised.value.hint
 
 
 def test_a_hunk_header_with_a_huge_number_is_a_patch_error(files):
     files.write_text("t.txt", "x\n")
-    with pytest.raises(wf.PatchError):
+    with pytest.raises(PatchError):
         files.apply_patch("t.txt", "@@ -" + "9" * 5000 + ",1 +1,1 @@\n-x\n+y\n")
 
 
@@ -117,13 +127,13 @@ def test_a_hunk_header_with_a_huge_number_is_a_patch_error(files):
 def test_a_cancelled_grep_stops_soon_after(files):
     for i in range(40):
         files.write_text(f"f{i}.txt", "nothing to see here\n" * 100_000)
-    budget = wf.Budget(120)
+    budget = Budget(120)
     outcome: dict[str, object] = {}
 
     def search() -> None:
         try:
             outcome["result"] = files.grep("needle", budget=budget, max_files=1000)
-        except wf.FileOpError as exc:
+        except FileOpError as exc:
             outcome["error"] = exc
         outcome["ended"] = time.monotonic()
 
@@ -136,7 +146,7 @@ def test_a_cancelled_grep_stops_soon_after(files):
     cancelled = time.monotonic()
     worker.join(10)
     assert not worker.is_alive()
-    assert isinstance(outcome.get("error"), wf.OperationCancelledError), outcome
+    assert isinstance(outcome.get("error"), OperationCancelledError), outcome
     assert outcome["ended"] - cancelled < 2.0
     # the whole search takes much longer than it ran
     full = time.monotonic()
@@ -146,13 +156,13 @@ def test_a_cancelled_grep_stops_soon_after(files):
 
 def test_a_grep_without_a_deadline_searches_to_the_end(files):
     files.write_text("a.txt", "abc\n")
-    assert [m.line for m in files.grep("b", budget=wf.Budget()).matches] == [1]
+    assert [m.line for m in files.grep("b", budget=Budget()).matches] == [1]
 
 
 def test_a_grep_past_its_budget_answers_what_it_found(files):
     for i in range(20):
         files.write_text(f"f{i}.txt", "line\n" * 10_000)
-    result = files.grep("line", budget=wf.Budget(0))
+    result = files.grep("line", budget=Budget(0))
     assert result.timed_out and result.truncated
 
 
@@ -227,10 +237,10 @@ def test_targz_entries_have_no_special_bits_and_safe_names(files, tmp_path):
 def test_a_cancelled_archive_stops(files, tmp_path, fmt):
     for i in range(20):
         files.write_bytes(f"out/f{i}.bin", os.urandom(300_000))
-    budget = wf.Budget(60)
+    budget = Budget(60)
     chunks = files.archive("out", fmt, budget=budget)
     next(chunks)
     budget.cancel()
-    with pytest.raises(wf.OperationCancelledError):
+    with pytest.raises(OperationCancelledError):
         for _ in chunks:
             pass

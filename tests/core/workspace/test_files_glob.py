@@ -12,10 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import (
+    BudgetExceededError,
+    InvalidPathError,
+    InvalidPatternError,
+    OperationCancelledError,
+    PathEscapeError,
+)
+from wasm_runner.workspace.globs import Glob
 
 
 def matches(pattern: str, path: str) -> bool:
-    return wf.Glob(pattern).matches(path)
+    return Glob(pattern).matches(path)
 
 
 # -- semantics ---------------------------------------------------------------------------
@@ -70,18 +79,18 @@ def test_a_name_that_is_not_utf8_on_disk_matches_as_one_character_per_stray_byte
 
 @pytest.mark.parametrize("pattern", ["[z-a]", "x/[b-a].txt", "{a,[9-0]}", "[!z-a]"])
 def test_a_reversed_range_is_an_invalid_pattern(pattern):
-    with pytest.raises(wf.InvalidPatternError) as raised:
-        wf.Glob(pattern)
+    with pytest.raises(InvalidPatternError) as raised:
+        Glob(pattern)
     assert "reversed" in raised.value.message and raised.value.hint
 
 
 @pytest.mark.parametrize("pattern, error", [
-    ("", wf.InvalidPatternError), ("./", wf.InvalidPatternError), ("../*", wf.PathEscapeError),
-    ("/etc/*", wf.PathEscapeError), ("a\x00*", wf.InvalidPathError), ("\udcff*", wf.InvalidPathError),
+    ("", InvalidPatternError), ("./", InvalidPatternError), ("../*", PathEscapeError),
+    ("/etc/*", PathEscapeError), ("a\x00*", InvalidPathError), ("\udcff*", InvalidPathError),
 ])
 def test_patterns_that_cannot_be_a_glob_are_refused(pattern, error):
     with pytest.raises(error):
-        wf.Glob(pattern)
+        Glob(pattern)
 
 
 # -- the same answers as fnmatch, component by component ------------------------------------
@@ -134,7 +143,7 @@ def test_no_pattern_makes_matching_slow(stars):
     pattern = "*a" * stars + "*b"
     name = "a" * 4000
     started = time.monotonic()
-    glob = wf.Glob(pattern)
+    glob = Glob(pattern)
     assert not any(glob.matches(name[:n]) for n in range(60, 4000, 97))
     assert glob.matches(name + "b")
     assert time.monotonic() - started < 1.0
@@ -144,7 +153,7 @@ def test_a_long_pattern_of_alternatives_compiles_and_matches_quickly():
     pattern = "/".join("{" + ",".join(f"x{i}*" for i in range(40)) + "}" for _ in range(20))
     path = "/".join(f"x{k}" + "y" * 50 for k in range(20))
     started = time.monotonic()
-    assert wf.Glob(pattern).matches(path)
+    assert Glob(pattern).matches(path)
     assert time.monotonic() - started < 1.0
 
 
@@ -165,14 +174,14 @@ def test_a_glob_past_its_budget_stops_with_a_clear_error(tmp_path):
     files = wf.WorkspaceFiles(tmp_path)
     for i in range(50):
         files.write_text(f"d{i}/f.txt", "")
-    with pytest.raises(wf.BudgetExceededError) as raised:
-        files.glob("**/*.py", budget=wf.Budget(0))
+    with pytest.raises(BudgetExceededError) as raised:
+        files.glob("**/*.py", budget=Budget(0))
     assert raised.value.code == "budget_exceeded" and "narrow" in raised.value.hint
-    cancelled = wf.Budget(60)
+    cancelled = Budget(60)
     cancelled.cancel()
-    with pytest.raises(wf.OperationCancelledError):
+    with pytest.raises(OperationCancelledError):
         files.glob("**/*.py", budget=cancelled)
-    assert [e.path for e in files.glob("d1*/*.txt", budget=wf.Budget(60)).entries] == ["d1/f.txt"] + [
+    assert [e.path for e in files.glob("d1*/*.txt", budget=Budget(60)).entries] == ["d1/f.txt"] + [
         f"d{i}/f.txt" for i in range(10, 20)]
 
 

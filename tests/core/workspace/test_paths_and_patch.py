@@ -12,16 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from wasm_runner.workspace.files import (
-    MAX_NAME_BYTES,
-    FileOpError,
-    InvalidPathError,
-    PatchError,
-    PathEscapeError,
-    WorkspaceFiles,
-    join,
-    split_path,
-)
+from wasm_runner.workspace.file_errors import FileOpError, InvalidPathError, PatchError, PathEscapeError
+from wasm_runner.workspace.files import WorkspaceFiles
+from wasm_runner.workspace.relpaths import MAX_NAME_BYTES, join, split_path
 
 COMPONENT = st.sampled_from(["a", "b", ".", "..", "", "x y", "é", "\x00", "a" * 300, "workspace", "~"])
 PATHS = st.one_of(st.lists(COMPONENT, max_size=6).map("/".join), st.text(max_size=80))

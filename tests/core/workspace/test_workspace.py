@@ -12,7 +12,8 @@ from deep_tree import DEPTH, NAME, build_deep_tree
 
 from wasm_runner.guest import Mount
 from wasm_runner.workspace import layout as workspace_module
-from wasm_runner.workspace.files import FileTooLargeError, TextEdit, WorkspaceFiles
+from wasm_runner.workspace.file_errors import FileTooLargeError
+from wasm_runner.workspace.files import TextEdit, WorkspaceFiles
 from wasm_runner.workspace.layout import Workspace, remove_tree, tree_usage
 from wasm_runner.workspace.quota import DiskLedger, QuotaExceeded, QuotaWatcher, RunDisk, over_quota
 from wasm_runner_protocol.execution import Limits

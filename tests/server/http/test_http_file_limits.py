@@ -17,6 +17,8 @@ import pytest
 from server_helpers import assert_error_shape, call, new_session
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import BudgetExceededError, OperationCancelledError
 
 pytestmark = pytest.mark.asyncio
 
@@ -108,16 +110,16 @@ async def test_an_archive_stopped_mid_stream_ends_broken_not_truncated(client, t
     for i in range(20):
         files.write_bytes(f"out/f{i:02}.bin", os.urandom(300_000))
     checks = 0
-    check = wf.Budget.check
+    check = Budget.check
 
     def failing_later(self, *args, **kwargs):
         nonlocal checks
         checks += 1
         if checks > 30:
-            raise wf.BudgetExceededError("out", "the archive took longer than its budget")
+            raise BudgetExceededError("out", "the archive took longer than its budget")
         return check(self, *args, **kwargs)
 
-    monkeypatch.setattr(wf.Budget, "check", failing_later)
+    monkeypatch.setattr(Budget, "check", failing_later)
     async with client.get(f"/v1/sessions/{sid}/archive", params={"path": "out", "format": fmt}) as response:
         assert response.status == 200  # the headers went before the budget ran out
         with pytest.raises(aiohttp.ClientPayloadError):
@@ -151,7 +153,7 @@ async def test_a_client_that_goes_away_stops_its_grep(client, tmp_path, monkeypa
         await asyncio.sleep(0.05)
     assert ended, "the search went on after its client left"
     at, error = ended[0]
-    assert isinstance(error, wf.OperationCancelledError) and at - gone < 2.0
+    assert isinstance(error, OperationCancelledError) and at - gone < 2.0
 
 
 @pytest.mark.parametrize("fmt", ["zip", "tar.gz"])

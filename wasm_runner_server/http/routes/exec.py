@@ -15,7 +15,10 @@ from aiohttp import web
 from wasm_runner import ExecResult, OutputListener, Session
 from wasm_runner.profiles import Profile
 from wasm_runner.tools import Tool, ToolPolicy, ToolRegistry, python_stubs, typescript_stubs
-from wasm_runner.workspace.files import Budget, FileOpError, Glob, WorkspaceFiles
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import FileOpError
+from wasm_runner.workspace.files import WorkspaceFiles
+from wasm_runner.workspace.globs import Glob
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import language_for_path

@@ -19,6 +19,9 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.budget import Budget
+from wasm_runner.workspace.file_errors import FileOpError, FileTooLargeError, IsDirectoryError, NoSuchFileError
+from wasm_runner.workspace.relpaths import join, split_path
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
     ArchiveQuery,
@@ -110,16 +113,16 @@ async def read_file(request: web.Request) -> web.StreamResponse:
     service, live = _context(request)
     path = request.match_info["path"]
     files = service.sessions.files(live)
-    wf.split_path(path)
+    split_path(path)
     if request.query:
         raise ApiError(422, ErrorCode.INVALID_QUERY, "reading a file takes no query parameters",
                        "use Range for part of a file, /files?path=...&recursive=true for listings")
     try:
         return await send_file(request, files, path)
-    except wf.IsDirectoryError:
+    except IsDirectoryError:
         return json_response(await listing_of(files, path, False, 1000))
-    except wf.NoSuchFileError:
-        if not wf.split_path(path):
+    except NoSuchFileError:
+        if not split_path(path):
             return json_response(await listing_of(files, path, False, 1000))
         raise
 
@@ -182,7 +185,7 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
 async def observe_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str) -> None:
     """Before an API write: keep the file as it is now if the host has not seen it so (history)."""
     if service.config.history.max_versions:
-        await asyncio.to_thread(service.sessions.history(live).observe, files, wf.join(wf.split_path(path)))
+        await asyncio.to_thread(service.sessions.history(live).observe, files, join(split_path(path)))
 
 
 async def record_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str,
@@ -205,7 +208,7 @@ async def write_file(request: web.Request) -> web.Response:
     service, live = _context(request)
     path = request.match_info["path"]
     query = read_query(request, PutQuery)
-    wf.split_path(path)
+    split_path(path)
     files = service.sessions.files(live, create=True)
     cap = service.config.server.max_file_bytes
     if request.content_length is not None and request.content_length > cap:
@@ -218,7 +221,7 @@ async def write_file(request: web.Request) -> web.Response:
             try:
                 async for chunk in request.content.iter_chunked(wf.CHUNK):
                     writer.write(chunk)
-            except wf.FileTooLargeError:
+            except FileTooLargeError:
                 raise file_too_large(cap, path) from None
             result = writer.commit()
         budget.commit()
@@ -236,7 +239,7 @@ async def write_file(request: web.Request) -> web.Response:
 async def upload_files(request: web.Request) -> web.Response:
     service, live = _context(request)
     query = read_query(request, UploadQuery)
-    base = wf.split_path(query.dir)
+    base = split_path(query.dir)
     if not request.content_type.startswith("multipart/"):
         raise ApiError(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "expected a multipart/form-data body",
                        "send one part per file, with the file's path as its filename")
@@ -251,7 +254,7 @@ async def upload_files(request: web.Request) -> web.Response:
             if not name:
                 raise ApiError(400, ErrorCode.INVALID_MULTIPART, "a part has neither a filename nor a name",
                                "give each part the file's path as its filename")
-            path = "/".join((*base, *wf.split_path(name)))
+            path = "/".join((*base, *split_path(name)))
             cap = service.config.server.max_file_bytes
             await observe_version(service, live, files, path)
             with await write_budget(request, service, live, files, path) as budget:
@@ -259,7 +262,7 @@ async def upload_files(request: web.Request) -> web.Response:
                     try:
                         while chunk := await part.read_chunk(wf.CHUNK):
                             writer.write(chunk)
-                    except wf.FileTooLargeError:
+                    except FileTooLargeError:
                         raise file_too_large(cap, path) from None
                     result = writer.commit()
                 budget.commit()
@@ -311,7 +314,7 @@ async def edit_file(request: web.Request) -> web.Response:
         try:
             result = await _apply_edit(files, path, body, single, max_bytes, cap, reservation,
                                       request_budget(service))
-        except wf.FileTooLargeError as exc:
+        except FileTooLargeError as exc:
             if cap < file_cap:
                 raise ApiError(413, ErrorCode.QUOTA_EXCEEDED, f"{exc.message}: the room left under the quota",
                                "delete files first, or edit fewer occurrences") from None
@@ -324,7 +327,7 @@ async def edit_file(request: web.Request) -> web.Response:
 
 
 async def _apply_edit(files: wf.WorkspaceFiles, path: str, body: FileEdit, single: bool, max_bytes: int, cap: int,
-                      reservation: WriteBudget, budget: wf.Budget) -> wf.EditResult:
+                      reservation: WriteBudget, budget: Budget) -> wf.EditResult:
     if body.patch is not None:
         return await run_file_work(budget, files.apply_patch, path, body.patch, max_bytes=max_bytes,
                                    max_result_bytes=cap, reserve=reservation.take)
@@ -348,7 +351,7 @@ async def glob_files(request: web.Request) -> web.Response:
     service, live = _context(request)
     query = read_query(request, GlobQuery)
     files = service.sessions.files(live)
-    wf.split_path(query.pattern, what="pattern")
+    split_path(query.pattern, what="pattern")
     listing = await run_file_work(request_budget(service), files.glob, query.pattern, limit=query.limit)
     return json_response(GlobResult(pattern=query.pattern, matches=[entry_of(i) for i in listing.entries],
                                     truncated=listing.truncated))
@@ -365,8 +368,8 @@ async def grep_files(request: web.Request) -> web.Response:
         found = await run_file_work(request_budget(service), files.grep, query.pattern, query.path, glob=query.glob,
                                     ignore_case=query.ignore_case, fixed_string=query.fixed_string,
                                     max_matches=query.max_matches)
-    except wf.NoSuchFileError:
-        if wf.split_path(query.path):
+    except NoSuchFileError:
+        if split_path(query.path):
             raise
         found = wf.GrepResult()
     return json_response(GrepResult(pattern=query.pattern, matches=[GrepMatch(path=m.path, line=m.line, text=m.text)
@@ -385,7 +388,7 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
     service, live = _context(request)
     query = read_query(request, ArchiveQuery)
     files = service.sessions.files(live)
-    if not files.exists() and not wf.split_path(query.path):
+    if not files.exists() and not split_path(query.path):
         service.sessions.files(live, create=True)  # an unused session archives as empty
     budget = request_budget(service)
     chunks = cast(Generator[bytes, None, None], files.archive(query.path, query.format, budget=budget))
@@ -400,7 +403,7 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
         with turn:
             chunks.close()
 
-    parts = wf.split_path(query.path)
+    parts = split_path(query.path)
     stem = parts[-1] if parts else live.row.id
     suffix = ".zip" if query.format == "zip" else ".tar.gz"
     response = web.StreamResponse(headers={
@@ -420,7 +423,7 @@ async def download_archive(request: web.Request) -> web.StreamResponse:
     except asyncio.CancelledError:
         budget.cancel()  # the running step stops at its next check; close() below waits for it
         raise
-    except wf.FileOpError as exc:
+    except FileOpError as exc:
         if not response.prepared:
             raise
         # Past the headers no error body can be sent: end the stream broken, not as a valid archive.

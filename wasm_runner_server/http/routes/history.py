@@ -7,8 +7,8 @@ import hashlib
 
 from aiohttp import web
 
-from wasm_runner.workspace import files as wf
 from wasm_runner.workspace.history import VersionNotFoundError
+from wasm_runner.workspace.relpaths import join, split_path
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import DiffQuery, FileDiff, FileHistory, FileVersion, HistoryQuery, VersionQuery
 from wasm_runner_server.errors import not_found
@@ -22,7 +22,7 @@ _ERRORS = (400, 404)
 
 
 def _path(raw: str) -> str:
-    return wf.join(wf.split_path(raw))
+    return join(split_path(raw))
 
 
 @routes.get("/v1/sessions/{id}/history")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from aiohttp import web
 
-from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.relpaths import join, split_path
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
     ArtifactCreate,
@@ -75,8 +75,8 @@ async def publish(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ArtifactCreate)
     principal = principal_of(request)
-    parts = wf.split_path(body.path)
-    path = wf.join(parts)
+    parts = split_path(body.path)
+    path = join(parts)
     files = service.sessions.files(live, create=True)
     entry = await asyncio.to_thread(files.stat, path)
     budget = request_budget(service)

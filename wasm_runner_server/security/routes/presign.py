@@ -6,7 +6,8 @@ import time
 
 from aiohttp import web
 
-from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.file_errors import IsDirectoryError
+from wasm_runner.workspace.relpaths import split_path
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.processes import PreviewLink, PreviewLinkBody, TerminalLink
 from wasm_runner_protocol.wire import PresignBody, PresignResult
@@ -34,7 +35,7 @@ async def presign(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     security = request.app[SECURITY]
     live = service.sessions.get(request.match_info["id"])
-    path = "/".join(wf.split_path(request.match_info["path"]))
+    path = "/".join(split_path(request.match_info["path"]))
     if not path:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a link names one file", "give a file path")
     body = await read_json(request, PresignBody, empty_ok=True)
@@ -60,7 +61,7 @@ def incarnation(live: LiveSession) -> str:
 async def _follow(request: web.Request) -> web.StreamResponse:
     security = request.app[SECURITY]
     session_id = request.match_info["id"]
-    path = "/".join(wf.split_path(request.match_info["path"]))
+    path = "/".join(split_path(request.match_info["path"]))
     if path != request.match_info["path"] or request.query_string:  # one spelling per link
         raise altered()
     owner = security.tenants.owner(session_id)
@@ -84,7 +85,7 @@ async def _follow(request: web.Request) -> web.StreamResponse:
         files = service.sessions.files(service.sessions.get(session_id))
         try:
             return await routes_files.send_file(request, files, path)  # a file, never a listing
-        except wf.IsDirectoryError:
+        except IsDirectoryError:
             raise ApiError(409, ErrorCode.NOT_A_FILE, "a link serves one file, and this path is a directory",
                            "presign a link to a file") from None
     finally:

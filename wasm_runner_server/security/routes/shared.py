@@ -12,6 +12,8 @@ import asyncio
 from aiohttp import web
 
 from wasm_runner.workspace import files as wf
+from wasm_runner.workspace.file_errors import FileTooLargeError
+from wasm_runner.workspace.relpaths import split_path
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import DeleteQuery, DeleteResult, FileListing, ListQuery, WriteResult
 from wasm_runner_server.errors import ApiError
@@ -59,7 +61,7 @@ async def read_shared(request: web.Request) -> web.StreamResponse:
 async def write_shared(request: web.Request) -> web.Response:
     files = _shared(request)
     path = request.match_info["path"]
-    wf.split_path(path)
+    split_path(path)
     security = request.app[SECURITY]
     cap = request.app[SERVICE].config.server.max_file_bytes
     if request.content_length is not None and request.content_length > cap:
@@ -74,7 +76,7 @@ async def write_shared(request: web.Request) -> web.Response:
             try:
                 async for chunk in request.content.iter_chunked(wf.CHUNK):
                     writer.write(chunk)
-            except wf.FileTooLargeError:
+            except FileTooLargeError:
                 raise file_too_large(cap, path) from None
             result = writer.commit()
         budget.commit()
