@@ -33,15 +33,18 @@ def environment(url: str, key: str) -> dict[str, str]:
     return {**os.environ, "WASM_RUNNER_URL": url, "WASM_RUNNER_API_KEY": key}
 
 
-async def start(*args: str, url: str, key: str, cwd: Path | None = None) -> asyncio.subprocess.Process:
+async def start(*args: str, url: str, key: str, cwd: Path | None = None,
+                stdin: int | None = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "wasm_runner_server.cli.console", *args, cwd=cwd, env=environment(url, key),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdin=stdin, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
 
-async def wasm_runner(*args: str, url: str, key: str, cwd: Path | None = None) -> tuple[int, str, str]:
-    process = await start(*args, url=url, key=key, cwd=cwd)
-    out, err = await asyncio.wait_for(process.communicate(), 120)
+async def wasm_runner(*args: str, url: str, key: str, cwd: Path | None = None,
+                      stdin: bytes | None = None) -> tuple[int, str, str]:
+    process = await start(*args, url=url, key=key, cwd=cwd,
+                          stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(stdin), 120)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
 
@@ -104,7 +107,8 @@ async def test_a_session_takes_a_folder_streams_a_run_and_gives_the_folder_back(
             await running.wait()
     assert (running.returncode, rest, errors) == (0, b"second\n", b"")
 
-    status, out, err = await wasm_runner("exec", sid, "-c", "import sys\nprint(kept)\nsys.exit(3)", url=url, key=key)
+    (tmp_path / "exits.py").write_text("import sys\nprint(kept)\nsys.exit(3)\n")
+    status, out, err = await wasm_runner("exec", sid, str(tmp_path / "exits.py"), url=url, key=key)
     assert (status, out) == (3, f"{sum(files['src/data/numbers.bin'])}\n"), err  # the guest's own exit status
     status, out, err = await wasm_runner("exec", sid, "--timeout", "1", "-c", "while True: pass", url=url, key=key)
     assert status == 124 and err.startswith("error: limit timeout")  # a limit has a status of its own
@@ -120,7 +124,7 @@ async def test_a_session_takes_a_folder_streams_a_run_and_gives_the_folder_back(
     assert status == 0, err
     info = json.loads(out)
     assert (info["id"], info["state"], info["kernels"]) == (sid, "hibernated", [])
-    status, out, err = await wasm_runner("exec", sid, "-c", "kept", url=url, key=key)
+    status, out, err = await wasm_runner("exec", sid, "-", url=url, key=key, stdin=b"kept")
     assert (status, out) == (0, f"{sum(files['src/data/numbers.bin'])}\n"), err  # restored from the saved kernel
 
     status, out, err = await wasm_runner("templates", "list", "--json", url=url, key=key)
@@ -146,3 +150,15 @@ async def test_a_session_that_does_not_exist_is_one_clear_line_and_a_nonzero_sta
         assert err.startswith("error: ") and "Traceback" not in err, (command, err)
         assert "(session_not_found)" in err or "(invalid_session_id)" in err, (command, err)
     assert sorted(p.name for p in here.iterdir()) == ["local.txt"]  # nothing written locally
+
+
+async def test_a_name_alone_is_a_one_shot_programs_file_and_a_session_needs_its_code(service, tmp_path: Path) -> None:
+    url, key = service
+    (tmp_path / "once.py").write_text("print('once')")
+    status, out, err = await wasm_runner("exec", "once.py", url=url, key=key, cwd=tmp_path)
+    assert (status, out) == (0, "once\n"), err  # no session: a one-shot run of the file
+    status, out, err = await wasm_runner("exec", "my-session", url=url, key=key, cwd=tmp_path)
+    assert (status, out) == (74, "")
+    assert err.startswith("error: no file 'my-session' to run\nhint: if my-session is a session, give the code")
+    status, out, err = await wasm_runner("exec", "one", "--session", "two", "-c", "1", url=url, key=key)
+    assert (status, out) == (2, "") and "two sessions" in err
