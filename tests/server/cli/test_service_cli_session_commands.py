@@ -149,6 +149,9 @@ async def test_a_session_that_does_not_exist_is_one_clear_line_and_a_nonzero_sta
         assert status == 65 and out == "", (command, status, err)
         assert err.startswith("error: ") and "Traceback" not in err, (command, err)
         assert "(session_not_found)" in err or "(invalid_session_id)" in err, (command, err)
+        if "(session_not_found)" in err:
+            assert err.endswith("hint: see your sessions with `wasm-runner sessions list`; "
+                                "create one with `wasm-runner sessions create`\n"), (command, err)
     assert sorted(p.name for p in here.iterdir()) == ["local.txt"]  # nothing written locally
 
 
