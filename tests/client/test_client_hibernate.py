@@ -18,7 +18,7 @@ def test_a_hibernated_session_drops_its_kernel_and_its_next_call_restores_it(ser
         assert client.get_session(sid).kernels == ["python"]
         info = client.hibernate(sid)
         assert (info.state, info.kernels) == ("hibernated", [])
-        assert client.get_session(sid).state == "hibernated"
+        assert client.hibernate(sid).state == "hibernated"  # again: nothing more to save, still fine
         again = client.exec(sid, "print(x + 1)")
         assert again.stdout == "42\n", again.stderr  # the variable came back from the saved kernel
         with pytest.raises(NotFoundError) as missing:

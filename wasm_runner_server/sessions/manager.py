@@ -463,6 +463,8 @@ class SessionManager:
         if core is None:  # nothing was ever loaded: nothing to save
             return
         async with live.lock:
+            if live.deleted:  # deleted while this waited for its turn
+                raise session_not_found(live.row.id)
             await asyncio.to_thread(core.hibernate, wait_s)
         log.info("session hibernated on request", extra={"event": "session_hibernated", "session": live.row.id})
 
