@@ -8,6 +8,7 @@ Start it with `wasm-runner serve` (wasm_runner_server.cli.serve) or build the ap
     GET    /v1/sessions/{id}                 inspect (state: new, live, running, hibernated)
     DELETE /v1/sessions/{id}                 stop, drop kernels, remove files
     POST   /v1/sessions/{id}/cancel          stop the running execution
+    POST   /v1/sessions/{id}:hibernate       save and drop its kernels now (as after idling)
     POST   /v1/sessions/{id}/exec            run code (or a workspace file) in the session's kernel
     POST   /v1/sessions/{id}/process         run a program natively (bubblewrap provider)
     POST   /v1/exec                          one-shot: files in, output files back

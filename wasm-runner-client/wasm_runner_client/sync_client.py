@@ -222,6 +222,11 @@ class Client:
         return self._call(Call("POST", session_path(session_id) + ":fork", body=SessionFork(count=count)),
                                SessionForkResult)
 
+    def hibernate(self, session_id: str) -> SessionInfo:
+        """Save the session's kernels with its files and drop them now, as after idling (its background
+        processes end); its next call restores them. A session running a call is refused (409)."""
+        return self._call(Call("POST", session_path(session_id) + ":hibernate"), SessionInfo)
+
     def publish_template(self, name: str, session_id: str) -> TemplateInfo:
         """Publish the session's state (files, packages, kernels) as the workspace's template `name`."""
         return self._call(Call("POST", "/v1/templates", body=TemplateCreate(name=name, session=session_id)),

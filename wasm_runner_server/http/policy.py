@@ -101,7 +101,7 @@ class AccessPolicy(ABC):
 
     def on_session_event(self, request: web.Request, mode: str, session_id: str | None, detail: dict,
                          error: str | None = None) -> None:
-        """A session was forked, or a template published, started or deleted."""
+        """A session was forked or hibernated on request, or a template published, started or deleted."""
         return None
 
     def admit_link(self, key_id: str) -> None:

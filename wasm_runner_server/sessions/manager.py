@@ -452,6 +452,22 @@ class SessionManager:
         task.cancel()
         return True
 
+    async def hibernate(self, live: LiveSession, wait_s: float) -> None:
+        """Hibernate the session now, as the sweep does once it idled: its kernels saved with its files
+        and dropped, its background processes ended; its next call restores the kernels. Waits up to
+        `wait_s` for a worker process to save them. A session running a call is refused (409)."""
+        if live.busy:
+            raise ApiError(409, ErrorCode.SESSION_BUSY, f"session {live.row.id!r} is running a call",
+                           f"wait for it to end, or stop it with POST /v1/sessions/{live.row.id}/cancel")
+        core = live.core
+        if core is None:  # nothing was ever loaded: nothing to save
+            return
+        async with live.lock:
+            if live.deleted:  # deleted while this waited for its turn
+                raise session_not_found(live.row.id)
+            await asyncio.to_thread(core.hibernate, wait_s)
+        log.info("session hibernated on request", extra={"event": "session_hibernated", "session": live.row.id})
+
     # -- removal ----------------------------------------------------------------------------
 
     async def delete(self, live: LiveSession) -> None:

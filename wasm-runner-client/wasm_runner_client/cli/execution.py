@@ -15,7 +15,7 @@ from typing import Any
 from wasm_runner_client.cli.connection import connect
 from wasm_runner_client.cli.display import inert, print_json
 from wasm_runner_client.cli.sessions import policy
-from wasm_runner_client.cli.status import CliError, guarded, limit_status, report
+from wasm_runner_client.cli.status import LOCAL_ERROR, CliError, guarded, limit_status, report
 from wasm_runner_client.sync_client import ExecStream
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecResult
 
@@ -23,6 +23,24 @@ MiB = 1024 * 1024
 SUFFIXES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript",
             ".ts": "typescript", ".mts": "typescript", ".sh": "bash", ".bash": "bash"}
 """The language of a program file by its suffix, when --language does not say."""
+
+
+def _target(args: argparse.Namespace) -> None:
+    """Sort the positionals into `session` and `file`: `SESSION FILE`; `SESSION` with -c; `FILE` alone
+    (a one-shot run, as before sessions could be named without --session)."""
+    first = args.first
+    if first is None:
+        return
+    if args.file is None and args.code is None:
+        if first != "-" and not Path(first).exists():
+            raise CliError(f"no file {first!r} to run",
+                           hint=f"if {first} is a session, give the code to run in it: exec {first} -c CODE, "
+                                f"exec {first} FILE, or exec {first} - (reads it from stdin)", status=LOCAL_ERROR)
+        args.file = first
+        return
+    if args.session is not None:
+        raise CliError(f"two sessions: {first!r} and --session {args.session!r}", hint="name the session once")
+    args.session = first
 
 
 def _program(args: argparse.Namespace) -> tuple[str, str | None]:
@@ -95,6 +113,7 @@ def _stream(stream: ExecStream[Any]) -> int:
 
 @guarded
 def exec_command(args: argparse.Namespace) -> int:
+    _target(args)
     code, suggested = _program(args)
     language = args.language or suggested
     stdin = Path(args.input).read_text(encoding="utf-8") if args.input else ""

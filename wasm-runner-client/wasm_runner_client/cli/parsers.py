@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_args
 
 from wasm_runner_protocol.egress import EgressMode
 from wasm_runner_protocol.execution import Language
 
-COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress")
+COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates")
 """The top-level commands defined here (all of them only call a running service)."""
 
 EPILOG = ("The service is --url (else $WASM_RUNNER_URL, else http://127.0.0.1:8080), the key --api-key "
@@ -45,8 +45,10 @@ def _handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def _leaf(commands: Subcommands, name: str, help: str, module: str, function: str, *, json: bool = True,
-          quiet: bool = False, description: str | None = None) -> argparse.ArgumentParser:
-    parser = commands.add_parser(name, help=help, description=description or help, epilog=EPILOG)
+          quiet: bool = False, description: str | None = None,
+          aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=help, description=description or help, epilog=EPILOG,
+                                 aliases=list(aliases))
     parser.add_argument("--url", help="the service (default: $WASM_RUNNER_URL, else http://127.0.0.1:8080)")
     parser.add_argument("--api-key", help="its API key (default: $WASM_RUNNER_API_KEY)")
     if json:
@@ -65,7 +67,7 @@ def _egress_options(parser: argparse.ArgumentParser, mode_flag: str = "--egress"
 
 
 def _add_sessions(sub: Subcommands) -> None:
-    parser = sub.add_parser("sessions", help="create, list, show, fork and delete a service's sessions; templates",
+    parser = sub.add_parser("sessions", help="create, list, show, hibernate, fork and delete a service's sessions",
                             description="Sessions of a running service: a workspace folder and the kernels "
                                         "that keep state between runs.")
     commands = parser.add_subparsers(dest="sessions_command", required=True)
@@ -80,8 +82,15 @@ def _add_sessions(sub: Subcommands) -> None:
     create.add_argument("--template", help="start from this template of the workspace (files, packages, kernels)")
     _egress_options(create)
     _leaf(commands, "list", "list sessions", "sessions", "list_command")
-    show = _leaf(commands, "show", "show a session", "sessions", "show_command")
+    show = _leaf(commands, "show", "show a session", "sessions", "show_command", aliases=("get",))
     show.add_argument("session")
+    hibernate = _leaf(commands, "hibernate", "save and drop sessions' kernels now (the next run restores them)",
+                      "sessions", "hibernate_command", quiet=True,
+                      description="Hibernate sessions now, as the service does after their idle timeout: the "
+                                  "kernels' state is saved with the files and their memory freed, background "
+                                  "processes end; the next run restores variables and imports. A session "
+                                  "running code is refused (exit 65): cancel or wait for the run first.")
+    hibernate.add_argument("sessions", nargs="+", metavar="SESSION")
     delete = _leaf(commands, "delete", "delete sessions and their files", "sessions", "delete_command",
                    json=False, quiet=True)
     delete.add_argument("sessions", nargs="+", metavar="SESSION")
@@ -89,22 +98,37 @@ def _add_sessions(sub: Subcommands) -> None:
                  "sessions", "fork_command")
     fork.add_argument("session")
     fork.add_argument("-n", "--count", type=int, default=1, help="how many copies (1 to 64; default 1)")
-    publish = _leaf(commands, "publish", "publish a session's state as a template of the workspace", "sessions",
-                    "publish_command")
-    publish.add_argument("session")
-    publish.add_argument("name", help="the template's name (lower-case letters, digits, '.', '_', '-')")
-    _leaf(commands, "templates", "list the workspace's templates", "sessions", "templates_command")
-    unpublish = _leaf(commands, "unpublish", "delete templates", "sessions", "unpublish_command", json=False,
-                      quiet=True)
-    unpublish.add_argument("names", nargs="+", metavar="NAME")
+    _add_template_commands(commands, publish="publish", listing="templates", delete="unpublish")
+
+
+def _add_template_commands(commands: Subcommands, *, publish: str, listing: str, delete: str) -> None:
+    """The template commands, as `sessions publish|templates|unpublish` and `templates publish|list|delete`."""
+    publisher = _leaf(commands, publish, "publish a session's state as a template of the workspace", "sessions",
+                      "publish_command")
+    publisher.add_argument("session")
+    publisher.add_argument("name", help="the template's name (lower-case letters, digits, '.', '_', '-')")
+    _leaf(commands, listing, "list the workspace's templates", "sessions", "templates_command")
+    remover = _leaf(commands, delete, "delete templates", "sessions", "unpublish_command", json=False, quiet=True)
+    remover.add_argument("names", nargs="+", metavar="NAME")
+
+
+def _add_templates(sub: Subcommands) -> None:
+    parser = sub.add_parser("templates", help="publish, list and delete the workspace's session templates",
+                            description="Templates: a session's files, packages and kernel state under a name; "
+                                        "`sessions create --template NAME` starts a session from one.")
+    commands = parser.add_subparsers(dest="templates_command", required=True)
+    _add_template_commands(commands, publish="publish", listing="list", delete="delete")
 
 
 def _add_exec(sub: Subcommands) -> None:
     parser = _leaf(sub, "exec", "run code in a session (or once), streaming its output; exits with its exit code",
                    "execution", "exec_command",
-                   description="Run code on the service: in a session's kernel with --session (state is kept "
-                               "between runs), else once in a throwaway workspace. Output is printed as it "
-                               "is produced; the exit status is the program's.")
+                   description="Run code on the service: in a session's kernel (`exec SESSION -c CODE`, "
+                               "`exec SESSION FILE`, or --session; state is kept between runs), else once in a "
+                               "throwaway workspace (`exec -c CODE`, `exec FILE`). Output is printed as it is "
+                               "produced; the exit status is the program's.")
+    parser.add_argument("first", nargs="?", metavar="SESSION",
+                        help="the session to run in; given alone without -c it is the FILE of a one-shot run")
     parser.add_argument("file", nargs="?", metavar="FILE", help="a program file to run (`-`: read it from stdin)")
     parser.add_argument("-c", "--code", help="the code to run (instead of FILE)")
     parser.add_argument("-s", "--session", help="run in this session (default: a one-shot run)")
@@ -135,12 +159,14 @@ def _add_files(sub: Subcommands) -> None:
     rm.add_argument("session")
     rm.add_argument("paths", nargs="+", metavar="PATH")
     rm.add_argument("-r", "--recursive", action="store_true", help="remove a folder and what it holds")
-    for commands_of in (commands, sub):
-        _add_transfer(commands_of)
+    _add_transfer(commands, aliases=True)
+    _add_transfer(sub)
 
 
-def _add_transfer(commands: Subcommands) -> None:
+def _add_transfer(commands: Subcommands, aliases: bool = False) -> None:
+    """`upload` and `download` (with `aliases`, also named `put` and `get`, as under `files`)."""
     upload = _leaf(commands, "upload", "upload a local file or folder", "transfer", "upload_command", quiet=True,
+                   aliases=("put",) if aliases else (),
                    description="Upload LOCAL (a file, or a folder and all it holds) to REMOTE in the session's "
                                "workspace (default: LOCAL's name; a REMOTE ending in / is a folder to put it in). "
                                "Symbolic links are skipped.")
@@ -148,7 +174,7 @@ def _add_transfer(commands: Subcommands) -> None:
     upload.add_argument("local")
     upload.add_argument("remote", nargs="?")
     download = _leaf(commands, "download", "download a file or a folder", "transfer", "download_command",
-                     quiet=True,
+                     quiet=True, aliases=("get",) if aliases else (),
                      description="Download REMOTE (a file, or a folder as an archive extracted here; `/` is the "
                                  "whole workspace) to LOCAL (default: REMOTE's name here; into LOCAL when it is "
                                  "a folder; `-`: a file to stdout). Nothing existing is replaced without --force.")
@@ -175,7 +201,7 @@ def _add_packages(sub: Subcommands) -> None:
 def _add_egress(sub: Subcommands) -> None:
     parser = sub.add_parser("egress", help="show or change where a session's runs may connect")
     commands = parser.add_subparsers(dest="egress_command", required=True)
-    show = _leaf(commands, "show", "the session's network policy", "egress", "show_command")
+    show = _leaf(commands, "show", "the session's network policy", "egress", "show_command", aliases=("get",))
     show.add_argument("session")
     change = _leaf(commands, "set", "change it (within the profile's policy) from the next run on", "egress",
                    "set_command")
@@ -188,9 +214,10 @@ def _add_egress(sub: Subcommands) -> None:
 
 
 def add_service_commands(sub: Subcommands) -> None:
-    """Add `sessions`, `exec`, `files`, `upload`, `download`, `packages` and `egress` to a parser."""
+    """Add `sessions`, `exec`, `files`, `upload`, `download`, `packages`, `egress` and `templates` to a parser."""
     _add_sessions(sub)
     _add_exec(sub)
     _add_files(sub)
     _add_packages(sub)
     _add_egress(sub)
+    _add_templates(sub)

@@ -1,4 +1,5 @@
-"""`wasm-runner sessions create|list|show|delete|fork|publish|templates|unpublish`."""
+"""`wasm-runner sessions create|list|show|hibernate|delete|fork|publish|templates|unpublish`, and
+`wasm-runner templates publish|list|delete`."""
 
 from __future__ import annotations
 
@@ -84,6 +85,18 @@ def delete_command(args: argparse.Namespace) -> int:
             client.delete_session(session)
             if not args.quiet:
                 print(f"deleted {session}")
+    return OK
+
+
+@guarded
+def hibernate_command(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        for session in args.sessions:
+            info = client.hibernate(session)
+            if args.json:
+                print_json(info)
+            elif not args.quiet:
+                print(f"{info.id}: {info.state}")
     return OK
 
 

@@ -47,6 +47,12 @@ BROKEN_PIPE = 141
 
 Command = Callable[..., int]
 
+COMMAND_HINTS: dict[str, str] = {
+    ErrorCode.SESSION_NOT_FOUND: "see your sessions with `wasm-runner sessions list`; "
+                                 "create one with `wasm-runner sessions create`",
+}
+"""Hints in the CLI's own words, where the service's name an HTTP route."""
+
 
 class CliError(Exception):
     """A failure the CLI reports itself: `message` on stderr, exit with `status`."""
@@ -99,7 +105,7 @@ def guarded(command: Command) -> Command:
         try:
             return command(*args)
         except ApiError as exc:
-            report(f"{exc.message} ({exc.code})", exc.hint)
+            report(f"{exc.message} ({exc.code})", COMMAND_HINTS.get(exc.code, exc.hint))
             return api_status(exc)
         except TransportError as exc:
             report(f"cannot reach the service ({exc})",

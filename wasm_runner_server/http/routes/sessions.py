@@ -1,5 +1,5 @@
 """Sessions: create (lazily, or from a template), list, inspect, change, delete, cancel the running
-call, fork; templates: publish a session's state under a name, list, delete."""
+call, hibernate now (forks and templates are in copies.py)."""
 
 from __future__ import annotations
 
@@ -133,3 +133,23 @@ async def cancel_execution(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])
     return json_response(CancelResult(cancelled=service.sessions.cancel(live)))
+
+
+HIBERNATE_WAIT_S = 30.0
+"""How long a hibernation waits for a worker process to save the session's kernels before answering."""
+
+
+@routes.post(r"/v1/sessions/{id:[^/:]+}:hibernate")
+@operation(summary="Hibernate a session now: save its kernels with its files, drop them, end its processes",
+           tag="sessions", response=SessionInfo, errors=(404, 409),
+           description="What the service does by itself once a session has idled for its `idle_timeout_s`, "
+                       "on request: the session's memory is freed and its next call restores the kernels' "
+                       "variables and imports (or, where a kernel could not be saved, starts a new one and "
+                       "says why). Background processes are stopped. A session running a call answers 409 "
+                       "session_busy.")
+async def hibernate_session(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    live = service.sessions.get(request.match_info["id"])
+    await service.sessions.hibernate(live, HIBERNATE_WAIT_S)
+    request.app[POLICY].on_session_event(request, "hibernate", live.row.id, {})
+    return json_response(service.sessions.info(live))
