@@ -5,3 +5,5 @@ export { errorFrom, TransportError, WasmRunnerError } from "./errors.ts";
 export { ExecStream, ProcessOutputStream } from "./streams.ts";
 export type * from "./types.ts";
 export type { components, operations, paths } from "./schema.d.ts";
+export { normalizeCode, WasmRunnerExecutor } from "./codemode.ts";
+export type { ExecuteResult, ResolvedProvider, WasmRunnerExecutorOptions } from "./codemode.ts";
