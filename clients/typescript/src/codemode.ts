@@ -18,6 +18,14 @@ export interface ResolvedProvider {
   name: string;
   fns: Record<string, ToolFunction>;
   positionalArgs?: boolean;
+  /** JavaScript run in the sandbox after the namespace is made: what it assigns on the namespace wins over
+   * the tools (Code Mode defines in-sandbox helpers this way). */
+  prelude?: string;
+}
+
+/** Code Mode's per-call options: connectors are Workers RPC bindings, which exist in a Worker only. */
+export interface ExecuteOptions {
+  connectors?: unknown[];
 }
 
 export interface WasmRunnerExecutorOptions {
@@ -46,9 +54,12 @@ export class WasmRunnerExecutor {
     this.session = options.sessionId === undefined ? null : Promise.resolve(options.sessionId);
   }
 
-  async execute(code: string, providers: ResolvedProvider[] | Record<string, ToolFunction>)
-    : Promise<ExecuteResult> {
+  async execute(code: string, providers: ResolvedProvider[] | Record<string, ToolFunction>,
+                options: ExecuteOptions = {}): Promise<ExecuteResult> {
     try {
+      if (options.connectors?.length) {
+        return { result: undefined, error: "connectors are Workers RPC bindings: give their tools as providers" };
+      }
       const resolved = Array.isArray(providers) ? providers : [{ name: "codemode", fns: providers }];
       const problem = checkProviders(resolved);
       if (problem !== null) return { result: undefined, error: problem };
@@ -87,7 +98,7 @@ function checkProviders(providers: ResolvedProvider[]): string | null {
 
 /** Each provider's functions as caller-side tools with snake_case names (the service's rule), and the map from
  * each namespace's names to them that the guest's proxies use. */
-type Namespaces = Record<string, { names: Record<string, string>; positional: boolean }>;
+type Namespaces = Record<string, { names: Record<string, string>; positional: boolean; prelude?: string }>;
 
 function toolsOf(providers: ResolvedProvider[]): { tools: Record<string, Tool>; namespaces: Namespaces } {
   const tools: Record<string, Tool> = {};
@@ -106,7 +117,7 @@ function toolsOf(providers: ResolvedProvider[]): { tools: Record<string, Tool>; 
       };
       names[name] = wire;
     }
-    namespaces[provider.name] = { names, positional: provider.positionalArgs === true };
+    namespaces[provider.name] = { names, positional: provider.positionalArgs === true, prelude: provider.prelude };
   }
   return { tools, namespaces };
 }
@@ -131,10 +142,11 @@ export function normalizeCode(code: string): string {
 /** The guest program: console captured as Code Mode does, one proxy per namespace over the host's `tools`,
  * the function called, and its result written as one JSON line after `marker`. */
 function program(fn: string, namespaces: Namespaces, marker: string): string {
-  const proxies = Object.entries(namespaces).map(([namespace, { names, positional }]) => [
+  const proxies = Object.entries(namespaces).map(([namespace, { names, positional, prelude }]) => [
     `const ${namespace} = (() => {`,
     `  const names = ${JSON.stringify(names)};`,
-    "  return new Proxy({}, { get: (_, name) => async (...args) => {",
+    "  return new Proxy({}, { get: (own, name) => Object.prototype.hasOwnProperty.call(own, name) ? own[name]",
+    "    : async (...args) => {",
     "    const wire = Object.prototype.hasOwnProperty.call(names, name) ? names[name] : undefined;",
     "    if (wire === undefined) throw new Error(`Tool \"${String(name)}\" not found`);",
     "    try {",
@@ -142,6 +154,7 @@ function program(fn: string, namespaces: Namespaces, marker: string): string {
     "    } catch (e) { throw new Error(e && e.message ? e.message : String(e)); }",
     "  } });",
     "})();",
+    prelude ?? "",
   ].join("\n")).join("\n");
   return [
     "const __logs = [];",

@@ -2,6 +2,7 @@
 // execute(code, providers). The code runs in the service's JavaScript kernel; the tools run in this process.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { Executor } from "@cloudflare/codemode";
 import { normalizeCode, WasmRunnerExecutor } from "../src/index.ts";
 import { runner } from "./service.ts";
 
@@ -41,6 +42,7 @@ test("generated code calls codemode.* tools that run here, logs are captured, th
 
 test("providers get their own namespaces, positional ones get their arguments in order", async () => {
   const executor = new WasmRunnerExecutor({ runner: runner() });
+  const asCodeMode: Executor = executor; // what Code Mode's createCodeTool takes
   const files: Record<string, string> = { "/a.txt": "alpha" };
   const done = await executor.execute(
     "async () => { const text = await state.readFile('/a.txt'); return await codemode.shout({ text }); }", [
@@ -48,6 +50,11 @@ test("providers get their own namespaces, positional ones get their arguments in
       { name: "state", positionalArgs: true, fns: { readFile: async (path) => files[String(path)] } },
     ]);
   assert.deepEqual([done.error, done.result], [undefined, "ALPHA"]);
+  const helper = await asCodeMode.execute("async () => codemode.twice(await codemode.shout({ text: 'a' }))", [{
+    name: "codemode", fns: { shout: async (args) => String((args as { text: string }).text).toUpperCase() },
+    prelude: "codemode.twice = (text) => text + text;",
+  }]);
+  assert.deepEqual([helper.error, helper.result], [undefined, "AA"]);
   const reserved = await executor.execute("async () => 1", [{ name: "tools", fns: {} }]);
   assert.match(reserved.error ?? "", /reserved/);
 });
