@@ -29,7 +29,7 @@ for (const [index, code] of blocks.entries()) {
 }
 await writeFile(new URL("tsconfig.json", OUT), `${JSON.stringify({
   extends: "../test/tsconfig.json",
-  compilerOptions: { noUnusedLocals: false },
+  compilerOptions: { noUnusedLocals: false }, // a snippet shows a value without using it
   include: ["."],
 }, null, 2)}\n`);
 console.log(`${blocks.length} snippets written to snippets/`);

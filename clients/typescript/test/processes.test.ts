@@ -67,7 +67,7 @@ test("a preview link reaches a server in the sandbox on an origin of its own, wi
   const client = runner();
   const { id } = await client.createSession();
   await client.writeFile(id, "site/index.html", "<h1>preview</h1>");
-  const server = await client.startProcess(id, { command: ["python3", "-m", "http.server", "8123", "-d", "site"] });
+  await client.startProcess(id, { command: ["python3", "-m", "http.server", "8123", "-d", "site"] });
   const link = await client.previewUrl(id, 8123, { expires_in: 60 });
   assert.equal(link.port, 8123);
   const url = new URL(link.url);
