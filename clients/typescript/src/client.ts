@@ -213,6 +213,11 @@ export class WasmRunner {
     await this.send("DELETE", sessionPath(sessionId));
   }
 
+  /** Hibernate the session now: its kernels saved with its files and dropped, its processes ended; the next call restores them. */
+  hibernate(sessionId: string): Promise<SessionInfo> {
+    return this.json("POST", `${sessionPath(sessionId)}:hibernate`);
+  }
+
   /** `count` new sessions, each a copy of this one's files, packages, network policy and kernel state. */
   fork(sessionId: string, count = 1): Promise<SessionForkResult> {
     return this.json("POST", `${sessionPath(sessionId)}:fork`, { json: { count } });

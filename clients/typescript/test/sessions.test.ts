@@ -62,6 +62,10 @@ test("a fork copies the files and the kernel's variables", async () => {
   assert.notEqual(copy.id, session.id);
   assert.equal(await client.readText(copy.id, "note.txt"), "kept");
   assert.equal((await client.exec(copy.id, "answer")).value, "42");
+  assert.equal((await client.hibernate(copy.id)).state, "hibernated");
+  const back = await client.exec(copy.id, "answer");  // the kernel restored from its saved state
+  assert.equal(back.value, "42");
+  assert.equal(back.kernel_restored, true);
   await client.deleteSession(copy.id);
   await client.deleteSession(session.id);
 });
