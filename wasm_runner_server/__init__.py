@@ -5,7 +5,7 @@ Start it with `wasm-runner serve` (wasm_runner_server.cli.serve) or build the ap
 
     POST   /v1/sessions                      create (lazy: no interpreter, no directory yet)
     GET    /v1/sessions?cursor=&limit=       list, oldest first, cursor pagination
-    GET    /v1/sessions/{id}                 inspect (state: new, live, running, hibernated)
+    GET    /v1/sessions/{id}                 inspect (state: active, idle, hibernated)
     DELETE /v1/sessions/{id}                 stop, drop kernels, remove files
     POST   /v1/sessions/{id}/cancel          stop the running execution
     POST   /v1/sessions/{id}:hibernate       save and drop its kernels now (as after idling)
@@ -27,8 +27,9 @@ Execution endpoints stream with `Accept: text/event-stream` (stdout/stderr event
 Defaults (see wasm_runner_server.config for all settings): a session's kernel is dropped after
 10 minutes idle (files kept, the next call says kernel_restarted) and the session with
 its files is removed 24 hours after creation; a session may ask for up to 24 hours idle
-and 30 days TTL. Executions run at most `concurrency` (cores) at once, 64 more wait up
-to 30 s, beyond that 429 with Retry-After; up to 16 calls queue per session, in order.
+and 30 days TTL; a running background process keeps its session from hibernating. Executions
+run at most `concurrency` (cores) at once, 64 more wait up to 30 s, served in turn across
+workspaces and sessions, beyond that 429 with Retry-After; up to 16 calls queue per session, in order.
 """
 
 from __future__ import annotations

@@ -79,7 +79,11 @@ class ServerSettings(ConfigModel):
     concurrency: Annotated[int, Field(ge=1, le=1024)] = os.cpu_count() or 2
     """Executions running at once (default: the number of cores)."""
     queue_size: Annotated[int, Field(ge=0)] = 64
-    """Executions waiting for a slot; beyond it requests get 429."""
+    """Executions waiting for a slot; beyond it requests get 429 with Retry-After (a workspace with none
+    waiting may still queue one)."""
+    workspace_queue_size: Annotated[int, Field(ge=0)] | None = None
+    """Executions of one workspace waiting for a slot (default: `queue_size`); beyond it its requests get
+    429 with Retry-After. Waiting calls are served in turn across workspaces, and across sessions within one."""
     queue_timeout_s: Annotated[float, Field(ge=0)] = 30.0
     """How long an execution may wait for a slot before it gets 429."""
     session_queue_size: Annotated[int, Field(ge=1)] = 16

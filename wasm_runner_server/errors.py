@@ -72,9 +72,9 @@ def session_not_found(session_id: str, hint: str = "create one with POST /v1/ses
     return not_found(ErrorCode.SESSION_NOT_FOUND, session_id, hint)
 
 
-def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERLOADED) -> ApiError:
-    return ApiError(429, code, message, "retry after the number of seconds in Retry-After",
-                    {"Retry-After": str(retry_after)})
+def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERLOADED,
+               hint: str = "retry after the number of seconds in Retry-After") -> ApiError:
+    return ApiError(429, code, message, hint, {"Retry-After": str(retry_after)})
 
 
 _FILE_STATUS: dict[type[FileOpError], int] = {

@@ -50,9 +50,9 @@ def hold_the_slot(url: str, session_id: str, started: threading.Event) -> thread
 
 
 def wait_until_busy(client: Client, session_id: str) -> None:
-    """Until the slow execution holds the slot (its session reports running)."""
+    """Until the slow execution holds the slot (its session reports active)."""
     deadline = time.monotonic() + 10
-    while client.get_session(session_id).state != "running":
+    while client.get_session(session_id).state != "active":
         assert time.monotonic() < deadline, "the slow execution never started"
         time.sleep(0.02)
 

@@ -32,7 +32,7 @@ def test_sessions_exec_and_the_typed_results(server) -> None:
         assert "python" in {p.name for p in client.profiles().profiles}
 
         info = client.create_session("conversation-1", metadata={"user": "ada"})
-        assert isinstance(info, SessionInfo) and info.id == "conversation-1" and info.state == "new"
+        assert isinstance(info, SessionInfo) and info.id == "conversation-1" and info.state == "idle"
         result = client.exec(info.id, "x = 6 * 7\nprint('hello')\nx")
         assert isinstance(result, ExecResult)
         assert (result.stdout, result.value, result.exit_code, result.ok) == ("hello\n", "42", 0, True)

@@ -60,7 +60,8 @@ def test_config_keys_carry_their_docstrings() -> None:
     page = REFERENCES.config_page()
     assert "| `first_run_key` | bool | `true` |" in page
     assert "print it once" in page  # AuthSettings.first_run_key's attribute docstring
-    assert "| `queue_size` | int | `64` | ≥ `0` | Executions waiting for a slot; beyond it requests get 429. |" in page
+    assert ("| `queue_size` | int | `64` | ≥ `0` | Executions waiting for a slot; beyond it requests get 429 with "
+            "Retry-After (a workspace with none waiting may still queue one). |") in page
 
 
 def test_every_error_code_is_in_the_error_reference() -> None:

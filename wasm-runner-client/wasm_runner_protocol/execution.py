@@ -222,7 +222,9 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     """Streams whose capture hit `limits.output_bytes`."""
     duration_ms: float = 0.0
     queued_ms: float | None = None
-    """How long the call waited for an execution slot of the service, when it had to wait (null: it did not)."""
+    """Milliseconds from the call's arrival at the service to its start, when it had to wait for an
+    execution slot or behind its session's earlier calls (null: it started at once). Waiting calls are
+    served in turn across workspaces and sessions; past the service's bound a call gets 429 instead."""
     fuel_used: int | None = None
     memory_peak_bytes: int | None = None
     files: FileChanges = msgspec.field(default_factory=FileChanges)

@@ -302,9 +302,10 @@ class SessionPatch(_Body):
 class SessionInfo(msgspec.Struct, kw_only=True):
     id: str
     profile: str
-    state: Literal["new", "running", "live", "hibernated"]
-    """new: never used (no files, no kernel); live: a kernel or a background process holds state;
-    hibernated: files only."""
+    state: Literal["active", "idle", "hibernated"]
+    """active: a call runs or waits, or a background process (a dev server) runs; idle: nothing runs (a
+    kernel may hold state in memory, or the session is new); hibernated: idle past its idle timeout, its
+    kernels saved with its files and out of memory (the next call restores them)."""
     kernels: list[str]
     """Languages with a live kernel."""
     created_at: datetime

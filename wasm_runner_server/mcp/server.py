@@ -940,6 +940,8 @@ def describe(result: ExecResult, session_id: str, notes: Sequence[str] = ()) -> 
     if not parts:
         parts.append("(no output)")
     status = f"exit code {result.exit_code}, {result.duration_ms:.0f} ms, session {session_id}"
+    if result.queued_ms is not None:
+        status += f"; waited {result.queued_ms:.0f} ms for its turn (the service was busy)"
     if result.kernel_restarted:
         status += "; the kernel was restarted: earlier variables are gone (files are kept)"
         if result.restart_reason:

@@ -133,8 +133,12 @@ class Execution:
                   listener: OutputListener | None = None, on_start: Callable[[], None] | None = None,
                   on_task: Callable[[asyncio.Task | None], None] | None = None,
                   tools: list[Tool] | None = None, on_approval: Approver | None = None,
-                  tool_policy: ToolPolicy | None = None) -> ExecResult:
+                  tool_policy: ToolPolicy | None = None, queued_since: float | None = None) -> ExecResult:
         """Run in a session (or one-shot on a runner) while holding a gate slot.
+
+        The result's `queued_ms` is the time from the call's arrival to its start when it had to wait:
+        for a slot, or since `queued_since` (the `time.monotonic()` a session's call began waiting
+        behind its session's earlier calls).
 
         `on_start` is called once the execution is admitted (a streaming response starts
         then); `on_task` is told the task running the guest, so it can be cancelled. An
@@ -143,8 +147,11 @@ class Execution:
         """
         language = metric_language(request)
         try:
-            async with self.gate.slot() as waited:
+            caller = target.id if isinstance(target, Session) else ""
+            async with self.gate.slot(caller) as waited:
                 self.metrics.queue_wait_seconds.observe(waited or 0.0)
+                if queued_since is not None:
+                    waited = time.monotonic() - queued_since
                 if on_start is not None:
                     on_start()
                 started = time.perf_counter()

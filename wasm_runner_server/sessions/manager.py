@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -118,6 +118,9 @@ class LiveSession:
     deleted: bool = False
     history: FileHistory | None = None
     """Earlier versions of the files written through the API (opened on first use)."""
+    hibernated: bool = False
+    """Idle past its idle timeout (its kernels saved and dropped), or restored from the store after a
+    restart with nothing in memory; cleared when a call or a background process starts."""
 
     @property
     def busy(self) -> bool:
@@ -187,7 +190,8 @@ class SessionManager:
             if now >= row.expires_at:
                 expired.append(row)
             else:
-                self.sessions[row.id] = LiveSession(row, restored_kernels=set(row.kernels))
+                self.sessions[row.id] = LiveSession(row, restored_kernels=set(row.kernels),
+                                                    hibernated=row.executions > 0)
         for row in expired:
             await asyncio.to_thread(discard_tree, self.sessions_dir / row.id)
             self.store.delete(row.id)
@@ -361,14 +365,13 @@ class SessionManager:
     def info(self, live: LiveSession) -> SessionInfo:
         row = live.row
         kernels = live.core.kernels if live.core is not None else []
-        if live.busy:
-            state = "running"
-        elif kernels or (live.core is not None and live.core.live_process_count):
-            state = "live"  # a kernel or a background process (a dev server) holds state
-        elif row.executions == 0 and not (self.sessions_dir / row.id / "files").is_dir():
-            state = "new"
-        else:
+        state: Literal["active", "idle", "hibernated"]
+        if live.busy or (live.core is not None and live.core.live_process_count):
+            state = "active"  # a call, or a background process (a dev server)
+        elif live.hibernated and not kernels:
             state = "hibernated"
+        else:
+            state = "idle"
         return SessionInfo(id=row.id, profile=row.profile, state=state, kernels=kernels,
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
@@ -400,6 +403,7 @@ class SessionManager:
             raise overloaded(1, f"{live.waiting} calls are already waiting for session {live.row.id!r}", ErrorCode.SESSION_BUSY)
         Execution.check_provider(runner, request)
         _, session = self.core(live)
+        queued_since = time.monotonic() if live.lock.locked() else None  # behind the session's earlier calls
         live.waiting += 1
         try:
             await live.lock.acquire()
@@ -408,6 +412,7 @@ class SessionManager:
         try:
             if live.deleted:
                 raise session_not_found(live.row.id, "it was deleted while this call waited")
+            live.hibernated = False
             egress = at_start(request.effective_egress, live.row.egress)
             if egress is not request.egress:
                 request = msgspec.structs.replace(request, egress=egress)
@@ -420,7 +425,8 @@ class SessionManager:
             try:
                 result = await self.execution.run(session, request, mode=mode, listener=listener,
                                                   on_start=on_start, on_task=set_task, tools=tools,
-                                                  on_approval=on_approval, tool_policy=tool_policy)
+                                                  on_approval=on_approval, tool_policy=tool_policy,
+                                                  queued_since=queued_since)
             finally:
                 session.disk_room = None
                 if room is not None:
@@ -526,16 +532,20 @@ class SessionManager:
                 await self._remove(live, expired=True)
                 continue
             core = live.core
-            if core is None or live.busy or not (core.kernels or core.live_process_count):
+            if live.busy or live.hibernated:
                 continue
-            if core.has_processes and any(p.watchers for p in core.processes.live()):
-                self.touch(live)  # a terminal or an output stream is open on it: the session is in use
+            if core is not None and core.live_process_count:
+                self.touch(live)  # a running background process (a dev server, a terminal) is use
                 continue
             if now - live.row.last_used_at >= live.row.idle_timeout_s:
-                async with live.lock:
-                    await asyncio.to_thread(core.hibernate)
-                self.metrics.sessions_hibernated.inc()
-                log.info("session hibernated", extra={"event": "session_hibernated", "session": live.row.id})
+                if core is not None and core.kernels:
+                    async with live.lock:
+                        if core.live_process_count:  # one started meanwhile: the session is in use again
+                            continue
+                        await asyncio.to_thread(core.hibernate)
+                    self.metrics.sessions_hibernated.inc()
+                    log.info("session hibernated", extra={"event": "session_hibernated", "session": live.row.id})
+                live.hibernated = True
         await self._write_changed()
 
     async def _write_changed(self) -> None:

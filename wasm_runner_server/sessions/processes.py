@@ -129,6 +129,7 @@ class ServiceProcesses:
         request = msgspec.structs.replace(request, provider="native")
         session = self.core(live)
         self.sessions.touch(live)
+        live.hibernated = False  # a running process keeps the session active (the sweep leaves it be)
         pty = (body.cols, body.rows) if body.pty else None
         self._loop = asyncio.get_running_loop()
         rooms = self.sessions.rooms

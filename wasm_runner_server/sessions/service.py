@@ -71,7 +71,8 @@ class Service:
         data_dir = settings.data_dir
         private_directory(data_dir)
         metrics = Metrics()
-        gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s, share_of)
+        gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s, share_of,
+                             share_queue_size=settings.workspace_queue_size)
         execution = Execution(config, gate, metrics, observers)
         store = SessionStore(data_dir / "server.sqlite3")
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),

@@ -64,7 +64,7 @@ def test_a_session_gets_a_folder_runs_on_it_with_the_guests_exit_code_and_gives_
     assert status == 0, err
     session = json.loads(out)
     sid = session["id"]
-    assert session["state"] == "new" and session["metadata"] == {"task": "cli"}
+    assert session["state"] == "idle" and session["metadata"] == {"task": "cli"}
 
     local = tmp_path / "project"
     files = make_tree(local)
@@ -176,14 +176,14 @@ def test_ctrl_c_cancels_the_run_on_the_service(service):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(url, key))
         try:
             assert running.stdout is not None and running.stdout.readline() == "started\n"
-            assert client.get_session(sid).state == "running"
+            assert client.get_session(sid).state == "active"
             running.send_signal(signal.SIGINT)
             assert running.wait(timeout=60) == 130
         finally:
             running.kill()
             running.wait()
         deadline = time.monotonic() + 60  # far less than the run's 300 s: only a cancelled run stops in time
-        while client.get_session(sid).state == "running":
+        while client.get_session(sid).state == "active":
             assert time.monotonic() < deadline, "the run went on after the command was interrupted"
             time.sleep(0.1)
         assert client.exec(sid, "print('next')").stdout == "next\n"

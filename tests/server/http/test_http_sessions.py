@@ -19,7 +19,7 @@ pytestmark = pytest.mark.asyncio
 async def test_create_is_lazy_and_returns_the_session(client, tmp_path):
     status, data = await call(client, "POST", "/v1/sessions")
     assert status == 201
-    assert data["state"] == "new" and data["kernels"] == [] and data["profile"] == "python"
+    assert data["state"] == "idle" and data["kernels"] == [] and data["profile"] == "python"
     assert data["idle_timeout_s"] == 600 and data["ttl_s"] == 86400
     assert not (tmp_path / "data" / "sessions" / data["id"]).exists()  # no directory until first use
     status, again = await call(client, "GET", f"/v1/sessions/{data['id']}")
@@ -92,7 +92,7 @@ async def test_kernel_state_persists_across_calls(client):
         result = await run(client, sid, "counter += 1\ncounter")
         assert result["value"] == str(expected) and result["kernel_restarted"] is False
     status, info = await call(client, "GET", f"/v1/sessions/{sid}")
-    assert info["state"] == "live" and info["kernels"] == ["python"] and info["executions"] == 4
+    assert info["state"] == "idle" and info["kernels"] == ["python"] and info["executions"] == 4
 
 
 async def test_idle_kernel_hibernates_and_resumes_restored_with_files_intact(client):
@@ -183,7 +183,7 @@ async def test_cancel_stops_the_running_execution(client):
 
     async def is_running() -> bool:
         _, info = await call(client, "GET", f"/v1/sessions/{sid}")
-        return info["state"] == "running"
+        return info["state"] == "active"
 
     await eventually(is_running)
 

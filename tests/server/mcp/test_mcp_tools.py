@@ -253,7 +253,7 @@ async def test_session_tools_new_list_and_reset(http_service: HttpService) -> No
         in_copy = ok(await session.call_tool("sandbox_execute_code", {"code": "x = x + 1\nx", "session": copies[0]}))
         assert in_copy.structured_content["value"] == "3"
         reset = ok(await session.call_tool("session_reset", {"session": old}))
-        assert reset.structured_content["id"] == old and reset.structured_content["state"] == "new"
+        assert reset.structured_content["id"] == old and reset.structured_content["state"] == "idle"
         after = await session.call_tool("sandbox_execute_code", {"code": "x", "session": old})
         assert after.structured_content["error"]["type"] == "NameError"
         gone = ok(await session.call_tool("list_files", {"session": old}))

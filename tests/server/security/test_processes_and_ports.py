@@ -147,7 +147,7 @@ async def test_stdin_signals_the_process_cap_and_sse_resuming_by_offset(secure) 
     _, listing, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes", "a_member")
     assert listing["live"] == 1 and listing["max_live"] == 3
     _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}", "a_member")
-    assert info["state"] == "live" and info["kernels"] == []  # a running process is state, not a hibernated session
+    assert info["state"] == "active" and info["kernels"] == []  # a running process is use, not a hibernated session
     status, data, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/p99", "a_member")
     assert status == 404
     assert_error_shape(data, "process_not_found")

@@ -13,6 +13,8 @@ import pytest
 from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, new_session
 from server_helpers import assert_error_shape, eventually
 
+from wasm_runner_server.sessions.service import SERVICE
+
 pytestmark = NATIVE_ROOT_SERVICE
 
 
@@ -136,19 +138,31 @@ async def test_a_kept_terminal_is_reattached_and_replays_its_output_from_an_offs
     assert_error_shape(data, "process_not_running")
 
 
-async def test_an_open_terminal_keeps_its_session_from_hibernating(secure) -> None:
+async def test_a_running_terminal_keeps_its_session_from_hibernating_watched_or_not(secure) -> None:
     sid = await new_session(secure, idle_timeout_s=0.3)
+    sessions = secure.client.server.app[SERVICE].sessions
+
+    async def idle_past_timeout() -> None:
+        live = sessions.sessions[sid]
+        live.row.last_used_at -= live.row.idle_timeout_s + 1
+        await sessions.sweep()
+
     url = f"/v1/sessions/{sid}/pty?command=sleep&command=4321.125&keep=true"
     async with secure.client.ws_connect(url, headers=secure.auth("a_member")) as ws:
         pid = (await Terminal(ws).hello())["id"]
-        await asyncio.sleep(1.2)  # idle far past the timeout, the sweep running every 0.1 s
-        assert (await processes(secure, sid))[pid]["state"] == "running"
 
-    async def hibernated() -> bool:  # once nobody watches, the kept terminal ends with its session's sleep
-        info = (await processes(secure, sid))[pid]
-        return info["state"] == "killed" and "hibernated" in info["error"]
+        async def running() -> bool:
+            return (await processes(secure, sid))[pid]["state"] == "running"
 
-    await eventually(hibernated, timeout=5)
+        await eventually(running, timeout=10)
+        await idle_past_timeout()
+        assert await running()
+    await idle_past_timeout()  # nobody watches the kept terminal now: it runs on, and its session is active
+    assert await running()
+    _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}", "a_member")
+    assert info["state"] == "active"
+    status, _, _ = await secure.call("DELETE", f"/v1/sessions/{sid}/processes/{pid}", "a_member")
+    assert status == 200
 
 
 async def test_a_terminal_link_opens_the_terminal_without_a_key_and_only_for_its_session(secure) -> None:
