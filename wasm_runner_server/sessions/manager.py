@@ -466,12 +466,13 @@ class SessionManager:
             raise ApiError(409, ErrorCode.SESSION_BUSY, f"session {live.row.id!r} is running a call",
                            f"wait for it to end, or stop it with POST /v1/sessions/{live.row.id}/cancel")
         core = live.core
-        if core is None:  # nothing was ever loaded: nothing to save
-            return
-        async with live.lock:
-            if live.deleted:  # deleted while this waited for its turn
-                raise session_not_found(live.row.id)
-            await asyncio.to_thread(core.hibernate, wait_s)
+        if core is not None:  # (else nothing was ever loaded: nothing to save)
+            async with live.lock:
+                if live.deleted:  # deleted while this waited for its turn
+                    raise session_not_found(live.row.id)
+                await asyncio.to_thread(core.hibernate, wait_s)
+            self.metrics.sessions_hibernated.inc()
+        live.hibernated = True
         log.info("session hibernated on request", extra={"event": "session_hibernated", "session": live.row.id})
 
     # -- removal ----------------------------------------------------------------------------

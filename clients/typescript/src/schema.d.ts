@@ -1097,7 +1097,7 @@ export interface components {
             id: string;
             profile: string;
             /** @enum {unknown} */
-            state: "hibernated" | "live" | "new" | "running";
+            state: "active" | "hibernated" | "idle";
             kernels: string[];
             created_at: string;
             last_used_at: string;

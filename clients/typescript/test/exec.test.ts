@@ -139,7 +139,7 @@ test("closing a stream early cancels the execution", async () => {
     break; // leaving the loop drops the connection
   }
   assert.equal(stream.result, null);
-  // Uncancelled, the run would keep the session running for 30 s.
-  await eventually(async () => (await client.getSession(id)).state !== "running", "the run to be cancelled", 15_000);
+  // Uncancelled, the run would keep the session active for 30 s.
+  await eventually(async () => (await client.getSession(id)).state !== "active", "the run to be cancelled", 15_000);
   await client.deleteSession(id);
 });

@@ -7,7 +7,7 @@ test("a session is created, read, listed, changed and deleted", async () => {
   const client = runner();
   const session = await client.createSession({ metadata: { owner: "ts-tests" }, idle_timeout_s: 120 });
   assert.match(session.id, /^[A-Za-z0-9_-]+$/);
-  assert.equal(session.state, "new");
+  assert.equal(session.state, "idle");
   assert.deepEqual(session.metadata, { owner: "ts-tests" });
 
   assert.equal((await client.getSession(session.id)).id, session.id);
