@@ -276,10 +276,11 @@ class Session:
         from wasm_runner.tools.calls import ToolPolicy, ToolRun
         from wasm_runner.tools.registry import ToolRegistry, as_registry
 
+        policy = policy or self.tool_policy or ToolPolicy()
         registry = ToolRegistry(list(self.tools or ()) + list(as_registry(tools) if tools is not None else ()))
-        registry = registry.narrowed(self.tool_allowlist).narrowed(allow_tools, who="the call's allow_tools")
-        return ToolRun(registry, policy or self.tool_policy or ToolPolicy(), loop=loop, on_call=self.on_tool_call,
-                       approver=on_approval)
+        registry = (registry.narrowed(self.tool_allowlist).narrowed(policy.allow)
+                    .narrowed(allow_tools, who="the call's allow_tools"))
+        return ToolRun(registry, policy, loop=loop, on_call=policy.audit or self.on_tool_call, approver=on_approval)
 
     def _refused(self, request: ExecRequest) -> ExecResult | None:
         """The answer when no kernel worker can take the call and none may run in this process."""

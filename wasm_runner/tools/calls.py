@@ -56,6 +56,12 @@ class ToolPolicy:
     """Run plain (not coroutine) tools on the thread of the guest's call: no hand-off to another thread
     (the cheapest call), but a call is then not cut at its timeout, nor at the run's end; for tools
     known to return promptly."""
+    allow: frozenset[str] | None = None
+    """The only tool names this run may use (None: any it was given); a name the run lacks is ignored.
+    Per run, so that two calls of one session under different rules never see each other's."""
+    audit: Callable[[ToolCall], None] | None = None
+    """Told of each decided call of this run (a service's audit log, under the caller's key); given,
+    it takes the place of the session's `on_tool_call` for this run."""
 
     def __post_init__(self) -> None:
         for field in ("max_calls", "max_argument_bytes", "max_result_bytes", "threads"):

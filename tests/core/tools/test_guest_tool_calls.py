@@ -235,3 +235,23 @@ def test_typescript_type_checks_against_the_runs_tools(workers):
                              typecheck="block", tools=[search_issues])
     assert right.diagnostics == [], right.diagnostics
     assert right.stdout == "ISSUE 0: CRASH\n"
+
+
+async def test_two_calls_of_one_session_keep_their_own_tool_rules_and_audit(runner):
+    """The rules and the audit go with each call (a service's calls of one session may come under
+    other profiles and keys): neither sees the other's, and the session's own are left alone."""
+    session = runner.session()
+    audits: dict[str, list[str]] = {"first": [], "second": []}
+    code = ("from sandbox import tools, ToolError\nfor call in (lambda: tools.search_issues(query='crash'),"
+            " lambda: tools.close_issue(issue_id=1)):\n    try:\n        call()\n        print('ok')\n"
+            "    except ToolError as e:\n        print('refused')")
+    policies = {name: ToolPolicy(allow=frozenset({allowed}), audit=lambda call, name=name: audits[name].append(call.tool))
+                for name, allowed in (("first", "search_issues"), ("second", "close_issue"))}
+    first, second = await asyncio.gather(
+        *(session.run(code, tools=[search_issues, close_issue], tool_policy=policies[name]) for name in policies))
+    assert first.stdout == "ok\nrefused\n" and second.stdout == "refused\nok\n", (first.stdout, second.stdout)
+    assert audits == {"first": ["search_issues", "close_issue"], "second": ["search_issues", "close_issue"]}
+    assert [c.outcome for c in first.tool_calls] == ["ok", "not_allowed"]
+    assert [c.outcome for c in second.tool_calls] == ["not_allowed", "ok"]
+    assert session.tool_allowlist is None and session.on_tool_call is None
+    session.destroy()

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from wasm_runner import ExecResult, OutputListener, Session
+from wasm_runner import ExecResult, OutputListener
 from wasm_runner.profiles import Profile
 from wasm_runner.tools import Tool, ToolPolicy, ToolRegistry, python_stubs, typescript_stubs
 from wasm_runner.workspace.budget import Budget
@@ -83,16 +83,16 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
         harness=body.harness, tests=body.tests, typecheck=body.typecheck, typecheck_timeout_s=body.typecheck_timeout_s,
         network=service.sessions.call_egress(live, body_policy(body.egress)))
     configured = await mcp_tools(service, profile_name, profile)
-    if configured:
-        session.set_tools(run_allowlist(profile, live.row.tools), tool_audit(request, live.row.id))
     streams: list[OutputListener] = []  # the run's event stream, once it starts
 
     def emit(name: str, data: bytes) -> None:
         streams[0](name, data)  # type: ignore[arg-type]  # code mode's events share the output stream
 
-    tools = configured + (caller_tools(request, service, live, session, profile, body.tools, emit)
+    tools = configured + (caller_tools(request, service, live, profile, body.tools, emit)
                           if body.tools else [])
-    tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s) if tools else None
+    # the rules go with this call: another call of the session may run under another profile
+    tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=run_allowlist(profile, live.row.tools),
+                             audit=tool_audit(request, live.row.id)) if tools else None
     # approvals are asked on the stream: without one, calls needing approval are refused (ToolRun)
     approver = (service.approvals.approver(live.row.id, emit)
                 if wants_event_stream(request) and any(t.spec.approval for t in tools) else None)
@@ -106,10 +106,10 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     return await respond(request, run)
 
 
-def caller_tools(request: web.Request, service: Service, live: LiveSession, session: Session, profile: Profile,
+def caller_tools(request: web.Request, service: Service, live: LiveSession, profile: Profile,
                  specs: list[ToolSpec], emit: Callable[[str, bytes], None]) -> list[Tool]:
-    """The run's caller-side tools, their calls sent with `emit` and each decided call recorded in the audit
-    log; 422 when the request does not stream or a spec is not a tool's, 403 when the profile does not
+    """The run's caller-side tools, their calls sent with `emit` (the run's tool policy audits each decided
+    call); 422 when the request does not stream or a spec is not a tool's, 403 when the profile does not
     allow one of them (its allowlist also holds in the core, for every call)."""
     if not wants_event_stream(request):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
@@ -125,7 +125,6 @@ def caller_tools(request: web.Request, service: Service, live: LiveSession, sess
         tools = service.caller_tools.tools(live.row.id, specs, emit)
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
-    session.set_tools(allowed, tool_audit(request, live.row.id))
     return with_approvals(tools, profile)
 
 
@@ -251,13 +250,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
             limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
             typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
-        if configured:  # the profile's MCP tools, audited under this run's throwaway session
-            session.set_tools(frozenset(profile.tools) if profile.tools is not None else None,
-                              tool_audit(request, session.id))
+        # the profile's MCP tools, audited under this run's throwaway session
+        tool_policy = ToolPolicy(allow=frozenset(profile.tools) if profile.tools is not None else None,
+                                 audit=tool_audit(request, session.id)) if configured else None
 
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
-                                                 on_start=started, tools=configured or None)
+                                                 on_start=started, tools=configured or None, tool_policy=tool_policy)
             outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
