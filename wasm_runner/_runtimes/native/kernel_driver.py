@@ -12,9 +12,9 @@ before a session asks.
 """
 
 import ast
-import importlib
 import base64
 import builtins
+import importlib
 import io
 import json
 import linecache
@@ -180,20 +180,28 @@ def _patch_show():
         figure_class.savefig = savefig_noting_files
 
 
-def _shell(command, shell="/bin/sh"):
+class PipError(Exception):
+    """A `%pip` command failed: the cell stops there, as the code after it expects the package."""
+
+
+def _shell(command, shell="/bin/sh", note=True):
     """`!command` and `%%bash` cells: the command's output joins the cell's, as in Jupyter."""
     sys.stdout.flush()
     sys.stderr.flush()
     done = subprocess.run([shell, "-c", command], stdin=subprocess.DEVNULL, check=False)
-    if done.returncode:
+    if done.returncode and note:
         print(f"[exit status {done.returncode}]", file=sys.stderr)
+    return done.returncode
 
 
 def _pip(arguments):
-    """`%pip install x`: the session's pip (as in a shell), then what it installed imports at once."""
-    _shell("pip " + arguments)
+    """`%pip install x`: the session's pip (as in a shell: its venv, its registries, the run's network
+    policy), then what it installed imports at once."""
+    status = _shell("pip " + arguments, note=False)
     _add_site_dirs(_site_dirs[0])
     importlib.invalidate_caches()
+    if status:
+        raise PipError(f"pip exited with status {status}: its output above says why")
 
 
 def _magic(name):
