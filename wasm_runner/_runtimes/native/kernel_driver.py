@@ -43,7 +43,7 @@ _cells = [0]
 _applied_env = [None]
 _site_dirs = [()]
 _saved_figures = set()
-"""Figures saved to a file during the call: the file is their output, not a second copy inline."""
+"""Figures saved to a file or already shown by display() during the call: not a second copy inline."""
 
 
 class _Interrupt:
@@ -122,6 +122,7 @@ def _rich(value):
     """One object as outputs: a figure as PNG, else its richest representation, with plain text."""
     if _is_figure(value):
         _add("image/png", _figure_png(value), _short_repr(value))
+        _saved_figures.add(id(value))  # shown: the end of the cell does not show it again
         return
     plain = _short_repr(value)
     for method, kind in (("_repr_png_", "image/png"), ("_repr_html_", "text/html")):
@@ -301,6 +302,7 @@ def _run(request):
     importlib.invalidate_caches()  # modules written since the last call
     sys.stdin = io.StringIO(request.get("stdin", ""))
     _outputs.clear()
+    _saved_figures.clear()  # ids are reused once objects are freed: only this call's count
     _spent[0] = 0
     OUTPUT_BUDGET[0] = int(request.get("outputs_budget", OUTPUT_BUDGET[0]))
     _cells[0] += 1
