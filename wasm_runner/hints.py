@@ -23,13 +23,16 @@ OUTSIDE_HINT = f"only {GUEST_WORKSPACE} (the working directory) and {GUEST_TMP} 
 
 DATA_MODULES = frozenset({"numpy", "pandas", "scipy", "sklearn", "matplotlib", "seaborn", "PIL", "openpyxl",
                           "contourpy", "joblib", "threadpoolctl", "cloudpickle", "narwhals"})
-"""Import names the python-data profile has and the WebAssembly tier's Python does not (native code)."""
+"""The data stack's main import names, for when the python-data environment is not built here
+(then its own package records cannot be read: the provider passes those when it can)."""
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 
 
 def data_module_hint(module: str) -> str:
-    return (f"{module} is not in the WebAssembly tier's Python (it needs native code); the python-data profile "
-            f"has it: run this with profile 'python-data' (it runs natively, in bubblewrap, on the same files)")
+    return (f"{module} is not in the WebAssembly tier's Python; the python-data profile has it (native CPython "
+            f"in bubblewrap, on the same files): run this code there, with \"profile\": \"python-data\" in the "
+            "HTTP or MCP call (or the session's), --profile python-data on the command line, or "
+            "ExecRequest(provider=\"native\") in the library")
 
 
 SOCKET_HINT = ("raw sockets and name lookups are not available in WebAssembly; use urllib.request or "
@@ -54,9 +57,11 @@ _NETWORK_ERRORS = frozenset({"PermissionError", "gaierror", "OSError", "Connecti
                              "URLError", "NetworkDenied", "NetworkLimitExceeded"})
 
 
-def with_hint(error: GuestError, network: str | None = NETWORK_HINT) -> GuestError:
+def with_hint(error: GuestError, network: str | None = NETWORK_HINT,
+              data_modules: frozenset[str] = DATA_MODULES) -> GuestError:
     """The same error, with `hint` set when it is one of the common sandbox failures (`network`:
-    what to say about a network failure, see `network_hint`)."""
+    what to say about a network failure, see `network_hint`; `data_modules`: the import names the
+    python-data profile offers, read from its environment where it is built)."""
     if error.hint is not None:
         return error
     text = f"{error.message}\n{error.traceback}"
@@ -64,7 +69,7 @@ def with_hint(error: GuestError, network: str | None = NETWORK_HINT) -> GuestErr
     if error.type in _NETWORK_ERRORS and (error.type.startswith("Network") or _NETWORK.search(text)):
         hint = network
     elif error.type == "ModuleNotFoundError" and (missing := _MISSING_MODULE.search(error.message)) \
-            and missing.group(1).split(".")[0] in DATA_MODULES:
+            and missing.group(1).split(".")[0] in data_modules:
         hint = data_module_hint(missing.group(1).split(".")[0])
     elif error.type == "KeyError" and _ENV_LOOKUP.search(error.source or text):
         hint = ENV_HINT

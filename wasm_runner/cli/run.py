@@ -202,3 +202,5 @@ def _report(result: ExecResult) -> None:
         print(f"[wasm-runner] limit {result.limit}: {message}", file=sys.stderr)
     elif result.error is not None and result.error.type in ("GuestCrash", "RuntimeUnavailable"):
         print(f"[wasm-runner] {result.error.message}", file=sys.stderr)
+    if result.error is not None and result.error.hint:  # what to do, under the program's own traceback
+        print(f"[wasm-runner] hint: {result.error.hint}", file=sys.stderr)

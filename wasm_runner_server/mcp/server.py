@@ -926,6 +926,8 @@ def describe(result: ExecResult, session_id: str, notes: Sequence[str] = ()) -> 
         parts.append(line)
         if error.traceback and error.traceback.strip() not in result.stderr:
             parts.append(error.traceback.rstrip("\n"))
+        if error.hint:  # what to do: the host's words, which a model reads in the text
+            parts.append(f"hint: {error.hint}")
     if result.limit is not None:
         parts.append(f"limit: {result.limit}: {LIMIT_MESSAGES.get(result.limit, 'stopped')}")
     if result.truncated:

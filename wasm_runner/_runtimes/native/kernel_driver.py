@@ -12,9 +12,9 @@ before a session asks.
 """
 
 import ast
-import importlib
 import base64
 import builtins
+import importlib
 import io
 import json
 import linecache
@@ -43,7 +43,7 @@ _cells = [0]
 _applied_env = [None]
 _site_dirs = [()]
 _saved_figures = set()
-"""Figures saved to a file during the call: the file is their output, not a second copy inline."""
+"""Figures saved to a file or already shown by display() during the call: not a second copy inline."""
 
 
 class _Interrupt:
@@ -122,6 +122,7 @@ def _rich(value):
     """One object as outputs: a figure as PNG, else its richest representation, with plain text."""
     if _is_figure(value):
         _add("image/png", _figure_png(value), _short_repr(value))
+        _saved_figures.add(id(value))  # shown: the end of the cell does not show it again
         return
     plain = _short_repr(value)
     for method, kind in (("_repr_png_", "image/png"), ("_repr_html_", "text/html")):
@@ -180,20 +181,28 @@ def _patch_show():
         figure_class.savefig = savefig_noting_files
 
 
-def _shell(command, shell="/bin/sh"):
+class PipError(Exception):
+    """A `%pip` command failed: the cell stops there, as the code after it expects the package."""
+
+
+def _shell(command, shell="/bin/sh", note=True):
     """`!command` and `%%bash` cells: the command's output joins the cell's, as in Jupyter."""
     sys.stdout.flush()
     sys.stderr.flush()
     done = subprocess.run([shell, "-c", command], stdin=subprocess.DEVNULL, check=False)
-    if done.returncode:
+    if done.returncode and note:
         print(f"[exit status {done.returncode}]", file=sys.stderr)
+    return done.returncode
 
 
 def _pip(arguments):
-    """`%pip install x`: the session's pip (as in a shell), then what it installed imports at once."""
-    _shell("pip " + arguments)
+    """`%pip install x`: the session's pip (as in a shell: its venv, its registries, the run's network
+    policy), then what it installed imports at once."""
+    status = _shell("pip " + arguments, note=False)
     _add_site_dirs(_site_dirs[0])
     importlib.invalidate_caches()
+    if status:
+        raise PipError(f"pip exited with status {status}: its output above says why")
 
 
 def _magic(name):
@@ -293,6 +302,7 @@ def _run(request):
     importlib.invalidate_caches()  # modules written since the last call
     sys.stdin = io.StringIO(request.get("stdin", ""))
     _outputs.clear()
+    _saved_figures.clear()  # ids are reused once objects are freed: only this call's count
     _spent[0] = 0
     OUTPUT_BUDGET[0] = int(request.get("outputs_budget", OUTPUT_BUDGET[0]))
     _cells[0] += 1

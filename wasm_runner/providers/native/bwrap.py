@@ -6,7 +6,8 @@ Default policy (every field of `SandboxPolicy` can only narrow it, except the on
 - the session workspace read-write at /workspace (the path the WASI guest sees), the
   session's private tmp directory read-write at /tmp (counted by the same disk quota);
 - /usr and the top-level /bin, /sbin, /lib* (links or read-only binds) read-only;
-  /usr/local hidden behind an empty tmpfs (host-local software is not "the system");
+  /usr/local hidden behind an empty tmpfs (host-local software is not "the system"), holding only
+  links of the usual names of commands Debian renames (`fd` for `fdfind`);
 - /etc: only what the tools need (dynamic linker cache, alternatives links, fontconfig,
   ImageMagick policy), plus generated passwd/group/hosts/hostname/nsswitch.conf naming the
   sandbox user; no /home, /root, /var, /run, /sys, /srv, /mnt, /media, /opt of the host
@@ -57,6 +58,9 @@ ETC_READ_ONLY = (  # copied into the sandbox's generated /etc
 """Host /etc entries the tools need (copied where they exist); nothing else of the host's /etc."""
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+RENAMED_COMMANDS = (("fd", "fdfind"), ("bat", "batcat"))
+"""(the name scripts use, Debian's name): commands Debian renames for a clash with another package;
+the sandbox's own /usr/local/bin links the usual name where the system lacks it."""
 
 
 Bind = Mount
@@ -191,6 +195,16 @@ def _remove_etc_copies() -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def command_aliases(system_bin: str = "/usr/bin") -> list[str]:
+    """bwrap options linking the usual names of renamed commands in the sandbox's empty
+    /usr/local/bin (a tmpfs of its own: the host's /usr/local is untouched and unseen)."""
+    args: list[str] = []
+    for usual, debian in RENAMED_COMMANDS:
+        if not os.path.exists(f"{system_bin}/{usual}") and os.path.exists(f"{system_bin}/{debian}"):
+            args += ["--symlink", f"{system_bin}/{debian}", f"/usr/local/bin/{usual}"]
+    return args
+
+
 def sandbox_env(*, python_data: bool, extra: dict[str, str]) -> dict[str, str]:
     """The whole environment of a sandboxed program: an allowlist plus the caller's variables.
 
@@ -279,6 +293,7 @@ def options(
         args.append("--unshare-net")
     if not policy.show_usr_local and os.path.isdir("/usr/local"):
         args += ["--tmpfs", "/usr/local"]
+        args += command_aliases()
     for name in TOP_LEVEL_SYSTEM:
         host = f"/{name}"
         if os.path.islink(host):

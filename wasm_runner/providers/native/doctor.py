@@ -46,6 +46,15 @@ TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
     ("httpie", ("http",), ["--version"], "httpie"),
 )
 OPTIONAL_TOOLS = {"node"}
+SYSTEM_TOOLS = tuple(name for name, *_ in TOOLS if name != "node")
+"""What every native profile's sandbox shows (the system's /usr): a shell, the document tools and
+the command-line tools; each profile adds its own runtime (see `_offers`)."""
+WASM_OFFERS = {
+    "python": ["CPython in WebAssembly with its standard library (no native packages: python-data has those)"],
+    "javascript": ["QuickJS in WebAssembly"],
+    "typescript": ["TypeScript transpiled in WebAssembly, run by QuickJS"],
+}
+"""The WebAssembly profiles run no command-line tools."""
 
 
 def _version(path: str, args: list[str]) -> str | None:
@@ -152,8 +161,34 @@ def doctor(provider: Any = None) -> dict[str, Any]:
         "bun": js is not None and problem is None,
         "bash": problem is None or provider.allow_unsandboxed,
     }
+    report["offers"] = _offers(tools, found, js)
     report["ok"] = problem is None or provider.allow_unsandboxed
     return report
+
+
+def _offers(tools: dict[str, Any], data: Any, js: Any) -> dict[str, list[str]]:
+    """Per built-in profile, what its code can run here (present tools only, with their versions)."""
+    def named(name: str) -> str:
+        version = tools[name]["version"]
+        return f"{name} {version}" if version else name
+
+    system = [named(name) for name in SYSTEM_TOOLS if tools[name]["present"]]
+    offers: dict[str, list[str]] = {name: list(items) for name, items in WASM_OFFERS.items()}
+    if data is not None:
+        from wasm_runner.providers.native.inventory import python_data_modules
+
+        modules = sorted(python_data_modules(data.path) or (), key=str.lower)
+        offers["python-data"] = [f"python {data.python_version} with {', '.join(modules)}", *system]
+    else:
+        offers["python-data"] = []
+    js_tools = [f"{tool} {version}" for tool, version in (js.versions if js else {}).items()]
+    # The node profile runs the toolchain's Node.js when it is built, else the system's.
+    node = [t for t in js_tools if t.startswith("node ")] or ([named("node")] if tools["node"]["present"] else [])
+    offers["node"] = [*node, *system] if node else []
+    offers["typescript-native"] = [*js_tools, *system] if js else []
+    offers["bun"] = [*js_tools, *system] if js else []
+    offers["bash"] = system
+    return offers
 
 
 def _sandbox_user(provider: Any) -> dict[str, Any]:
@@ -213,6 +248,11 @@ def format_report(report: dict[str, Any]) -> str:
         else:
             lines.append(f"  MISS not built (wasm-runner prepare) at {js['path']}")
     lines += ["", "profiles: " + ", ".join(f"{k} {'ready' if v else 'unavailable'}" for k, v in report["profiles"].items())]
+    offers = report.get("offers")
+    if offers:
+        lines += ["", "what each profile offers:"]
+        for profile, items in offers.items():
+            lines.append(f"  {profile}: {'; '.join(items) if items else 'nothing here (see missing)'}")
     if report["missing"]:
         lines += ["", "missing:"] + [f"  - {item}" for item in report["missing"]]
     return "\n".join(lines)

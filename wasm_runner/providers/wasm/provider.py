@@ -16,7 +16,7 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.engine import EngineSettings, StopReason
 from wasm_runner.errors import NoProviderError
 from wasm_runner.guest import Mount
-from wasm_runner.hints import network_hint, with_hint
+from wasm_runner.hints import DATA_MODULES, network_hint, with_hint
 from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.wasm import guest_http, guest_installs, guest_tools
@@ -238,7 +238,9 @@ class WasmProvider(Provider):
         elif outcome.limit == "disk" and outcome.error is not None and outcome.error.type == "LimitExceeded":
             outcome.error.message = disk.message()  # stopped by the watcher: the figures and the largest files
         if outcome.error is not None:
-            outcome.error = with_hint(outcome.error, network_hint(events, request.effective_egress))
+            outcome.error = with_hint(outcome.error, network_hint(events, request.effective_egress),
+                                      _python_data_modules() if outcome.error.type == "ModuleNotFoundError"
+                                      else DATA_MODULES)
         truncated = [c.stream for c in (call.stdout, call.stderr) if c.truncated]
         if truncated and outcome.limit is None:
             outcome.limit = "output"
@@ -312,3 +314,11 @@ def _startup_failure(exc: Exception, call: Call) -> Outcome:
         return trap_outcome(exc, call.interrupt)
     return Outcome(exit_code=1, instance_lost=True, error=GuestError(
         type="RuntimeUnavailable", message=f"the sandbox could not start: {exc}"))
+
+
+def _python_data_modules() -> frozenset[str]:
+    """What the python-data profile offers, from its built environment (else the pinned stack's
+    main names): a failed import of one of them says where it is."""
+    from wasm_runner.providers.native.inventory import python_data_modules  # only when an import failed
+
+    return python_data_modules() or DATA_MODULES
