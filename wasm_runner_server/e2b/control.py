@@ -89,16 +89,20 @@ async def _limits(upstream: Upstream) -> dict[str, dict[str, Any]]:
     return {p["name"]: p.get("limits", {}) for p in listing.get("profiles", [])}
 
 
+def _e2b_state(info: dict[str, Any]) -> str:
+    """A hibernated session is a paused sandbox (its next call restores it); any other is running."""
+    return "paused" if info.get("state") == "hibernated" else "running"
+
+
 def detail_of(info: dict[str, Any], limits: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """E2B's `SandboxDetail`/`ListedSandbox` for a session: a session that exists is running (a
-    hibernated one comes back on its next call, as a paused E2B sandbox resumes on connect)."""
+    """E2B's `SandboxDetail`/`ListedSandbox` for a session."""
     profile_limits = limits.get(info.get("profile", ""), {})
     return {"templateID": _template(info), "alias": _template(info), "sandboxID": info["id"],
             "clientID": CLIENT_ID, "startedAt": _time(info["created_at"]), "endAt": _time(info["expires_at"]),
             "envdVersion": ENVD_VERSION, "cpuCount": 1,
             "memoryMB": int(profile_limits.get("memory_bytes", 0)) // MiB,
             "diskSizeMB": int(profile_limits.get("disk_bytes", 0)) // MiB,
-            "state": "running", "metadata": _user_metadata(info)}
+            "state": _e2b_state(info), "metadata": _user_metadata(info)}
 
 
 @routes.post("/sandboxes")
@@ -188,6 +192,25 @@ async def set_timeout(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+@routes.post("/sandboxes/{sandbox_id}/pause")
+async def pause(request: web.Request) -> web.Response:
+    """Pause = hibernate: the files and the kernels' state (run_code's variables) are kept and come back
+    with the next call; background commands are ended (E2B's pause keeps them: this one cannot).
+    409 when already paused, as E2B answers."""
+    upstream = Upstream(request, api_key(request))
+    sandbox_id = request.match_info["sandbox_id"]
+    try:
+        info = await upstream.call("GET", session_path(sandbox_id))
+        if _e2b_state(info) == "paused":
+            return api_error(409, f"sandbox {sandbox_id} is already paused")
+        await upstream.call("POST", f"{session_path(sandbox_id)}:hibernate")
+    except UpstreamError as exc:
+        if exc.status == 409:  # running a call: not "already paused", which 409 means to the SDK
+            return api_error(400, f"sandbox {sandbox_id} is running code; pause it once that ends")
+        return from_upstream(exc)
+    return web.Response(status=204)
+
+
 @routes.delete("/sandboxes/{sandbox_id}")
 async def kill(request: web.Request) -> web.Response:
     upstream = Upstream(request, api_key(request))
@@ -202,7 +225,7 @@ async def kill(request: web.Request) -> web.Response:
 @routes.get("/v2/sandboxes")
 async def list_sandboxes(request: web.Request) -> web.Response:
     """The caller's sandboxes (sessions made through here), oldest first; `metadata` filters them
-    (`k=v&k2=v2`, URL-encoded), `state=paused` alone finds none; `nextToken`/`limit` page them."""
+    (`k=v&k2=v2`, URL-encoded), `state` (`running`, `paused`) too; `nextToken`/`limit` page them."""
     upstream = Upstream(request, api_key(request))
     wanted = dict(parse_qsl(request.query.get("metadata", "")))
     states = set(filter(None, request.query.get("state", "").split(",")))
@@ -215,13 +238,14 @@ async def list_sandboxes(request: web.Request) -> web.Response:
     token = None
     try:
         limits = await _limits(upstream)
-        while not states or "running" in states:
+        while not states or states & {"running", "paused"}:
             params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
             page = await upstream.call("GET", "/v1/sessions", params=params)
             sessions = page.get("sessions", [])
             for index, info in enumerate(sessions[skip:], start=skip):
                 metadata = info.get("metadata", {})
-                if TEMPLATE_KEY in metadata and all(metadata.get(k) == v for k, v in wanted.items()):
+                if (TEMPLATE_KEY in metadata and all(metadata.get(k) == v for k, v in wanted.items())
+                        and (not states or _e2b_state(info) in states)):
                     if len(found) == limit:
                         token = f"{cursor or ''}|{index}"  # this page again, from this session on
                         break

@@ -62,3 +62,25 @@ def test_contexts_and_other_languages(sandbox):
     assert sandbox.run_code("echo from-bash", language="bash").logs.stdout == ["from-bash\n"]
     with pytest.raises(Exception, match="not supported here"):
         sandbox.run_code("1", language="cobol")
+
+
+def test_pause_hibernates_and_connect_resumes(sandbox):
+    """Pause is a hibernation: the files and a WebAssembly kernel's variables come back with the next
+    call; python-data's kernel (native: its memory cannot be saved) starts anew and says so."""
+    from e2b import SandboxQuery, SandboxState
+
+    assert sandbox.run_code("var x = 41;", language="javascript").error is None
+    assert sandbox.run_code("y = 1").error is None
+    sandbox.files.write("/workspace/note.txt", "kept")
+    assert Sandbox.pause(sandbox.sandbox_id) is True
+    assert Sandbox.pause(sandbox.sandbox_id) is False  # already paused: E2B's 409
+    assert sandbox.get_info().state == SandboxState.PAUSED
+    paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert sandbox.sandbox_id in [s.sandbox_id for s in paused]
+    running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+    assert sandbox.sandbox_id not in [s.sandbox_id for s in running]
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.run_code("console.log(x + 1)", language="javascript").logs.stdout == ["42\n"]
+    assert resumed.files.read("/workspace/note.txt") == "kept"
+    assert resumed.run_code("'y' in globals()").text == "False"
+    assert resumed.get_info().state == SandboxState.RUNNING
