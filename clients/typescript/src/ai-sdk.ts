@@ -245,13 +245,18 @@ class BackgroundProcess {
     const encoder = new TextEncoder();
     return new ReadableStream<Uint8Array>({
       pull: async (controller) => {
-        const next = await chunks.next();
-        if (next.done) {
-          controller.close();
-          return;
+        for (;;) { // a pull must enqueue or close: a reader waiting on one that did neither is never woken
+          const next = await chunks.next();
+          if (next.done) {
+            controller.close();
+            return;
+          }
+          const { data, encoding } = next.value;
+          if (data !== "") {
+            controller.enqueue(encoding === "base64" ? fromBase64(data) : encoder.encode(data));
+            return;
+          }
         }
-        const { data, encoding } = next.value;
-        if (data !== "") controller.enqueue(encoding === "base64" ? fromBase64(data) : encoder.encode(data));
       },
       cancel: () => follow.close(),
     }, { highWaterMark: 0 }); // opened on the first read: a stream nobody reads costs no connection

@@ -165,3 +165,23 @@ test("spawn: output streams as written, stdin, wait, kill", async () => {
   aborter.abort(new Error("the user stopped it"));
   await assert.rejects(async () => aborted.wait(), /the user stopped it/);
 });
+
+test("limits and long output come back as results the model can read", async () => {
+  const tools = wasmRunnerTools(runner(), { timeoutS: 1, maxOutputChars: 100 });
+  const result = await generateText({
+    model: new MockLanguageModelV4({ doGenerate: [
+      turn([["runCode", { code: "while True:\n    pass" }], ["runCommand", { command: "echo before; sleep 30" }]]),
+      turn([["runCode", { code: "print('x' * 5000)" }]]),
+      turn([]),
+    ] }),
+    tools, stopWhen: stepCountIs(3), prompt: "Loop forever, then print a lot.",
+  });
+  const [spin, sleep] = result.steps[0]!.toolResults.map((done) => done.output) as
+    [{ error: string }, { exitCode: number; stdout: string; stderr: string }];
+  assert.match(spin.error, /^LimitExceeded: .*wall-clock deadline/);
+  assert.notEqual(sleep.exitCode, 0);
+  assert.equal(sleep.stdout, "before\n");
+  assert.match(sleep.stderr, /limit reached: timeout/);
+  const long = result.steps[1]!.toolResults[0]!.output as { stdout: string };
+  assert.match(long.stdout, /^x{50}\n\[\.\.\. 4901 characters cut \.\.\.\]\nx{49}\n$/);
+});
