@@ -106,11 +106,18 @@ export class WasmRunnerSandbox implements SandboxSession {
   async stat({ path }: PathOptions): Promise<SandboxFileStat | null> {
     const relative = workspacePath(path);
     if (relative === "") return { type: "directory", size: 0 };
-    const slash = relative.lastIndexOf("/");
-    const entries = await this.entries(slash < 0 ? "" : relative.slice(0, slash));
-    const entry = entries?.find((candidate) => candidate.path === relative);
-    if (entry === undefined) return null;
-    return { type: entry.type === "file" || entry.type === "directory" ? entry.type : "other", size: entry.size };
+    const entry = await this.entry(relative);
+    if (entry === null) return null;
+    if (entry.type !== "symlink") {
+      return { type: entry.type === "file" || entry.type === "directory" ? entry.type : "other", size: entry.size };
+    }
+    // The listing does not follow links; the sandbox does (a dangling link is not there).
+    const followed = await this.run({ command: `stat -L -c '%F/%s' -- ${shellQuote(`${WORKSPACE}/${relative}`)}` });
+    const match = /^(.*)\/(\d+)\n?$/.exec(followed.stdout);
+    if (followed.exitCode !== 0 || match === null) return null;
+    const kind = match[1]!;
+    return { type: kind.includes("regular") ? "file" : kind === "directory" ? "directory" : "other",
+             size: Number(match[2]) };
   }
 
   async listDirectory({ path }: PathOptions): Promise<SandboxDirectoryEntry[] | null> {
@@ -125,15 +132,16 @@ export class WasmRunnerSandbox implements SandboxSession {
       ?? null;
   }
 
-  async deleteFile(options: PathOptions): Promise<boolean> {
-    const found = await this.stat(options);
+  async deleteFile({ path }: PathOptions): Promise<boolean> {
+    const relative = workspacePath(path);
+    const found = relative === "" ? { type: "directory" } : await this.entry(relative);
     if (found === null) return false;
-    if (found.type === "directory") {
-      throw new WasmRunnerError(null, "is_a_directory", `${JSON.stringify(options.path)} is a directory`,
+    if (found.type === "directory") { // a link to a directory is a link: deleted itself
+      throw new WasmRunnerError(null, "is_a_directory", `${JSON.stringify(path)} is a directory`,
         "deleteFile deletes files only; remove a directory with a command (rm -r)");
     }
     const id = await this.sessionId();
-    return (await missingAsNull(this.runner.deleteFile(id, workspacePath(options.path)))) !== null;
+    return (await missingAsNull(this.runner.deleteFile(id, relative))) !== null;
   }
 
   /** Runs `command` with bash in the session's native sandbox and waits for it. A failing command is a
@@ -164,6 +172,14 @@ export class WasmRunnerSandbox implements SandboxSession {
     abortSignal?.addEventListener("abort", () => process.abort(abortSignal.reason), { once: true });
     if (stdin !== true) return process.handle();
     return { ...process.handle(), stdin: process.stdin() };
+  }
+
+  /** One path's entry in its directory's listing (links not followed); null when it is not there. */
+  private async entry(relative: string): Promise<{ path: string; type: SandboxDirectoryEntry["type"]; size: number }
+    | null> {
+    const slash = relative.lastIndexOf("/");
+    const entries = await this.entries(slash < 0 ? "" : relative.slice(0, slash));
+    return entries?.find((candidate) => candidate.path === relative) ?? null;
   }
 
   /** Lists a directory (workspace-relative entries); null when it does not exist. */
@@ -451,8 +467,12 @@ async function refusalAsResult<T>(work: () => Promise<T>): Promise<T | ToolRefus
  * first, the directory single-quoted so it is never parsed as shell code; the command does not run if the
  * directory is not there. */
 function inDirectory(command: string, directory: string | undefined): string {
-  if (directory === undefined) return command;
-  return `cd -- '${directory.replaceAll("'", "'\\''")}' || exit 1\n${command}`;
+  return directory === undefined ? command : `cd -- ${shellQuote(directory)} || exit 1\n${command}`;
+}
+
+/** `text` as one single-quoted shell word. */
+function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", "'\\''")}'`;
 }
 
 function errorOf(result: ExecResult): string | null {

@@ -123,6 +123,16 @@ test("the sandbox's files: text, bytes, streams, line ranges, stat, listings, de
     await assert.rejects(() => sandbox.deleteFile({ path: "dir/sub" }), { code: "is_a_directory" });
     assert.deepEqual(await sandbox.stat({ path: "dir/sub/c.txt" }), { type: "file", size: 8 });
 
+    // Links: stat follows them, a listing shows them, deleteFile deletes the link itself.
+    await sandbox.run({ command: "ln -s sub dir/to-sub && ln -s a.txt dir/to-a && ln -s gone dir/dangling" });
+    assert.deepEqual(await sandbox.stat({ path: "dir/to-a" }), { type: "file", size: 14 });
+    assert.equal((await sandbox.stat({ path: "dir/to-sub" }))?.type, "directory");
+    assert.equal(await sandbox.stat({ path: "dir/dangling" }), null);
+    assert.deepEqual((await sandbox.listDirectory({ path: "dir" }))?.find((entry) => entry.name === "to-sub"),
+      { name: "to-sub", type: "symlink" });
+    assert.equal(await sandbox.deleteFile({ path: "dir/to-sub" }), true);
+    assert.deepEqual(await sandbox.stat({ path: "dir/sub/c.txt" }), { type: "file", size: 8 });  // target kept
+
     // Paths resolve in the workspace; nothing outside it reaches the files API.
     assert.equal(workspacePath("a/../b/./c"), "b/c");
     for (const outside of ["/etc/passwd", "../x", "/workspace/../etc", "/workspacex/a"]) {
