@@ -11,6 +11,7 @@ const GIVEN: Record<string, string> = {
   session: "declare const session: import(\"@wasm-runner/client\").SessionInfo;",
   someReadableStream: "declare const someReadableStream: ReadableStream<Uint8Array>;",
   pngBytes: "declare const pngBytes: Uint8Array;",
+  model: "declare const model: import(\"ai\").LanguageModel;",
   myTools: "declare const myTools: Parameters<typeof import(\"@cloudflare/codemode/ai\").createCodeTool>[0][\"tools\"];",
 };
 
