@@ -100,6 +100,13 @@ def test_a_file_held_open_across_calls_is_never_rolled_back_to(runner):
     session.destroy()
 
 
+def test_a_sessions_first_fuel_metered_call_is_charged_its_own_work(runner):
+    session = runner.session()
+    first = session.run_sync("x = 1", limits=Limits(fuel=20_000_000))  # importing importlib.metadata took 54 M
+    assert first.error is None and first.fuel_used < 5_000_000, (first.error, first.fuel_used)
+    session.destroy()
+
+
 def test_changing_fuel_metering_rebuilds_the_kernel(runner):
     session = runner.session()
     session.run_sync("y = 5")

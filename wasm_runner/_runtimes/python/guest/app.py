@@ -538,7 +538,14 @@ def _use_packages(packages):
     [path, version]: a new version (an install since the last call) makes imports look again."""
     if packages[0] not in sys.path:
         sys.path.append(packages[0])
-    importlib.invalidate_caches()
+    # Only the caches that can hold the directory: `importlib.invalidate_caches()` imports
+    # importlib.metadata (about 50 M instructions, most of a session's first call) to clear its own.
+    finder = sys.path_importer_cache.get(packages[0])
+    if finder is not None:
+        finder.invalidate_caches()
+    metadata = sys.modules.get("importlib.metadata")
+    if metadata is not None:
+        metadata.MetadataPathFinder.invalidate_caches()
     _packages_seen[0] = packages
 
 
