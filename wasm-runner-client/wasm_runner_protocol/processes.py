@@ -143,6 +143,11 @@ class PreviewLink(msgspec.Struct, kw_only=True):
     port: int
     expires_at: float
     expires_in: float
+    listening: bool = True
+    """Whether a process of the session listens on the port now. A link is given out either way (a
+    server about to start keeps it), but until something listens the preview answers 502
+    `port_not_listening`; `hint` says what to do."""
+    hint: str | None = None
 
 
 class TerminalLink(msgspec.Struct, kw_only=True):

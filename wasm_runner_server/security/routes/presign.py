@@ -126,8 +126,10 @@ async def presign_preview(request: web.Request) -> web.Response:
     previews = request.app[PREVIEWS]
     label, grant = previews.grant(principal.workspace, live.row.id, live.row.created_at, port, principal.key_id,
                                   expires_in)
+    idle = await service.processes.listens(live, port)
     return json_response(PreviewLink(url=previews.origin(label) + "/", port=port, expires_at=grant.expires,
-                                     expires_in=round(grant.expires - time.time(), 3)))
+                                     expires_in=round(grant.expires - time.time(), 3), listening=idle is None,
+                                     hint=None if idle is None else "; ".join(filter(None, (idle.message, idle.hint)))))
 
 
 # Not in /openapi.json: the paths preview links had before previews moved to origins of their own.
