@@ -102,6 +102,24 @@ class ServerSettings(ConfigModel):
     log_level: str = "INFO"
     access_log: bool = True
     """One structured line per request (at INFO)."""
+    public_url: str | None = None
+    """The service's address as its clients reach it (`https://sandbox.example.com`, or with a path
+    prefix a proxy strips: `https://example.com/wasm-runner`): every link the service hands out
+    (presigned file and artifact links, terminal links, `Location` headers) is built on it. Default:
+    the scheme and host of the request the link answers."""
+    trust_forwarded: bool = False
+    """Build links on `X-Forwarded-Proto` and `X-Forwarded-Host` when `public_url` is not set. Turn it
+    on only behind a proxy that sets both (and drops them from its callers): anyone reaching the
+    service directly could otherwise choose the address its links lead to."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_origin(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from wasm_runner_server.http.public_url import checked_base
+
+        return checked_base(value)
 
 
 class PackagesSection(ConfigModel):

@@ -155,7 +155,8 @@ class TerminalLink(msgspec.Struct, kw_only=True):
     send one on a WebSocket); the socket stays open past the link's expiry."""
 
     url: str
-    """Path of the terminal WebSocket on this server; add the terminal's query (cols, rows, command, …)."""
+    """The terminal WebSocket's absolute ws(s):// URL (see `[server] public_url`); add the terminal's
+    query (cols, rows, command, …)."""
     expires_at: float
     expires_in: float
 

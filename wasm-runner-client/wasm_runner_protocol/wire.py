@@ -512,7 +512,8 @@ class PresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class PresignResult(msgspec.Struct, kw_only=True):
     url: str
-    """Path of the link on this server (no Authorization needed)."""
+    """The link's absolute URL (on `[server] public_url`, else the address the request came to): no
+    Authorization needed."""
     method: str
     expires_at: float
     expires_in: float

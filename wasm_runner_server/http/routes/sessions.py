@@ -19,6 +19,7 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.http.routes.copies import copies_of, template_of
 from wasm_runner_server.http.routes.packages import install_into
 from wasm_runner_server.sessions.service import SERVICE
@@ -63,7 +64,7 @@ async def create_session(request: web.Request) -> web.Response:
                            f"the session's packages could not be installed: {error.message if error else 'refused'}",
                            error.hint if error else None)
     return json_response(service.sessions.info(live), status=201,
-                         headers={"Location": f"/v1/sessions/{live.row.id}"})
+                         headers={"Location": absolute(request, f"/v1/sessions/{live.row.id}")})
 
 
 @routes.get("/v1/sessions")

@@ -17,6 +17,7 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import ANY_PATH, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import CURRENT, PRINCIPAL, Principal, principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
+from wasm_runner_server.http.public_url import absolute, absolute_websocket
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import ports as routes_ports
 from wasm_runner_server.http.routes import pty as routes_pty
@@ -49,7 +50,7 @@ async def presign(request: web.Request) -> web.Response:
     principal = principal_of(request)
     url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
                                         incarnation=incarnation(live), key_id=principal.key_id)
-    return json_response(PresignResult(url=url, method=body.method, expires_at=expires,
+    return json_response(PresignResult(url=absolute(request, url), method=body.method, expires_at=expires,
                                        expires_in=round(expires - time.time(), 3)))
 
 
@@ -166,8 +167,8 @@ async def presign_terminal(request: web.Request) -> web.Response:
     principal = principal_of(request)
     token, expires = security.signer.token(TERMINAL_METHOD, principal.workspace, live.row.id, TERMINAL_SUBJECT,
                                            expires_in, incarnation=incarnation(live), key_id=principal.key_id)
-    return json_response(TerminalLink(url=f"{PTY_LINK_PREFIX}{token}/{live.row.id}", expires_at=expires,
-                                      expires_in=round(expires - time.time(), 3)))
+    url = absolute_websocket(request, f"{PTY_LINK_PREFIX}{token}/{live.row.id}")
+    return json_response(TerminalLink(url=url, expires_at=expires, expires_in=round(expires - time.time(), 3)))
 
 
 # Not in /openapi.json: a link is an opaque URL handed out by :presign.
