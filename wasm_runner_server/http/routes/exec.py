@@ -39,7 +39,7 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
-from wasm_runner_server.sessions.egress import check_shape
+from wasm_runner_server.sessions.egress import body_policy, check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.profile_tools import with_approvals
 from wasm_runner_server.sessions.service import SERVICE, Service
@@ -265,12 +265,6 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         return await respond(request, run)
     finally:
         service.sessions.spawn_blocking(session.destroy)
-
-
-def body_policy(egress: EgressPolicy | str | None) -> EgressPolicy | None:
-    """A body's policy: decoding turns a mode given alone (`"open"`) into its policy already."""
-    assert not isinstance(egress, str), "the wire expands an egress shorthand when it decodes a body"
-    return egress
 
 
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
