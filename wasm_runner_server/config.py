@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
+from yarl import URL
 
 from wasm_runner.cluster import RayCluster
 from wasm_runner.egress.resolver import Resolver
@@ -117,9 +118,11 @@ class ServerSettings(ConfigModel):
     def _an_origin(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from wasm_runner_server.http.public_url import checked_base
-
-        return checked_base(value)
+        url = URL(value)
+        if url.scheme not in ("http", "https") or not url.host or url.user or url.password or url.query_string \
+                or url.fragment:
+            raise ValueError(f"public_url must be an http(s) URL with a host and an optional path (got {value!r})")
+        return str(url).rstrip("/")  # links append their root-relative paths
 
 
 class PackagesSection(ConfigModel):

@@ -11,23 +11,12 @@ from __future__ import annotations
 import re
 
 from aiohttp import web
-from yarl import URL
 
 from wasm_runner_server.sessions.service import CONFIG
 
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 """A host name, IPv4 or bracketed IPv6 address, with an optional port: nothing else."""
-
-
-def checked_base(value: str) -> str:
-    """`value` as a link base (no trailing slash); ValueError when it is not an http(s) URL with a host
-    and nothing past its path."""
-    url = URL(value)
-    if url.scheme not in ("http", "https") or not url.host or url.user or url.password or url.query_string \
-            or url.fragment:
-        raise ValueError(f"public_url must be an http(s) URL with a host and an optional path (got {value!r})")
-    return str(url).rstrip("/")
 
 
 def public_base(request: web.Request) -> str:
