@@ -218,11 +218,11 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     profile_name, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
-    for pattern in body.outputs:  # an invalid pattern is refused before anything runs
+    for pattern in body.output_files:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
     runner = service.pool.get(profile)
     configured = await mcp_tools(service, profile_name, profile) if body.command is None else []
-    if not body.files and not body.outputs and body.path is None and not configured:  # the core's one-shot path
+    if not body.files and not body.output_files and body.path is None and not configured:  # the core's one-shot path
         if body.code is None and body.command is None:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
@@ -258,7 +258,7 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
                                                  on_start=started, tools=configured or None)
-            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
+            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.output_files,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
 
