@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
+from yarl import URL
 
 from wasm_runner.cluster import RayCluster
 from wasm_runner.egress.resolver import Resolver
@@ -106,6 +107,26 @@ class ServerSettings(ConfigModel):
     log_level: str = "INFO"
     access_log: bool = True
     """One structured line per request (at INFO)."""
+    public_url: str | None = None
+    """The service's address as its clients reach it (`https://sandbox.example.com`, or with a path
+    prefix a proxy strips: `https://example.com/wasm-runner`): every link the service hands out
+    (presigned file and artifact links, terminal links, `Location` headers) is built on it. Default:
+    the scheme and host of the request the link answers."""
+    trust_forwarded: bool = False
+    """Build links on `X-Forwarded-Proto` and `X-Forwarded-Host` when `public_url` is not set. Turn it
+    on only behind a proxy that sets both (and drops them from its callers): anyone reaching the
+    service directly could otherwise choose the address its links lead to."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_origin(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        url = URL(value)
+        if url.scheme not in ("http", "https") or not url.host or url.user or url.password or url.query_string \
+                or url.fragment:
+            raise ValueError(f"public_url must be an http(s) URL with a host and an optional path (got {value!r})")
+        return str(url).rstrip("/")  # links append their root-relative paths
 
 
 class PackagesSection(ConfigModel):

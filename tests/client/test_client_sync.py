@@ -48,7 +48,7 @@ def test_sessions_exec_and_the_typed_results(server) -> None:
         assert limited.limit == "timeout" and not limited.ok
         one_shot = client.run("import sys\nprint(open('in.txt').read().upper(), file=sys.stderr)\n"
                               "open('out.csv', 'w').write('a,b')", files={"in.txt": "abc", "raw.bin": b"\x00\xff"},
-                              outputs=["*.csv", "missing.txt"])
+                              output_files=["*.csv", "missing.txt"])
         assert isinstance(one_shot, OneShotResult)
         assert one_shot.stderr == "ABC\n" and one_shot.output_files["out.csv"].data == b"a,b"
         assert one_shot.missing_outputs == ["missing.txt"]
@@ -144,7 +144,7 @@ def test_streaming_yields_output_while_the_code_runs(server) -> None:
         assert seen[0][0].startswith("first") and seen[-1][1] - seen[0][1] > 0.4  # not all at the end
         errors = client.exec_stream(sid, "import sys\nsys.stderr.write('oops\\n')\nraise SystemExit(3)").collect()
         assert errors.exit_code == 3 and errors.stderr == "oops\n"
-        native = client.run_stream("print(40 + 2)", files={"x.txt": "x"}, outputs=["x.txt"])
+        native = client.run_stream("print(40 + 2)", files={"x.txt": "x"}, output_files=["x.txt"])
         assert [c.text for c in native] == ["42\n"] and native.result.output_files["x.txt"].content == "x"
 
 

@@ -33,8 +33,18 @@ async def body(response: ClientResponse) -> Any:
     return json.loads(text) if text else None
 
 
+def link_path(url: str) -> str:
+    """The path (and query) of a link the service handed out: links are absolute, on the address the
+    caller used (a test server's `http://127.0.0.1:{port}`); a test client takes paths."""
+    parsed = URL(url, encoded=True)
+    if not parsed.absolute:
+        return url
+    assert parsed.scheme in ("http", "https", "ws", "wss") and parsed.host == "127.0.0.1", url
+    return parsed.raw_path_qs
+
+
 async def call(client: TestClient, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-    async with client.request(method, path, **kwargs) as response:
+    async with client.request(method, link_path(path), **kwargs) as response:
         return response.status, await body(response)
 
 

@@ -345,22 +345,23 @@ class AsyncClient:
 
     async def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                   command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
-                  outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                  output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                   limits: LimitsArg = None, profile: str | None = None, id: str | None = None,
-                  egress: EgressPolicy | None = None) -> OneShotResult:
+                  egress: EgressPolicy | None = None, outputs: Iterable[str] = ()) -> OneShotResult:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
-                                   egress=egress)
+                                   output_files=output_files, stdin=stdin, env=env, limits=limits,
+                                   profile=profile, id=id, egress=egress, outputs=outputs)
         return await self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
 
     def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                    command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
-                   outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                   output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, profile: str | None = None,
-                   id: str | None = None, egress: EgressPolicy | None = None) -> AsyncExecStream[OneShotResult]:
+                   id: str | None = None, egress: EgressPolicy | None = None,
+                   outputs: Iterable[str] = ()) -> AsyncExecStream[OneShotResult]:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
-                                   egress=egress)
+                                   output_files=output_files, stdin=stdin, env=env, limits=limits,
+                                   profile=profile, id=id, egress=egress, outputs=outputs)
         return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
     # -- background processes and preview ports --------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Generic, TypeVar
@@ -256,15 +257,22 @@ def output_query(stream: str, offset: int, limit: int | None, encoding: str, wai
 
 
 def one_shot_body(code: str | None, *, path: str | None, command: list[str] | None, language: str | None,
-                  files: Mapping[str, str | bytes] | None, outputs: Iterable[str], stdin: str,
+                  files: Mapping[str, str | bytes] | None, output_files: Iterable[str], stdin: str,
                   env: Mapping[str, str] | None, limits: LimitsArg, profile: str | None,
-                  id: str | None, egress: EgressPolicy | None = None) -> OneShotBody:
+                  id: str | None, egress: EgressPolicy | None = None, outputs: Iterable[str] = ()) -> OneShotBody:
+    """`outputs`: the deprecated name of `output_files` (warns; a result's `outputs` are display outputs)."""
+    outputs = list(outputs)
+    if outputs:
+        warnings.warn("run(outputs=...) is deprecated: pass output_files=... (the same paths or patterns)",
+                      DeprecationWarning, stacklevel=3)
+        output_files = [*output_files, *outputs]
     inputs: dict[str, str | Base64File] = {}
     for name, content in (files or {}).items():
         inputs[name] = content if isinstance(content, str) else Base64File(base64=bytes(content))
     return OneShotBody(language=_language(language), code=code, path=path,
                        command=list(command) if command is not None else None, stdin=stdin, env=dict(env or {}),
-                       limits=limits_patch(limits), profile=profile, id=id, files=inputs, outputs=list(outputs),
+                       limits=limits_patch(limits), profile=profile, id=id, files=inputs,
+                       output_files=list(output_files),
                        egress=egress)
 
 

@@ -360,23 +360,25 @@ class Client:
 
     def run(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
             command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
-            outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+            output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
             limits: LimitsArg = None, profile: str | None = None, id: str | None = None,
-            egress: EgressPolicy | None = None) -> OneShotResult:
-        """Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for."""
+            egress: EgressPolicy | None = None, outputs: Iterable[str] = ()) -> OneShotResult:
+        """Run once in a throwaway workspace seeded with `files`, returning the `output_files` asked for
+        (`outputs`: their deprecated old name)."""
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
-                                   egress=egress)
+                                   output_files=output_files, stdin=stdin, env=env, limits=limits,
+                                   profile=profile, id=id, egress=egress, outputs=outputs)
         return self._call(Call("POST", "/v1/exec", body=body), OneShotResult)
 
     def run_stream(self, code: str | None = None, *, language: str | None = None, path: str | None = None,
                    command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
-                   outputs: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
+                   output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, profile: str | None = None,
-                   id: str | None = None, egress: EgressPolicy | None = None) -> ExecStream[OneShotResult]:
+                   id: str | None = None, egress: EgressPolicy | None = None,
+                   outputs: Iterable[str] = ()) -> ExecStream[OneShotResult]:
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
-                                   outputs=outputs, stdin=stdin, env=env, limits=limits, profile=profile, id=id,
-                                   egress=egress)
+                                   output_files=output_files, stdin=stdin, env=env, limits=limits,
+                                   profile=profile, id=id, egress=egress, outputs=outputs)
         return ExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
 
     # -- background processes and preview ports --------------------------------------------------

@@ -143,6 +143,11 @@ class PreviewLink(msgspec.Struct, kw_only=True):
     port: int
     expires_at: float
     expires_in: float
+    listening: bool = True
+    """Whether a process of the session listens on the port now. A link is given out either way (a
+    server about to start keeps it), but until something listens the preview answers 502
+    `port_not_listening`; `hint` says what to do."""
+    hint: str | None = None
 
 
 class TerminalLink(msgspec.Struct, kw_only=True):
@@ -150,7 +155,8 @@ class TerminalLink(msgspec.Struct, kw_only=True):
     send one on a WebSocket); the socket stays open past the link's expiry."""
 
     url: str
-    """Path of the terminal WebSocket on this server; add the terminal's query (cols, rows, command, …)."""
+    """The terminal WebSocket's absolute ws(s):// URL (see `[server] public_url`); add the terminal's
+    query (cols, rows, command, …)."""
     expires_at: float
     expires_in: float
 

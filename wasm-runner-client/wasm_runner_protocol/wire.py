@@ -155,7 +155,7 @@ class Base64File(_Body):
 
 
 class OneShotBody(_Body):
-    """Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for."""
+    """Run once in a throwaway workspace seeded with `files`, returning the `output_files` asked for."""
 
     language: Language | UnsetType = UNSET
     code: Annotated[str, Meta(max_length=4 * 1024 * 1024)] | None = None
@@ -171,8 +171,13 @@ class OneShotBody(_Body):
     files: Annotated[dict[Annotated[str, Meta(min_length=1, max_length=4096)], str | Base64File],
                      Meta(max_length=1000)] = {}
     """Workspace path -> text, or {"base64": ...} for bytes."""
-    outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
-    """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv")."""
+    output_files: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]], Meta(max_length=100)] = []
+    """Workspace paths or glob patterns to return after the run (e.g. "output.png", "out/*.csv"), in the
+    result's `output_files`."""
+    outputs: Annotated[list[Annotated[str, Meta(min_length=1, max_length=4096)]],
+                       Meta(max_length=100, extra_json_schema={"deprecated": True})] = []
+    """Deprecated, accepted until the next minor version: the old name of `output_files` (a result's
+    `outputs` are display outputs, figures and the like). Read as `output_files`; not both at once."""
     typecheck: TypeCheck = False
     """TypeScript: type-check the program with tsc first; the result's `diagnostics` lists the findings.
     `"block"`: a program with type errors does not run."""
@@ -180,6 +185,14 @@ class OneShotBody(_Body):
     egress: EgressPolicy | EgressShorthand | None = None
     """This run's network policy, narrower than the profile's (default: the profile's); a wider one is
     refused with 403 network_not_allowed."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.outputs:  # the deprecated name: readers see `output_files` only
+            if self.output_files:
+                raise ValueError("give the files to return as `output_files` only (`outputs` is its deprecated "
+                                 "old name)")
+            self.output_files, self.outputs = self.outputs, []
 
 
 class OutputFile(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -513,7 +526,8 @@ class PresignBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class PresignResult(msgspec.Struct, kw_only=True):
     url: str
-    """Path of the link on this server (no Authorization needed)."""
+    """The link's absolute URL (on `[server] public_url`, else the address the request came to): no
+    Authorization needed."""
     method: str
     expires_at: float
     expires_in: float

@@ -87,5 +87,8 @@ def describe_output(output: ProcessOutput, process_id: str) -> str:
 
 
 def describe_link(link: PreviewLink) -> str:
-    return (f"preview of port {link.port}: {link.url} (opens in a browser without a key; expires in "
-            f"{link.expires_in / 60:.0f} min). Nothing is started for it: the server must be listening.")
+    text = (f"preview of port {link.port}: {link.url} (opens in a browser without a key; expires in "
+            f"{link.expires_in / 60:.0f} min).")
+    if link.listening:
+        return text
+    return f"{text} NOT LISTENING YET: {link.hint or 'nothing listens on that port'}."

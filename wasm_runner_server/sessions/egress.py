@@ -19,6 +19,13 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 
 
+def body_policy(egress: EgressPolicy | str | None) -> EgressPolicy | None:
+    """A request body's policy: decoding turns a mode given alone (`"open"`) into its policy already,
+    so readers see one form (the object), as every answer gives it."""
+    assert not isinstance(egress, str), "the wire expands an egress shorthand when it decodes a body"
+    return egress
+
+
 def check_shape(policy: EgressPolicy) -> None:
     """422 for a policy that is not one: a malformed entry, entries under deny, an empty allowlist."""
     try:

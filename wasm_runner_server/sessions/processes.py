@@ -202,6 +202,15 @@ class ServiceProcesses:
         self._listeners[key] = process
         return process
 
+    async def listens(self, live: LiveSession, port: int) -> ApiError | None:
+        """None when a live process of the session listens on `port` now; else the error its preview
+        would answer (its hint says what to do)."""
+        try:
+            await self.listener(live, port, fresh=True)
+        except ApiError as error:
+            return error
+        return None
+
     def _find_listener(self, live: LiveSession, port: int) -> BackgroundProcess:
         session = live.core
         processes = session.processes.live() if session is not None and session.has_processes else []

@@ -332,7 +332,7 @@ export class WasmRunner {
       { json: { ...body, command }, headers: SSE, signal: abort }), signal);
   }
 
-  /** Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for. */
+  /** Run once in a throwaway workspace seeded with `files`, returning the `output_files` asked for. */
   run(body: OneShotBody, options: { signal?: AbortSignal } = {}): Promise<OneShotResult> {
     return this.json("POST", "/v1/exec", { json: body, signal: options.signal });
   }

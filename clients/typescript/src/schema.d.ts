@@ -1508,7 +1508,7 @@ export interface components {
         };
         /**
          * OneShotBody
-         * @description Run once in a throwaway workspace seeded with `files`, returning the `outputs` asked for.
+         * @description Run once in a throwaway workspace seeded with `files`, returning the `output_files` asked for.
          */
         OneShotBody: {
             /** @enum {unknown} */
@@ -1536,6 +1536,11 @@ export interface components {
                 [key: string]: string | components["schemas"]["Base64File"];
             };
             /** @default [] */
+            output_files?: string[];
+            /**
+             * @deprecated
+             * @default []
+             */
             outputs?: string[];
             /** @default false */
             typecheck?: boolean | "block";
@@ -1941,6 +1946,10 @@ export interface components {
             port: number;
             expires_at: number;
             expires_in: number;
+            /** @default true */
+            listening?: boolean;
+            /** @default null */
+            hint?: string | null;
         };
         /**
          * TerminalLink

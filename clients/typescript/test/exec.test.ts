@@ -68,11 +68,11 @@ test("the code calls the caller's tools, which run in this process, and approval
   await client.deleteSession(id);
 });
 
-test("a one-shot run takes files in and gives the asked outputs back", async () => {
+test("a one-shot run takes files in and gives the asked output files back", async () => {
   const client = runner();
   const result = await client.run({
     code: "open('out.txt', 'w').write(open('in.txt').read().upper())", files: { "in.txt": "shout" },
-    outputs: ["out.txt"],
+    output_files: ["out.txt"],
   });
   assert.equal(result.error ?? null, null, result.stderr);
   assert.deepEqual(Object.keys(result.output_files ?? {}), ["out.txt"]);

@@ -9,6 +9,8 @@ import io
 import time
 import zipfile
 
+from server_helpers import link_path
+
 from wasm_runner_server.http.policy import POLICY
 
 
@@ -27,7 +29,7 @@ async def publish(secure, key: str, session_id: str, **body):
 
 async def fetch(secure, path: str, key: str | None = None) -> tuple[int, bytes, dict]:
     headers = secure.auth(key) if key else {}
-    async with secure.client.get(path, headers=headers) as response:
+    async with secure.client.get(link_path(path), headers=headers) as response:
         return response.status, await response.read(), dict(response.headers)
 
 
@@ -99,7 +101,8 @@ async def test_links_download_without_a_key_until_expiry_or_deletion(secure):
     sid = await session_with(secure, "a_member", {"chart.png": b"\x89PNG fake"})
     _, art, _ = await publish(secure, "a_member", sid, path="chart.png")
     status, link, _ = await secure.call("POST", f"/v1/artifacts/{art['id']}:presign", "a_member")
-    assert status == 200 and link["url"].startswith("/v1/artifact-links/") and 3590 < link["expires_in"] <= 3601
+    assert status == 200 and 3590 < link["expires_in"] <= 3601
+    assert link["url"].startswith(f"http://127.0.0.1:{secure.client.port}/v1/artifact-links/")
     status, body, headers = await fetch(secure, link["url"])
     assert status == 200 and body == b"\x89PNG fake" and headers["Content-Type"] == "image/png"
     assert (await fetch(secure, link["url"] + "?x=1"))[0] == 404  # one spelling
@@ -112,7 +115,7 @@ async def test_links_download_without_a_key_until_expiry_or_deletion(secure):
     assert status == 403 and b"link_expired" in body
     # a file link's token does not open an artifact, nor the reverse
     _, file_link, _ = await secure.call("POST", f"/v1/sessions/{sid}/files/chart.png:presign", "a_member")
-    token = file_link["url"].split("/")[3]
+    token = link_path(file_link["url"]).split("/")[3]
     assert (await fetch(secure, f"/v1/artifact-links/{token}/{art['id']}"))[0] == 404
     status, deleted, _ = await secure.call("DELETE", f"/v1/artifacts/{art['id']}", "a_member")
     assert status == 200 and deleted["id"] == art["id"]

@@ -42,7 +42,7 @@ async def test_one_shot_takes_files_in_and_returns_output_files(client):
     status, result = await call(client, "POST", "/v1/exec", json={
         "code": code,
         "files": {"in/data.csv": "a,b\n1,2\n3,4\n", "img.bin": {"base64": base64.b64encode(png).decode()}},
-        "outputs": ["output.png", "out/*.txt", "missing.txt"],
+        "output_files": ["output.png", "out/*.txt", "missing.txt"],
     })
     assert status == 200, result
     assert result["stdout"] == "3 8\n" and result["exit_code"] == 0

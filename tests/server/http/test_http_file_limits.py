@@ -63,7 +63,7 @@ async def test_an_invalid_range_is_a_clear_4xx(client, tmp_path, route, params):
 async def test_one_shot_outputs_are_checked_before_the_code_runs(client):
     started = time.monotonic()
     status, data = await call(client, "POST", "/v1/exec", json={
-        "code": "while True: pass", "outputs": ["out/*.txt", "[z-a]"], "limits": {"timeout_s": 20}})
+        "code": "while True: pass", "output_files": ["out/*.txt", "[z-a]"], "limits": {"timeout_s": 20}})
     assert status == 422
     assert_error_shape(data, "invalid_pattern")
     assert time.monotonic() - started < 5.0  # the endless loop never started

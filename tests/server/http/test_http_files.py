@@ -304,7 +304,7 @@ async def test_escapes_through_queries_uploads_and_one_shot_are_refused(client, 
         assert 400 <= status < 500, (path, status)
         assert_error_shape(data)
     for pattern in ("../outside.txt", "/etc/passwd"):
-        status, data = await call(client, "POST", "/v1/exec", json={"code": "1", "outputs": [pattern]})
+        status, data = await call(client, "POST", "/v1/exec", json={"code": "1", "output_files": [pattern]})
         assert 400 <= status < 500
         assert_error_shape(data)
 

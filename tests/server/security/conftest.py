@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
-from server_helpers import make_config
+from server_helpers import link_path, make_config
 
 from wasm_runner_server.app import create_app
 from wasm_runner_server.security.tenants import TenantStore
@@ -29,7 +29,7 @@ class Secure:
         headers = dict(kwargs.pop("headers", {}))
         if key is not None:
             headers.update(self.auth(key))
-        async with self.client.request(method, path, headers=headers, **kwargs) as response:
+        async with self.client.request(method, link_path(path), headers=headers, **kwargs) as response:
             text = await response.text()
             try:
                 import json

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import logging
 
+from server_helpers import link_path
+
 from wasm_runner_server.cli.commands import add_audit_command, add_keys_command
 from wasm_runner_server.security.presign import Signer
 
@@ -127,7 +129,7 @@ async def test_altered_and_expired_links_answer_403_saying_to_request_a_new_one(
     sid = await _session_with_file(secure)
     _, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/files/out/report.txt:presign", "a_member",
                                    json={"expires_in": 1})
-    url = link["url"]
+    url = link_path(link["url"])
     for altered in (url.replace("report.txt", "other.txt"), url[:-1] + ("a" if url[-1] != "a" else "b"),
                     url.replace("/v1/links/", "/v1/links/9"), url.replace(sid, "x" + sid[1:])):
         status, body, _ = await secure.call("GET", altered)
@@ -150,7 +152,7 @@ async def test_rotated_secret_keeps_verifying_during_the_overlap(start_secure, t
     rotated = await start_secure(data_dir=tmp_path / "rot", keys=first.keys, auth={"presign_secrets": [new, old]})
     assert (await rotated.call("GET", link["url"]))[0] == 200
     _, fresh, _ = await rotated.call("POST", f"/v1/sessions/{sid}/files/out/report.txt:presign", "a_member", json={})
-    assert fresh["url"].split("/")[3].split(".")[2] != link["url"].split("/")[3].split(".")[2]
+    assert link_path(fresh["url"]).split("/")[3].split(".")[2] != link_path(link["url"]).split("/")[3].split(".")[2]
     await rotated.client.close()
     retired = await start_secure(data_dir=tmp_path / "rot", keys=first.keys, auth={"presign_secrets": [new]})
     assert (await retired.call("GET", link["url"]))[0] == 403

@@ -6,7 +6,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from server_helpers import raw_url
+from server_helpers import link_path, raw_url
 
 from wasm_runner_server.security.tenants import TenantStore
 
@@ -24,7 +24,7 @@ async def _session_with(secure, files: dict[str, bytes], key: str = "a_member", 
 async def _link(secure, sid: str, path: str, key: str = "a_member", **body) -> str:
     status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/files/{path}:presign", key, json=body)
     assert status == 200, link
-    return link["url"]
+    return link_path(link["url"])
 
 
 async def test_a_link_dies_with_the_key_that_made_it(secure):

@@ -11,7 +11,7 @@ import time
 import aiohttp
 import pytest
 from process_calls import NATIVE_ROOT_SERVICE, SECTIONS, new_session
-from server_helpers import assert_error_shape, eventually
+from server_helpers import assert_error_shape, eventually, link_path
 
 from wasm_runner_server.sessions.service import SERVICE
 
@@ -170,7 +170,9 @@ async def test_a_terminal_link_opens_the_terminal_without_a_key_and_only_for_its
     other = await new_session(secure)
     status, link, _ = await secure.call("POST", f"/v1/sessions/{sid}/pty:presign", "a_member", json={})
     assert status == 200 and 0 < link["expires_in"] <= 61  # a minute (the expiry is a whole second)
-    assert link["url"].startswith("/v1/pty-links/") and secure.keys["a_member"] not in link["url"]
+    assert link["url"].startswith(f"ws://127.0.0.1:{secure.client.port}/v1/pty-links/")  # absolute, for a WebSocket
+    assert secure.keys["a_member"] not in link["url"]
+    link["url"] = link_path(link["url"])
     async with secure.client.ws_connect(link["url"] + "?command=bash&command=--norc&command=-i") as ws:  # no key
         terminal = Terminal(ws)
         pid = (await terminal.hello())["id"]

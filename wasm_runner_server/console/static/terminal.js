@@ -68,9 +68,12 @@ export function linkHandler(prompt) {
   };
 }
 
-function connect(path, screen, status, links, onClosed) {
-  const scheme = location.protocol === "https:" ? "wss" : "ws";
-  const socket = new WebSocket(`${scheme}://${location.host}${path}?cols=${COLS}&rows=${ROWS}`);
+function connect(link, screen, status, links, onClosed) {
+  // The link is an absolute ws(s):// URL; a path (a server before links were absolute) is this origin's.
+  const url = new URL(link, location.href);
+  if (url.protocol === "http:" || url.protocol === "https:") url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  url.search = `cols=${COLS}&rows=${ROWS}`;
+  const socket = new WebSocket(url.toString());
   socket.binaryType = "arraybuffer";
   const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000, linkHandler: links });
   const encoder = new TextEncoder();

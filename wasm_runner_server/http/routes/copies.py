@@ -23,6 +23,7 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.service import SERVICE
@@ -72,7 +73,7 @@ async def publishtemplate_of(request: web.Request) -> web.Response:
     await _check_room(request, live, 1, "delete files, sessions or templates first")
     record = await copies_of(request).publish(live, owner, body.name)
     policy.on_session_event(request, "template_publish", live.row.id, {"template": record.name, "bytes": record.bytes})
-    return json_response(_info(record), status=201, headers={"Location": f"/v1/templates/{record.name}"})
+    return json_response(_info(record), status=201, headers={"Location": absolute(request, f"/v1/templates/{record.name}")})
 
 
 @routes.get("/v1/templates")

@@ -39,7 +39,7 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
-from wasm_runner_server.sessions.egress import check_shape
+from wasm_runner_server.sessions.egress import body_policy, check_shape
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.profile_tools import with_approvals
 from wasm_runner_server.sessions.service import SERVICE, Service
@@ -217,11 +217,11 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
     profile_name, profile = service.execution.profile(body.profile)
     if body.command is not None and (body.code is not None or body.path is not None):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
-    for pattern in body.outputs:  # an invalid pattern is refused before anything runs
+    for pattern in body.output_files:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
     runner = service.pool.get(profile)
     configured = await mcp_tools(service, profile_name, profile) if body.command is None else []
-    if not body.files and not body.outputs and body.path is None and not configured:  # the core's one-shot path
+    if not body.files and not body.output_files and body.path is None and not configured:  # the core's one-shot path
         if body.code is None and body.command is None:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
@@ -257,19 +257,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         async def run(listener, started) -> OneShotResult:
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
                                                  on_start=started, tools=configured or None, tool_policy=tool_policy)
-            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.outputs,
+            outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.output_files,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
 
         return await respond(request, run)
     finally:
         service.sessions.spawn_blocking(session.destroy)
-
-
-def body_policy(egress: EgressPolicy | str | None) -> EgressPolicy | None:
-    """A body's policy: decoding turns a mode given alone (`"open"`) into its policy already."""
-    assert not isinstance(egress, str), "the wire expands an egress shorthand when it decodes a body"
-    return egress
 
 
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:

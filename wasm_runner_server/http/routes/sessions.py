@@ -19,8 +19,10 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.http.routes.copies import copies_of, template_of
 from wasm_runner_server.http.routes.packages import install_into
+from wasm_runner_server.sessions.egress import body_policy
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
@@ -49,7 +51,8 @@ async def create_session(request: web.Request) -> web.Response:
         policy.on_session_event(request, "template_start", live.row.id, {"template": record.name})
     if body.egress is not None:
         profile = service.sessions.profile_of(live)
-        policy.on_egress_change(request, live.row.id, live.row.profile, profile.network.policy, body.egress, None)
+        policy.on_egress_change(request, live.row.id, live.row.profile, profile.network.policy,
+                                body_policy(body.egress), None)
     if body.packages is not None:  # e.g. another session's lock: the same environment before the first call
         try:
             result = await install_into(service, request, live, body.packages)
@@ -63,7 +66,7 @@ async def create_session(request: web.Request) -> web.Response:
                            f"the session's packages could not be installed: {error.message if error else 'refused'}",
                            error.hint if error else None)
     return json_response(service.sessions.info(live), status=201,
-                         headers={"Location": f"/v1/sessions/{live.row.id}"})
+                         headers={"Location": absolute(request, f"/v1/sessions/{live.row.id}")})
 
 
 @routes.get("/v1/sessions")
@@ -106,13 +109,14 @@ async def patch_session(request: web.Request) -> web.Response:
         return json_response(service.sessions.info(live))
     policy = request.app[POLICY]
     previous = service.sessions.egress(live)
+    requested = body_policy(body.egress)
     try:
-        service.sessions.set_egress(live, body.egress)
+        service.sessions.set_egress(live, requested)
     except ApiError as exc:
         if exc.status == 403:  # a refused widening is audited; a malformed policy is only answered
-            policy.on_egress_change(request, live.row.id, live.row.profile, previous, body.egress, exc.message)
+            policy.on_egress_change(request, live.row.id, live.row.profile, previous, requested, exc.message)
         raise
-    policy.on_egress_change(request, live.row.id, live.row.profile, previous, body.egress, None)
+    policy.on_egress_change(request, live.row.id, live.row.profile, previous, requested, None)
     return json_response(service.sessions.info(live))
 
 

@@ -29,6 +29,7 @@ from wasm_runner_server.http.file_work import request_budget
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX
 from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.http.routes.files import GUEST_CONTENT_CSP
 from wasm_runner_server.security.state import SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -183,7 +184,7 @@ async def presign_artifact(request: web.Request) -> web.Response:
     principal = principal_of(request)
     token, expires = security.signer.token(LINK_METHOD, artifact.workspace, artifact.id, "", expires_in,
                                            incarnation=artifact.sha256, key_id=principal.key_id)
-    return json_response(PresignResult(url=f"{ARTIFACT_LINK_PREFIX}{token}/{artifact.id}", method="GET",
+    return json_response(PresignResult(url=absolute(request, f"{ARTIFACT_LINK_PREFIX}{token}/{artifact.id}"), method="GET",
                                        expires_at=expires, expires_in=round(expires - time.time(), 3)))
 
 

@@ -17,6 +17,7 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import ANY_PATH, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import CURRENT, PRINCIPAL, Principal, principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
+from wasm_runner_server.http.public_url import absolute, absolute_websocket
 from wasm_runner_server.http.routes import files as routes_files
 from wasm_runner_server.http.routes import ports as routes_ports
 from wasm_runner_server.http.routes import pty as routes_pty
@@ -49,7 +50,7 @@ async def presign(request: web.Request) -> web.Response:
     principal = principal_of(request)
     url, expires = security.signer.sign(body.method, principal.workspace, live.row.id, path, expires_in,
                                         incarnation=incarnation(live), key_id=principal.key_id)
-    return json_response(PresignResult(url=url, method=body.method, expires_at=expires,
+    return json_response(PresignResult(url=absolute(request, url), method=body.method, expires_at=expires,
                                        expires_in=round(expires - time.time(), 3)))
 
 
@@ -126,8 +127,10 @@ async def presign_preview(request: web.Request) -> web.Response:
     previews = request.app[PREVIEWS]
     label, grant = previews.grant(principal.workspace, live.row.id, live.row.created_at, port, principal.key_id,
                                   expires_in)
+    idle = await service.processes.listens(live, port)
     return json_response(PreviewLink(url=previews.origin(label) + "/", port=port, expires_at=grant.expires,
-                                     expires_in=round(grant.expires - time.time(), 3)))
+                                     expires_in=round(grant.expires - time.time(), 3), listening=idle is None,
+                                     hint=None if idle is None else "; ".join(filter(None, (idle.message, idle.hint)))))
 
 
 # Not in /openapi.json: the paths preview links had before previews moved to origins of their own.
@@ -164,8 +167,8 @@ async def presign_terminal(request: web.Request) -> web.Response:
     principal = principal_of(request)
     token, expires = security.signer.token(TERMINAL_METHOD, principal.workspace, live.row.id, TERMINAL_SUBJECT,
                                            expires_in, incarnation=incarnation(live), key_id=principal.key_id)
-    return json_response(TerminalLink(url=f"{PTY_LINK_PREFIX}{token}/{live.row.id}", expires_at=expires,
-                                      expires_in=round(expires - time.time(), 3)))
+    url = absolute_websocket(request, f"{PTY_LINK_PREFIX}{token}/{live.row.id}")
+    return json_response(TerminalLink(url=url, expires_at=expires, expires_in=round(expires - time.time(), 3)))
 
 
 # Not in /openapi.json: a link is an opaque URL handed out by :presign.
