@@ -68,6 +68,22 @@ def test_a_limit_hit_rolls_the_kernel_back_and_keeps_the_files(runner):
     session.destroy()
 
 
+def test_calls_that_each_write_new_pages_roll_back_and_hibernate_whole(runner):
+    """Pages a call writes for the first time join the checkpoint out of order; a rollback and a
+    save (which writes them in order) keep every one."""
+    session = runner.session()
+    for i in range(5):
+        session.run_sync(f"v{i} = bytes([{i}]) * 300_000")
+    hit = session.run_sync("while True: pass", limits=Limits(timeout_s=0.3))
+    assert hit.limit == "timeout" and hit.kernel_rolled_back
+    check = "[len(v) == 300_000 and v[-1] == i for i, v in enumerate([v0, v1, v2, v3, v4])]"
+    assert session.run_sync(check).value == "[True, True, True, True, True]"
+    session.hibernate(wait_s=30)
+    back = session.run_sync(check)
+    assert back.kernel_restored and back.value == "[True, True, True, True, True]"
+    session.destroy()
+
+
 def test_hibernation_saves_the_kernel_and_the_next_call_restores_it(runner):
     session = runner.session()
     session.run_sync("x = 1\nopen('f', 'w').write('1')")

@@ -60,7 +60,8 @@ class KernelImage:
     memory_size: int
     """Bytes of linear memory at capture (it grows, never shrinks)."""
     pages: np.ndarray
-    """Numbers (of host pages, `page_size` bytes) of the pages kept, ascending."""
+    """Numbers (of host pages, `page_size` bytes) of the pages kept: ascending in a file and a
+    capture, in no order in a checkpoint (see `LinearMemory.checkpoint`)."""
     data: np.ndarray
     """The kept pages' contents, one row each."""
     page_size: int
@@ -90,8 +91,12 @@ def encode_parts(image: KernelImage, compress: bool = True) -> list[bytes | memo
     """The image's file as consecutive parts, without copying the pages when not compressing."""
     import numpy as np
 
-    numbers = np.ascontiguousarray(image.pages, "<i8")
-    pages = np.ascontiguousarray(image.data)
+    numbers, pages = image.pages, image.data
+    if len(numbers) > 1 and (np.diff(numbers) <= 0).any():  # a checkpoint's, in no order: on disk in page order
+        order = np.argsort(numbers)
+        numbers, pages = numbers[order], pages[order]
+    numbers = np.ascontiguousarray(numbers, "<i8")
+    pages = np.ascontiguousarray(pages)
     parts: list[bytes | memoryview] = [numbers.data.cast("B"), pages.data.cast("B")]
     body_bytes = sum(len(part) for part in parts)
     if compress:

@@ -127,9 +127,8 @@ class LinearMemory:
         """For each page, its row in `_kept`, or -1."""
         self._tracked: WrittenPages | None = None
         """The kernel's record of the pages written since `keep`, where it keeps one."""
-        self._checkpoint: tuple[int, np.ndarray, np.ndarray] | None = None
-        """A session kernel's last `checkpoint`: (size, pages, contents)."""
-        self._checkpoint_shared = False
+        self._checkpoint: _Checkpoint | None = None
+        """A session kernel's last `checkpoint`."""
         self._checkpoint_tracked: WrittenPages | None = None
 
     # The page views are made on first use (a reset or keep), so that a one-shot run's
@@ -233,41 +232,24 @@ class LinearMemory:
     def checkpoint(self) -> tuple[int, np.ndarray, np.ndarray]:
         """`capture`, kept up to date between calls at the cost of the pages each call writes:
         after the first, the kernel lists the pages written since the last checkpoint (write
-        tracking) and only those are copied. The arrays returned are the checkpoint's own: valid
-        until the next checkpoint (copy what must outlive it)."""
-        import numpy as np
-
+        tracking) and only those are copied. The page numbers are in no order (a page first
+        written by a call is appended). The arrays returned are the checkpoint's own: valid until
+        the next checkpoint (copy what must outlive it)."""
         size = self.current_size()
         held = self._checkpoint
-        if held is None or held[0] != size or self._checkpoint_tracked is None:
+        if held is None or held.size != size or self._checkpoint_tracked is None:
             # First, or the memory grew past what is tracked: everything, and track it all from now.
-            self._checkpoint = held = self.capture()
+            self._checkpoint = held = _Checkpoint(*self.capture(), shared=False)
             self._checkpoint_tracked = start_tracking(self.base, size)
-            return held
+            return held.view()
         written = self._checkpoint_tracked.take()
-        _, pages, data = held
-        if not len(written):
-            return held
-        at = np.searchsorted(pages, written)
-        known = at < len(pages)
-        known[known] = pages[at[known]] == written[known]
-        if self._checkpoint_shared:  # the rows also belong to an image handed out: copied before changing
-            data, self._checkpoint_shared = data.copy(), False
-        live = _pages(self.base, size)
-        copy_pages(data, at[known], live, written[known])
-        fresh = written[~known]
-        if len(fresh):
-            pages = np.concatenate((pages, fresh))
-            data = np.concatenate((data, live[fresh]))
-            order = np.argsort(pages, kind="stable")
-            pages, data = pages[order], data[order]
-        self._checkpoint = held = (size, pages, data)
-        return held
+        if len(written):
+            held.update(written, _pages(self.base, size))
+        return held.view()
 
     def adopt_checkpoint(self, size: int, pages: np.ndarray, data: np.ndarray) -> None:
         """Take a restored image as the checkpoint (its rows are shared: copied on first change)."""
-        self._checkpoint = (size, pages, data)
-        self._checkpoint_shared = True
+        self._checkpoint = _Checkpoint(size, pages, data, shared=True)
         self._checkpoint_tracked = start_tracking(self.base, size)
 
     def restore(self, pages: np.ndarray, data: np.ndarray) -> None:
@@ -276,7 +258,7 @@ class LinearMemory:
         import numpy as np
 
         size = self.current_size()
-        if len(pages) and (int(pages[-1]) + 1) * PAGE > size:
+        if len(pages) and (int(pages.max()) + 1) * PAGE > size:
             raise ValueError("the memory is smaller than the snapshot's")
         written = self._written_in(size)
         stale = np.setdiff1d(written, pages, assume_unique=True)
@@ -292,7 +274,9 @@ class LinearMemory:
     def populate(self, pages: np.ndarray) -> bool:
         """Write these pages ahead (their copy-on-write copies made, contents unchanged), where the
         system can (Linux 5.14's MADV_POPULATE_WRITE): a restore that lays them then faults no more."""
-        pages = pages[pages < self.size // PAGE]
+        import numpy as np
+
+        pages = np.sort(pages[pages < self.size // PAGE])
         for lo, hi in _runs(pages):
             if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_POPULATE_WRITE) != 0:
                 return False
@@ -315,6 +299,48 @@ class LinearMemory:
             return self._tracked.pages()
         return self._written_in(self.size)
 
+
+
+class _Checkpoint:
+    """A checkpoint's pages, in no order, with room to grow: a page a call writes for the first time
+    is appended (sorting it in copied every page held, 3 ms for 2 MB, on every such call)."""
+
+    def __init__(self, size: int, pages: np.ndarray, data: np.ndarray, shared: bool) -> None:
+        import numpy as np
+
+        self.size, self.pages, self.data, self.count = size, pages, data, len(pages)
+        self.shared = shared
+        """The arrays also belong to an image handed out: copied before changing."""
+        self.rows = np.full(size // PAGE, -1, np.int64)
+        """Each page's row, or -1."""
+        self.rows[pages] = np.arange(len(pages))
+
+    def update(self, written: np.ndarray, live: np.ndarray) -> None:
+        """Copy the `written` pages from `live` (the memory's pages) into the checkpoint."""
+        import numpy as np
+
+        if self.shared:
+            self.pages, self.data, self.shared = self.pages[:self.count].copy(), self.data[:self.count].copy(), False
+        rows = self.rows[written]
+        known = rows >= 0
+        copy_pages(self.data, rows[known], live, written[known])
+        fresh = written[~known]
+        if not len(fresh):
+            return
+        end = self.count + len(fresh)
+        if end > len(self.pages):  # twice the room: appending stays cheap over many calls
+            room = max(end, 2 * len(self.pages))
+            pages, data = np.empty(room, np.int64), np.empty((room, PAGE), np.uint8)
+            pages[:self.count], data[:self.count] = self.pages[:self.count], self.data[:self.count]
+            self.pages, self.data = pages, data
+        added = np.arange(self.count, end)
+        self.pages[self.count:end] = fresh
+        copy_pages(self.data, added, live, fresh)
+        self.rows[fresh] = added
+        self.count = end
+
+    def view(self) -> tuple[int, np.ndarray, np.ndarray]:
+        return self.size, self.pages[:self.count], self.data[:self.count]
 
 
 def _pages(address: int, length: int) -> np.ndarray:

@@ -470,8 +470,11 @@ class PythonKernel(Kernel):
         host resources are the standard streams and preopens, which a new instance of the same
         view obtains in the same order (the warm-up call). A descriptor a cell left open is
         not such a resource: the capture is refused, naming it."""
+        import numpy as np
+
         image = self.checkpoint(probe=True)
-        return KernelImage(image.language, image.key, image.memory_size, image.pages.copy(), image.data.copy(),
+        order = np.argsort(image.pages)  # the checkpoint's in no order; the copies in page order
+        return KernelImage(image.language, image.key, image.memory_size, image.pages[order], image.data[order],
                            image.page_size)
 
     def checkpoint(self, probe: bool = False) -> KernelImage:

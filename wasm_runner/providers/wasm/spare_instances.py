@@ -94,8 +94,10 @@ class SpareInstances:
     def expect(self, settings: EngineSettings, pages: np.ndarray) -> None:
         """A restore laid these pages: the next instances for restores have them written ahead (the
         first MAX_POPULATED: a spare holds them private while it waits)."""
+        import numpy as np
+
         with self._lock:
-            self._expected[settings] = pages[:MAX_POPULATED]
+            self._expected[settings] = np.sort(pages)[:MAX_POPULATED]
 
     def _fill(self) -> None:
         while (kind := self._wanted.get()) is not None:
