@@ -25,7 +25,7 @@ from google.adk.code_executors.code_execution_utils import CodeExecutionInput, C
 from pydantic import PrivateAttr
 from typing_extensions import override
 
-from wasm_runner_client import Client, ExecResult, NotFoundError
+from wasm_runner_client import ApiError, Client, ExecResult, NotFoundError
 
 USER_SCOPE = "user:"
 
@@ -37,13 +37,14 @@ class WasmRunnerCodeExecutor(BaseCodeExecutor):
     $WASM_RUNNER_API_KEY, when not given). `profile` is the sessions' profile: `python-data` (native, with
     numpy, pandas and matplotlib) by default, or `python` (WebAssembly). `timeout_seconds` bounds each run
     (the profile's limit when None). Files the code creates or changes, and its figures, come back as
-    `output_files` (ADK saves them as artifacts) up to `max_output_file_bytes` each. `close()` deletes the
-    sessions the executor made.
+    `output_files` (ADK saves them as artifacts): at most `max_output_files`, of `max_output_file_bytes`
+    each. `close()` deletes the sessions the executor made.
     """
 
     stateful: bool = True
     profile: str = "python-data"
     max_output_file_bytes: int = 10 * 1024 * 1024
+    max_output_files: int = 20
 
     _client: Client = PrivateAttr()
     _owns_client: bool = PrivateAttr(default=False)
@@ -128,16 +129,34 @@ class WasmRunnerCodeExecutor(BaseCodeExecutor):
         for index, output in enumerate(item for item in result.outputs if item.type == "image/png"):
             files.append(File(name=f"figure_{index + 1}.png", content=base64.b64decode(output.data),
                               mime_type="image/png"))
+        changed = []
         for path in [*result.files.created, *result.files.modified]:
-            if path in inputs:
-                continue
             if path.startswith(USER_SCOPE):
                 # ADK saves an artifact named "user:..." for the user across sessions, not for this session.
                 skipped += f"\n(not returned as an artifact: {path}, a name ADK reads as user-scoped)"
+            elif path not in inputs:
+                changed.append(path)
+        sizes: dict[str, int] = {}
+        for folder in dict.fromkeys(path.rpartition("/")[0] for path in changed[:self.max_output_files]):
+            # Sizes first, from the folders' listings, so an oversized file is never downloaded.
+            try:
+                entries = self._client.list_files(session, folder).entries
+            except ApiError:
                 continue
-            data = self._client.read_file(session, path)
-            if len(data) > self.max_output_file_bytes:
-                skipped += f"\n(not returned as an artifact: {path}, {len(data)} bytes, over the executor's limit)"
+            sizes.update((entry.path, entry.size) for entry in entries if entry.type == "file")
+        for count, path in enumerate(changed):
+            if count >= self.max_output_files:
+                skipped += f"\n(not returned as artifacts: {len(changed) - count} more changed files)"
+                break
+            size = sizes.get(path)
+            if size is None:  # gone again, or not a regular file
+                continue
+            if size > self.max_output_file_bytes:
+                skipped += f"\n(not returned as an artifact: {path}, {size} bytes, over the executor's limit)"
+                continue
+            try:
+                data = self._client.read_file(session, path)
+            except ApiError:
                 continue
             mime_type, _ = mimetypes.guess_type(path)
             files.append(File(name=path, content=data, mime_type=mime_type or "application/octet-stream"))

@@ -110,6 +110,28 @@ async def executor_scenario(url: str) -> None:
         assert figure.content.startswith(b"\x89PNG")
         assert "data.csv" not in files  # not changed by this call
 
+        # A session the service dropped is replaced, and the model is told that the state is gone.
+        client.delete_session(executor.session_id(second.session.id) or "")
+        again = run(second, "print('hi')")
+        assert again.exit_code == 0 and "expired" in again.stdout and again.stdout.endswith("hi\n"), again
+        assert executor.session_id(second.session.id) not in (None, session_id)
+
+        # Bounded: a file over max_output_file_bytes, past max_output_files, or named as ADK's user-scoped
+        # artifacts ("user:...", saved across the user's sessions) is named in stdout, not returned.
+        bounded = WasmRunnerCodeExecutor(client, max_output_file_bytes=100, max_output_files=3)
+        fourth = await context()
+        many = bounded.execute_code(fourth, CodeExecutionInput(code=(
+            "import os\nos.makedirs('out', exist_ok=True)\nopen('out/big.bin', 'wb').write(bytes(1000))\n"
+            "open('user:notes.txt', 'w').write('x')\n"
+            "for i in range(5):\n    open(f'out/small{i}.txt', 'w').write(str(i))")))
+        assert many.exit_code == 0, many
+        returned = {file.name: file.content for file in many.output_files}
+        assert "out/big.bin" not in returned and "out/big.bin, 1000 bytes" in many.stdout, many
+        assert "user:notes.txt" not in returned and "user:notes.txt" in many.stdout, many
+        assert len(returned) <= 3 and "more changed files" in many.stdout, many
+        assert all(returned[name] == name[-5].encode() for name in returned), returned
+        bounded.close()
+
         # Not stateful: a fresh kernel per call, the workspace stays.
         stateless = WasmRunnerCodeExecutor(client, stateful=False)
         third = await context()
