@@ -44,10 +44,11 @@ def uv() -> list[str]:
 
 
 def pins_key() -> str:
-    """Changes with the pins, the adapter's and the client's requirements, and the interpreter."""
+    """Changes with the pins, the adapter's and the client's requirements, the interpreter, and the checkout
+    (the editable installs point into it)."""
     digest = hashlib.sha256()
     for part in (*PINS, (ADAPTER / "pyproject.toml").read_text(), (CLIENT / "pyproject.toml").read_text(),
-                 sys.version):
+                 sys.executable, sys.version, str(ROOT)):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
