@@ -13,9 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 pytestmark = [pytest.mark.runtimes, pytest.mark.native]
 
@@ -87,6 +89,13 @@ def scenario(adk_python: Path, name: str, service_url: str) -> None:
                           timeout=RUN_TIMEOUT_S, env=env, cwd=SCENARIOS.parent, check=False)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
     assert done.stdout.strip().endswith(f"{name}: ok"), done.stdout
+
+
+def test_the_pins_fit_the_adapters_requirements() -> None:
+    declared = {Requirement(r).name: Requirement(r) for r in
+                tomllib.loads((ADAPTER / "pyproject.toml").read_text())["project"]["dependencies"]}
+    for pin in map(Requirement, PINS):
+        assert declared[pin.name].specifier.contains(next(iter(pin.specifier)).version), (pin, declared[pin.name])
 
 
 def test_the_environment_has_the_pinned_adk_and_this_adapter(adk_python: Path) -> None:
