@@ -116,6 +116,16 @@ async def executor_scenario(url: str) -> None:
         assert again.exit_code == 0 and "expired" in again.stdout and again.stdout.endswith("hi\n"), again
         assert executor.session_id(second.session.id) not in (None, session_id)
 
+        # A run over timeout_seconds is stopped by the sandbox and reported as a failure; the kernel is put
+        # back as it was, so the session stays usable.
+        quick = WasmRunnerCodeExecutor(client, timeout_seconds=2)
+        fifth = await context()
+        assert quick.execute_code(fifth, CodeExecutionInput(code="z = 5")).exit_code == 0
+        hung = quick.execute_code(fifth, CodeExecutionInput(code="while True:\n    pass"))
+        assert hung.exit_code not in (None, 0) and "timeout limit" in hung.stderr, hung
+        assert quick.execute_code(fifth, CodeExecutionInput(code="print(z)")).stdout == "5\n"
+        quick.close()
+
         # Bounded: a file over max_output_file_bytes, past max_output_files, or named as ADK's user-scoped
         # artifacts ("user:...", saved across the user's sessions) is named in stdout, not returned.
         bounded = WasmRunnerCodeExecutor(client, max_output_file_bytes=100, max_output_files=3)
