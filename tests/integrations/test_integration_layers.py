@@ -25,7 +25,7 @@ def imported(path: Path) -> set[str]:
 
 
 def test_there_are_adapters() -> None:
-    assert {path.name for path in ADAPTERS} >= {"deepagents", "smolagents", "openai-agents", "pydantic-ai"}
+    assert {path.name for path in ADAPTERS} >= {"deepagents", "smolagents", "openai-agents", "pydantic-ai", "google-adk"}
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda path: path.name)
