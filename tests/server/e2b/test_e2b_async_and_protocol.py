@@ -102,7 +102,7 @@ def test_control_plane_calls_not_answered_say_so(e2b_service):
         with pytest.raises(SandboxException, match="not supported by this server"):
             sandbox.get_metrics()
         with pytest.raises(SandboxException, match="not supported by this server"):
-            sandbox.pause()
+            sandbox.create_snapshot()
         assert sandbox.is_running()
     finally:
         sandbox.kill()
