@@ -2,10 +2,11 @@
 
 A guest's request is JSON, `{"name": str, "args": [...], "kwargs": {...}}`, and its answer JSON,
 `{"ok": true, "value": ...}` or `{"ok": false, "error": {"kind", "message"}}` (the guest raises
-`ToolError`). Before a tool runs the host checks, in order: the run is still on, the request's
-size, that the run was given the tool, the budget (calls, total tool time) and the arguments
-against the tool's JSON schema, and for a tool that needs approval, the run's approver's decision
-(refused when none is given by the call's timeout). The tool then runs on a thread of the run's own, waited for no
+`ToolError`); `{"describe": true}` asks for the run's tools and their schemas (not a call).
+Before a tool runs the host checks, in order: the run is still on, the request's size, that
+the run was given the tool, the budget (calls, total tool time) and the arguments against the
+tool's JSON schema, and for a tool that needs approval, the run's approver's decision (refused
+when none is given by the call's timeout). The tool then runs on a thread of the run's own, waited for no
 longer than the call's timeout, the budget's remaining time and the run's deadline; its result
 must be JSON no larger than the cap. Each call is recorded (`ToolCall`) whatever its outcome.
 """
@@ -87,6 +88,11 @@ Approver = Callable[[ApprovalRequest], "bool | Awaitable[bool]"]
 loop; a plain one on a thread of the run's (it may block, e.g. to ask a person)."""
 
 
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    """What the record keeps of a call's arguments: SHA-256 of them as compact JSON, keys sorted."""
+    return hashlib.sha256(msgspec.json.encode(arguments, order="sorted")).hexdigest()
+
+
 def refusal(kind: ToolOutcome, message: str) -> str:
     """An answer refusing the guest's call, as JSON (the guest raises it as ToolError)."""
     return json.dumps({"ok": False, "error": {"kind": kind, "message": message}})
@@ -129,6 +135,10 @@ class ToolRun:
         self._made = 0
         """Calls counted against `max_calls`: those that passed the allowlist and the schema."""
         self._settled = threading.Condition(self._lock)
+        self._described = msgspec.json.encode(
+            {"ok": True, "value": [{"name": s.name, "parameters": s.parameters} for s in tools.specs()]}).decode()
+        """The answer to a guest's `{"describe": true}`: the run's tools and their argument schemas, with
+        which the guest checks a call's arguments before it leaves (the host checks them again)."""
 
     # -- the guest's side --------------------------------------------------------------
 
@@ -155,11 +165,13 @@ class ToolRun:
             if len(request) > self.policy.max_argument_bytes:
                 raise _Refused("too_large", f"the call's arguments are over {self.policy.max_argument_bytes} bytes")
             try:
-                message = json.loads(request)
-            except ValueError as exc:
+                message = msgspec.json.decode(request)
+            except msgspec.DecodeError as exc:
                 raise _Refused("invalid_arguments", f"the call is not JSON: {exc}") from None
             if not isinstance(message, dict):
                 raise _Refused("invalid_arguments", "the call is not a JSON object")
+            if message.get("describe") is True:  # a guest's question, not a call: what may this run call?
+                return self._described
             asked = message.get("name")
             found = self.tools.get(asked) if isinstance(asked, str) else None
             name = found.name if found is not None else (asked[:80] if isinstance(asked, str) else "?")
@@ -167,7 +179,7 @@ class ToolRun:
                 available = ", ".join(sorted(self.tools.names())) or "none"
                 raise _Refused("not_allowed", f"no tool named {name!r} is available to this run (available: {available})")
             arguments = self._bind(found, message.get("args") or [], message.get("kwargs") or {})
-            digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()
+            digest = arguments_digest(arguments)
             self._take_budget()
             self._check(found, arguments)
             if found.spec.approval:
@@ -221,18 +233,16 @@ class ToolRun:
                 raise _Refused("budget", f"this run's tool budget is spent: {self.policy.max_total_s:g} s of tool time")
 
     def _check(self, found: Tool, arguments: dict[str, Any]) -> None:
-        import jsonschema  # type: ignore[import-untyped]  # no stubs shipped; imported on a run's first check
-
         validator = self._validators.get(found.name)
         if validator is None:
-            cls = jsonschema.validators.validator_for(found.spec.parameters, default=jsonschema.Draft202012Validator)
-            validator = self._validators[found.name] = cls(found.spec.parameters)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-        if error is not None:
-            with self._lock:
-                self._made -= 1
-            where = "/".join(str(p) for p in error.absolute_path)
-            raise _Refused("invalid_arguments", f"{found.name}(): {where + ': ' if where else ''}{error.message}")
+            validator = self._validators[found.name] = found.validator()
+        if validator.is_valid(arguments):
+            return
+        with self._lock:
+            self._made -= 1
+        error = next(iter(validator.iter_errors(arguments)))
+        where = "/".join(str(p) for p in error.instance_path)
+        raise _Refused("invalid_arguments", f"{found.name}(): {where + ': ' if where else ''}{error.message}")
 
     def _wait_s(self) -> float:
         """How long the next wait of a call may last: the call's timeout, bounded by the run's deadline

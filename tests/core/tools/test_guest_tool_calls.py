@@ -79,11 +79,44 @@ def test_a_guest_cannot_name_a_tool_it_was_not_given(runner):
     assert bare.tool_calls == []
 
 
-def test_bad_arguments_from_the_guest_raise_tool_error(runner):
-    result = runner.run_sync("from sandbox import tools\ntools.search_issues(query=3)", tools=[search_issues])
-    assert result.error is not None and result.error.type == "ToolError"
-    assert "3 is not of type 'string'" in result.error.message
-    assert result.tool_calls[0].outcome == "invalid_arguments"
+BAD_CALLS = """
+from sandbox import tools, ToolError
+for args, kwargs in [((3,), {}), ((), {"query": "x", "limit": "2"}), ((), {"limit": 1}), (("a", 1, 2), {}),
+                     (("a",), {"query": "b"}), ((), {"query": "x", "page": 2})]:
+    try:
+        tools.search_issues(*args, **kwargs)
+    except ToolError as e:
+        print(e.kind, e)
+print(tools.search_issues("crash", 1), sorted(dir(tools)))
+"""
+
+
+def test_bad_arguments_are_refused_in_the_guest_before_the_call_leaves_it(runner, workers):
+    """The guest checks a call against the tool's schema (asked of the host once per run): a wrong call
+    raises at once and never reaches the host, so it is not among the run's calls."""
+    for where in (runner, workers):
+        result = where.run_sync(BAD_CALLS, tools=[search_issues, close_issue])
+        assert result.error is None, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[:6] == [
+            'invalid_arguments search_issues(): query: 3 is not of type "string"',
+            'invalid_arguments search_issues(): limit: "2" is not of type "integer"',
+            'invalid_arguments search_issues(): "query" is a required property',
+            "invalid_arguments search_issues() takes 2 arguments, 3 were given positionally",
+            "invalid_arguments search_issues() got two values for 'query'",
+            'invalid_arguments search_issues(): Additional properties are not allowed ("page" was unexpected)',
+        ], result.stdout
+        assert lines[6] == "[{'id': 0, 'title': 'issue 0: crash'}] ['close_issue', 'search_issues']"
+        assert [c.outcome for c in result.tool_calls] == ["ok"]
+
+
+def test_a_guest_that_skips_its_own_check_is_refused_by_the_host(runner):
+    code = ("import wit_world\n"
+            "print(wit_world.call_tool('{\"name\": \"search_issues\", \"kwargs\": {\"query\": 3}}'))")
+    result = runner.run_sync(code, tools=[search_issues])
+    assert result.error is None, result.stderr
+    assert '"kind": "invalid_arguments"' in result.stdout and '3 is not of type \\"string\\"' in result.stdout
+    assert [c.outcome for c in result.tool_calls] == ["invalid_arguments"]
 
 
 def test_the_budget_stops_a_loop_of_calls(runner):
@@ -217,6 +250,17 @@ def test_a_javascript_kernel_on_a_worker_keeps_state_across_calls_that_use_tools
         assert second.stdout == "3\n" and [c.outcome for c in second.tool_calls] == ["ok"]
         bad = session.run_sync("await tools.searchIssues('crash')", language="javascript", tools=[search_issues])
         assert bad.error is not None and bad.error.type == "ToolError" and "named arguments" in bad.error.message
+        wrong = session.run_sync(
+            "for (const args of [{query: 3}, {query: 'x', limit: 1.5}, {limit: 1}, {query: 'x', page: 2}]) {\n"
+            "  try { await tools.searchIssues(args); } catch (e) { console.log(e.kind, e.message); }\n}",
+            language="javascript", tools=[search_issues])
+        assert wrong.stdout.splitlines() == [
+            'invalid_arguments searchIssues(): query: 3 is not of type "string"',
+            'invalid_arguments searchIssues(): limit: 1.5 is not of type "integer"',
+            'invalid_arguments searchIssues(): "query" is a required property',
+            'invalid_arguments searchIssues(): Additional properties are not allowed ("page" was unexpected)',
+        ], wrong.stdout + wrong.stderr
+        assert wrong.tool_calls == []  # refused in the guest: none reached the host
     finally:
         session.destroy()
 

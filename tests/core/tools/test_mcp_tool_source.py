@@ -65,8 +65,8 @@ def test_a_javascript_kernel_calls_them_and_keeps_its_state(workers_runner, issu
                                   tools=issues.tools)
         assert second.stdout == "crash on exit\n"
         bad = session.run_sync("await tools.issueTitle({number: 'one'})", language="javascript", tools=issues.tools)
-        assert bad.error is not None and bad.error.type == "ToolError"
-        assert bad.tool_calls[0].outcome == "invalid_arguments"  # refused by the host: the server was not asked
+        assert bad.error is not None and bad.error.type == "ToolError" and "not of type" in bad.error.message
+        assert bad.tool_calls == []  # refused in the guest against the server's schema: the server was not asked
     finally:
         session.destroy()
 

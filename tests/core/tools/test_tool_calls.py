@@ -53,8 +53,8 @@ def test_a_tool_the_run_was_not_given_is_refused_whatever_the_guest_names():
 
 
 @pytest.mark.parametrize("args, kwargs, says", [
-    ((), {}, "'a' is a required property"),
-    (("2",), {}, "'2' is not of type 'integer'"),
+    ((), {}, '"a" is a required property'),
+    (("2",), {}, '"2" is not of type "integer"'),
     ((1,), {"c": 1}, "Additional properties are not allowed"),
     ((1, 2, 3), {}, "takes 2 arguments"),
     ((1,), {"a": 1}, "two values for 'a'"),

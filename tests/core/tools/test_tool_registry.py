@@ -4,8 +4,11 @@ import ast
 from typing import Literal, TypedDict
 
 import pytest
+from loopback_origin import Origin
 
 from wasm_runner.tools import ToolRegistry, python_stubs, tool, typescript_stubs
+from wasm_runner.tools.registry import from_spec
+from wasm_runner_protocol.tools import ToolSpec
 
 
 class Issue(TypedDict):
@@ -106,3 +109,18 @@ def test_public_names():
         "ApprovalRequest", "Approver", "Tool", "ToolPolicy", "ToolRegistry", "ToolRun", "as_registry", "camel_name",
         "from_spec", "needing_approval", "python_stubs", "tool", "typescript_stubs",
     ]
+
+
+def test_a_schema_referring_elsewhere_is_refused_and_nothing_is_fetched(tmp_path):
+    """A caller's schema is checked on the host: a `$ref` to a URL must never make the host fetch it."""
+    origin = Origin(tmp_path)
+    try:
+        schema = {"type": "object", "properties": {"a": {"$ref": f"http://127.0.0.1:{origin.port}/a.json"}}}
+        with pytest.raises(ValueError, match="not a valid JSON schema"):
+            from_spec(ToolSpec(name="f", parameters=schema), lambda a: a)
+        assert origin.requests == []
+        local = {"type": "object", "$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}}
+        checker = from_spec(ToolSpec(name="f", parameters=local), lambda a: a).validator()
+        assert checker.is_valid({"a": 1}) and not checker.is_valid({"a": "x"})
+    finally:
+        origin.close()

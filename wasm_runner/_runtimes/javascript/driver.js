@@ -531,6 +531,97 @@
     constructor(message, kind) { super(message); this.kind = kind || 'tool_error'; }
   }
   Object.defineProperty(ToolError.prototype, 'name', { value: 'ToolError' });
+  // This turn's tools by name ({name: schema}), asked of the host at the turn's first call.
+  let runTools = null;
+  function toolSchema(name) {
+    if (runTools === null) {
+      runTools = Object.create(null);
+      const [answer] = hostExchange({ op: 'tool', describe: true });
+      for (const spec of (answer && answer.ok && answer.value) || []) runTools[spec.name] = spec.parameters || {};
+    }
+    const snake = name.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase());
+    return runTools[name] || runTools[snake];
+  }
+
+  const isPrimitive = (v) => v === null || typeof v !== 'object';
+  function jsonType(v, kind) {
+    switch (kind) {
+      case 'integer': return Number.isInteger(v);
+      case 'number': return typeof v === 'number';
+      case 'string': return typeof v === 'string';
+      case 'boolean': return typeof v === 'boolean';
+      case 'null': return v === null;
+      case 'array': return Array.isArray(v);
+      case 'object': return v !== null && typeof v === 'object' && !Array.isArray(v);
+      default: return true;
+    }
+  }
+  // How `value` breaks `schema`, or null: a subset of JSON Schema (types, required, properties,
+  // enum, const, items, sizes, bounds, anyOf/allOf). A keyword not known here passes: the host
+  // checks the whole schema again, so this check is never stricter than the host's.
+  function schemaError(schema, value, where) {
+    if (schema === null || typeof schema !== 'object' || Array.isArray(schema) || '$ref' in schema) return null;
+    const at = where ? where + ': ' : '';
+    const shown = JSON.stringify(typeof value === 'string' ? value.slice(0, 60) : value).slice(0, 80);
+    const under = (key) => (where ? where + '/' + key : String(key));
+    if (schema.type !== undefined) {
+      const kinds = Array.isArray(schema.type) ? schema.type : [schema.type];
+      if (!kinds.some((k) => jsonType(value, k))) {
+        return `${at}${shown} is not of type ${kinds.map((k) => JSON.stringify(k)).join(' or ')}`;
+      }
+    }
+    if (Array.isArray(schema.enum) && schema.enum.every(isPrimitive) && !schema.enum.includes(value)) {
+      return `${at}${shown} is not one of ${JSON.stringify(schema.enum).slice(0, 120)}`;
+    }
+    if ('const' in schema && isPrimitive(schema.const) && value !== schema.const) {
+      return `${at}${JSON.stringify(schema.const).slice(0, 80)} was expected`;
+    }
+    if (jsonType(value, 'object')) {
+      const properties = (schema.properties && typeof schema.properties === 'object') ? schema.properties : {};
+      for (const key of Array.isArray(schema.required) ? schema.required : []) {
+        if (!(key in value)) return `${at}"${key}" is a required property`;
+      }
+      const extra = 'patternProperties' in schema ? true : schema.additionalProperties;
+      for (const [key, item] of Object.entries(value)) {
+        const problem = Object.prototype.hasOwnProperty.call(properties, key)
+          ? schemaError(properties[key], item, under(key))
+          : extra === false ? `${at}Additional properties are not allowed (${JSON.stringify(key)} was unexpected)`
+            : schemaError(extra, item, under(key));
+        if (problem) return problem;
+      }
+    }
+    if (Array.isArray(value)) {
+      if (Number.isInteger(schema.minItems) && value.length < schema.minItems) return `${at}the array breaks minItems: ${schema.minItems}`;
+      if (Number.isInteger(schema.maxItems) && value.length > schema.maxItems) return `${at}the array breaks maxItems: ${schema.maxItems}`;
+      if (!('prefixItems' in schema)) {
+        for (let i = 0; i < value.length; i++) {
+          const problem = schemaError(schema.items, value[i], under(i));
+          if (problem) return problem;
+        }
+      }
+    }
+    if (typeof value === 'string') {
+      const length = [...value].length; // code points, as JSON Schema counts
+      if (Number.isInteger(schema.minLength) && length < schema.minLength) return `${at}${shown} breaks minLength: ${schema.minLength}`;
+      if (Number.isInteger(schema.maxLength) && length > schema.maxLength) return `${at}${shown} breaks maxLength: ${schema.maxLength}`;
+    }
+    if (typeof value === 'number') {
+      const bounds = [['minimum', (n) => value < n], ['maximum', (n) => value > n],
+        ['exclusiveMinimum', (n) => value <= n], ['exclusiveMaximum', (n) => value >= n]];
+      for (const [bound, breaks] of bounds) {
+        if (typeof schema[bound] === 'number' && breaks(schema[bound])) return `${at}${shown} breaks ${bound}: ${schema[bound]}`;
+      }
+    }
+    if (Array.isArray(schema.anyOf) && schema.anyOf.length && schema.anyOf.every((o) => schemaError(o, value, where))) {
+      return `${at}${shown} matches none of the allowed forms`;
+    }
+    for (const part of Array.isArray(schema.allOf) ? schema.allOf : []) {
+      const problem = schemaError(part, value, where);
+      if (problem) return problem;
+    }
+    return null;
+  }
+
   function callTool(name, args) {
     let head;
     try {
@@ -541,6 +632,10 @@
     if (head.kwargs === null || typeof head.kwargs !== 'object' || Array.isArray(head.kwargs)) {
       throw new ToolError(`${name}() takes one object of named arguments, e.g. {query: "x"}`, 'invalid_arguments');
     }
+    // Checked here first (a wrong call fails at once); a name the run lacks goes on, to be refused and recorded.
+    const schema = toolSchema(name);
+    const problem = schema === undefined ? null : schemaError(schema, head.kwargs, '');
+    if (problem) throw new ToolError(`${name}(): ${problem}`, 'invalid_arguments');
     const [answer] = hostExchange(head);
     if (answer === null) throw new ToolError(`${name}(): the host did not answer`);
     if (!answer.ok) {
@@ -737,6 +832,7 @@
 
   async function turn(req) {
     if (req.seed) startInstance(req.seed);
+    runTools = null;
     currentFilename = req.filename || '<input>';
     if (req.env) applyEnv(req.env);
     if (req.stdin !== undefined) setStdin(req.stdin);

@@ -611,26 +611,190 @@ class _Resolved:
         yield  # noqa: unreachable - makes this a generator
 
 
+_run_tools = [None]
+"""This run's tools by snake_case and camelCase name ({name: (property names, schema)}), or None
+until its first tool call asks the host (one question per run)."""
+
+
+def _json_type(value, kind):
+    if kind == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    expected = {"string": str, "boolean": bool, "object": dict, "array": (list, tuple)}.get(kind)
+    return value is None if kind == "null" else expected is None or isinstance(value, expected)
+
+
+class _Shown:
+    """A value as an error message shows it, made only when a message is."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __format__(self, spec):
+        value = self.value
+        return _dumps(value[:60]) if isinstance(value, str) else _dumps(value)[:80]
+
+
+_SIMPLE_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+                 "null": (type(None),), "array": (list, tuple), "object": (dict,)}
+_NOTES = frozenset(("type", "description", "title", "default", "examples"))
+
+
+def _arguments_check(schema):
+    """A tool's arguments checker: `check(kwargs)` -> what is wrong, or None. For the usual schema
+    (named arguments of plain types, some required, no others allowed) a call whose values have
+    exactly those types passes without a walk of the schema; any other call, or any other schema,
+    gets the full walk (`_schema_error`), which also words the message."""
+    def full(kwargs):
+        return _schema_error(schema, kwargs)
+
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if (not isinstance(properties, dict) or schema.get("type") != "object" or not _NOTES.issuperset(schema.keys() - {
+            "properties", "required", "additionalProperties"}) or schema.get("additionalProperties", True) not in (True, False)):
+        return full
+    types = {}
+    for key, item in properties.items():
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(item, dict) or not _NOTES.issuperset(item) or kind not in _SIMPLE_TYPES:
+            return full
+        types[key] = _SIMPLE_TYPES[kind]
+    required = [key for key in schema.get("required") or () if isinstance(key, str)]
+    closed = schema.get("additionalProperties", True) is False
+
+    def check(kwargs):
+        for key in required:
+            if key not in kwargs:
+                return full(kwargs)
+        for key, value in kwargs.items():
+            kinds = types.get(key)
+            if kinds is None:
+                if closed:
+                    return full(kwargs)
+            elif type(value) not in kinds:  # a subclass or 1.0 for an integer: the full walk decides
+                return full(kwargs)
+        return None
+
+    return check
+
+
+def _schema_error(schema, value, where=""):
+    """How `value` breaks `schema`, or None. A subset of JSON Schema (types, required, properties,
+    enum, const, items, sizes, bounds, anyOf/allOf): a keyword not known here passes, the host
+    checks the whole schema again, so this check is never stricter than the host's."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return None
+    at = f"{where}: " if where else ""
+    shown = _Shown(value)
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not any(_json_type(value, k) for k in kinds):
+            return f'{at}{shown} is not of type {" or ".join(_dumps(k) for k in kinds)}'
+    if "enum" in schema and isinstance(schema["enum"], list) and value not in schema["enum"]:
+        return f"{at}{shown} is not one of {_dumps(schema['enum'])[:120]}"
+    if "const" in schema and value != schema["const"]:
+        return f"{at}{_dumps(schema['const'])[:80]} was expected"
+    if isinstance(value, dict):
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key in schema.get("required") or ():
+            if key not in value:
+                return f'{at}"{key}" is a required property'
+        extra = schema.get("additionalProperties", True) if "patternProperties" not in schema else True
+        for key, item in value.items():
+            if key in properties:
+                problem = _schema_error(properties[key], item, f"{where}/{key}" if where else key)
+            elif extra is False:
+                problem = f"{at}Additional properties are not allowed ({_dumps(key)} was unexpected)"
+            else:
+                problem = _schema_error(extra, item, f"{where}/{key}" if where else key)
+            if problem:
+                return problem
+    if isinstance(value, (list, tuple)):
+        for bound, too in (("minItems", lambda n: len(value) < n), ("maxItems", lambda n: len(value) > n)):
+            if isinstance(schema.get(bound), int) and too(schema[bound]):
+                return f"{at}the array breaks {bound}: {schema[bound]}"
+        for index, item in enumerate(value if "prefixItems" not in schema else ()):
+            problem = _schema_error(schema.get("items"), item, f"{where}/{index}" if where else str(index))
+            if problem:
+                return problem
+    if isinstance(value, str):
+        for bound, too in (("minLength", lambda n: len(value) < n), ("maxLength", lambda n: len(value) > n)):
+            if isinstance(schema.get(bound), int) and too(schema[bound]):
+                return f"{at}{shown} breaks {bound}: {schema[bound]}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for bound, too in (("minimum", lambda n: value < n), ("maximum", lambda n: value > n),
+                           ("exclusiveMinimum", lambda n: value <= n), ("exclusiveMaximum", lambda n: value >= n)):
+            limit = schema.get(bound)
+            if isinstance(limit, (int, float)) and not isinstance(limit, bool) and too(limit):
+                return f"{at}{shown} breaks {bound}: {limit}"
+    options = schema.get("anyOf")
+    if isinstance(options, list) and options and all(_schema_error(o, value, where) for o in options):
+        return f"{at}{shown} matches none of the allowed forms"
+    for part in schema.get("allOf") or ():
+        problem = _schema_error(part, value, where)
+        if problem:
+            return problem
+    return None
+
+
 def _sandbox_tools():
     """`from sandbox import tools; tools.search_issues(query="x")`: each call goes to the host,
     which decides it (the run's tools only, budget, schema, timeout) and answers with JSON.
-    Inside a running event loop a call returns an awaitable (`await tools.search_issues(...)`)."""
+    Inside a running event loop a call returns an awaitable (`await tools.search_issues(...)`).
+    A call's arguments are checked here against the tool's schema first (asked of the host once
+    per run), so a wrong call fails at once; the host checks every call again."""
     import wit_world
 
+    def run_tools():
+        table = _run_tools[0]
+        if table is None:
+            table = {}
+            answer = _loads(wit_world.call_tool('{"describe":true}'))
+            for spec in answer.get("value") or () if answer.get("ok") else ():
+                schema = spec.get("parameters") or {}
+                entry = (list(schema.get("properties") or ()), _arguments_check(schema), _dumps(spec["name"]))
+                head, *rest = spec["name"].split("_")
+                table[spec["name"]] = table[head + "".join(p[:1].upper() + p[1:] for p in rest)] = entry
+            _run_tools[0] = table
+        return table
+
     def call(name, args, kwargs):
-        try:
-            request = _dumps({"name": name, "args": list(args), "kwargs": kwargs})
-        except (TypeError, ValueError) as exc:
-            raise ToolError(f"{name}(): arguments must be JSON values: {exc}", "invalid_arguments") from None
+        found = (_run_tools[0] if _run_tools[0] is not None else run_tools()).get(name)
+        if found is None:  # a name the run lacks goes on, to be refused and recorded by the host
+            try:
+                request = _dumps({"name": name, "args": list(args), "kwargs": kwargs})
+            except (TypeError, ValueError) as exc:
+                raise ToolError(f"{name}(): arguments must be JSON values: {exc}", "invalid_arguments") from None
+        else:  # bound and checked here first
+            names, check, quoted = found
+            if args:
+                if len(args) > len(names):
+                    raise ToolError(f"{name}() takes {len(names)} arguments, {len(args)} were given positionally",
+                                    "invalid_arguments")
+                bound = dict(zip(names, args))
+                for key, value in kwargs.items():
+                    if key in bound:
+                        raise ToolError(f"{name}() got two values for {key!r}", "invalid_arguments")
+                    bound[key] = value
+                kwargs = bound
+            problem = check(kwargs)
+            if problem:
+                raise ToolError(f"{name}(): {problem}", "invalid_arguments")
+            try:
+                request = '{"name":' + quoted + ',"kwargs":' + _dumps(kwargs) + "}"
+            except (TypeError, ValueError) as exc:
+                raise ToolError(f"{name}(): arguments must be JSON values: {exc}", "invalid_arguments") from None
         answer = _loads(wit_world.call_tool(request))
         if answer.get("ok"):
             return answer.get("value")
         error = answer.get("error") or {}
         raise ToolError(error.get("message", "the host refused the call"), error.get("kind", "tool_error"))
 
-    def in_event_loop():
-        asyncio = sys.modules.get("asyncio")
-        return asyncio is not None and asyncio.events._get_running_loop() is not None
+    running_loop = []  # asyncio's, once imported
 
     class Tool:
         __slots__ = ("__name__",)
@@ -639,7 +803,12 @@ def _sandbox_tools():
             self.__name__ = name
 
         def __call__(self, *args, **kwargs):
-            if not in_event_loop():
+            if not running_loop:
+                asyncio = sys.modules.get("asyncio")
+                if asyncio is None:
+                    return call(self.__name__, args, kwargs)
+                running_loop.append(asyncio.events._get_running_loop)
+            if running_loop[0]() is None:
                 return call(self.__name__, args, kwargs)
             try:
                 return _Resolved(call(self.__name__, args, kwargs), None)
@@ -655,7 +824,12 @@ def _sandbox_tools():
         def __getattr__(self, name):
             if name.startswith("_"):
                 raise AttributeError(name)
-            return Tool(name)
+            found = Tool(name)
+            setattr(self, name, found)  # a name's next lookup skips __getattr__ (the tool is asked of the host by name)
+            return found
+
+        def __dir__(self):
+            return sorted(name for name in run_tools() if name.islower())  # the snake_case names
 
     module = sys.modules["sandbox"]
     module.tools = Tools()
@@ -905,6 +1079,7 @@ def _run_cell(request):
     stdin = request.get("stdin")
     sys.stdin = io.StringIO(stdin) if stdin else _EMPTY_STDIN
     _deadline[0] = _monotonic() + request.get("timeout_s", 3600)
+    _run_tools[0] = None  # this run's tools are asked of the host at its first call
     _opened[0] = 0
     tests = request.get("tests")
     check = tests is not None  # the check harness: a verdict, no values
