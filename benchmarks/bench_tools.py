@@ -14,7 +14,9 @@ official SDK, `mcp_noop_server.py`) as the tool source. Then code mode against t
 program making `--batch` calls of the MCP tool, timed whole from the host (the run included),
 against as many separate round trips by an MCP client to the same server (what a client calling
 the tool once per turn pays, model time aside). Prints one JSON object (p50 and p90 in
-microseconds, medians over the rounds; the batch in milliseconds).
+microseconds, medians over the rounds; the batch in milliseconds), with the machine's load and,
+for scale, one round trip between two Python threads (the floor under the default library path,
+which hands each call to a thread of the run's).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +75,31 @@ print(total)
 def percentiles(stdout: str) -> tuple[float, float]:
     p50, p90 = stdout.split()
     return float(p50), float(p90)
+
+
+def thread_round_trip(rounds: int = 2000) -> dict[str, float]:
+    """Two Python threads handing a lock back and forth: the floor under any call that one thread hands
+    to another and waits for (the default library path does, so that it can stop waiting at a timeout)."""
+    there, back = threading.Lock(), threading.Lock()
+    there.acquire()
+    back.acquire()
+
+    def other() -> None:
+        for _ in range(rounds):
+            there.acquire()
+            back.release()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        there.release()
+        back.acquire()
+        times.append((time.perf_counter() - started) * 1e6)
+    worker.join()
+    times.sort()
+    return {"p50_us": round(times[len(times) // 2], 1), "p90_us": round(times[len(times) * 9 // 10], 1)}
 
 
 def library(isolation: str, calls: int, rounds: int, policy: ToolPolicy = ToolPolicy()) -> dict[str, float]:
@@ -147,13 +176,16 @@ def main() -> None:
     on_worker = library("process", args.calls, args.rounds)
     over_http = asyncio.run(service(args.calls, args.rounds))
     over_mcp, program_vs_trips = mcp_stdio(args.calls, args.rounds, args.batch)
+    floor = thread_round_trip()
     print(json.dumps({
         "benchmark": "tools",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "calls_per_round": args.calls,
         "rounds": args.rounds,
         "library_in_process": in_process,
         "library_in_process_inline": inline,
+        "thread_round_trip": floor,
         "library_worker_process": on_worker,
         "service_caller_side": over_http,
         "mcp_stdio": over_mcp,

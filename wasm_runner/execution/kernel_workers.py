@@ -61,6 +61,9 @@ KILL_MARGIN_S = 1.0
 SIZE_CHECK_S = 2.0
 INSTALL_THREADS = 2
 """Guests' installs the parent runs at once (each waits for the resolver and downloads)."""
+TOOL_CALL_THREADS = 256
+"""Guests' tool calls the parent answers at once. Threads are made only when none is idle, so this
+is a ceiling, high because a call may wait long (an approval, a slow tool) without doing anything."""
 
 RESTART_CAUSES = ("deadline", "crash", "runs", "memory")
 """Why workers were replaced: a guest stuck past its deadline, an unexpected exit (signal,
@@ -191,6 +194,7 @@ class KernelWorkers:
         self.broken = False
         """A worker could not start: sessions run their kernels in-process."""
         self.installs = concurrent.futures.ThreadPoolExecutor(INSTALL_THREADS, thread_name_prefix="kernel-install")
+        self.tool_calls = concurrent.futures.ThreadPoolExecutor(TOOL_CALL_THREADS, thread_name_prefix="kernel-tool-call")
         self._stop = threading.Event()
         self.started = False
         """Its workers are started on first need (a call, or `wait_ready`), not before."""
@@ -382,7 +386,11 @@ class KernelWorkers:
             reply = guest_tools.answer_with(handler, request)
             host.worker.order(Order(ask, kind="tool", reply=reply))  # a worker gone away drops it
 
-        threading.Thread(target=run, name="kernel-tool-call", daemon=True).start()
+        try:
+            self.tool_calls.submit(run)
+        except RuntimeError:  # closed
+            host.worker.order(Order(answer.ask, kind="tool", reply=guest_tools.refusal(
+                "cancelled", "the service is shutting down")))
 
     @staticmethod
     def _reply(host: KernelWorker, ask: int, reply: str) -> None:
@@ -544,6 +552,7 @@ class KernelWorkers:
             hosts = [*self.active, *([self.spare] if self.spare else []), *self.leaving]
         self._stop.set()
         self.installs.shutdown(wait=False, cancel_futures=True)
+        self.tool_calls.shutdown(wait=False, cancel_futures=True)
         for host in hosts:
             host.worker.kill()
         for host in hosts:

@@ -337,6 +337,8 @@ class ToolRun:
 
     def _start(self, found: Tool, arguments: dict[str, Any],
                pool: concurrent.futures.ThreadPoolExecutor) -> concurrent.futures.Future[Any]:
+        if found.start is not None:
+            return found.start(**arguments)
         function = found.function
         if inspect.iscoroutinefunction(function):
             if self.loop is not None and self.loop.is_running():

@@ -11,7 +11,9 @@ one task as the SDK requires; calls from any thread wait for it no longer than `
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -136,18 +138,30 @@ class McpTools:
         def call(**arguments: Any) -> Any:
             return self._call(remote, arguments)
 
-        return from_spec(spec, call, allow_patterns=True)  # the operator configured this server
+        def start(**arguments: Any) -> concurrent.futures.Future[Any]:
+            return self._start(remote, arguments)
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        found = from_spec(spec, call, allow_patterns=True)  # the operator configured this server
+        return dataclasses.replace(found, start=start)
+
+    def _start(self, name: str, arguments: dict[str, Any]) -> concurrent.futures.Future[Any]:
+        """The call, started on the client's loop (a run waits for the future, bounded as it decides)."""
         loop, session = self._loop, self._session
         if loop is None or session is None or loop.is_closed():
             raise McpToolError("the MCP server's connection is closed")
-        future = asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), loop)
+        return asyncio.run_coroutine_threadsafe(self._answer(session, name, arguments), loop)
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> Any:
+        future = self._start(name, arguments)
         try:
-            result = future.result(self.call_timeout_s)
+            return future.result(self.call_timeout_s)
         except TimeoutError:
             future.cancel()
             raise McpToolError(f"the MCP server did not answer within {self.call_timeout_s:g} s") from None
+
+    @staticmethod
+    async def _answer(session: Any, name: str, arguments: dict[str, Any]) -> Any:
+        result = await session.call_tool(name, arguments)
         texts = [getattr(block, "text", "") for block in result.content or () if getattr(block, "type", "") == "text"]
         if result.is_error:
             raise McpToolError("\n".join(texts) or "the MCP tool failed")

@@ -7,6 +7,8 @@ a Python guest passes are bound to the schema's properties in order.
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,6 +33,9 @@ class Tool:
 
     spec: ToolSpec
     function: Callable[..., Any]
+    start: Callable[..., concurrent.futures.Future[Any]] | None = None
+    """For a tool whose work runs on an event loop of its own (an MCP server's client): starts a
+    call there and returns its future, so a run waits for it without handing it to a thread first."""
 
     @property
     def name(self) -> str:
@@ -58,7 +63,7 @@ def needing_approval(found: Tool) -> Tool:
     """The same tool, each of whose calls waits for an approval (an operator's marking of an MCP tool)."""
     if found.spec.approval:
         return found
-    return Tool(msgspec.structs.replace(found.spec, approval=True), found.function)
+    return dataclasses.replace(found, spec=msgspec.structs.replace(found.spec, approval=True))
 
 
 def from_spec(spec: ToolSpec, function: Callable[..., Any], *, allow_patterns: bool = False) -> Tool:
