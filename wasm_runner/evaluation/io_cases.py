@@ -99,7 +99,7 @@ def run_cases(request: ExecRequest, run_case: Callable[[ExecRequest], ExecResult
     if len(cases) < len(request.cases) and first_failure is None:  # cancelled between cases
         shown.limit = "cancelled"
         shown.exit_code = 137
-    shown.verdict = cases[failed_case].verdict if failed_case is not None else (  # type: ignore[assignment]
+    shown.verdict = cases[failed_case].verdict if failed_case is not None else (
         "limit" if shown.limit == "cancelled" else "passed")
     shown.cases = cases
     shown.failed_case = failed_case

@@ -25,9 +25,16 @@ if libc is not None:
     libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 
 
+def linux_libc() -> ctypes.CDLL:
+    """The C library, where the caller cannot do without it (OSError off Linux)."""
+    if libc is None:
+        raise OSError(errno.ENOSYS, "this needs Linux's C library")
+    return libc
+
+
 def map_read_only(fd: int, length: int, offset: int) -> int:
     """The address of a private read-only mapping of `length` bytes of the file at `offset`."""
-    address = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, offset)
+    address = linux_libc().mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, offset)
     if address in (None, ctypes.c_void_p(-1).value):
         raise OSError(ctypes.get_errno(), "could not map the memory image")
     return address
@@ -39,7 +46,7 @@ def accessible(address: int) -> bool:
     byte = ctypes.create_string_buffer(1)
     iov = array.array("Q", (ctypes.addressof(byte), 1, address, 1))
     local = iov.buffer_info()[0]
-    if libc.process_vm_readv(os.getpid(), local, 1, local + 16, 1, 0) == 1:
+    if linux_libc().process_vm_readv(os.getpid(), local, 1, local + 16, 1, 0) == 1:
         return True
     if ctypes.get_errno() == errno.EFAULT:
         return False

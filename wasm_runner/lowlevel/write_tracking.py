@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-from wasm_runner.lowlevel.libc import libc
+from wasm_runner.lowlevel.libc import libc, linux_libc
 
 log = logging.getLogger("wasm_runner")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -90,7 +90,7 @@ class WrittenPages:
         self._regions = np.zeros((_REGIONS, 3), np.uint64)
         self._arg = (ctypes.c_uint64 * 12)()
         register = ctypes.create_string_buffer(struct.pack("QQQQ", address, length, _UFFDIO_REGISTER_MODE_WP, 0))
-        if _libc.ioctl(uffd, _UFFDIO_REGISTER, register) != 0:
+        if linux_libc().ioctl(uffd, _UFFDIO_REGISTER, register) != 0:
             raise OSError(ctypes.get_errno(), "userfaultfd cannot write-protect this memory")
         self._scan(protect=True)
 
@@ -120,7 +120,7 @@ class WrittenPages:
             match = _PAGE_IS_WRITTEN if written_only or not protect else 0
             arg[:] = [96, _PM_SCAN_WP_MATCHING | _PM_SCAN_CHECK_WPASYNC if protect else 0, start, end, 0,
                       self._regions.ctypes.data, _REGIONS, 0, 0, match, 0, _PAGE_IS_WRITTEN]
-            count = _libc.ioctl(self._pagemap, _PAGEMAP_SCAN, ctypes.addressof(arg))
+            count = linux_libc().ioctl(self._pagemap, _PAGEMAP_SCAN, ctypes.addressof(arg))
             if count < 0:
                 raise OSError(ctypes.get_errno(), "PAGEMAP_SCAN failed")
             found.append(self._regions[:count].copy())

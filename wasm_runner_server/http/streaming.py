@@ -54,7 +54,7 @@ class _EventWriter:
         return self.response
 
     async def output(self, items: list[tuple[str, bytes]]) -> None:
-        await self.start()
+        response = await self.start()
         merged: list[tuple[str, bytes]] = []
         for stream, data in items:
             if stream == _START:
@@ -72,7 +72,7 @@ class _EventWriter:
             if text:
                 chunks.append(_event(stream, encode(StreamChunk(text))))
         if chunks:
-            await self.response.write(b"".join(chunks))
+            await response.write(b"".join(chunks))
 
     async def finish(self, name: str, body: bytes) -> web.StreamResponse:
         response = await self.start()

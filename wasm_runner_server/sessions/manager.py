@@ -41,7 +41,7 @@ from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
-from wasm_runner_server.sessions.egress import at_start, within_profile, within_session
+from wasm_runner_server.sessions.egress import at_start, body_policy, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.run_disk import RunRooms
 from wasm_runner_server.sessions.store import SessionRow, SessionStore
@@ -236,7 +236,8 @@ class SessionManager:
 
     def create(self, body: SessionCreate) -> LiveSession:
         name, profile = self.execution.profile(body.profile)
-        egress = None if body.egress is None else within_profile(body.egress, name, profile, self.execution.profiles)
+        requested = body_policy(body.egress)
+        egress = None if requested is None else within_profile(requested, name, profile, self.execution.profiles)
         tools = None if body.tools is None else session_tools(body.tools, name, profile)
         idle = body.idle_timeout_s if body.idle_timeout_s is not None else self.policy.idle_timeout_s
         ttl = body.ttl_s if body.ttl_s is not None else self.policy.ttl_s

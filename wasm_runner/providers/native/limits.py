@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -45,7 +46,7 @@ _seq = itertools.count(1)
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
     """(mount point, fs type, super options) of every cgroup mount."""
-    found = []
+    found: list[tuple[str, str, set[str]]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -270,7 +271,7 @@ class RunCgroup:
             return set()
         return {int(p) for p in text.split()}
 
-    def signal_all(self, sig: int, spare: set[int] = frozenset()) -> None:
+    def signal_all(self, sig: int, spare: AbstractSet[int] = frozenset()) -> None:
         if sig == signal.SIGKILL and self.v2 and not spare and _try_write(self.dirs[""] / "cgroup.kill", "1"):
             return
         for pid in self.pids() - set(spare):

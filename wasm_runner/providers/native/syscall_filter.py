@@ -129,7 +129,7 @@ def _valid(path: Path) -> bool:
 def _generate() -> bytes:
     rules = json.dumps(RULES)
     try:
-        import seccomp  # type: ignore[import-not-found]  # noqa: F401  (the official bindings, where this interpreter has them)
+        import seccomp  # noqa: F401  (the official bindings, where this interpreter has them)
     except ImportError:
         pass
     else:

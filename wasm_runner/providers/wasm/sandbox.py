@@ -89,7 +89,8 @@ class OutputRouter:
     def attach(self, wasi: wasmtime.WasiConfig) -> None:
         self._sinks = route_output(wasi, self)
 
-    def _capture_of(stream: int) -> property:  # noqa: N805 - a property factory, used in the class body
+    @staticmethod
+    def _capture_of(stream: int) -> property:  # a property factory, used in the class body
         return property(lambda self: self._captures[stream], lambda self, capture: self._switch(stream, capture),
                         doc="The capture of the call in progress (None between calls).")
 

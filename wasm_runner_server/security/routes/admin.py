@@ -83,7 +83,8 @@ def _admin(request: web.Request) -> None:
 async def list_workspaces(request: web.Request) -> web.Response:
     _admin(request)
     rows = request.app[SECURITY].tenants.workspaces()
-    return json_response(WorkspaceList(workspaces=[WorkspaceInfo(name=n, created_at=_time(c), active_keys=k)
+    return json_response(WorkspaceList(workspaces=[WorkspaceInfo(name=n, created_at=datetime.fromtimestamp(c, tz=UTC),
+                                                                 active_keys=k)
                                                    for n, c, k in rows]))
 
 
