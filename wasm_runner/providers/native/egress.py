@@ -3,13 +3,14 @@
 The sandbox keeps its own network namespace (loopback only). When its policy is not `deny`
 (and for a one-shot run under `deny` too, where the proxy refuses everything naming the policy),
 the run gets a Unix socket on the proxy (egress/proxy.py) in a directory of its own, shown in
-the sandbox at /run/egress; the relay (egress_relay.py, run by the system's python3 before the
-program) listens on 127.0.0.1:3128 there and forwards each connection to that socket. The
-standard proxy variables point every usual tool (curl, pip, uv, npm, git, Python, Node.js with
-NODE_USE_ENV_PROXY) at it; a program that ignores them has nothing else to connect to. NO_PROXY
-names only the loopback names the policy does not allow: inside the sandbox those are the
-sandbox's own (a server the guest started), while an allowed loopback or private address is the
-host's, reached through the proxy. Under `deny` a kernel or background process has none of this.
+the sandbox at /run/egress; the relay (egress_relay.c compiled once, or where no C compiler is,
+egress_relay.py run by the system's python3; started before the program) listens on
+127.0.0.1:3128 there and forwards each connection to that socket. The standard proxy variables
+point every usual tool (curl, pip, uv, npm, git, Python, Node.js with NODE_USE_ENV_PROXY) at it;
+a program that ignores them has nothing else to connect to. NO_PROXY names only the loopback
+names the policy does not allow: inside the sandbox those are the sandbox's own (a server the
+guest started), while an allowed loopback or private address is the host's, reached through the
+proxy. Under `deny` a kernel or background process has none of this.
 
 The CA bundle's directory and each run's socket directory live under the directory the Runner
 gives (`use_directory`: its scratch directory) and are removed by `close` and at each run's end.
@@ -29,11 +30,13 @@ from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
+from wasm_runner.providers.native.relay_binary import ensure_relay
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 
 RELAY_PORT = 3128
 GUEST_EGRESS_DIR = "/run/egress"
+GUEST_RELAY_BINARY = "/run/egress-relay"
 GUEST_CA_BUNDLE = "/run/egress-ca/ca-certificates.crt"
 RELAY_NAME = "egress-relay.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -62,6 +65,7 @@ class NativeEgress:
         self._lock = threading.Lock()
         self._bundle: Path | None = None
         self._relay_code: bytes | None = None
+        self._relay_binary: Path | None | bool = False  # False: not looked for yet
         self.directory = directory
         """Where the CA bundle and the runs' socket directories are made (None: the system's temporary directory)."""
 
@@ -86,6 +90,12 @@ class NativeEgress:
             if self._bundle is not None:
                 shutil.rmtree(self._bundle.parent, ignore_errors=True)
                 self._bundle = None
+
+    def relay_binary(self) -> Path | None:
+        """The compiled relay (relay_binary.py), or None: runs use the Python one (`relay_code`)."""
+        if self._relay_binary is False:
+            self._relay_binary = ensure_relay()
+        return self._relay_binary if isinstance(self._relay_binary, Path) else None
 
     def relay_code(self) -> bytes:
         if self._relay_code is None:
@@ -115,7 +125,7 @@ class NativeEgress:
     def open(self, request: ExecRequest, deadline: float, owner: tuple[int, int] | None,
              per_connection: bool = False) -> RunEgress:
         """The run's socket on the proxy (`per_connection`: the byte cap bounds each of its connections)."""
-        if not os.access(SYSTEM_PYTHON, os.X_OK):
+        if self.relay_binary() is None and not os.access(SYSTEM_PYTHON, os.X_OK):
             raise EgressUnavailable(f"native network access needs the system's python3 ({SYSTEM_PYTHON}) for the "
                                     "sandbox's relay: run scripts/install-native.sh (apt-get install python3)")
         return RunEgress(self, request, deadline, owner, per_connection)
@@ -137,10 +147,14 @@ class RunEgress:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
         self.bundle = egress.bundle()
+        self.relay_binary = egress.relay_binary()
         self.events: list[NetworkEvent] | None = None
 
     def binds(self) -> list[Bind]:
-        return [Bind(self.directory, GUEST_EGRESS_DIR), Bind(self.bundle, GUEST_CA_BUNDLE)]
+        binds = [Bind(self.directory, GUEST_EGRESS_DIR), Bind(self.bundle, GUEST_CA_BUNDLE)]
+        if self.relay_binary is not None:
+            binds.append(Bind(self.relay_binary, GUEST_RELAY_BINARY))
+        return binds
 
     def env(self) -> dict[str, str]:
         proxy = f"http://127.0.0.1:{RELAY_PORT}"
@@ -154,9 +168,11 @@ class RunEgress:
         return env
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """`argv` started behind the relay (which listens before the program starts)."""
-        return [SYSTEM_PYTHON, "-I", "-S", f"{GUEST_CODE_DIR}/{RELAY_NAME}", str(RELAY_PORT),
-                f"{GUEST_EGRESS_DIR}/{SOCKET_NAME}", "--", *argv]
+        """`argv` started behind the relay (which listens before the program starts): the compiled one,
+        else the Python one (the run shows its code at GUEST_CODE_DIR/RELAY_NAME)."""
+        relay = ([GUEST_RELAY_BINARY] if self.relay_binary is not None
+                 else [SYSTEM_PYTHON, "-I", "-S", f"{GUEST_CODE_DIR}/{RELAY_NAME}"])
+        return [*relay, str(RELAY_PORT), f"{GUEST_EGRESS_DIR}/{SOCKET_NAME}", "--", *argv]
 
     def renew(self, request: ExecRequest, deadline: float) -> None:
         """Serve the next call of the sandbox that keeps this socket (a kernel), under that call's

@@ -39,6 +39,7 @@ from wasm_runner.providers.native.kernel_call import KernelCall, kernel_key
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, detect, nested
 from wasm_runner.providers.native.package_env import GUEST_VENV, VENV_NAME, PackageTools, package_tools
+from wasm_runner.providers.native.relay_binary import ensure_relay
 from wasm_runner.providers.native.run import Program, Refusal, Run
 from wasm_runner.providers.native.sandboxed_process import SandboxProcess
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -162,6 +163,7 @@ class NativeProvider(Provider):
             ensure_program()  # the seccomp filter, generated once into the cache
         except (FilterUnavailable, OSError) as exc:
             log.warning("native sandboxes are unavailable: %s", exc)
+        ensure_relay()  # the compiled egress relay, where a C compiler is
         try:
             ensure_python_data(path=self.python_data_path)
             self.prepare_error = None

@@ -310,6 +310,7 @@ class Run:
             data_files: list[tuple[int, str]] = []
             if egress is not None:
                 binds += egress.binds()
+            if egress is not None and egress.relay_binary is None:  # the Python relay, as code
                 relay_fd = os.memfd_create("wasm-runner-egress-relay", 0)
                 fds.append(relay_fd)
                 write_all(relay_fd, self.egress.relay_code() if self.egress is not None else b"")

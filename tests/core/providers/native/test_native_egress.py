@@ -22,7 +22,9 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.hints import NATIVE_DENY_HINT
 from wasm_runner.processes import manager as process_manager
 from wasm_runner.providers.native import NativeProvider
+from wasm_runner.providers.native import egress as native_egress
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
+from wasm_runner.providers.native.relay_binary import ensure_relay
 from wasm_runner_protocol.egress import Credential, EgressPolicy
 from wasm_runner_protocol.execution import ExecRequest
 
@@ -78,8 +80,19 @@ def make_repository(directory: Path) -> None:
     subprocess.run(["git", "-C", str(directory / "repo.git"), "update-server-info"], check=True, env=env)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
+@pytest.fixture(scope="module", params=["compiled relay", "python relay"])
+def world(request, tmp_path_factory):
+    """Every test twice: with the relay compiled from C (where a compiler is: here and in CI) and with
+    the Python one that stands in where none is."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "python relay":
+            patch.setattr(native_egress, "ensure_relay", lambda: None)
+        else:
+            assert ensure_relay() is not None, "the C relay should build here (cc is installed)"
+        yield from _world(tmp_path_factory)
+
+
+def _world(tmp_path_factory):
     root = tmp_path_factory.mktemp("origin")
     (root / "medium.bin").write_bytes(bytes(range(256)) * (MEDIUM // 256))
     certs = tmp_path_factory.mktemp("certs")
@@ -110,6 +123,12 @@ def test_curl_reaches_an_allowed_destination_and_each_request_is_an_event(world)
     assert (event.allowed, event.host, event.port, event.scheme, event.method, event.status, event.address) == \
         (True, "api.allowed.test", plain.port, "http", "GET", 200, "127.0.0.1")
     assert event.bytes_received > len(SMALL_BODY) and event.bytes_sent > 0
+
+
+def test_the_run_starts_behind_the_relay_of_its_kind(world, request):
+    runner, plain, _, _ = world
+    result = run(runner, "test -x /run/egress-relay && echo compiled || echo python")
+    assert result.stdout == ("compiled\n" if "compiled" in request.node.callspec.id else "python\n")
 
 
 def test_https_goes_through_a_connect_tunnel_verified_by_the_guest(world):
