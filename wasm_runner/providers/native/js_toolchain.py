@@ -74,7 +74,7 @@ def find_js_toolchain(path: Path | None = None, pins: Path = PINS) -> JsToolchai
     path = path or js_toolchain_dir()
     try:
         marker = json.loads((path / MARKER).read_text())
-        current = _pins(pins)[1]
+        current = hashlib.sha256(pins.read_bytes()).hexdigest()  # the pins' digest alone: no parse per run
     except (OSError, ValueError):
         return None
     if marker.get("pins_sha256") != current:
