@@ -25,8 +25,10 @@ class Kernel(ABC):
     """It made its warm-up call (or needs none)."""
     key: dict = {}
     """What a snapshot of it is valid for (see `snapshots.image.validity_key`)."""
-    keeps_warmth: bool = False
-    """Its resets keep the warmed-up state (then it warms up even while other runs go on)."""
+    @property
+    def keeps_warmth(self) -> bool:
+        """Its resets keep the warmed-up state (then it warms up even while other runs go on)."""
+        return False
 
     @abstractmethod
     def run(self, call: Call) -> Outcome:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from wasm_runner.lowlevel.libc import MADV_DONTNEED, MADV_POPULATE_WRITE, accessible, libc, map_read_only
+from wasm_runner.lowlevel.libc import MADV_DONTNEED, MADV_POPULATE_WRITE, accessible, libc, linux_libc, map_read_only
 from wasm_runner.lowlevel.pages import copy_pages
 from wasm_runner.lowlevel.write_tracking import PAGE, WrittenPages, pagemap, start_tracking
 
@@ -181,7 +181,7 @@ class LinearMemory:
         if accessible(self.base + self.size) or _fd_pressure():
             return False
         written = self._written()
-        if self._kept_slot is not None:
+        if self._kept_slot is not None and self._kept is not None:  # set together by keep()
             slots = self._kept_slot[written]
             kept = slots >= 0
             copy_pages(self._pages, written[kept], self._kept, slots[kept])
@@ -189,7 +189,7 @@ class LinearMemory:
         first, end = self._image_first, self._image_end
         inside = (written >= first) & (written < end)
         for lo, hi in _runs(written[~inside]):  # zero at instantiation: drop the pages
-            if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
+            if linux_libc().madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
                 return False
         written = written[inside]
         copy_pages(self._pages, written, self._image.pages, written - first)
@@ -265,7 +265,7 @@ class LinearMemory:
         first, end = self._image_first, self._image_end
         inside = (stale >= first) & (stale < end)
         for lo, hi in _runs(stale[~inside]):
-            if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
+            if linux_libc().madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_DONTNEED) != 0:
                 raise OSError(ctypes.get_errno(), "could not drop the pages of a memory")
         view = _pages(self.base, size)
         copy_pages(view, stale[inside], self._image.pages, stale[inside] - first)
@@ -278,7 +278,7 @@ class LinearMemory:
 
         pages = np.sort(pages[pages < self.size // PAGE])
         for lo, hi in _runs(pages):
-            if libc.madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_POPULATE_WRITE) != 0:
+            if linux_libc().madvise(self.base + lo * PAGE, (hi - lo) * PAGE, MADV_POPULATE_WRITE) != 0:
                 return False
         return True
 
@@ -347,7 +347,8 @@ def _pages(address: int, length: int) -> np.ndarray:
     """The memory at `address` as an array of pages (a view: no copy)."""
     import numpy as np
 
-    return np.frombuffer((ctypes.c_char * length).from_address(address), np.uint8).reshape(-1, PAGE)
+    memory = (ctypes.c_char * length).from_address(address)
+    return np.frombuffer(memory, np.uint8).reshape(-1, PAGE)  # type: ignore[call-overload]  # a ctypes array is a buffer
 
 
 def _runs(pages: np.ndarray) -> list[tuple[int, int]]:

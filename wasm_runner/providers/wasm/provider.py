@@ -26,7 +26,7 @@ from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_setti
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import RunDisk, watcher
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits
+from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits, Verdict
 
 log = logging.getLogger("wasm_runner")
 
@@ -190,6 +190,7 @@ class WasmProvider(Provider):
             elif request.fresh or one_shot:
                 outcome = runtime.fresh(view, call)
             else:
+                assert job.kernels is not None  # not one_shot
                 slot = job.kernels.setdefault(request.language, KernelSlot())
                 opened = slot.open(runtime, view, request.limits, job.images)
                 restarted, restart_reason, restored = opened.restarted, opened.reason, opened.restored
@@ -297,7 +298,7 @@ def _printed(call: Call) -> tuple[str, str]:
     return call.stdout.text(), call.stderr.text()
 
 
-def _verdict(outcome: Outcome) -> str:
+def _verdict(outcome: Outcome) -> Verdict:
     if outcome.limit == "timeout":
         return "timeout"
     if outcome.limit is not None:

@@ -152,13 +152,16 @@ class PythonRuntime(Runtime):
             root.add_func(guest_tools.IMPORT_NAME, guest_tools.answer)
         plain = Path(os.path.realpath(compiled_path(sha, "component", settings)))
         immortal: Path | None = immortal_path(plain)
-        if not immortal.exists():
-            compiled = load_compiled(wasm, sha, "component", settings)
-            immortal = ensure_immortal_copy(plain, lambda: _snapshot_objects(linker, compiled, plain, settings))
+        if immortal is not None and not immortal.exists():
+            original = load_compiled(wasm, sha, "component", settings)
+            assert isinstance(original, component.Component)
+            immortal = ensure_immortal_copy(plain, lambda: _snapshot_objects(linker, original, plain, settings))
         if immortal is not None:
-            compiled, mapped_from = load_file(immortal, "component", settings), immortal
+            loaded, mapped_from = load_file(immortal, "component", settings), immortal
         else:
-            compiled, mapped_from = load_compiled(wasm, sha, "component", settings), plain
+            loaded, mapped_from = load_compiled(wasm, sha, "component", settings), plain
+        assert isinstance(loaded, component.Component)
+        compiled = loaded
         layout = _ask_new_instance(linker, compiled, mapped_from, settings, {"held_layout": True})[0].get("held")
         with self._lock:
             self._held_layouts.setdefault(settings, layout)
@@ -252,7 +255,9 @@ def _ask_new_instance(linker: component.Linker, compiled: component.Component, m
         store.set_wasi(wasmtime.WasiConfig())
         interrupt.arm(store, 60.0)
         instance, memory = instantiate_located(lambda: linker.instantiate(store, compiled), mapped_from)
-        run = StringCall(instance.get_func(store, "run"), store)
+        func = instance.get_func(store, "run")
+        assert func is not None, "the component exports run"
+        run = StringCall(func, store)
         return json.loads(run(store, json.dumps(request))), memory.image_span if memory is not None else None
     finally:
         close_later(store, mapping_lock)
@@ -380,7 +385,8 @@ class PythonKernel(Kernel):
         scratch directories is told by the host's own descriptors, one still there by the
         workspace's scan) or closed a standard stream or preopen (the guest reports it: a
         reason not to reuse, never one to), or the instance has served enough."""
-        if not self.usable or self._descriptors_changed or self._memory is None or self.reuses >= self._retire_after:
+        if (not self.usable or self._descriptors_changed or self._memory is None or self._scratch is None
+                or self.reuses >= self._retire_after):
             return False
         try:
             # The host's own view of what the run left open, after the reset: the scan costs

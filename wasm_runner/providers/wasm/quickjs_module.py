@@ -55,7 +55,7 @@ DERIVE_VERSION = "5"
 _VALTYPES = {0x7F: "i32", 0x7E: "i64", 0x7D: "f32", 0x7C: "f64"}
 
 
-def _leb(data: bytes, i: int) -> tuple[int, int]:
+def _leb(data: bytes | bytearray, i: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         byte = data[i]

@@ -138,9 +138,9 @@ class Call:
     filename: str | None = None
     tests: str | None = None
     """With the check harness, on a runtime that runs program and tests in one call."""
-    stdout: Capture | None = None
+    stdout: Capture = None  # type: ignore[assignment]  # None given: __post_init__ makes the call's own
     """Captures may be shared by calls that make up one execution (the check harness)."""
-    stderr: Capture | None = None
+    stderr: Capture = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         self.interrupt: Interrupt | None = None
