@@ -87,6 +87,43 @@ _ERROR_TEXT = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "C
                503: "Shutting down or not ready"}
 
 
+def _structs(types: list[Any]) -> dict[type, msgspec.inspect.StructType]:
+    """Every struct reachable from `types`, by class."""
+    found: dict[type, msgspec.inspect.StructType] = {}
+    seen: set[int] = set()
+
+    def walk(info: Any) -> None:
+        if id(info) in seen:
+            return
+        seen.add(id(info))
+        if isinstance(info, msgspec.inspect.StructType):
+            found[info.cls] = info
+            for field in info.fields:
+                walk(field.type)
+        for name in info.__struct_fields__:  # inspect's types are structs: their parts are fields
+            value = getattr(info, name)
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, msgspec.inspect.Type):
+                    walk(item)
+
+    for info in msgspec.inspect.multi_type_info(types):
+        walk(info)
+    return found
+
+
+def _always_sent(responses: list[Any], requests: list[Any]) -> dict[str, list[str]]:
+    """The fields each response-only struct always carries, by component name: all of them, since
+    the service encodes defaults too, unless the struct omits its defaults or a field may be UNSET.
+    A struct a request also uses keeps its optional fields (a client may leave them out)."""
+    read = set(_structs(requests))
+    always: dict[str, list[str]] = {}
+    for cls, info in _structs(responses).items():
+        if cls in read or cls.__struct_config__.omit_defaults:
+            continue
+        always[cls.__name__] = [f.encode_name for f in info.fields if f.default is not msgspec.UNSET]
+    return always
+
+
 def build_document(app: web.Application, *, title: str, version: str) -> dict:
     operations: list[tuple[str, str, Operation]] = []
     for route in app.router.routes():
@@ -102,6 +139,11 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
             if t is not None and not isinstance(t, str):
                 types.append(t)
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+    requests = [t for _, _, spec in operations for t in (spec.body, spec.query) if t is not None and not isinstance(t, str)]
+    for name, fields in _always_sent([t for _, _, spec in operations if (t := spec.response) is not None
+                                      and not isinstance(t, str)], requests).items():
+        if name in components:
+            components[name]["required"] = sorted(set(components[name].get("required", ())) | set(fields))
     refs = {id(t): s for t, s in zip(types, schemas, strict=True)}
     error_ref = refs[id(ErrorResponse)]
 

@@ -968,7 +968,7 @@ export interface components {
              * @default ok
              * @enum {unknown}
              */
-            status?: "ok";
+            status: "ok";
         };
         /** Readiness */
         Readiness: {
@@ -1016,7 +1016,7 @@ export interface components {
         MountInfo: {
             guest: string;
             /** @default true */
-            read_only?: boolean;
+            read_only: boolean;
         };
         /**
          * EgressPolicy
@@ -1114,15 +1114,15 @@ export interface components {
              *       "allow": []
              *     }
              */
-            egress?: components["schemas"]["EgressPolicy"];
+            egress: components["schemas"]["EgressPolicy"];
             /** @default null */
-            tools?: string[] | null;
+            tools: string[] | null;
         };
         /** SessionList */
         SessionList: {
             sessions: components["schemas"]["SessionInfo"][];
             /** @default null */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         /**
          * SessionPatch
@@ -1148,11 +1148,11 @@ export interface components {
         SessionForkResult: {
             sessions: components["schemas"]["SessionInfo"][];
             /** @default [] */
-            failed?: components["schemas"]["ForkFailure"][];
+            failed: components["schemas"]["ForkFailure"][];
             /** @default [] */
-            kernels?: string[];
+            kernels: string[];
             /** @default {} */
-            fresh_kernels?: {
+            fresh_kernels: {
                 [key: string]: string;
             };
         };
@@ -1177,9 +1177,9 @@ export interface components {
             created_at: string;
             bytes: number;
             /** @default [] */
-            kernels?: string[];
+            kernels: string[];
             /** @default {} */
-            fresh_kernels?: {
+            fresh_kernels: {
                 [key: string]: string;
             };
         };
@@ -1261,67 +1261,67 @@ export interface components {
          */
         ExecResult: {
             /** @default  */
-            stdout?: string;
+            stdout: string;
             /** @default  */
-            stderr?: string;
+            stderr: string;
             /** @default 0 */
-            exit_code?: number;
+            exit_code: number;
             /** @default null */
-            value?: string | null;
+            value: string | null;
             /** @default null */
-            error?: components["schemas"]["GuestError"] | null;
+            error: components["schemas"]["GuestError"] | null;
             /** @default null */
-            limit?: ("cancelled" | "disk" | "fuel" | "memory" | "output" | "stack" | "timeout") | null;
+            limit: ("cancelled" | "disk" | "fuel" | "memory" | "output" | "stack" | "timeout") | null;
             /** @default [] */
-            truncated?: ("stderr" | "stdout")[];
+            truncated: ("stderr" | "stdout")[];
             /** @default 0 */
-            duration_ms?: number;
+            duration_ms: number;
             /** @default null */
-            queued_ms?: number | null;
+            queued_ms: number | null;
             /** @default null */
-            fuel_used?: number | null;
+            fuel_used: number | null;
             /** @default null */
-            memory_peak_bytes?: number | null;
-            files?: components["schemas"]["FileChanges"];
+            memory_peak_bytes: number | null;
+            files: components["schemas"]["FileChanges"];
             /** @default [] */
-            outputs?: components["schemas"]["RichOutput"][];
+            outputs: components["schemas"]["RichOutput"][];
             /** @default false */
-            kernel_restarted?: boolean;
+            kernel_restarted: boolean;
             /** @default null */
-            restart_reason?: string | null;
+            restart_reason: string | null;
             /** @default false */
-            kernel_restored?: boolean;
+            kernel_restored: boolean;
             /** @default false */
-            kernel_rolled_back?: boolean;
+            kernel_rolled_back: boolean;
             /** @default null */
-            verdict?: ("error" | "failed" | "limit" | "passed" | "timeout") | null;
+            verdict: ("error" | "failed" | "limit" | "passed" | "timeout") | null;
             /** @default null */
-            cases?: components["schemas"]["CaseResult"][] | null;
+            cases: components["schemas"]["CaseResult"][] | null;
             /** @default null */
-            failed_case?: number | null;
+            failed_case: number | null;
             /** @default null */
-            group?: string | null;
+            group: string | null;
             /** @default false */
-            cached?: boolean;
+            cached: boolean;
             /** @default false */
-            retried?: boolean;
+            retried: boolean;
             /** @default python */
-            language?: string;
+            language: string;
             /**
              * @default wasm
              * @enum {unknown}
              */
-            isolation?: "bubblewrap" | "none" | "wasm";
+            isolation: "bubblewrap" | "none" | "wasm";
             /** @default null */
-            enforcement?: string | null;
+            enforcement: string | null;
             /** @default [] */
-            network?: components["schemas"]["NetworkEvent"][];
+            network: components["schemas"]["NetworkEvent"][];
             /** @default null */
-            id?: string | null;
+            id: string | null;
             /** @default null */
-            diagnostics?: components["schemas"]["Diagnostic"][] | null;
+            diagnostics: components["schemas"]["Diagnostic"][] | null;
             /** @default [] */
-            tool_calls?: components["schemas"]["ToolCall"][];
+            tool_calls: components["schemas"]["ToolCall"][];
         };
         /**
          * GuestError
@@ -1429,13 +1429,13 @@ export interface components {
             /** @enum {unknown} */
             outcome: "budget" | "cancelled" | "invalid_arguments" | "not_allowed" | "ok" | "refused" | "timeout" | "too_large" | "tool_error";
             /** @default 0 */
-            duration_ms?: number;
+            duration_ms: number;
             /** @default  */
-            arguments_sha256?: string;
+            arguments_sha256: string;
             /** @default null */
-            error?: string | null;
+            error: string | null;
             /** @default null */
-            approval?: ("granted" | "refused" | "timeout") | null;
+            approval: ("granted" | "refused" | "timeout") | null;
         };
         /**
          * ToolList
@@ -1444,11 +1444,11 @@ export interface components {
          */
         ToolList: {
             /** @default [] */
-            tools?: components["schemas"]["ToolSpec"][];
+            tools: components["schemas"]["ToolSpec"][];
             /** @default  */
-            python?: string;
+            python: string;
             /** @default  */
-            typescript?: string;
+            typescript: string;
         };
         /**
          * ToolAnswer
@@ -1468,7 +1468,7 @@ export interface components {
          */
         ToolAnswered: {
             /** @default true */
-            accepted?: boolean;
+            accepted: boolean;
         };
         /**
          * ApprovalDecision
@@ -1483,7 +1483,7 @@ export interface components {
          */
         ApprovalDecided: {
             /** @default true */
-            accepted?: boolean;
+            accepted: boolean;
         };
         /**
          * ProcessBody
@@ -1562,73 +1562,73 @@ export interface components {
          */
         OneShotResult: {
             /** @default  */
-            stdout?: string;
+            stdout: string;
             /** @default  */
-            stderr?: string;
+            stderr: string;
             /** @default 0 */
-            exit_code?: number;
+            exit_code: number;
             /** @default null */
-            value?: string | null;
+            value: string | null;
             /** @default null */
-            error?: components["schemas"]["GuestError"] | null;
+            error: components["schemas"]["GuestError"] | null;
             /** @default null */
-            limit?: ("cancelled" | "disk" | "fuel" | "memory" | "output" | "stack" | "timeout") | null;
+            limit: ("cancelled" | "disk" | "fuel" | "memory" | "output" | "stack" | "timeout") | null;
             /** @default [] */
-            truncated?: ("stderr" | "stdout")[];
+            truncated: ("stderr" | "stdout")[];
             /** @default 0 */
-            duration_ms?: number;
+            duration_ms: number;
             /** @default null */
-            queued_ms?: number | null;
+            queued_ms: number | null;
             /** @default null */
-            fuel_used?: number | null;
+            fuel_used: number | null;
             /** @default null */
-            memory_peak_bytes?: number | null;
-            files?: components["schemas"]["FileChanges"];
+            memory_peak_bytes: number | null;
+            files: components["schemas"]["FileChanges"];
             /** @default [] */
-            outputs?: components["schemas"]["RichOutput"][];
+            outputs: components["schemas"]["RichOutput"][];
             /** @default false */
-            kernel_restarted?: boolean;
+            kernel_restarted: boolean;
             /** @default null */
-            restart_reason?: string | null;
+            restart_reason: string | null;
             /** @default false */
-            kernel_restored?: boolean;
+            kernel_restored: boolean;
             /** @default false */
-            kernel_rolled_back?: boolean;
+            kernel_rolled_back: boolean;
             /** @default null */
-            verdict?: ("error" | "failed" | "limit" | "passed" | "timeout") | null;
+            verdict: ("error" | "failed" | "limit" | "passed" | "timeout") | null;
             /** @default null */
-            cases?: components["schemas"]["CaseResult"][] | null;
+            cases: components["schemas"]["CaseResult"][] | null;
             /** @default null */
-            failed_case?: number | null;
+            failed_case: number | null;
             /** @default null */
-            group?: string | null;
+            group: string | null;
             /** @default false */
-            cached?: boolean;
+            cached: boolean;
             /** @default false */
-            retried?: boolean;
+            retried: boolean;
             /** @default python */
-            language?: string;
+            language: string;
             /**
              * @default wasm
              * @enum {unknown}
              */
-            isolation?: "bubblewrap" | "none" | "wasm";
+            isolation: "bubblewrap" | "none" | "wasm";
             /** @default null */
-            enforcement?: string | null;
+            enforcement: string | null;
             /** @default [] */
-            network?: components["schemas"]["NetworkEvent"][];
+            network: components["schemas"]["NetworkEvent"][];
             /** @default null */
-            id?: string | null;
+            id: string | null;
             /** @default null */
-            diagnostics?: components["schemas"]["Diagnostic"][] | null;
+            diagnostics: components["schemas"]["Diagnostic"][] | null;
             /** @default [] */
-            tool_calls?: components["schemas"]["ToolCall"][];
+            tool_calls: components["schemas"]["ToolCall"][];
             /** @default {} */
-            output_files?: {
+            output_files: {
                 [key: string]: components["schemas"]["OutputFile"];
             };
             /** @default [] */
-            missing_outputs?: string[];
+            missing_outputs: string[];
         };
         /** OutputFile */
         OutputFile: {
@@ -1645,7 +1645,7 @@ export interface components {
             path: string;
             entries: components["schemas"]["FileEntry"][];
             /** @default false */
-            truncated?: boolean;
+            truncated: boolean;
         };
         /** FileEntry */
         FileEntry: {
@@ -1698,16 +1698,16 @@ export interface components {
             path: string;
             size: number;
             /** @default 0 */
-            replacements?: number;
+            replacements: number;
             /** @default 0 */
-            hunks?: number;
+            hunks: number;
         };
         /** GlobResult */
         GlobResult: {
             pattern: string;
             matches: components["schemas"]["FileEntry"][];
             /** @default false */
-            truncated?: boolean;
+            truncated: boolean;
         };
         /** GrepResult */
         GrepResult: {
@@ -1715,9 +1715,9 @@ export interface components {
             matches: components["schemas"]["GrepMatch"][];
             files_searched: number;
             /** @default false */
-            truncated?: boolean;
+            truncated: boolean;
             /** @default false */
-            timed_out?: boolean;
+            timed_out: boolean;
         };
         /** GrepMatch */
         GrepMatch: {
@@ -1749,7 +1749,7 @@ export interface components {
             to_version: number | null;
             diff: string;
             /** @default false */
-            binary?: boolean;
+            binary: boolean;
         };
         /**
          * InstallResult
@@ -1758,15 +1758,15 @@ export interface components {
         InstallResult: {
             ok: boolean;
             /** @default [] */
-            installed?: components["schemas"]["InstalledPackage"][];
+            installed: components["schemas"]["InstalledPackage"][];
             /** @default null */
-            error?: components["schemas"]["PackageError"] | null;
+            error: components["schemas"]["PackageError"] | null;
             /** @default 0 */
-            duration_ms?: number;
+            duration_ms: number;
             /** @default 0 */
-            index_requests?: number;
+            index_requests: number;
             /** @default {} */
-            lock?: components["schemas"]["PackageLock"];
+            lock: components["schemas"]["PackageLock"];
         };
         /** InstalledPackage */
         InstalledPackage: {
@@ -1907,16 +1907,16 @@ export interface components {
              * @default utf-8
              * @enum {unknown}
              */
-            encoding?: "base64" | "utf-8";
+            encoding: "base64" | "utf-8";
             /** @default 0 */
-            dropped?: number;
+            dropped: number;
             /**
              * @default running
              * @enum {unknown}
              */
-            state?: "exited" | "failed" | "killed" | "running" | "starting";
+            state: "exited" | "failed" | "killed" | "running" | "starting";
             /** @default null */
-            exit_code?: number | null;
+            exit_code: number | null;
         };
         /** PresignBody */
         PresignBody: {
@@ -1947,9 +1947,9 @@ export interface components {
             expires_at: number;
             expires_in: number;
             /** @default true */
-            listening?: boolean;
+            listening: boolean;
             /** @default null */
-            hint?: string | null;
+            hint: string | null;
         };
         /**
          * TerminalLink
@@ -1994,7 +1994,7 @@ export interface components {
         ArtifactList: {
             artifacts: components["schemas"]["ArtifactInfo"][];
             /** @default null */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         /** ArtifactPresignBody */
         ArtifactPresignBody: {
@@ -2005,7 +2005,7 @@ export interface components {
         AuditPage: {
             entries: components["schemas"]["AuditEntry"][];
             /** @default null */
-            next_cursor?: string | null;
+            next_cursor: string | null;
         };
         /** AuditEntry */
         AuditEntry: {
@@ -2015,55 +2015,55 @@ export interface components {
             workspace: string;
             key_id: string;
             /** @default null */
-            session?: string | null;
+            session: string | null;
             /** @default false */
-            ephemeral?: boolean;
+            ephemeral: boolean;
             /** @default null */
-            mode?: string | null;
+            mode: string | null;
             /** @default null */
-            profile?: string | null;
+            profile: string | null;
             /** @default null */
-            provider?: string | null;
+            provider: string | null;
             /** @default null */
-            language?: string | null;
+            language: string | null;
             /** @default null */
-            code?: string | null;
+            code: string | null;
             /** @default null */
-            code_sha256?: string | null;
+            code_sha256: string | null;
             /** @default null */
-            code_bytes?: number | null;
+            code_bytes: number | null;
             /** @default null */
-            stdout?: string | null;
+            stdout: string | null;
             /** @default null */
-            stderr?: string | null;
+            stderr: string | null;
             /** @default null */
-            stdout_bytes?: number | null;
+            stdout_bytes: number | null;
             /** @default null */
-            stderr_bytes?: number | null;
+            stderr_bytes: number | null;
             /** @default null */
-            exit_code?: number | null;
+            exit_code: number | null;
             /** @default null */
-            outcome?: string | null;
+            outcome: string | null;
             /** @default null */
-            limit_hit?: string | null;
+            limit_hit: string | null;
             /** @default null */
-            duration_ms?: number | null;
+            duration_ms: number | null;
             /** @default null */
-            fuel?: number | null;
+            fuel: number | null;
             /** @default null */
-            peak_memory?: number | null;
+            peak_memory: number | null;
             /** @default null */
-            files_changed?: string | null;
+            files_changed: string | null;
             /** @default null */
-            path?: string | null;
+            path: string | null;
             /** @default null */
-            status?: number | null;
+            status: number | null;
             /** @default null */
-            started_at?: number | null;
+            started_at: number | null;
             /** @default null */
-            finished_at?: number | null;
+            finished_at: number | null;
             /** @default null */
-            network?: string | null;
+            network: string | null;
         };
         /** WorkspaceList */
         WorkspaceList: {
@@ -2093,9 +2093,9 @@ export interface components {
             kind: string;
             created_at: string;
             /** @default null */
-            last_used_at?: string | null;
+            last_used_at: string | null;
             /** @default null */
-            revoked_at?: string | null;
+            revoked_at: string | null;
             key: string;
         };
         /** KeyList */
@@ -2110,9 +2110,9 @@ export interface components {
             kind: string;
             created_at: string;
             /** @default null */
-            last_used_at?: string | null;
+            last_used_at: string | null;
             /** @default null */
-            revoked_at?: string | null;
+            revoked_at: string | null;
         };
         /** SignIn */
         SignIn: {
@@ -2942,7 +2942,7 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description OK */
-            200: {
+            204: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6325,6 +6325,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WriteResult"];
+                };
+            };
             /** @description OK */
             201: {
                 headers: {

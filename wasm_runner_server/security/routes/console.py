@@ -71,7 +71,7 @@ async def sign_in(request: web.Request) -> web.Response:
 
 @routes.delete(CONSOLE_SESSION_PATH)
 @operation(summary="Sign the console out: its session ends and its cookie is cleared", tag="console",
-           errors=(403,))
+           status=204, errors=(403,))
 async def sign_out(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
     session = cookie_session(request, security.console)

@@ -57,7 +57,7 @@ async def read_shared(request: web.Request) -> web.StreamResponse:
 @routes.put("/v1/shared/files/" + ANY_PATH)
 @operation(summary="Write a file of shared/ (atomic: temporary file, then rename; the later write wins)",
            tag="shared", body="application/octet-stream", body_required=False, response=WriteResult,
-           status=201, errors=(403, 404, 409, 413))
+           status=201, also=(200,), errors=(403, 404, 409, 413))
 async def write_shared(request: web.Request) -> web.Response:
     files = _shared(request)
     path = request.match_info["path"]
