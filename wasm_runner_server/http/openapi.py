@@ -111,6 +111,11 @@ def _structs(types: list[Any]) -> dict[type, msgspec.inspect.StructType]:
     return found
 
 
+def _omits_defaults(cls: type) -> bool:
+    config = getattr(cls, "__struct_config__", None)
+    return bool(getattr(config, "omit_defaults", False))
+
+
 def _always_sent(responses: list[Any], requests: list[Any]) -> dict[str, list[str]]:
     """The fields each response-only struct always carries, by component name: all of them, since
     the service encodes defaults too, unless the struct omits its defaults or a field may be UNSET.
@@ -118,7 +123,7 @@ def _always_sent(responses: list[Any], requests: list[Any]) -> dict[str, list[st
     read = set(_structs(requests))
     always: dict[str, list[str]] = {}
     for cls, info in _structs(responses).items():
-        if cls in read or cls.__struct_config__.omit_defaults:
+        if cls in read or _omits_defaults(cls):
             continue
         always[cls.__name__] = [f.encode_name for f in info.fields if f.default is not msgspec.UNSET]
     return always
