@@ -8,7 +8,6 @@ import gc
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -16,18 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 from pydantic import ValidationError
+from serve_in_loop import free_port, start_serving
 from server_helpers import make_config
 
 from wasm_runner_server.cli.commands import add_serve_command
-from wasm_runner_server.cli.serve import build_config, serve
+from wasm_runner_server.cli.serve import build_config
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_config_precedence_file_then_environment_then_flags(tmp_path):
@@ -45,25 +39,10 @@ def test_config_precedence_file_then_environment_then_flags(tmp_path):
         build_config(parser.parse_args(["serve", "--port", "99999"]), {})
 
 
-async def _start(config) -> tuple[asyncio.Task, asyncio.Event, str]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(config, stop=stop))
-    url = f"http://127.0.0.1:{config.server.port}"
-    async with aiohttp.ClientSession() as http:
-        for _ in range(200):
-            try:
-                async with http.get(url + "/healthz") as response:
-                    if response.status == 200:
-                        return task, stop, url
-            except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.02)
-    raise AssertionError("the server did not start")
-
-
 @pytest.mark.asyncio
 async def test_shutdown_lets_in_flight_executions_finish_and_flushes_state(tmp_path):
     config = make_config(tmp_path / "data", server={"port": free_port(), "shutdown_timeout_s": 10})
-    task, stop, url = await _start(config)
+    task, stop, url = await start_serving(config)
     async with aiohttp.ClientSession() as http:
         async with http.post(url + "/v1/sessions", json={}) as response:
             sid = (await response.json())["id"]
@@ -79,7 +58,7 @@ async def test_shutdown_lets_in_flight_executions_finish_and_flushes_state(tmp_p
         response.release()
     await asyncio.wait_for(task, 20)
     # What was only in memory (use count, last use) was written out.
-    task, stop, url = await _start(make_config(tmp_path / "data", server={"port": free_port()}))
+    task, stop, url = await start_serving(make_config(tmp_path / "data", server={"port": free_port()}))
     try:
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{url}/v1/sessions/{sid}") as response:
@@ -92,7 +71,7 @@ async def test_shutdown_lets_in_flight_executions_finish_and_flushes_state(tmp_p
 @pytest.mark.asyncio
 async def test_serving_keeps_what_start_up_built_out_of_garbage_collections(tmp_path):
     gc.unfreeze()
-    task, stop, url = await _start(make_config(tmp_path / "data", server={"port": free_port()}))
+    task, stop, url = await start_serving(make_config(tmp_path / "data", server={"port": free_port()}))
     try:
         assert gc.get_freeze_count() > 10_000  # the modules, models and schemas loaded by then
     finally:
@@ -104,7 +83,7 @@ async def test_serving_keeps_what_start_up_built_out_of_garbage_collections(tmp_
 @pytest.mark.asyncio
 async def test_shutdown_cancels_executions_past_the_bound(tmp_path):
     config = make_config(tmp_path / "data", server={"port": free_port(), "shutdown_timeout_s": 0.5})
-    task, stop, url = await _start(config)
+    task, stop, url = await start_serving(config)
     async with aiohttp.ClientSession() as http:
         stuck = asyncio.create_task(http.post(url + "/v1/exec", json={"code": "while True: pass",
                                                                      "limits": {"timeout_s": 60}}))

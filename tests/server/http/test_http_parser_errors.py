@@ -10,8 +10,8 @@ import sys
 
 import aiohttp
 import pytest
+from serve_in_loop import ROOT, free_port, start_serving
 from server_helpers import assert_error_shape, make_config
-from test_http_serve import ROOT, _start, free_port
 
 MALFORMED = {
     "request line": (b"GARBAGE\r\n\r\n", "bad_method"),
@@ -49,7 +49,7 @@ async def _exchange(port: int, *parts: bytes, pause: float = 0.0) -> tuple[int, 
 @pytest.fixture
 async def served(tmp_path):
     config = make_config(tmp_path / "data", server={"port": free_port(), "host": "127.0.0.1"})
-    task, stop, _ = await _start(config)
+    task, stop, _ = await start_serving(config)
     yield config.server.port
     stop.set()
     await asyncio.wait_for(task, 30)
