@@ -1,0 +1,29 @@
+"""The client makes a session from a web starter in one call (the dev server itself is tested in
+tests/server/security/test_web_starters_preview.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wasm_runner.providers.native.web_starters import find_starter
+from wasm_runner_client import AsyncClient, BadRequestError, Client
+
+pytestmark = pytest.mark.skipif(find_starter("vite-react") is None or find_starter("tanstack-start") is None,
+                                reason="the web starters are not installed (wasm-runner prepare)")
+
+
+def test_a_session_from_a_starter_holds_its_project(server) -> None:
+    with Client(server.url) as client:
+        sid = client.create_session(starter="vite-react").id
+        assert json.loads(client.read_file(sid, "package.json"))["scripts"]["dev"].startswith("vite")
+        with pytest.raises(BadRequestError) as unknown:
+            client.create_session(starter="rails")
+        assert unknown.value.status == 422 and "vite-react" in str(unknown.value)
+
+
+async def test_the_async_client_makes_one_too(server) -> None:
+    async with AsyncClient(server.url) as client:
+        sid = (await client.create_session(starter="tanstack-start")).id
+        assert b"createFileRoute" in await client.read_file(sid, "src/routes/index.tsx")
