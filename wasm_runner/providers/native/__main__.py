@@ -1,5 +1,5 @@
 """`python -m wasm_runner.providers.native doctor [--json]` or `... prepare [--force]` (python-data and the
-JavaScript toolchain)."""
+JavaScript toolchain, then the web starters' node_modules)."""
 
 from __future__ import annotations
 
