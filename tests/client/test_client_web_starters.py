@@ -3,7 +3,9 @@ tests/server/security/test_web_starters_preview.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 
 import pytest
 
@@ -18,6 +20,15 @@ def test_a_session_from_a_starter_holds_its_project(server) -> None:
     with Client(server.url) as client:
         sid = client.create_session(starter="vite-react").id
         assert json.loads(client.read_file(sid, "package.json"))["scripts"]["dev"].startswith("vite")
+        listing = client.list_files(sid, recursive=True)
+        names = {entry.path for entry in listing.entries}
+        assert {"package.json", "src/App.tsx", "node_modules"} <= names, names
+        assert not any(name.startswith("node_modules/") for name in names)  # a link, not followed on the host
+        archive = io.BytesIO()
+        client.download_archive(sid, archive, format="tar.gz")
+        with tarfile.open(fileobj=io.BytesIO(archive.getvalue())) as tar:
+            members = {m.name.removeprefix("./"): m for m in tar.getmembers()}
+        assert "src/main.tsx" in members and not any(n.startswith("node_modules/") for n in members), members
         with pytest.raises(BadRequestError) as unknown:
             client.create_session(starter="rails")
         assert unknown.value.status == 422 and "vite-react" in str(unknown.value)
