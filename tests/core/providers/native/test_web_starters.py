@@ -49,8 +49,11 @@ def test_the_starters_packages_resolve_in_the_sandbox_and_cannot_be_changed(runn
     session = runner.session(starter="tanstack-start")
     result = session.run_sync(
         "node -e \"console.log(require.resolve('react'), require('react').version)\"; "
-        "echo x >> node_modules/react/index.js; echo write=$?", language="bash", limits=Limits(timeout_s=60))
+        "echo x >> node_modules/react/index.js; echo write=$?; grep ' /opt/web-starters ' /proc/self/mountinfo",
+        language="bash", limits=Limits(timeout_s=60))
     assert result.ok, result
+    mount = next(line.split() for line in result.stdout.splitlines() if " /opt/web-starters " in line)
+    assert "ro" in mount[5].split(","), mount  # a read-only mount, whatever the files' modes
     assert f"{GUEST_STARTERS}/tanstack-start/node_modules/react/index.js 19.3.1" in result.stdout
     assert "write=1" in result.stdout  # read-only files on a read-only mount
     installed = find_starter("tanstack-start")
