@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -32,6 +35,15 @@ def test_a_session_from_a_starter_holds_its_project(server) -> None:
         with pytest.raises(BadRequestError) as unknown:
             client.create_session(starter="rails")
         assert unknown.value.status == 422 and "vite-react" in str(unknown.value)
+
+
+def test_the_command_line_makes_one(server) -> None:
+    env = {**os.environ, "WASM_RUNNER_URL": server.url}
+    done = subprocess.run([sys.executable, "-m", "wasm_runner_server.cli.console", "sessions", "create", "--starter",
+                           "vite-react"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    with Client(server.url) as client:
+        assert b"createRoot" in client.read_file(done.stdout.strip(), "src/main.tsx")
 
 
 async def test_the_async_client_makes_one_too(server) -> None:
