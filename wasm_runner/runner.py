@@ -257,15 +257,19 @@ class Runner:
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
                 mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "",
-                template: str | None = None) -> Session:
+                template: str | None = None, starter: str | None = None) -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
         `mounts` adds directories for this session only (e.g. a writable /workspace/shared);
         `egress` is where its runs may connect (see `Session.set_egress`); `owner` names the
         workspace (tenant) it belongs to, whose kernel snapshots alone it restores. A new session
-        with `template` starts as a copy of that template of `templates` (files, packages, kernels).
+        with `template` starts as a copy of that template of `templates` (files, packages, kernels);
+        one with `starter` holds that web starter (e.g. "vite-react", see `web_starters`), its
+        node_modules ready (run its dev server in a native process).
         """
+        if template is not None and starter is not None:
+            raise InvalidRequestError("a session starts from a template or a starter, not both")
         session_id = session_id or uuid.uuid4().hex
         if not is_session_id(session_id):
             raise InvalidSessionIdError(f"a session id is {SESSION_ID_RULE}")
@@ -282,6 +286,12 @@ class Runner:
             if session.workspace.root.exists():
                 raise InvalidRequestError(f"session {session_id!r} exists already: only a new one starts from a template")
             self.templates.start(template, session)
+        if starter is not None:
+            from wasm_runner.providers.native.web_starters import copy_starter
+
+            if session.workspace.root.exists():
+                raise InvalidRequestError(f"session {session_id!r} exists already: only a new one starts from a starter")
+            copy_starter(starter, session.workspace.files)
         return session
 
     @property

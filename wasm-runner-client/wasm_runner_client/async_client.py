@@ -179,10 +179,11 @@ class AsyncClient:
                              metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
                              packages: PackageRequest | None = None,
                              egress: EgressPolicy | None = None, template: str | None = None,
-                             tools: list[str] | None = None) -> SessionInfo:
+                             tools: list[str] | None = None,
+                       starter: str | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress, template=template, tools=tools)
+                             egress=egress, template=template, tools=tools, starter=starter)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     async def update_session(self, session_id: str, *,

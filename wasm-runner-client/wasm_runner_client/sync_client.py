@@ -183,12 +183,14 @@ class Client:
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
                        metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
                        packages: PackageRequest | None = None, egress: EgressPolicy | None = None,
-                       template: str | None = None, tools: list[str] | None = None) -> SessionInfo:
+                       template: str | None = None, tools: list[str] | None = None,
+                       starter: str | None = None) -> SessionInfo:
         """A new session (cheap: no interpreter or directory until its first use). `egress` narrows its
-        profile's network policy for the session's life (403 if wider); `update_session` changes it."""
+        profile's network policy for the session's life (403 if wider); `update_session` changes it.
+        `starter` ("vite-react", "tanstack-start") puts a web project with its node_modules ready in it."""
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
                              metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
-                             egress=egress, template=template, tools=tools)
+                             egress=egress, template=template, tools=tools, starter=starter)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
     def update_session(self, session_id: str, *, egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from wasm_runner.providers.native.web_starters import copy_starter
 from wasm_runner.snapshots.fork import ForkResult
 from wasm_runner.snapshots.templates import TemplateRecord, Templates
 from wasm_runner.workspace.history import HISTORY_DIR
@@ -43,6 +44,11 @@ class SessionCopies:
     async def publish(self, live: LiveSession, owner: str, name: str) -> TemplateRecord:
         _, core = self.sessions.core(live)
         return await asyncio.to_thread(self.templates(owner).publish, core, name, skip=NOT_COPIED)
+
+    async def start_starter(self, live: LiveSession, name: str) -> None:
+        """Put the web starter `name` into the new session `live`'s files (before its first call)."""
+        _, core = self.sessions.core(live)
+        await asyncio.to_thread(copy_starter, name, core.workspace.files)
 
     async def start(self, live: LiveSession, owner: str, name: str) -> TemplateRecord:
         """Make the new session `live` a copy of the template (before its first call)."""

@@ -80,6 +80,8 @@ def _add_sessions(sub: Subcommands) -> None:
                         help="a label (repeatable)")
     create.add_argument("--ephemeral", action="store_true", help="leave no trace: files removed when it ends")
     create.add_argument("--template", help="start from this template of the workspace (files, packages, kernels)")
+    create.add_argument("--starter", help="start with this web project, its node_modules ready (vite-react, "
+                                          "tanstack-start)")
     _egress_options(create)
     _leaf(commands, "list", "list sessions", "sessions", "list_command")
     show = _leaf(commands, "show", "show a session", "sessions", "show_command", aliases=("get",))

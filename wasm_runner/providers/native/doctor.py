@@ -19,6 +19,7 @@ from typing import Any
 from wasm_runner.providers.native.identity import account_name, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import PINS, find_js_toolchain, js_toolchain_dir
 from wasm_runner.providers.native.toolchain import REQUIREMENTS, find_python_data, python_data_dir
+from wasm_runner.providers.native.web_starters import find_starter, starter_names, starters_dir
 from wasm_runner.workspace.disk_enforcement import disk_enforcement
 
 TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
@@ -154,6 +155,9 @@ def doctor(provider: Any = None) -> dict[str, Any]:
     }
     if js is None:
         missing.append("the JavaScript toolchain: node, bun, tsc, biome, uv (wasm-runner prepare)")
+    report["web_starters"] = {name: _starter_report(name) for name in starter_names()}
+    if any(not info["ready"] for info in report["web_starters"].values()):
+        missing.append("web starters' node_modules (wasm-runner prepare)")
     report["profiles"] = {
         "python-data": found is not None and problem is None,
         "node": (tools["node"]["present"] or js is not None) and problem is None,
@@ -247,6 +251,13 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"       at {js['path']}")
         else:
             lines.append(f"  MISS not built (wasm-runner prepare) at {js['path']}")
+    starters = report.get("web_starters")
+    if starters:
+        lines += ["", "web starters (POST /v1/sessions {\"starter\": name}; node_modules read-only at /opt/web-starters):"]
+        for name, info in starters.items():
+            state = (f"ready, {info['files']} files, {info['bytes'] / 2**20:.0f} MiB" if info["ready"]
+                     else "not installed (wasm-runner prepare)")
+            lines.append(f"  {mark[info['ready']]} {name}: {state}")
     lines += ["", "profiles: " + ", ".join(f"{k} {'ready' if v else 'unavailable'}" for k, v in report["profiles"].items())]
     offers = report.get("offers")
     if offers:
@@ -256,6 +267,12 @@ def format_report(report: dict[str, Any]) -> str:
     if report["missing"]:
         lines += ["", "missing:"] + [f"  - {item}" for item in report["missing"]]
     return "\n".join(lines)
+
+
+def _starter_report(name: str) -> dict[str, Any]:
+    starter = find_starter(name)
+    return {"ready": starter is not None, "path": str(starter.path if starter else starters_dir() / name),
+            "bytes": starter.bytes if starter else 0, "files": starter.files if starter else 0}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,7 @@ from wasm_runner.providers.native.toolchain import (
     find_python_data,
     python_data_dir,
 )
+from wasm_runner.providers.native.web_starters import ensure_starters
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, GuestError, Limits
 
@@ -176,6 +177,11 @@ class NativeProvider(Provider):
         except (ToolchainError, OSError) as exc:
             self.js_prepare_error = str(exc)
             log.warning("the JavaScript toolchain (node, bun, tsc, biome, uv) is not available: %s", exc)
+        if self.js_prepare_error is None:
+            try:  # the web starters' node_modules, installed with the toolchain's npm
+                ensure_starters()
+            except (ToolchainError, OSError) as exc:
+                log.warning("the web starters are not available: %s", exc)
         if self.prepare_error is None:
             pool = self.kernel_pool()
             if pool is not None:

@@ -55,6 +55,7 @@ from wasm_runner.providers.native.posix import (
     write_all,
 )
 from wasm_runner.providers.native.toolchain import PythonData
+from wasm_runner.providers.native.web_starters import GUEST_STARTERS, starters_dir
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import RunDisk, watcher
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits
@@ -321,6 +322,9 @@ class Run:
                 binds.append(sandbox.Bind(Path(data.base_prefix), data.base_prefix))
             if program.js_toolchain is not None:
                 binds.append(sandbox.Bind(program.js_toolchain.path, GUEST_JS_TOOLCHAIN))
+                starters = starters_dir()
+                if starters.is_dir():  # the web starters' node_modules, which a starter's workspace links to
+                    binds.append(sandbox.Bind(starters, GUEST_STARTERS))
                 if "PATH" not in self.request.env:
                     env["PATH"] = f"{GUEST_JS_TOOLCHAIN}/bin:{env['PATH']}"
             if tools.path and "PATH" not in self.request.env:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from wasm_runner.errors import InvalidRequestError
+from wasm_runner.providers.native.web_starters import find_starter, starter_names
 from wasm_runner.snapshots.templates import TemplateNotFound, TemplateRecord
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
@@ -123,6 +124,20 @@ def copies_of(request: web.Request) -> SessionCopies:
     copies = request.app[SERVICE].copies
     assert copies is not None
     return copies
+
+
+def check_starter(name: str, template: str | None) -> None:
+    """422 for an unknown starter (or one asked for with a template), 503 for one not installed here."""
+    if template is not None:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a session starts from a template or a starter, not both",
+                       "leave out `template` or `starter`")
+    names = starter_names()
+    if name not in names:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, f"no web starter {name!r}",
+                       f"the starters are: {', '.join(names)}")
+    if find_starter(name) is None:
+        raise ApiError(503, ErrorCode.PROVIDER_UNAVAILABLE, f"the web starter {name!r} is not installed on this server",
+                       "the operator runs `wasm-runner prepare` (it installs the starters' node_modules)")
 
 
 def template_of(request: web.Request, owner: str, name: str) -> TemplateRecord:

@@ -20,7 +20,7 @@ from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.public_url import absolute
-from wasm_runner_server.http.routes.copies import copies_of, template_of
+from wasm_runner_server.http.routes.copies import check_starter, copies_of, template_of
 from wasm_runner_server.http.routes.packages import install_into
 from wasm_runner_server.sessions.egress import body_policy
 from wasm_runner_server.sessions.service import SERVICE
@@ -31,13 +31,15 @@ routes = web.RouteTableDef()
 @routes.post("/v1/sessions")
 @operation(summary="Create a session (cheap: no interpreter, no directory until first use)", tag="sessions",
            body=SessionCreate, body_required=False, response=SessionInfo, status=201,
-           errors=(403, 409, 413, 415, 422))
+           errors=(403, 409, 413, 415, 422, 503))
 async def create_session(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request, SessionCreate, empty_ok=True)
     policy = request.app[POLICY]
     policy.check_session_quota(request)
     body = policy.scope_session_id(request, body)  # chosen ids never collide across workspaces
+    if body.starter is not None:
+        check_starter(body.starter, body.template)
     if body.template is not None:  # before anything is made: an unknown template leaves no session
         template_of(request, policy.caller_workspace(request), body.template)
     live = service.sessions.create(body)
@@ -49,6 +51,13 @@ async def create_session(request: web.Request) -> web.Response:
             await service.sessions.delete(live)
             raise
         policy.on_session_event(request, "template_start", live.row.id, {"template": record.name})
+    if body.starter is not None:
+        try:
+            await copies_of(request).start_starter(live, body.starter)
+        except BaseException:
+            await service.sessions.delete(live)
+            raise
+        policy.on_session_event(request, "starter_start", live.row.id, {"starter": body.starter})
     if body.egress is not None:
         profile = service.sessions.profile_of(live)
         policy.on_egress_change(request, live.row.id, live.row.profile, profile.network.policy,
