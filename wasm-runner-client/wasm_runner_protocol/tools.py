@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ApprovalDecided", "ApprovalDecision", "ApprovalEvent", "ApprovalState", "ToolAnswer", "ToolAnswered",
+__all__ = ["ApprovalDecided", "ApprovalDecision", "ApprovalEvent", "ApprovalState", "RunStarted", "ToolAnswer", "ToolAnswered",
            "ToolCall", "ToolCallEvent", "ToolList", "ToolOutcome", "ToolSpec", "check_name",
            "spec_of"]
 
@@ -60,6 +60,14 @@ class ToolCallEvent(msgspec.Struct, kw_only=True):
     tool: str
     arguments: dict[str, Any] = {}
     """Checked against the tool's schema by the service."""
+
+
+class RunStarted(msgspec.Struct, kw_only=True):
+    """The first event of a one-shot run's stream that offers caller-side tools or may ask approvals
+    (`run`): the run's id, under which its calls are answered (POST /v1/exec/{run_id}/tool-calls/{call_id},
+    POST /v1/exec/{run_id}/approvals/{approval_id}) by a key of the caller's workspace, while it runs."""
+
+    run_id: str
 
 
 class ApprovalEvent(msgspec.Struct, kw_only=True):
