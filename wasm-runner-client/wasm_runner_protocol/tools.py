@@ -87,6 +87,8 @@ class ApprovalDecision(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     """The decision on an `ApprovalEvent`: the tool runs, or the guest gets ToolError `refused`."""
 
     approve: bool
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+    """Why a call is refused, when the one deciding says: the guest's ToolError carries it."""
 
 
 class ApprovalDecided(msgspec.Struct, kw_only=True):

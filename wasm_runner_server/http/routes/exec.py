@@ -187,7 +187,7 @@ async def decide_approval(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ApprovalDecision)
     approval_id = request.match_info["approval_id"]
-    if not service.approvals.decide(live.row.id, approval_id, body.approve):
+    if not service.approvals.decide(live.row.id, approval_id, body.approve, body.reason):
         raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
                         "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
                         "within its timeout_s")
@@ -325,7 +325,7 @@ async def decide_one_shot_approval(request: web.Request) -> web.Response:
     body = await read_json(request, ApprovalDecision)
     scope = one_shot_scope(request.match_info["run_id"], request.app[POLICY].caller_workspace(request))
     approval_id = request.match_info["approval_id"]
-    if not service.approvals.decide(scope, approval_id, body.approve):
+    if not service.approvals.decide(scope, approval_id, body.approve, body.reason):
         raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
                         "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
                         "within its timeout_s")
