@@ -254,7 +254,7 @@ class ToolRun:
         The wait for a decision is not tool time: the tool then gets its own timeout."""
         if self.approver is None:
             raise _Refused("refused", f"{found.name}() needs approval and this run has no one to give it "
-                                      f"(over HTTP: a session's exec with Accept: text/event-stream)", "refused")
+                                      f"(over HTTP: an exec with Accept: text/event-stream)", "refused")
         wait = self._wait_s()
         if wait <= 0:
             raise _Refused("timeout", "the run's deadline has passed", "timeout")
