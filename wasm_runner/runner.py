@@ -424,6 +424,10 @@ class Runner:
         concurrency: int | None = None,
         cache: ResultCache | None = None,
         cluster: RayCluster | None = None,
+        tools: ToolsArg | None = None,
+        allow_tools: Iterable[str] | None = None,
+        tool_policy: ToolPolicy | None = None,
+        on_approval: Approver | None = None,
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
@@ -440,7 +444,28 @@ class Runner:
         node is lost runs again on another (its result says `retried`); each item still gets
         exactly one result. The actors started on the cluster's nodes stay for this Runner's
         next batches (`RayCluster.keep_actors_s`), or until it is closed.
+
+        `tools`, `allow_tools`, `tool_policy` and `on_approval` (code mode): as `run` takes them, for
+        every item; each item's calls are decided, budgeted and recorded on their own (its result's
+        `tool_calls`, and `tool_policy.audit` told of each). Such items run as one-shot runs with tools
+        (a throwaway session each). Not with `cluster` (a node cannot call back into this process) nor
+        with `cache` (a result that depends on the tools' answers is not the code's alone).
         """
+        if tools is not None:
+            if cluster is not None:
+                raise ValueError("caller-side tools are not available on Ray batches: an item on a node cannot "
+                                 "call this process's functions; run the batch without cluster=, or give the "
+                                 "tools as MCP servers the nodes reach")
+            if cache is not None:
+                raise ValueError("a batch with tools cannot use a result cache: an item's result depends on the "
+                                 "tools' answers, not on its code alone")
+            from wasm_runner.execution.tool_batch import tool_batch_results
+
+            limit = max(1, min(concurrency or self.concurrency, self.concurrency))
+            return tool_batch_results(lambda request: self.run(
+                request, tools=tools, allow_tools=allow_tools, tool_policy=tool_policy, on_approval=on_approval),
+                requests, limit)
+
         def run(items: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecResult]:
             if cluster is not None:
                 from wasm_runner.cluster.dispatch import ClusterBatch

@@ -57,8 +57,8 @@ def test_the_owner_grants_one_call_and_refuses_another(start_server) -> None:
         # no event stream, so no one to ask: refused at once, the other tools still answer
         plain = client.exec(sid, PROGRAM)
         assert plain.stdout.splitlines()[:2] == ["[1, 3]", "refused tracker_issue_title() needs approval and "
-                                                 "this run has no one to give it (over HTTP: a session's exec "
-                                                 "with Accept: text/event-stream)"]
+                                                 "this run has no one to give it (over HTTP: an exec with "
+                                                 "Accept: text/event-stream)"]
         assert [c.approval for c in plain.tool_calls] == [None, "refused", "refused"]
 
 

@@ -62,10 +62,12 @@ async def start_http_service(data_dir: Path, **sections: Any) -> HttpService:
 
 
 @contextlib.asynccontextmanager
-async def connect_http(service: HttpService, headers: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+async def connect_http(service: HttpService, headers: dict[str, str] | None = None,
+                       elicitation_callback: Any = None) -> AsyncIterator[ClientSession]:
+    """`elicitation_callback`: given, the client declares the elicitation capability and answers with it."""
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=120.0)) as http:
         async with streamable_http_client(service.mcp_url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=elicitation_callback) as session:
                 await session.initialize()
                 yield session
 

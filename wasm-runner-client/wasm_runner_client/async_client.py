@@ -280,20 +280,21 @@ class AsyncClient:
         specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.exec_body(code, path=path, language=language, stdin=stdin, env=env, limits=limits,
                                fresh=fresh, profile=profile, id=id, egress=egress, tools=specs)
-        on_tool_call = (functools.partial(self._answer_stream_event, session_id, functions, on_approval)
+        answer_to = calls.AnswerTo.session(session_id)
+        on_tool_call = (functools.partial(self._answer_stream_event, answer_to, functions, on_approval)
                         if tools is not None or on_approval is not None else None)
         return AsyncExecStream(self, Call("POST", session_path(session_id, "exec"), body=body), ExecResult,
-                               on_tool_call)
+                               on_tool_call, answer_to)
 
-    async def _answer_stream_event(self, session_id: str, functions: dict[str, Callable[..., Any]],
+    async def _answer_stream_event(self, answer_to: calls.AnswerTo, functions: dict[str, Callable[..., Any]],
                                    on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None,
                                    event: ToolCallEvent | ApprovalEvent) -> None:
         if isinstance(event, ApprovalEvent):
-            await self._decide(session_id, on_approval, event)
+            await self._decide(answer_to, on_approval, event)
         else:
-            await self._answer_tool_call(session_id, functions, event)
+            await self._answer_tool_call(answer_to, functions, event)
 
-    async def _decide(self, session_id: str, on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None,
+    async def _decide(self, answer_to: calls.AnswerTo, on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None,
                       event: ApprovalEvent) -> None:
         """Ask `on_approval` and post its decision (no callback, or one that fails: refused)."""
         try:
@@ -304,12 +305,12 @@ class AsyncClient:
         except Exception:  # noqa: BLE001 - a failing callback refuses the call
             approve = False
         try:
-            await self._call(Call("POST", calls.approval_path(session_id, event.approval_id),
+            await self._call(Call("POST", answer_to.approval(event.approval_id),
                                   body=ApprovalDecision(approve=approve)), ApprovalDecided)
         except NotFoundError:
             pass  # the call timed out or its run ended: it is refused already
 
-    async def _answer_tool_call(self, session_id: str, functions: dict[str, Callable[..., Any]],
+    async def _answer_tool_call(self, answer_to: calls.AnswerTo, functions: dict[str, Callable[..., Any]],
                                 event: ToolCallEvent) -> None:
         """Run the tool the code called and post its answer (a call that ended meanwhile is let go)."""
         function = functions.get(event.tool)
@@ -325,7 +326,7 @@ class AsyncClient:
             except Exception as exc:  # noqa: BLE001 - the code gets the tool's error as a ToolError
                 answer = calls.tool_failed(exc)
         try:
-            await self._call(Call("POST", calls.tool_call_path(session_id, event.call_id), body=answer), ToolAnswered)
+            await self._call(Call("POST", answer_to.tool_call(event.call_id), body=answer), ToolAnswered)
         except NotFoundError:
             pass  # the call timed out or its run ended: the code has its answer already
 
@@ -348,7 +349,17 @@ class AsyncClient:
                   command: list[str] | None = None, files: Mapping[str, str | bytes] | None = None,
                   output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                   limits: LimitsArg = None, profile: str | None = None, id: str | None = None,
-                  egress: EgressPolicy | None = None, outputs: Iterable[str] = ()) -> OneShotResult:
+                  egress: EgressPolicy | None = None, outputs: Iterable[str] = (),
+                  tools: calls.ToolsArg | None = None,
+                  on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None = None) -> OneShotResult:
+        """Run once in a throwaway workspace; `tools` and `on_approval` as `exec` takes them (the run then
+        streams, and each call is answered under the id its stream announces)."""
+        if tools is not None or on_approval is not None:
+            async with self.run_stream(code, language=language, path=path, command=command, files=files,
+                                       output_files=output_files, stdin=stdin, env=env, limits=limits,
+                                       profile=profile, id=id, egress=egress, outputs=outputs, tools=tools,
+                                       on_approval=on_approval) as stream:
+                return await stream.collect()
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
                                    output_files=output_files, stdin=stdin, env=env, limits=limits,
                                    profile=profile, id=id, egress=egress, outputs=outputs)
@@ -359,11 +370,17 @@ class AsyncClient:
                    output_files: Iterable[str] = (), stdin: str = "", env: Mapping[str, str] | None = None,
                    limits: LimitsArg = None, profile: str | None = None,
                    id: str | None = None, egress: EgressPolicy | None = None,
-                   outputs: Iterable[str] = ()) -> AsyncExecStream[OneShotResult]:
+                   outputs: Iterable[str] = (), tools: calls.ToolsArg | None = None,
+                   on_approval: Callable[[ApprovalEvent], bool | Awaitable[bool]] | None = None,
+                   ) -> AsyncExecStream[OneShotResult]:
+        specs, functions = calls.tool_table(tools) if tools is not None else (None, {})
         body = calls.one_shot_body(code, path=path, command=command, language=language, files=files,
                                    output_files=output_files, stdin=stdin, env=env, limits=limits,
-                                   profile=profile, id=id, egress=egress, outputs=outputs)
-        return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult)
+                                   profile=profile, id=id, egress=egress, outputs=outputs, tools=specs)
+        answer_to = calls.AnswerTo()  # the run's id comes first on its stream
+        on_tool_call = (functools.partial(self._answer_stream_event, answer_to, functions, on_approval)
+                        if tools is not None or on_approval is not None else None)
+        return AsyncExecStream(self, Call("POST", "/v1/exec", body=body), OneShotResult, on_tool_call, answer_to)
 
     # -- background processes and preview ports --------------------------------------------------
 
@@ -535,12 +552,13 @@ class AsyncExecStream(Generic[R]):
     """An execution answered as server-sent events: `async for` the `OutputChunk`s; `result` once done."""
 
     def __init__(self, client: AsyncClient, call: Call, result_type: type[R],
-                 on_tool_call: Callable[[ToolCallEvent | ApprovalEvent], Awaitable[None]] | None = None) -> None:
+                 on_tool_call: Callable[[ToolCallEvent | ApprovalEvent], Awaitable[None]] | None = None,
+                 answer_to: calls.AnswerTo | None = None) -> None:
         call.headers["Accept"] = "text/event-stream"
         self._client = client
         self._call = call
         self._on_tool_call = on_tool_call
-        self._state = StreamState(result_type)
+        self._state = StreamState(result_type, answer_to)
         self._response: httpx.Response | None = None
         self._closed = False
 

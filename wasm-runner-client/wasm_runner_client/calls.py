@@ -36,7 +36,7 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecResult, Language, Limits
 from wasm_runner_protocol.processes import DEFAULT_RING_BYTES
-from wasm_runner_protocol.tools import ApprovalEvent, ToolAnswer, ToolCallEvent, ToolSpec, spec_of
+from wasm_runner_protocol.tools import ApprovalEvent, RunStarted, ToolAnswer, ToolCallEvent, ToolSpec, spec_of
 
 T = TypeVar("T")
 R = TypeVar("R", bound=ExecResult)
@@ -259,7 +259,8 @@ def output_query(stream: str, offset: int, limit: int | None, encoding: str, wai
 def one_shot_body(code: str | None, *, path: str | None, command: list[str] | None, language: str | None,
                   files: Mapping[str, str | bytes] | None, output_files: Iterable[str], stdin: str,
                   env: Mapping[str, str] | None, limits: LimitsArg, profile: str | None,
-                  id: str | None, egress: EgressPolicy | None = None, outputs: Iterable[str] = ()) -> OneShotBody:
+                  id: str | None, egress: EgressPolicy | None = None, outputs: Iterable[str] = (),
+                  tools: list[ToolSpec] | None = None) -> OneShotBody:
     """`outputs`: the deprecated name of `output_files` (warns; a result's `outputs` are display outputs)."""
     outputs = list(outputs)
     if outputs:
@@ -273,7 +274,7 @@ def one_shot_body(code: str | None, *, path: str | None, command: list[str] | No
                        command=list(command) if command is not None else None, stdin=stdin, env=dict(env or {}),
                        limits=limits_patch(limits), profile=profile, id=id, files=inputs,
                        output_files=list(output_files),
-                       egress=egress)
+                       egress=egress, tools=tools)
 
 
 def edit_body(old_text: str | None, new_text: str | None, *, replace_all: bool,
@@ -373,21 +374,49 @@ def tool_failed(exc: BaseException) -> ToolAnswer:
     return ToolAnswer(ok=False, error=(str(exc) or type(exc).__name__)[:16384])
 
 
+class AnswerTo:
+    """Where a stream's tool-call answers and approval decisions go: under the session, or under the
+    one-shot run's id once its stream has announced it (the `run` event)."""
+
+    def __init__(self, base: str | None = None) -> None:
+        self.base = base
+
+    @classmethod
+    def session(cls, session_id: str) -> AnswerTo:
+        return cls(session_path(session_id))
+
+    def run(self, run_id: str) -> None:
+        self.base = "/v1/exec/" + segment(run_id)
+
+    def tool_call(self, call_id: str) -> str:
+        return f"{self._base()}/tool-calls/{segment(call_id)}"
+
+    def approval(self, approval_id: str) -> str:
+        return f"{self._base()}/approvals/{segment(approval_id)}"
+
+    def _base(self) -> str:
+        if self.base is None:
+            raise ApiError(None, ErrorCode.STREAM_ENDED, "the run's stream asked for an answer before it gave its id",
+                           "the server is older than this client: update it to use tools= in one-shot runs")
+        return self.base
+
+
 def tool_call_path(session_id: str, call_id: str) -> str:
-    return session_path(session_id, "tool-calls", segment(call_id))
+    return AnswerTo.session(session_id).tool_call(call_id)
 
 
 def approval_path(session_id: str, approval_id: str) -> str:
-    return session_path(session_id, "approvals", segment(approval_id))
+    return AnswerTo.session(session_id).approval(approval_id)
 
 
 class StreamState(Generic[R]):
     """What a stream of an execution has delivered: chunks as they come, then the result."""
 
-    def __init__(self, result_type: type[R]) -> None:
+    def __init__(self, result_type: type[R], answer_to: AnswerTo | None = None) -> None:
         self.result_type = result_type
         self.parser = EventParser()
         self.result: R | None = None
+        self.answer_to = answer_to
 
     def line(self, line: str) -> OutputChunk | ToolCallEvent | ApprovalEvent | None:
         """The output chunk (or tool call, or call waiting for approval) a line completes, if any; sets
@@ -403,6 +432,8 @@ class StreamState(Generic[R]):
             return decode(ToolCallEvent, data.encode("utf-8"))
         if name == "approval_required":
             return decode(ApprovalEvent, data.encode("utf-8"))
+        if name == "run" and self.answer_to is not None:
+            self.answer_to.run(decode(RunStarted, data.encode("utf-8")).run_id)
         if name == "result":
             self.result = decode(self.result_type, data.encode("utf-8"))
         elif name == "error":

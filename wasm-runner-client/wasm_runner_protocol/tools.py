@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["ApprovalDecided", "ApprovalDecision", "ApprovalEvent", "ApprovalState", "ToolAnswer", "ToolAnswered",
+__all__ = ["ApprovalDecided", "ApprovalDecision", "ApprovalEvent", "ApprovalState", "RunStarted", "ToolAnswer", "ToolAnswered",
            "ToolCall", "ToolCallEvent", "ToolList", "ToolOutcome", "ToolSpec", "check_name",
            "spec_of"]
 
@@ -62,6 +62,14 @@ class ToolCallEvent(msgspec.Struct, kw_only=True):
     """Checked against the tool's schema by the service."""
 
 
+class RunStarted(msgspec.Struct, kw_only=True):
+    """The first event of a one-shot run's stream that offers caller-side tools or may ask approvals
+    (`run`): the run's id, under which its calls are answered (POST /v1/exec/{run_id}/tool-calls/{call_id},
+    POST /v1/exec/{run_id}/approvals/{approval_id}) by a key of the caller's workspace, while it runs."""
+
+    run_id: str
+
+
 class ApprovalEvent(msgspec.Struct, kw_only=True):
     """A guest's call of a tool that needs approval, sent on the exec stream as the event
     `approval_required`: the call waits for a `ApprovalDecision` posted to
@@ -79,6 +87,8 @@ class ApprovalDecision(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     """The decision on an `ApprovalEvent`: the tool runs, or the guest gets ToolError `refused`."""
 
     approve: bool
+    reason: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+    """Why a call is refused, when the one deciding says: the guest's ToolError carries it."""
 
 
 class ApprovalDecided(msgspec.Struct, kw_only=True):

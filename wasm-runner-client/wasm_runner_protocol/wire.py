@@ -185,6 +185,10 @@ class OneShotBody(_Body):
     egress: EgressPolicy | EgressShorthand | None = None
     """This run's network policy, narrower than the profile's (default: the profile's); a wider one is
     refused with 403 network_not_allowed."""
+    tools: Annotated[list[ToolSpec], Meta(max_length=64)] | None = None
+    """Caller-side tools the code may call (code mode): the call must take the event stream, which opens
+    with a `run` event (the run's id), then each call the service allows arrives as a `tool_call` event
+    to answer with POST /v1/exec/{run_id}/tool-calls/{call_id}."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

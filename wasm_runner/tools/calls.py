@@ -30,7 +30,7 @@ import msgspec
 from wasm_runner.tools.registry import Tool, ToolRegistry
 from wasm_runner_protocol.tools import ApprovalState, ToolCall, ToolOutcome
 
-__all__ = ["ApprovalRequest", "Approver", "ToolPolicy", "ToolRun", "refusal"]
+__all__ = ["ApprovalRefused", "ApprovalRequest", "Approver", "ToolPolicy", "ToolRun", "refusal"]
 
 log = logging.getLogger("wasm_runner")
 ANSWER_MARGIN_S = 0.05
@@ -85,7 +85,12 @@ class ApprovalRequest:
 
 Approver = Callable[[ApprovalRequest], "bool | Awaitable[bool]"]
 """Decides a call of a tool that needs approval: True runs it. A coroutine function runs on the run's
-loop; a plain one on a thread of the run's (it may block, e.g. to ask a person)."""
+loop; a plain one on a thread of the run's (it may block, e.g. to ask a person). Raising
+`ApprovalRefused` refuses the call with a reason the guest is told."""
+
+
+class ApprovalRefused(Exception):
+    """Raised by an approver: the call is refused, and the guest's ToolError says why (the message)."""
 
 
 def arguments_digest(arguments: dict[str, Any]) -> str:
@@ -259,7 +264,7 @@ class ToolRun:
         The wait for a decision is not tool time: the tool then gets its own timeout."""
         if self.approver is None:
             raise _Refused("refused", f"{found.name}() needs approval and this run has no one to give it "
-                                      f"(over HTTP: a session's exec with Accept: text/event-stream)", "refused")
+                                      f"(over HTTP: an exec with Accept: text/event-stream)", "refused")
         wait = self._wait_s()
         if wait <= 0:
             raise _Refused("timeout", "the run's deadline has passed", "timeout")
@@ -284,6 +289,8 @@ class ToolRun:
                                       f"the call was refused", "timeout")
         failure = future.exception()
         decision = future.result() if failure is None else False
+        if isinstance(failure, ApprovalRefused):
+            raise _Refused("refused", f"{found.name}() needs approval and it was refused: {failure}", "refused")
         if failure is not None:
             log.warning("a tool call's approver failed: the call is refused", exc_info=failure)
         if inspect.isawaitable(decision):  # a plain function returning an awaitable: not a decision

@@ -41,7 +41,7 @@ import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Annotated, Any, Literal, TypeVar, cast
 from urllib.parse import quote, unquote
 
@@ -60,8 +60,8 @@ from msgspec import Meta
 from multidict import CIMultiDict
 
 from wasm_runner import ExecResult
-from wasm_runner_client import AsyncClient
-from wasm_runner_client.calls import file_path
+from wasm_runner_client import AsyncClient, AsyncExecStream
+from wasm_runner_client.calls import AnswerTo, Call, file_path
 from wasm_runner_client.errors import ApiError as ClientApiError
 from wasm_runner_client.errors import ConflictError, NotFoundError, TransportError
 from wasm_runner_protocol.errors import ErrorCode
@@ -77,7 +77,7 @@ from wasm_runner_protocol.processes import (
     ProcessStdin,
     ProcessStdinResult,
 )
-from wasm_runner_protocol.tools import ToolList
+from wasm_runner_protocol.tools import ApprovalDecided, ApprovalDecision, ApprovalEvent, ToolCallEvent, ToolList
 from wasm_runner_protocol.wire import (
     ArtifactCreate,
     ArtifactInfo,
@@ -105,6 +105,7 @@ from wasm_runner_protocol.wire import (
 )
 from wasm_runner_server.errors import ApiError, from_validation
 from wasm_runner_server.http.policy import LOCAL, PRINCIPAL
+from wasm_runner_server.mcp.approvals import NO_ELICITATION, Ask, asker
 from wasm_runner_server.mcp.processes import (
     PreviewUrlArgs,
     ProcessOutputArgs,
@@ -308,6 +309,8 @@ class Caller:
 
     connection: str | None
     headers: Mapping[str, str] | None = None
+    ask: Ask | None = field(default=None, compare=False)
+    """Puts a call waiting for approval to the MCP client (None: it cannot be asked, the call is refused)."""
 
     @property
     def authorization(self) -> str | None:
@@ -489,7 +492,20 @@ class McpTools:
 
         async def run(session_id: str) -> Output:
             client = self.client(caller)
-            result = await client.call("POST", f"/v1/sessions/{_seg(session_id)}/exec", ExecResult, body=body)
+            # streamed, so that a call of a tool that needs approval is put to the MCP client (approvals.py)
+            answer_to = AnswerTo.session(session_id)
+
+            async def decide(event: ToolCallEvent | ApprovalEvent) -> None:
+                if not isinstance(event, ApprovalEvent):
+                    return  # no caller-side tools over MCP (refused with 422): no tool_call event comes
+                decision = (await caller.ask(event) if caller.ask is not None
+                            else ApprovalDecision(approve=False, reason=NO_ELICITATION))
+                with contextlib.suppress(NotFoundError):  # timed out, or the run ended: refused already
+                    await client.call("POST", answer_to.approval(event.approval_id), ApprovalDecided, body=decision)
+
+            call = Call("POST", f"/v1/sessions/{_seg(session_id)}/exec", body=body)
+            async with AsyncExecStream(client, call, ExecResult, decide, answer_to) as stream:
+                result = await stream.collect()
             return await self._result(client, session_id, result)
 
         return await self.in_session(caller, args.session, run)
@@ -1064,9 +1080,9 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     request = ctx.request
     headers = getattr(request, "headers", None) if request is not None else None
     if headers is None:
-        return Caller(STDIO)  # stdio: the process serves one connection
+        return Caller(STDIO, ask=asker(ctx.session, ctx.request_id))  # stdio: the process serves one connection
     session = headers.get("mcp-session-id")
-    return Caller(f"http:{session}" if session else None, headers)
+    return Caller(f"http:{session}" if session else None, headers, asker(ctx.session, ctx.request_id))
 
 
 def tool_error(code: str, message: str, hint: str | None = None) -> types.CallToolResult:

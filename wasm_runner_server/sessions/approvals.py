@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from wasm_runner.tools import ApprovalRequest
+from wasm_runner.tools import ApprovalRefused, ApprovalRequest
 from wasm_runner_protocol.tools import ApprovalEvent
 
 __all__ = ["Approvals"]
@@ -54,12 +54,16 @@ class Approvals:
 
         return ask
 
-    def decide(self, session_id: str, approval_id: str, approve: bool) -> bool:
-        """Give a waiting call its decision (on the loop); False when no call of that session waits under that id."""
+    def decide(self, session_id: str, approval_id: str, approve: bool, reason: str = "") -> bool:
+        """Give a waiting call its decision (on the loop), a refusal with its `reason` if one is given; False when
+        no call of that session waits under that id."""
         pending = self._pending.get(approval_id)
         if pending is None or pending.session != session_id or pending.future.done():
             return False
-        pending.future.set_result(approve)
+        if not approve and reason:
+            pending.future.set_exception(ApprovalRefused(reason))
+        else:
+            pending.future.set_result(approve)
         return True
 
     @property

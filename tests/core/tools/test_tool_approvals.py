@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from wasm_runner import Runner
-from wasm_runner.tools import ApprovalRequest, ToolPolicy, ToolRegistry, ToolRun, tool
+from wasm_runner.tools import ApprovalRefused, ApprovalRequest, ToolPolicy, ToolRegistry, ToolRun, tool
 
 RAN: list[int] = []
 
@@ -55,6 +55,18 @@ def test_a_refused_call_never_runs_the_tool():
     assert RAN == []
     [record] = run.close()
     assert (record.outcome, record.approval) == ("refused", "refused")
+
+
+def test_an_approver_refusing_with_a_reason_tells_the_guest_why():
+    def refuse(request: ApprovalRequest) -> bool:
+        raise ApprovalRefused("the reviewer is away")
+
+    run = ToolRun(ToolRegistry([tool(delete_issue, approval=True)]), approver=refuse)
+    answer = call(run, "delete_issue", issue_id=7)
+    assert answer["error"] == {"kind": "refused",
+                               "message": "delete_issue() needs approval and it was refused: the reviewer is away"}
+    assert RAN == []
+    assert [(c.outcome, c.approval) for c in run.close()] == [("refused", "refused")]
 
 
 def test_no_decision_by_the_calls_timeout_refuses_it():

@@ -106,8 +106,8 @@ def test_public_names():
     import wasm_runner.tools
 
     assert sorted(wasm_runner.tools.__all__) == [
-        "ApprovalRequest", "Approver", "Tool", "ToolPolicy", "ToolRegistry", "ToolRun", "as_registry", "camel_name",
-        "from_spec", "needing_approval", "python_stubs", "tool", "typescript_stubs",
+        "ApprovalRefused", "ApprovalRequest", "Approver", "Tool", "ToolPolicy", "ToolRegistry", "ToolRun",
+        "as_registry", "camel_name", "from_spec", "needing_approval", "python_stubs", "tool", "typescript_stubs",
     ]
 
 

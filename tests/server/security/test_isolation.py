@@ -41,6 +41,9 @@ NOT_SESSION_SCOPED = {
     "/v1/console/session",
     # templates: the caller's workspace's directory, chosen in the handler (test_fork_and_templates.py)
     "/v1/templates", "/v1/templates/{name}",
+    # a one-shot run's answers: waiting under its id within the caller's workspace
+    # (tests/client/test_client_one_shot_tools.py)
+    "/v1/exec/{run_id}/tool-calls/{call_id}", "/v1/exec/{run_id}/approvals/{approval_id}",
 }
 GATEWAY_PREFIX = "/e2b/"
 """The E2B gateway's routes act only by calling the routes above with the caller's key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -14,13 +15,16 @@ from msgspec import UNSET, Meta, UnsetType
 from wasm_runner import ExecRequest, ExecResult, GuestError
 from wasm_runner.cluster import ClusterUnavailableError
 from wasm_runner.cluster.connection import connect
+from wasm_runner.tools import Tool, ToolPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import Comparison, Harness, IoCase, Language
 from wasm_runner_protocol.wire import EnvMap, LimitsPatch, ProfileName, Tag
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
+from wasm_runner_server.http.routes.exec import mcp_tools, tool_audit
 from wasm_runner_server.sessions.service import SERVICE
+from wasm_runner_server.sessions.tool_sets import run_allowlist, session_tools
 
 routes = web.RouteTableDef()
 
@@ -52,6 +56,10 @@ class BatchQuery(msgspec.Struct, forbid_unknown_fields=True):
     concurrency: int | None = None
     cluster: bool | None = None
     """Run on the server's Ray cluster (the default where one is configured) or on its own workers."""
+    tools: Annotated[str, Meta(max_length=4096)] | None = None
+    """The batch's tool set (code mode): comma-separated names of the profile's tools (its MCP servers',
+    within its allowlist) that every item may call, each item's calls decided and recorded on their own.
+    Runs on this server's workers only (with a Ray cluster configured, send cluster=false)."""
 
 
 _decode_item = msgspec.json.Decoder(BatchItem).decode
@@ -94,7 +102,7 @@ async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[by
 @routes.post("/v1/batch")
 @operation(summary="Run many one-shot requests: NDJSON in, NDJSON results out in completion order",
            tag="execution", body="application/x-ndjson", query=BatchQuery, response="application/x-ndjson",
-           errors=(415, 422, 429, 503),
+           errors=(403, 415, 422, 429, 503),
            description="Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the "
                        "item's id. A line that cannot run (malformed, too long) gives a result with error.type "
                        "InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) "
@@ -103,20 +111,34 @@ async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[by
                        "connection stops the running items. Where the server has a Ray cluster, the items run "
                        "on its nodes unless the query says cluster=false (an item whose node is lost runs "
                        "again elsewhere and its result says `retried`); 503 cluster_unavailable when it "
-                       "cannot be reached.")
+                       "cannot be reached. With ?tools=a,b every item may call those tools of the profile's MCP servers "
+                       "(403 tool_not_allowed for a name outside the profile's allowlist); such a batch runs on "
+                       "this server's workers.")
 async def batch(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     try:
         query = msgspec.convert(dict(request.query), BatchQuery, strict=False)
     except msgspec.ValidationError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "query: profile=NAME&concurrency=N") from None
-    _, profile = service.execution.profile(query.profile)
+    profile_name, profile = service.execution.profile(query.profile)
     runner = service.pool.get(profile)
     settings = service.execution.config.cluster
     cluster = settings.cluster() if query.cluster is not False else None
     if query.cluster and cluster is None:
         raise ApiError(422, ErrorCode.CLUSTER_UNAVAILABLE, "this server has no Ray cluster configured",
                        "leave out ?cluster=true, or set [cluster] ray_address in the server's config")
+    tools: list[Tool] | None = None
+    tool_policy: ToolPolicy | None = None
+    if query.tools is not None:
+        if cluster is not None:
+            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a batch with tools runs on this server's workers, "
+                           "not on the Ray cluster", "send ?cluster=false with ?tools=")
+        chosen = session_tools([name.strip() for name in query.tools.split(",") if name.strip()], profile_name,
+                               profile)
+        tools = await mcp_tools(service, profile_name, profile)
+        # the batch's calls are audited under one id of its own (its items' throwaway sessions have none)
+        tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=run_allowlist(profile, chosen),
+                                 audit=tool_audit(request, f"batch-{uuid.uuid4().hex}"))
     if cluster is not None:
         concurrency = max(1, min(query.concurrency or settings.max_in_flight, settings.max_in_flight))
         try:
@@ -159,7 +181,8 @@ async def batch(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
     hold = request.app[POLICY].batch_item_hold(request)
-    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold, cluster=cluster)
+    results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold, cluster=cluster,
+                                         tools=tools, tool_policy=tool_policy)
     async with contextlib.aclosing(results):
         async for result in results:
             await response.write(_encode(result) + b"\n")

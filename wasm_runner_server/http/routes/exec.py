@@ -25,6 +25,7 @@ from wasm_runner_protocol.guest import language_for_path
 from wasm_runner_protocol.tools import (
     ApprovalDecided,
     ApprovalDecision,
+    RunStarted,
     ToolAnswer,
     ToolAnswered,
     ToolCall,
@@ -40,7 +41,7 @@ from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.routes.packages import allow_guest_installs
 from wasm_runner_server.http.streaming import respond
 from wasm_runner_server.sessions.egress import body_policy, check_shape
-from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
+from wasm_runner_server.sessions.manager import ONESHOT_PREFIX
 from wasm_runner_server.sessions.profile_tools import with_approvals
 from wasm_runner_server.sessions.service import SERVICE, Service
 from wasm_runner_server.sessions.tool_sets import run_allowlist
@@ -88,10 +89,12 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     def emit(name: str, data: bytes) -> None:
         streams[0](name, data)  # type: ignore[arg-type]  # code mode's events share the output stream
 
-    tools = configured + (caller_tools(request, service, live, profile, body.tools, emit)
+    allowed = run_allowlist(profile, live.row.tools)
+    tools = configured + (caller_tools(request, service, live.row.id, allowed, profile, body.tools, emit,
+                                       what="the session's profile and tool set", instead="or use another session")
                           if body.tools else [])
     # the rules go with this call: another call of the session may run under another profile
-    tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=run_allowlist(profile, live.row.tools),
+    tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=allowed,
                              audit=tool_audit(request, live.row.id)) if tools else None
     # approvals are asked on the stream: without one, calls needing approval are refused (ToolRun)
     approver = (service.approvals.approver(live.row.id, emit)
@@ -106,23 +109,22 @@ async def exec_in_session(request: web.Request) -> web.StreamResponse:
     return await respond(request, run)
 
 
-def caller_tools(request: web.Request, service: Service, live: LiveSession, profile: Profile,
-                 specs: list[ToolSpec], emit: Callable[[str, bytes], None]) -> list[Tool]:
-    """The run's caller-side tools, their calls sent with `emit` (the run's tool policy audits each decided
-    call); 422 when the request does not stream or a spec is not a tool's, 403 when the profile does not
-    allow one of them (its allowlist also holds in the core, for every call)."""
+def caller_tools(request: web.Request, service: Service, scope: str, allowed: frozenset[str] | None,
+                 profile: Profile, specs: list[ToolSpec], emit: Callable[[str, bytes], None], *,
+                 what: str, instead: str) -> list[Tool]:
+    """The run's caller-side tools, their calls sent with `emit` and answered under `scope` (the run's tool
+    policy audits each decided call); 422 when the request does not stream or a spec is not a tool's, 403
+    when `allowed` (`what` allows) lacks one of them (it also holds in the core, for every call)."""
     if not wants_event_stream(request):
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools need the event stream: each call arrives "
                        "as a tool_call event", "send Accept: text/event-stream (the typed client does so for tools=)")
-    allowed = run_allowlist(profile, live.row.tools)
     refused = sorted({spec.name for spec in specs} - allowed) if allowed is not None else []
     if refused:
         raise ApiError(403, ErrorCode.TOOL_NOT_ALLOWED,
-                       f"the session's profile and tool set do not allow the tools {', '.join(refused)}",
-                       f"offer only tools they allow ({', '.join(sorted(allowed or ())) or 'none'}), "
-                       "or use another session")
+                       f"{what} do not allow the tools {', '.join(refused)}",
+                       f"offer only tools they allow ({', '.join(sorted(allowed or ())) or 'none'}), {instead}")
     try:
-        tools = service.caller_tools.tools(live.row.id, specs, emit)
+        tools = service.caller_tools.tools(scope, specs, emit)
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
     return with_approvals(tools, profile)
@@ -185,7 +187,7 @@ async def decide_approval(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ApprovalDecision)
     approval_id = request.match_info["approval_id"]
-    if not service.approvals.decide(live.row.id, approval_id, body.approve):
+    if not service.approvals.decide(live.row.id, approval_id, body.approve, body.reason):
         raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
                         "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
                         "within its timeout_s")
@@ -219,9 +221,13 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, "give code, path or command, not several")
     for pattern in body.output_files:  # an invalid pattern is refused before anything runs
         Glob(pattern, what="output path")
+    if body.tools and body.command is not None:
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, "caller-side tools are for code: a command cannot call them",
+                       "give code or path with tools=, or drop tools=")
     runner = service.pool.get(profile)
     configured = await mcp_tools(service, profile_name, profile) if body.command is None else []
-    if not body.files and not body.output_files and body.path is None and not configured:  # the core's one-shot path
+    if (not body.files and not body.output_files and body.path is None and not configured
+            and not body.tools):  # the core's one-shot path
         if body.code is None and body.command is None:
             raise ApiError(422, ErrorCode.VALIDATION_ERROR, "nothing to run: give code, path or command",
                            'e.g. {"code": "print(1 + 1)"}')
@@ -250,13 +256,32 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
             limits=body.limits, fresh=True, id=body.id, path_language=path_language, typecheck=body.typecheck,
             typecheck_timeout_s=body.typecheck_timeout_s, network=one_shot_egress(body))
         service.execution.check_provider(runner, exec_request)
-        # the profile's MCP tools, audited under this run's throwaway session
-        tool_policy = ToolPolicy(allow=frozenset(profile.tools) if profile.tools is not None else None,
-                                 audit=tool_audit(request, session.id)) if configured else None
+        # the profile's MCP tools and the caller's own, audited under this run's throwaway session; the
+        # caller's answers and decisions come back under its id, from its workspace only
+        allowed = frozenset(profile.tools) if profile.tools is not None else None
+        scope = one_shot_scope(session.id, request.app[POLICY].caller_workspace(request))
+        streams: list[OutputListener] = []
+
+        def emit(name: str, data: bytes) -> None:
+            streams[0](name, data)  # type: ignore[arg-type]  # code mode's events share the output stream
+
+        tools = configured + (caller_tools(request, service, scope, allowed, profile, body.tools, emit,
+                                           what="the profile", instead="or use another profile")
+                              if body.tools else [])
+        tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=allowed,
+                                 audit=tool_audit(request, session.id)) if tools else None
+        approver = (service.approvals.approver(scope, emit)
+                    if wants_event_stream(request) and any(t.spec.approval for t in tools) else None)
+        announce = body.tools is not None or approver is not None
 
         async def run(listener, started) -> OneShotResult:
+            if listener is not None:
+                streams.append(listener)
+                if announce:  # before any call: the caller answers under this id
+                    listener("run", msgspec.json.encode(RunStarted(run_id=session.id)))
             result = await service.execution.run(session, exec_request, mode="oneshot", listener=listener,
-                                                 on_start=started, tools=configured or None, tool_policy=tool_policy)
+                                                 on_start=started, tools=tools or None, on_approval=approver,
+                                                 tool_policy=tool_policy)
             outputs, missing = await run_file_work(request_budget(service), _collect_outputs, files, body.output_files,
                                                    service.config.server.max_output_files_bytes)
             return OneShotResult(**msgspec.structs.asdict(result), output_files=outputs, missing_outputs=missing)
@@ -264,6 +289,47 @@ async def exec_one_shot(request: web.Request) -> web.StreamResponse:
         return await respond(request, run)
     finally:
         service.sessions.spawn_blocking(session.destroy)
+
+
+def one_shot_scope(run_id: str, workspace: str) -> str:
+    """Under what a one-shot run's pending calls wait: its id within the caller's workspace, so that only a
+    key of that workspace answers them."""
+    return f"{workspace}/{run_id}"
+
+
+@routes.post("/v1/exec/{run_id}/tool-calls/{call_id}")
+@operation(summary="Answer a tool call of a one-shot run (code mode, caller-side tools)",
+           tag="execution", body=ToolAnswer, response=ToolAnswered, errors=(404, 422),
+           description="The run's stream announced its id in its `run` event and the call in a tool_call event; "
+                       "the code waits for this answer until the call's timeout or the run's end (then 404 "
+                       "tool_call_not_found). Only a key of the run's workspace answers it.")
+async def answer_one_shot_tool_call(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_json(request, ToolAnswer)
+    scope = one_shot_scope(request.match_info["run_id"], request.app[POLICY].caller_workspace(request))
+    call_id = request.match_info["call_id"]
+    if not service.caller_tools.answer(scope, call_id, body):
+        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
+                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
+    return json_response(ToolAnswered())
+
+
+@routes.post("/v1/exec/{run_id}/approvals/{approval_id}")
+@operation(summary="Approve or refuse a tool call of a one-shot run (code mode)",
+           tag="execution", body=ApprovalDecision, response=ApprovalDecided, errors=(404, 422),
+           description="The run's stream announced its id in its `run` event and the call in an approval_required "
+                       "event; it waits for this decision until the call's timeout or the run's end (then 404 "
+                       "approval_not_found, and the call is refused). Only a key of the run's workspace decides.")
+async def decide_one_shot_approval(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_json(request, ApprovalDecision)
+    scope = one_shot_scope(request.match_info["run_id"], request.app[POLICY].caller_workspace(request))
+    approval_id = request.match_info["approval_id"]
+    if not service.approvals.decide(scope, approval_id, body.approve, body.reason):
+        raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
+                        "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
+                        "within its timeout_s")
+    return json_response(ApprovalDecided())
 
 
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
