@@ -37,6 +37,7 @@ from wasm_runner.guest import Mount
 from wasm_runner.providers.base import Job
 from wasm_runner.providers.wasm import guest_tools
 from wasm_runner.providers.wasm.guest_installs import refusal
+from wasm_runner.tools.calls import ANSWER_MARGIN_S
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
@@ -263,7 +264,7 @@ class KernelHost:
                 ask = self.asks[number] = Ask(seq)
             try:
                 self.send(Answer(seq, install=request, ask=number))
-                if not ask.done.wait(max(deadline - time.monotonic(), 0.0)):
+                if not ask.done.wait(max(deadline - time.monotonic() - ANSWER_MARGIN_S, 0.0)):
                     return refusal("timeout", "the install did not finish before this call's deadline "
                                            "(it may still complete: the session's later calls would see it)",
                                            "give the call a longer timeout_s, or " + API_HINT)

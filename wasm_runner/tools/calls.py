@@ -27,14 +27,17 @@ from typing import Any
 
 import msgspec
 
+from wasm_runner.errors import WasmRunnerError
 from wasm_runner.tools.registry import Tool, ToolRegistry
 from wasm_runner_protocol.tools import ApprovalState, ToolCall, ToolOutcome
 
 __all__ = ["ApprovalRefused", "ApprovalRequest", "Approver", "ToolPolicy", "ToolRun", "refusal"]
 
 log = logging.getLogger("wasm_runner")
-ANSWER_MARGIN_S = 0.05
-"""A tool call's wait bounded by the run's deadline ends this long before it."""
+ANSWER_MARGIN_S = 0.2
+"""A tool call's wait bounded by the run's deadline ends this long before it, so that the guest gets
+the timeout as a ToolError it can handle before its own stop (on a loaded machine a thread's wake-up
+alone took more than 50 ms)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ loop; a plain one on a thread of the run's (it may block, e.g. to ask a person).
 `ApprovalRefused` refuses the call with a reason the guest is told."""
 
 
-class ApprovalRefused(Exception):
+class ApprovalRefused(WasmRunnerError):
     """Raised by an approver: the call is refused, and the guest's ToolError says why (the message)."""
 
 

@@ -44,6 +44,11 @@ def question(event: ApprovalEvent) -> str:
             f"arguments {shown}. Approve this call? (It is refused without an answer within {event.timeout_s:g} s.)")
 
 
+ASK_GRACE_S = 1.0
+"""How much longer than the call's timeout the question to the client stays open: on a loaded machine
+two waits of the same length end in either order, and the call's outcome must be the host's."""
+
+
 def asker(session: ServerSession, request_id: types.RequestId | None) -> Ask | None:
     """How to ask the client of `session` (the call of `request_id` waits); None when it cannot be asked."""
     if not session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability())):
@@ -51,7 +56,8 @@ def asker(session: ServerSession, request_id: types.RequestId | None) -> Ask | N
 
     async def ask(event: ApprovalEvent) -> ApprovalDecision:
         try:
-            with anyio.fail_after(max(event.timeout_s, 0.001)):
+            # the host's own wait decides a call nobody answered (`timeout`); this one ends after it
+            with anyio.fail_after(max(event.timeout_s, 0.001) + ASK_GRACE_S):
                 answer = await session.elicit_form(question(event), APPROVAL_FORM, related_request_id=request_id)
         except TimeoutError:
             return ApprovalDecision(approve=False, reason=f"the MCP client gave no answer within {event.timeout_s:g} s")
