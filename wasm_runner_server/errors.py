@@ -72,6 +72,13 @@ def session_not_found(session_id: str, hint: str = "create one with POST /v1/ses
     return not_found(ErrorCode.SESSION_NOT_FOUND, session_id, hint)
 
 
+def on_other_node(session_id: str, node: str) -> ApiError:
+    """What a node answers for a session whose files and kernels another node of the cluster holds
+    (421 Misdirected Request: the request is fine, this node is not the one to serve it)."""
+    return ApiError(421, ErrorCode.SESSION_ON_OTHER_NODE, f"session {session_id!r} lives on node {node!r}",
+                    f"send its calls to node {node!r}; this node can list it, not run it")
+
+
 def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERLOADED,
                hint: str = "retry after the number of seconds in Retry-After") -> ApiError:
     return ApiError(429, code, message, hint, {"Retry-After": str(retry_after)})

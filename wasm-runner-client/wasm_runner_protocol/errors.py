@@ -68,6 +68,7 @@ class ErrorCode(StrEnum):
     # -- sessions and profiles ---------------------------------------------------------------
     SESSION_NOT_FOUND = "session_not_found"
     SESSION_EXISTS = "session_exists"
+    SESSION_ON_OTHER_NODE = "session_on_other_node"
     INVALID_SESSION_ID = "invalid_session_id"
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"

@@ -13,6 +13,7 @@ from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.http.disk_quota import WorkspaceDisk
 from wasm_runner_server.http.policy import Principal, WorkspaceQuota
+from wasm_runner_server.metadata import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
 from wasm_runner_server.security.console_sessions import ConsoleSessions
@@ -48,9 +49,9 @@ class Security:
     def open(cls, config: ServiceConfig, service: Service) -> Security:
         settings = config.auth
         data_dir = config.server.data_dir
-        tenants = TenantStore.in_data_dir(data_dir)
-        audit = AuditLog.in_data_dir(data_dir, code_bytes=settings.audit_code_bytes,
-                                     output_bytes=settings.audit_output_bytes)
+        tenants = stores.tenant_store(config, data_dir)
+        audit = stores.audit_log(config, data_dir, code_bytes=settings.audit_code_bytes,
+                                 output_bytes=settings.audit_output_bytes)
         signer = Signer(load_secrets(settings.presign_secrets, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         if settings.enabled:
