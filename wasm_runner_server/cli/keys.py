@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from wasm_runner_server.metadata import stores
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditFilter, AuditLog
 from wasm_runner_server.security.tenants import TenantStore
 

@@ -32,7 +32,8 @@ class Postgres:
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.url = settings.url
-        self._users = 0
+        self.users = 0
+        """The stores using this pool in this process (`acquire`, `release`)."""
         self.pool = ConnectionPool(settings.url, min_size=1, max_size=settings.pool_size, open=False,
                                    kwargs={"autocommit": True, "application_name": "wasm-runner"},
                                    name="wasm-runner-metadata")
@@ -84,14 +85,14 @@ def acquire(settings: StoreSettings) -> Postgres:
         db = _pools.get(settings.url)
         if db is None:
             db = _pools[settings.url] = Postgres(settings)
-        db._users += 1
+        db.users += 1
         return db
 
 
 def release(db: Postgres) -> None:
     """One user done with the pool; the last one closes it."""
     with _lock:
-        db._users -= 1
-        if db._users <= 0:
+        db.users -= 1
+        if db.users <= 0:
             _pools.pop(db.url, None)
             db.pool.close()

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -83,7 +84,7 @@ class StoreSettings(ConfigModel):
             file.write(name + "\n")
         return name
 
-    def with_environment(self, environ: dict[str, str] | os._Environ[str] = os.environ) -> StoreSettings:
+    def with_environment(self, environ: Mapping[str, str] = os.environ) -> StoreSettings:
         """These settings with `WASM_RUNNER_STORE_URL` applied."""
         url = environ.get(URL_VARIABLE)
         if not url:

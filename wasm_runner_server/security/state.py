@@ -13,7 +13,7 @@ from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.http.disk_quota import WorkspaceDisk
 from wasm_runner_server.http.policy import Principal, WorkspaceQuota
-from wasm_runner_server.metadata import stores
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
 from wasm_runner_server.security.console_sessions import ConsoleSessions

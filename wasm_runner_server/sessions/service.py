@@ -14,7 +14,6 @@ from wasm_runner import ExecRequest, Mount
 from wasm_runner.workspace.quota import DiskLedger
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.data_dir import private_directory
-from wasm_runner_server.metadata import stores
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.approvals import Approvals
 from wasm_runner_server.sessions.backpressure import ExecutionGate
@@ -22,6 +21,7 @@ from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
+from wasm_runner_server.sessions.open_store import session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
@@ -75,7 +75,7 @@ class Service:
         gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s, share_of,
                              share_queue_size=settings.workspace_queue_size)
         execution = Execution(config, gate, metrics, observers)
-        store = stores.session_store(config)
+        store = session_store(config)
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
                           config.workers, config.egress.settings())
         ledger = DiskLedger()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,10 +16,13 @@ import pytest
 
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_server.config import ServiceConfig
-from wasm_runner_server.metadata import migrations, stores
+from wasm_runner_server.metadata import migrations
+from wasm_runner_server.metadata import postgres as postgres_module
 from wasm_runner_server.metadata.postgres import Postgres
 from wasm_runner_server.metadata.settings import StoreSettings, redact
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditFilter
+from wasm_runner_server.sessions.open_store import session_store, store_settings
 from wasm_runner_server.sessions.store import SessionRow
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,7 +44,7 @@ def _row(session_id: str, created_at: float) -> SessionRow:
 
 
 def test_sessions_contract(config):
-    store = stores.session_store(config)
+    store = session_store(config)
     try:
         assert store.insert(_row("a", 100.0))
         assert store.insert(_row("b", 101.0))
@@ -126,7 +130,7 @@ DYING_NODE = textwrap.dedent("""
     import wasm_runner_server.security.audit as audit
     audit.BATCH_S = 3600  # the writer lets rows gather: killed, this node has committed none
     from wasm_runner_server.config import ServiceConfig
-    from wasm_runner_server.metadata import stores
+    from wasm_runner_server.security import stores
     config = ServiceConfig.model_validate(json.loads(sys.argv[1]))
     log = stores.audit_log(config, config.server.data_dir)
     ids = [log.record_file_change(workspace="team", key_id="k", session="s", ephemeral=False, mode="put",
@@ -139,7 +143,6 @@ DYING_NODE = textwrap.dedent("""
 def test_rows_a_killed_node_acknowledged_reach_postgres_through_another_node(postgres_url, tmp_path):
     dead_dir = tmp_path / "node-a"
     settings = {"server": {"data_dir": str(dead_dir)}, "store": {"url": postgres_url, "node": "node-a"}}
-    import json
 
     done = subprocess.run([sys.executable, "-c", DYING_NODE, json.dumps(settings)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
@@ -186,38 +189,28 @@ def test_two_nodes_give_distinct_audit_ids(postgres_url, tmp_path):
             log.close()
 
 
-def test_migrations_apply_once_when_nodes_start_together(postgres_url):
+def test_migrations_apply_once_when_nodes_start_together(postgres_url, monkeypatch):
     settings = StoreSettings(url=postgres_url)
     opened: list[Postgres] = []
     applied: list[int] = []
     barrier = threading.Barrier(4)
 
-    def start() -> None:
-        barrier.wait()
-        db = Postgres(settings)
-        opened.append(db)
+    def counting(conn) -> int:
+        applied.append(migrations.migrate(conn))
+        return applied[-1]
 
-    real = migrations.migrate
+    def start() -> None:
+        barrier.wait()  # four nodes' pools open at once
+        opened.append(Postgres(settings))
+
+    monkeypatch.setattr(postgres_module, "migrate", counting)
     threads = [threading.Thread(target=start) for _ in range(4)]
     try:
-        migrations_migrate = real
-
-        def counting(conn):
-            n = migrations_migrate(conn)
-            applied.append(n)
-            return n
-
-        import wasm_runner_server.metadata.postgres as pg
-
-        pg.migrate = counting
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
     finally:
-        import wasm_runner_server.metadata.postgres as pg
-
-        pg.migrate = real
         for db in opened:
             db.pool.close()
     assert len(opened) == 4
@@ -236,8 +229,7 @@ def test_a_newer_schema_is_refused(postgres_url):
 
 
 def test_the_url_password_is_never_shown(postgres, caplog):
-    url = postgres.url("postgres").replace("127.0.0.1", "127.0.0.1", 1)
-    settings = StoreSettings(url=url)
+    settings = StoreSettings(url=postgres.url("postgres"))
     assert postgres.password not in settings.redacted and "***" in settings.redacted
     assert redact("postgresql://u:p%40ss@h/db?password=zz") == "postgresql://u:***@h/db?password=***"
     wrong = StoreSettings(url=f"postgresql://wasm:{postgres.password}@127.0.0.1:1/postgres", connect_timeout_s=1)
@@ -249,7 +241,7 @@ def test_the_url_password_is_never_shown(postgres, caplog):
 
 def test_the_store_url_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("WASM_RUNNER_STORE_URL", "postgresql://u:p@db.internal:5432/x")
-    assert stores.settings_of(_config(tmp_path, "sqlite")).url == "postgresql://u:p@db.internal:5432/x"
+    assert store_settings(_config(tmp_path, "sqlite")).url == "postgresql://u:p@db.internal:5432/x"
     with pytest.raises(ValueError, match="store.url"):
         StoreSettings(url="mysql://x@y/z")
 

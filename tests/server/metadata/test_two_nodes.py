@@ -12,7 +12,8 @@ import psycopg
 from service_process import serving
 
 from wasm_runner_server.config import ServiceConfig
-from wasm_runner_server.metadata import migrations, stores
+from wasm_runner_server.metadata import migrations
+from wasm_runner_server.security import stores
 
 
 def _node(tmp_path: Path, url: str, name: str) -> tuple[Path, Path]:
