@@ -100,6 +100,15 @@ STEPS: tuple[str, ...] = (
     CREATE TRIGGER audit_append_only BEFORE UPDATE ON audit
         FOR EACH ROW EXECUTE FUNCTION audit_append_only();
     """,
+    # 2: the API keys' request rate, one token bucket per key for the whole cluster
+    """
+    CREATE TABLE rate_buckets (
+        key TEXT PRIMARY KEY,
+        tokens DOUBLE PRECISION NOT NULL,
+        at DOUBLE PRECISION NOT NULL,     -- Unix time of the last take
+        granted BOOLEAN NOT NULL          -- whether the last take was allowed
+    );
+    """,
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,7 +58,7 @@ class Postgres:
         with self.pool.connection() as conn:
             return conn.execute(sql, args).fetchall()
 
-    def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple | None:
+    def fetchone(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> tuple | None:
         with self.pool.connection() as conn:
             return conn.execute(sql, args).fetchone()
 

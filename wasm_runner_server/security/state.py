@@ -19,7 +19,6 @@ from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, L
 from wasm_runner_server.security.console_sessions import ConsoleSessions
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
-from wasm_runner_server.security.ratelimit import RateLimiter
 from wasm_runner_server.security.settings import AuthSettings
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.service import Service
@@ -55,8 +54,8 @@ class Security:
         signer = Signer(load_secrets(settings.presign_secrets, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         if settings.enabled:
-            authenticator: Authenticator = ApiKeys(tenants, RateLimiter(settings.rate_per_s, settings.burst),
-                                                   settings.rate_per_s)
+            authenticator: Authenticator = ApiKeys(tenants, stores.rate_limiter(config, settings.rate_per_s,
+                                                                                settings.burst), settings.rate_per_s)
             quotas: Quotas = Enforced(settings.quotas, disk, tenants)
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
@@ -65,6 +64,8 @@ class Security:
                    ConsoleSessions(settings.console_session_s))
 
     def close(self) -> None:
+        if isinstance(self.authenticator, ApiKeys):
+            self.authenticator.limiter.close()
         self.tenants.close()
         self.audit.close()
         self.artifacts.close()

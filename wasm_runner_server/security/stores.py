@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.open_store import store_settings
 
@@ -39,3 +40,15 @@ def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = T
     except BaseException:
         postgres.release(db)
         raise
+
+
+def rate_limiter(config: ServiceConfig | None, rate: float, burst: float) -> Limiter:
+    """The API keys' token buckets: this process's, or the cluster's in the shared database (held by the
+    limiter for the process's life: the service opens one)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return RateLimiter(rate, burst)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.security.ratelimit_pg import SharedRateLimiter
+
+    return SharedRateLimiter(postgres.acquire(settings), rate, burst)
