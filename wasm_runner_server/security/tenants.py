@@ -115,6 +115,9 @@ class TenantStore:
         self._db = sql
         self._touched: dict[str, float] = {}
         self._owners: dict[str, Owner] = {}
+        self._cache_owners = self.path is not None
+        """Only where this process alone gives sessions owners: in a shared database another node may
+        release a session and give its id to another workspace."""
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> TenantStore:
@@ -219,7 +222,9 @@ class TenantStore:
                            "WHERE session_id = ?", (session_id,))
         if row is None:
             return None
-        owner = self._owners[session_id] = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        owner = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        if self._cache_owners:
+            self._owners[session_id] = owner
         return owner
 
     def sessions_of(self, workspace: str) -> list[str]:

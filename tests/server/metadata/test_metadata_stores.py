@@ -251,3 +251,40 @@ def test_a_node_keeps_its_name(tmp_path):
     name = settings.node_name(tmp_path)
     assert settings.node_name(tmp_path) == name
     assert StoreSettings(node="node-b").node_name(tmp_path) == "node-b"
+
+
+def test_a_session_ids_owner_is_read_fresh_on_every_node(postgres_url, tmp_path):
+    node_a = stores.tenant_store(_config(tmp_path / "a", postgres_url, "a"), tmp_path / "a")
+    node_b = stores.tenant_store(_config(tmp_path / "b", postgres_url, "b"), tmp_path / "b")
+    try:
+        node_a.claim("x", "first", "k1", "member", ephemeral=False)
+        seen = node_b.owner("x")
+        assert seen is not None and seen.workspace == "first"
+        node_a.release("x")  # deleted through node A, its id then taken by another workspace
+        node_a.claim("x", "second", "k2", "member", ephemeral=False)
+        seen = node_b.owner("x")
+        assert seen is not None and seen.workspace == "second"
+    finally:
+        node_a.close()
+        node_b.close()
+
+
+def test_audit_replay_command(postgres_url, tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from wasm_runner_server.cli.commands import add_audit_command
+
+    dead = tmp_path / "dead"
+    settings = {"server": {"data_dir": str(dead)}, "store": {"url": postgres_url, "node": "dead"}}
+    done = subprocess.run([sys.executable, "-c", DYING_NODE, json.dumps(settings)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    monkeypatch.setenv("WASM_RUNNER_STORE_URL", postgres_url)
+    parser = argparse.ArgumentParser()
+    add_audit_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["audit", "replay", str(dead / "audit.journal"), "--data-dir", str(tmp_path / "here")])
+    assert args.handler(args) == 0
+    assert "replayed 3 audit rows" in capsys.readouterr().err
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM audit").fetchone() == (3,)
+    assert postgres_url.split("@")[0].split(":")[-1] not in capsys.readouterr().err  # no password shown
