@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from yarl import URL
 
 from wasm_runner.profiles import ConfigModel
@@ -28,8 +28,34 @@ NODE_FILE = "node-name"
 NODE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
+INVALID = "invalid: "
+"""A URL refused, its password already removed: pydantic quotes a refused value in its error."""
+
+
+def _valid(value: str) -> bool:
+    if value == "sqlite":
+        return True
+    try:
+        url = URL(value)
+    except ValueError:
+        return False
+    return url.scheme in ("postgresql", "postgres") and bool(url.host or url.query.get("host"))
+
+
+def _redacted_if_refused(value: object) -> object:
+    if isinstance(value, str) and not _valid(value):
+        return INVALID + redact(value)  # what the error below quotes
+    return value
+
+
+def _a_database(value: str) -> str:
+    if value.startswith(INVALID):
+        raise ValueError('store.url must be "sqlite" or a postgresql://USER:PASSWORD@HOST:PORT/DB URL')
+    return value
+
+
 class StoreSettings(ConfigModel):
-    url: str = "sqlite"
+    url: Annotated[str, AfterValidator(_a_database), BeforeValidator(_redacted_if_refused)] = "sqlite"
     """"sqlite": SQLite files in the data directory (one machine); "postgresql://USER:PASSWORD@HOST:PORT/DB"
     (or a libpq key/value string is not accepted: use the URL form): one database shared by every node."""
     node: str | None = None
@@ -39,16 +65,6 @@ class StoreSettings(ConfigModel):
     """PostgreSQL connections this node holds at most."""
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     """How long start-up waits for the database before it fails."""
-
-    @field_validator("url")
-    @classmethod
-    def _a_database(cls, value: str) -> str:
-        if value == "sqlite":
-            return value
-        url = URL(value)
-        if url.scheme not in ("postgresql", "postgres") or not (url.host or url.query.get("host")):
-            raise ValueError('store.url must be "sqlite" or a postgresql://USER:PASSWORD@HOST:PORT/DB URL')
-        return value
 
     @field_validator("node")
     @classmethod
@@ -96,7 +112,10 @@ def redact(url: str) -> str:
     """`url` with any password replaced by ***."""
     if url == "sqlite":
         return url
-    parsed = URL(url)
+    try:
+        parsed = URL(url)
+    except ValueError:
+        return "***"
     if parsed.password is not None:
         parsed = parsed.with_password("***")
     if "password" in parsed.query:
