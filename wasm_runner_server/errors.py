@@ -35,6 +35,7 @@ from wasm_runner.workspace.file_errors import (
 )
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse
+from wasm_runner_server.metadata.sql import UNREACHABLE
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -191,6 +192,11 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return response
     except (ConnectionResetError, BrokenPipeError):
         raise
+    except UNREACHABLE:  # a cluster's metadata database is down or out of connections: worth a retry
+        log.exception("metadata database unreachable", extra={"event": "metadata_unavailable",
+                                                              "path": request.path})
+        return ApiError(503, ErrorCode.METADATA_UNAVAILABLE, "the metadata database cannot be reached",
+                        "retry after the number of seconds in Retry-After", {"Retry-After": "1"}).response()
     except Exception:
         log.exception("unhandled error", extra={"event": "internal_error", "path": request.path})
         return ApiError(500, ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",

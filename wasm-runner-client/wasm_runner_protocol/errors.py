@@ -91,6 +91,7 @@ class ErrorCode(StrEnum):
     TOOL_NOT_ALLOWED = "tool_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CLUSTER_UNAVAILABLE = "cluster_unavailable"
+    METADATA_UNAVAILABLE = "metadata_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
     FILE_ERROR = "file_error"
     INVALID_PATH = "invalid_path"

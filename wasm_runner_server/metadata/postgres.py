@@ -36,7 +36,7 @@ class Postgres:
         """The stores using this pool in this process (`acquire`, `release`)."""
         self.pool = ConnectionPool(settings.url, min_size=1, max_size=settings.pool_size, open=False,
                                    kwargs={"autocommit": True, "application_name": "wasm-runner"},
-                                   name="wasm-runner-metadata")
+                                   name="wasm-runner-metadata", timeout=settings.connect_timeout_s)
         try:
             self.pool.open(wait=True, timeout=settings.connect_timeout_s)
         except Exception as exc:

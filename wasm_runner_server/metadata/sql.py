@@ -26,6 +26,18 @@ ERRORS = _errors()
 """What a failed statement raises, on either database."""
 
 
+def _unreachable() -> tuple[type[Exception], ...]:
+    try:
+        import psycopg
+    except ImportError:
+        return ()
+    return (psycopg.OperationalError,)  # (the pool's timeout is one too)
+
+
+UNREACHABLE = _unreachable()
+"""What a statement raises when the shared database cannot be reached (down, restarting, too busy)."""
+
+
 class Sql(Protocol):
     def run(self, sql: str, args: Sequence[Any] = ()) -> int:
         """Run one statement; the rows it changed."""

@@ -57,6 +57,7 @@ from wasm_runner_server.http.policy import (
     Principal,
     WorkspaceQuota,
 )
+from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared
@@ -357,7 +358,10 @@ class SecurityPolicy(AccessPolicy):
         yield
         pruner.cancel()
         artifact_pruner.cancel()
-        await self._drop_ephemeral(app)
+        try:
+            await self._drop_ephemeral(app)
+        except UNREACHABLE:  # a cluster's database is down: its node's ephemeral sessions are dropped at next start
+            log.exception("ephemeral sessions not dropped", extra={"event": "metadata_unavailable"})
         await service.processes.close()  # their exit rows are written before the audit log closes
         security.close()
 
