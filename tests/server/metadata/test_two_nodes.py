@@ -93,6 +93,17 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                 nodes = conn.execute("SELECT node, mode FROM audit WHERE kind = 'exec' ORDER BY node").fetchall()
             assert nodes == [("node-a", "session"), ("node-b", "oneshot")]
 
+            # a node that starts (and stops) leaves another node's ephemeral sessions alone
+            ephemeral = await http.post(f"{url_a}/v1/sessions", json={"ephemeral": True}, headers=auth(team))
+            assert ephemeral.status_code == 201, ephemeral.text
+            dir_c, config_c = _node(tmp_path, postgres_url, "node-c")
+            async with serving(dir_c, config=config_c) as (_, url_c):
+                listed = (await http.get(f"{url_c}/v1/sessions", headers=auth(team))).json()["sessions"]
+                assert {s["id"] for s in listed} == {session, ephemeral.json()["id"]}
+            kept = await http.post(f"{url_a}/v1/sessions/{ephemeral.json()['id']}/exec", json={"code": "print(2)"},
+                                   headers=auth(team))
+            assert kept.status_code == 200, kept.text
+
             # revoked through node B, refused at once on node A
             prefix = team.split("_")[1]
             revoked = await http.delete(f"{url_b}/v1/admin/keys/wr_{prefix}", headers=auth(admin))
