@@ -289,3 +289,21 @@ def test_audit_replay_command(postgres_url, tmp_path, monkeypatch, capsys):
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit").fetchone() == (3,)
     assert postgres_url.split("@")[0].split(":")[-1] not in capsys.readouterr().err  # no password shown
+
+
+def test_each_node_restores_its_own_sessions_and_lists_all(postgres_url, tmp_path):
+    node_a = session_store(_config(tmp_path / "a", postgres_url, "node-a"))
+    node_b = session_store(_config(tmp_path / "b", postgres_url, "node-b"))
+    try:
+        for i, store in enumerate((node_a, node_b, node_a)):
+            assert store.insert(_row(f"s{i}", 100.0 + i))
+        assert not node_b.insert(_row("s0", 200.0))  # an id is the cluster's
+        assert [r.id for r in node_a.all()] == ["s0", "s2"] and [r.id for r in node_b.all()] == ["s1"]
+        assert node_b.page(None, 10) == ["s0", "s1", "s2"]
+        assert [(r.id, r.node) for r in node_b.elsewhere(["s0", "s1", "s2", "gone"])] == [("s0", "node-a"),
+                                                                                          ("s2", "node-a")]
+        node_b.delete("s0")  # not its session: node A's row stays
+        assert [r.id for r in node_a.all()] == ["s0", "s2"]
+    finally:
+        node_a.close()
+        node_b.close()
