@@ -19,6 +19,8 @@ A config file (TOML or JSON) may set any of:
     kernel_workers = 2
     [egress]                      # see EgressSection: how the host reaches what profiles allow
     max_bytes = 268435456
+    [store]                       # see wasm_runner_server/metadata/settings.py: where the metadata lives
+    url = "postgresql://wasm:secret@db:5432/wasm_runner"   # default "sqlite"; or WASM_RUNNER_STORE_URL
     [cluster]                     # see ClusterSettings: a Ray cluster for batches
     ray_address = "10.0.0.5:6379"
     [previews]                    # see PreviewSettings: the origin previews are served on
@@ -53,6 +55,7 @@ from wasm_runner_protocol.execution import MiB
 from wasm_runner_server.artifacts.settings import ArtifactSettings, HistorySettings
 from wasm_runner_server.e2b.settings import E2bSettings
 from wasm_runner_server.mcp.settings import McpSettings
+from wasm_runner_server.metadata.settings import StoreSettings
 from wasm_runner_server.security.settings import AuthSettings
 
 
@@ -280,6 +283,8 @@ class ServiceConfig(ProfilesConfig):
     """Background processes, terminals and preview ports."""
     cluster: ClusterSettings = ClusterSettings()
     """A Ray cluster for batches."""
+    store: StoreSettings = StoreSettings()
+    """Where the metadata lives: SQLite in the data directory, or a PostgreSQL database shared by nodes."""
     previews: PreviewSettings = PreviewSettings()
     """The origin previews are served on (a listener of their own, or a preview domain)."""
     e2b: E2bSettings = E2bSettings()

@@ -35,6 +35,7 @@ from wasm_runner.workspace.file_errors import (
 )
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import ErrorDetail, ErrorResponse
+from wasm_runner_server.metadata.sql import UNREACHABLE
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -70,6 +71,13 @@ def not_found(code: ErrorCode, name: str, hint: str | None = None) -> ApiError:
 def session_not_found(session_id: str, hint: str = "create one with POST /v1/sessions") -> ApiError:
     """What a session that does not exist answers; a session the caller may not see answers exactly this."""
     return not_found(ErrorCode.SESSION_NOT_FOUND, session_id, hint)
+
+
+def on_other_node(session_id: str, node: str) -> ApiError:
+    """What a node answers for a session whose files and kernels another node of the cluster holds
+    (421 Misdirected Request: the request is fine, this node is not the one to serve it)."""
+    return ApiError(421, ErrorCode.SESSION_ON_OTHER_NODE, f"session {session_id!r} lives on node {node!r}",
+                    f"send its calls to node {node!r}; this node can list it, not run it")
 
 
 def overloaded(retry_after: int, message: str, code: ErrorCode = ErrorCode.OVERLOADED,
@@ -184,6 +192,11 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         return response
     except (ConnectionResetError, BrokenPipeError):
         raise
+    except UNREACHABLE:  # a cluster's metadata database is down or out of connections: worth a retry
+        log.exception("metadata database unreachable", extra={"event": "metadata_unavailable",
+                                                              "path": request.path})
+        return ApiError(503, ErrorCode.METADATA_UNAVAILABLE, "the metadata database cannot be reached",
+                        "retry after the number of seconds in Retry-After", {"Retry-After": "1"}).response()
     except Exception:
         log.exception("unhandled error", extra={"event": "internal_error", "path": request.path})
         return ApiError(500, ErrorCode.INTERNAL_ERROR, "the server failed to handle this request",

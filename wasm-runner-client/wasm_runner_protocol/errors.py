@@ -68,6 +68,7 @@ class ErrorCode(StrEnum):
     # -- sessions and profiles ---------------------------------------------------------------
     SESSION_NOT_FOUND = "session_not_found"
     SESSION_EXISTS = "session_exists"
+    SESSION_ON_OTHER_NODE = "session_on_other_node"
     INVALID_SESSION_ID = "invalid_session_id"
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"
@@ -90,6 +91,7 @@ class ErrorCode(StrEnum):
     TOOL_NOT_ALLOWED = "tool_not_allowed"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CLUSTER_UNAVAILABLE = "cluster_unavailable"
+    METADATA_UNAVAILABLE = "metadata_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
     FILE_ERROR = "file_error"
     INVALID_PATH = "invalid_path"

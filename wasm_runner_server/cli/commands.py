@@ -116,4 +116,11 @@ def add_audit_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     prune.add_argument("--days", type=float, help="retention in days (default: auth.audit_retention_days)")
     _data_options(prune)
     prune.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "prune_audit"))
+    replay = commands.add_parser("replay", help="commit the rows of a node's audit journal (a node that died)",
+                                 description="Commit the rows a node journaled but had not committed when it died "
+                                             "(its data directory's audit.journal) to the audit log; rows already "
+                                             "there are skipped. Refused while a running node owns the journal.")
+    replay.add_argument("journal", help="the journal file (DATA_DIR/audit.journal of that node)")
+    _data_options(replay)
+    replay.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "replay_audit"))
     return parser

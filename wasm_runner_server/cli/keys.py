@@ -21,6 +21,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditFilter, AuditLog
 from wasm_runner_server.security.tenants import TenantStore
 
@@ -36,12 +37,27 @@ def _data_dir(args: argparse.Namespace) -> Path:
     return load_config(config).server.data_dir
 
 
+def _config(args: argparse.Namespace):
+    from wasm_runner_server.config import load_config
+
+    return load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG") or None)
+
+
+def _tenants(args: argparse.Namespace) -> TenantStore:
+    """The tenant store the service with this configuration uses ([store], WASM_RUNNER_STORE_URL)."""
+    return stores.tenant_store(_config(args), _data_dir(args))
+
+
+def _audit(args: argparse.Namespace, *, journal: bool = True) -> AuditLog:
+    return stores.audit_log(_config(args), _data_dir(args), journal=journal)
+
+
 def _when(value: float | None) -> str:
     return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
 def create_key(args: argparse.Namespace) -> int:
-    store = TenantStore.in_data_dir(_data_dir(args))
+    store = _tenants(args)
     try:
         key, record = store.create_key(args.workspace, args.name, args.kind)
     except ValueError as exc:
@@ -57,7 +73,7 @@ def create_key(args: argparse.Namespace) -> int:
 
 
 def list_keys(args: argparse.Namespace) -> int:
-    store = TenantStore.in_data_dir(_data_dir(args))
+    store = _tenants(args)
     try:
         records = store.keys(args.workspace)
     finally:
@@ -77,7 +93,7 @@ def list_keys(args: argparse.Namespace) -> int:
 
 
 def revoke_key(args: argparse.Namespace) -> int:
-    store = TenantStore.in_data_dir(_data_dir(args))
+    store = _tenants(args)
     try:
         record = store.revoke(args.prefix)
     finally:
@@ -90,7 +106,7 @@ def revoke_key(args: argparse.Namespace) -> int:
 
 
 def export_audit(args: argparse.Namespace) -> int:
-    log = AuditLog.in_data_dir(_data_dir(args))
+    log = _audit(args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     count = 0
     try:
@@ -112,10 +128,25 @@ def prune_audit(args: argparse.Namespace) -> int:
         from wasm_runner_server.config import load_config
 
         days = load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG")).auth.audit_retention_days
-    log = AuditLog.in_data_dir(_data_dir(args))
+    log = _audit(args)
     try:
         removed = log.prune(days)
     finally:
         log.close()
     print(f"pruned {removed} audit rows older than {days} days", file=sys.stderr)
+    return 0
+
+
+def replay_audit(args: argparse.Namespace) -> int:
+    """Drain a node's audit journal (one that died before its rows were committed) into the audit log."""
+    log = _audit(args, journal=False)
+    try:
+        added = log.replay_journal(Path(args.journal))
+    finally:
+        log.close()
+    if added is None:
+        print(f"wasm-runner audit replay: a running process owns {args.journal}; it commits its rows itself",
+              file=sys.stderr)
+        return 1
+    print(f"replayed {added} audit rows from {args.journal}", file=sys.stderr)
     return 0

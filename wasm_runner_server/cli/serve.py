@@ -47,6 +47,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
         if value is not None:
             changes[name] = value
     config = config.with_server(**changes)
+    config = config.model_copy(update={"store": config.store.with_environment(environ)})  # WASM_RUNNER_STORE_URL
     if getattr(args, "no_auth", False):  # auth is on unless explicitly turned off
         config = config.model_copy(update={"auth": config.auth.model_copy(update={"enabled": False})})
     return config

@@ -17,14 +17,21 @@ service) can read and prune it, not record rows (their ids would be the owner's 
 Code and output are stored capped, with the code's SHA-256 and full sizes. For an
 ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
 code, output or paths.
+
+In a cluster the table is in the PostgreSQL database the nodes share (`in_postgres`): each node keeps
+its own journal in its data directory and gives ids from blocks it takes from a sequence (one database
+round trip per `ID_BLOCK` rows), so ids are unique across nodes, and increasing per node though not in
+time order across nodes. The journal of a node that died is replayed into the table when that node
+starts again, or by any other process that opens it (`replay_journal`, `wasm-runner audit replay`):
+rows whose id is in the table already are skipped, so a row is there once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +41,7 @@ from pathlib import Path
 import msgspec
 
 from wasm_runner_server.journal import Journal
+from wasm_runner_server.metadata.sql import ERRORS, Sql, SqliteSql
 from wasm_runner_server.wal import Checkpointer, Synchronous, connect_wal
 
 log = logging.getLogger("wasm_runner.server")
@@ -47,6 +55,8 @@ ROTATE_BYTES = 8 * 1024 * 1024
 """A journal past this is rotated; the rotated file is dropped once its rows are committed."""
 RETRY_S = 0.1
 """Pause of the writer after a failed commit before it tries the same rows again."""
+ID_BLOCK = 1000
+"""Ids a node takes at once from the shared database's sequence."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -95,11 +105,8 @@ COLUMNS = ("id", "ts", "kind", "workspace", "key_id", "session", "ephemeral", "m
            "status", "started_at", "finished_at", "network")
 ADDED_COLUMNS = {"network": "TEXT"}
 """Columns a log made by an earlier version lacks: added when it is opened."""
-
-
-_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
-_REPLAY = _INSERT.replace("INSERT", "INSERT OR IGNORE", 1)
-"""A journaled row whose id is in the table was committed before the process was killed."""
+NODE_COLUMN = "node"
+"""In the shared database only: the node that recorded the row."""
 
 
 def cap(text: str | None, limit: int) -> str | None:
@@ -136,16 +143,29 @@ class AuditFilter:
 
 class AuditLog:
     def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024,
-                 synchronous: Synchronous = "NORMAL") -> None:
+                 synchronous: Synchronous = "NORMAL", shared: tuple[Sql, str, Callable[[], None]] | None = None,
+                 journal: bool = True) -> None:
+        """The log in the SQLite file at `path` (its journal beside it), or with `shared` = (the
+        database, this node's name, what lets the database go) in a database shared by a cluster's
+        nodes, its journal still at `path`'s. Without `journal` the log only reads and prunes."""
         self.path = Path(path)
         self.code_bytes = code_bytes
         self.output_bytes = output_bytes
-        self._db = connect_wal(self.path, synchronous)
-        self._db.executescript(_SCHEMA)
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(audit)")}
-        for name, kind in ADDED_COLUMNS.items():
-            if name not in present:
-                self._db.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
+        self._sqlite = shared is None
+        if shared is None:
+            db = connect_wal(self.path, synchronous)
+            db.executescript(_SCHEMA)
+            present = {row[1] for row in db.execute("PRAGMA table_info(audit)")}
+            for name, kind in ADDED_COLUMNS.items():
+                if name not in present:
+                    db.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
+            self._db: Sql = SqliteSql(db)
+            self._release: Callable[[], None] = db.close
+            self._columns: tuple[str, ...] = COLUMNS
+            self._node: str | None = None
+        else:
+            self._db, self._node, self._release = shared
+            self._columns = (*COLUMNS, NODE_COLUMN)
         self._db_lock = threading.Lock()
         """Serialises the connection's use (commits on the writer, reads on the caller's thread); rows are
         taken from the queue only while it is held, so batches commit in the order they were taken."""
@@ -153,13 +173,15 @@ class AuditLog:
         """Guards the queued rows, the next id, the journal's appends and rotation, the writer's start and stop."""
         self._pending: list[dict] = []
         self._closed = False
-        self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX))
+        self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX)) if journal else None
         """None while another process owns it: this one does not record rows."""
         if self._journal is not None:
             self._replay(self._journal)
-        self._next_id = self._db.execute(
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0),"
-            " COALESCE((SELECT MAX(id) FROM audit), 0))").fetchone()[0] + 1
+        self._ids: Iterator[int] = iter(())
+        if self._sqlite:
+            first = self._db.one("SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0),"
+                                 " COALESCE((SELECT MAX(id) FROM audit), 0))")
+            self._ids = itertools.count((first[0] if first else 0) + 1)
         self._writer: threading.Thread | None = None
         self._checkpointer: Checkpointer | None = None
         """Both started by the first row: a log opened only to read (the CLI) runs no thread."""
@@ -168,15 +190,38 @@ class AuditLog:
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
 
-    def _replay(self, journal: Journal) -> None:
-        """Commit the journaled rows a killed process had not committed, then clear the journal."""
-        values = [[row.get(n) for n in COLUMNS] for row in journal.records()]
+    def _replay(self, journal: Journal) -> int:
+        """Commit the journaled rows a killed process had not committed, then clear the journal; how
+        many rows were not in the table yet. A journaled row whose id is there was committed before."""
+        values = [[row.get(n) for n in self._columns] for row in journal.records()]
+        replayed = 0
         if values:
-            with self._db:
-                self._db.execute("BEGIN")
-                replayed = self._db.executemany(_REPLAY, values).rowcount
+            replayed = self._db.insert_many("audit", self._columns, values, ignore_existing=True)
             log.info("audit rows replayed from the journal", extra={"event": "audit_replayed", "rows": replayed})
         journal.clear()
+        return replayed
+
+    def replay_journal(self, path: Path) -> int | None:
+        """Replay the journal at `path` (another node's, left by a process that died) into this log;
+        how many rows were added, or None while a live process owns that journal."""
+        journal = Journal.open(path)
+        if journal is None:
+            return None
+        try:
+            return self._replay(journal)
+        finally:
+            journal.close()
+
+    def _take_id(self) -> int:
+        """The next row's id (called under `_queue`): the next of the current block, else of a new one."""
+        taken = next(self._ids, None)
+        if taken is None:
+            row = self._db.one("SELECT nextval('audit_id_blocks')")
+            if row is None:
+                raise RuntimeError("the audit id sequence returned nothing")
+            self._ids = iter(range(row[0] * ID_BLOCK, (row[0] + 1) * ID_BLOCK))
+            taken = next(self._ids)
+        return taken
 
     def close(self) -> None:
         """Stop the threads, commit what is still queued, close the database and the journal."""
@@ -193,7 +238,7 @@ class AuditLog:
                 self._journal.clear()  # every row is committed
         finally:
             with self._db_lock:
-                self._db.close()
+                self._release()
             if self._journal is not None:
                 self._journal.close()
 
@@ -206,14 +251,16 @@ class AuditLog:
                 raise RuntimeError("the audit log is closed")
             if self._journal is None:
                 raise RuntimeError(f"another process (a running service) owns the audit journal of {self.path}")
-            row["id"] = self._next_id
+            row["id"] = self._take_id()
+            if self._node is not None:
+                row[NODE_COLUMN] = self._node
             self._journal.append(row)  # raises if it is not written: the row is not acknowledged
-            self._next_id += 1
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_forever, name="wasm-runner-audit-writer",
                                                 daemon=True)
                 self._writer.start()
-                self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
+                if self._sqlite:
+                    self._checkpointer = Checkpointer(self.path, "wasm-runner-audit-checkpoint")
             if not self._pending:
                 self._queue.notify()  # the writer waits for a first row, then lets a batch gather
             self._pending.append(row)
@@ -230,7 +277,7 @@ class AuditLog:
                     return  # `close` commits what is left
             try:
                 self.flush()
-            except sqlite3.Error:
+            except ERRORS:
                 log.exception("audit write failed; retrying", extra={"event": "audit_failed"})
                 time.sleep(RETRY_S)
 
@@ -246,12 +293,10 @@ class AuditLog:
                 journal = self._journal
                 if journal is not None and journal.size > ROTATE_BYTES:
                     journal.rotate()  # every row of the rotated file is committed or among `rows`
-            values = [[row.get(n) for n in COLUMNS] for row in rows]
+            values = [[row.get(n) for n in self._columns] for row in rows]
             try:
-                with self._db:  # one transaction: BEGIN ... COMMIT
-                    self._db.execute("BEGIN")
-                    self._db.executemany(_INSERT, values)
-            except sqlite3.Error:
+                self._db.insert_many("audit", self._columns, values)  # one transaction
+            except ERRORS:
                 with self._queue:
                     self._pending[:0] = rows
                 raise
@@ -418,12 +463,12 @@ class AuditLog:
         sql += " ORDER BY id LIMIT ?"
         args.append(limit)
         with self._db_lock:
-            return [dict(zip(COLUMNS, row, strict=True)) for row in self._db.execute(sql, args)]
+            return [dict(zip(COLUMNS, row, strict=True)) for row in self._db.rows(sql, args)]
 
     def get(self, entry_id: int) -> dict | None:
         self.flush()
         with self._db_lock:
-            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,)).fetchone()
+            row = self._db.one(f"SELECT {', '.join(COLUMNS)} FROM audit WHERE id = ?", (entry_id,))
         return dict(zip(COLUMNS, row, strict=True)) if row else None
 
     def iterate(self, filters: AuditFilter = AuditFilter(), batch: int = 1000) -> Iterator[dict]:
@@ -438,7 +483,8 @@ class AuditLog:
     def count(self) -> int:
         self.flush()
         with self._db_lock:
-            return self._db.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+            row = self._db.one("SELECT COUNT(*) FROM audit")
+            return row[0] if row else 0
 
     def prune(self, retention_days: float | None, now: float | None = None) -> int:
         """Remove rows older than the retention period; the only way rows ever leave."""
@@ -447,4 +493,4 @@ class AuditLog:
         cutoff = (now or time.time()) - retention_days * 86400
         self.flush()
         with self._db_lock:
-            return self._db.execute("DELETE FROM audit WHERE ts < ?", (cutoff,)).rowcount
+            return self._db.run("DELETE FROM audit WHERE ts < ?", (cutoff,))

@@ -13,7 +13,7 @@ from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError, overloaded
 from wasm_runner_server.http.policy import LOCAL, LOCAL_WORKSPACE, NO_KEY_HINT, PRINCIPAL, Principal, principal_of
 from wasm_runner_server.security.presign import key_revoked
-from wasm_runner_server.security.ratelimit import RateLimiter, retry_after
+from wasm_runner_server.security.ratelimit import Limiter, retry_after
 from wasm_runner_server.security.tenants import Owner, TenantStore
 
 BAD_KEY_HINT = ("check the key; a lost key cannot be recovered (only its hash is stored): revoke it with "
@@ -82,7 +82,7 @@ class ApiKeys(Authenticator):
     unknown = Principal("unknown", "unknown", "unknown")
     unowned_workspace = None
 
-    def __init__(self, tenants: TenantStore, limiter: RateLimiter, rate_per_s: float) -> None:
+    def __init__(self, tenants: TenantStore, limiter: Limiter, rate_per_s: float) -> None:
         self.tenants = tenants
         self.limiter = limiter
         self.rate_per_s = rate_per_s

@@ -57,6 +57,7 @@ from wasm_runner_server.http.policy import (
     Principal,
     WorkspaceQuota,
 )
+from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared
@@ -199,8 +200,9 @@ class SecurityPolicy(AccessPolicy):
         owned = authenticator.visible_sessions(authenticator.principal_of(request), self.security.tenants)
         if owned is None:
             return service.sessions.page(cursor, limit)
-        lives = sorted((live for sid, live in service.sessions.sessions.items() if sid in owned and not live.deleted),
-                       key=lambda live: (live.row.created_at, live.row.id))
+        local = [live for sid, live in service.sessions.sessions.items() if sid in owned and not live.deleted]
+        remote = service.sessions.elsewhere(sorted(owned))  # a cluster's other nodes' (none on one node)
+        lives = sorted(local + remote, key=lambda live: (live.row.created_at, live.row.id))
         if cursor:
             after = decode_cursor(cursor)
             lives = [live for live in lives if (live.row.created_at, live.row.id) > after]
@@ -356,14 +358,21 @@ class SecurityPolicy(AccessPolicy):
         yield
         pruner.cancel()
         artifact_pruner.cancel()
-        await self._drop_ephemeral(app)
+        try:
+            await self._drop_ephemeral(app)
+        except UNREACHABLE:  # a cluster's database is down: its node's ephemeral sessions are dropped at next start
+            log.exception("ephemeral sessions not dropped", extra={"event": "metadata_unavailable"})
         await service.processes.close()  # their exit rows are written before the audit log closes
         security.close()
 
     async def _drop_ephemeral(self, app: web.Application) -> None:
         service = app[SERVICE]
         tenants = self.security.tenants
-        for session_id in tenants.ephemeral_sessions():
+        ephemeral = tenants.ephemeral_sessions()
+        elsewhere = {live.row.id for live in service.sessions.elsewhere(ephemeral)}
+        for session_id in ephemeral:
+            if session_id in elsewhere:
+                continue  # another node's (in a cluster): it drops them itself
             live = service.sessions.sessions.get(session_id)
             if live is not None:
                 await service.sessions.delete(live)

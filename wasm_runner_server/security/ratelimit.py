@@ -1,4 +1,5 @@
-"""Per-key token buckets and per-workspace counters of running executions."""
+"""Per-key token buckets and per-workspace counters of running executions (in this process; the buckets
+of a cluster are in its database: `ratelimit_pg`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass
 class _Bucket:
     tokens: float
     at: float
+
+
+class Limiter(Protocol):
+    def take(self, key: str) -> float:
+        """0 when allowed; otherwise the seconds until a request would be."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class RateLimiter:
@@ -36,6 +46,9 @@ class RateLimiter:
             bucket.tokens -= 1
             return 0.0
         return (1 - bucket.tokens) / self.rate
+
+    def close(self) -> None:
+        """Nothing to let go: the buckets are this process's memory."""
 
 
 def retry_after(seconds: float) -> int:

@@ -13,12 +13,12 @@ from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.http.disk_quota import WorkspaceDisk
 from wasm_runner_server.http.policy import Principal, WorkspaceQuota
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
 from wasm_runner_server.security.console_sessions import ConsoleSessions
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
-from wasm_runner_server.security.ratelimit import RateLimiter
 from wasm_runner_server.security.settings import AuthSettings
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.service import Service
@@ -48,14 +48,14 @@ class Security:
     def open(cls, config: ServiceConfig, service: Service) -> Security:
         settings = config.auth
         data_dir = config.server.data_dir
-        tenants = TenantStore.in_data_dir(data_dir)
-        audit = AuditLog.in_data_dir(data_dir, code_bytes=settings.audit_code_bytes,
-                                     output_bytes=settings.audit_output_bytes)
+        tenants = stores.tenant_store(config, data_dir)
+        audit = stores.audit_log(config, data_dir, code_bytes=settings.audit_code_bytes,
+                                 output_bytes=settings.audit_output_bytes)
         signer = Signer(load_secrets(settings.presign_secrets, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         if settings.enabled:
-            authenticator: Authenticator = ApiKeys(tenants, RateLimiter(settings.rate_per_s, settings.burst),
-                                                   settings.rate_per_s)
+            authenticator: Authenticator = ApiKeys(tenants, stores.rate_limiter(config, settings.rate_per_s,
+                                                                                settings.burst), settings.rate_per_s)
             quotas: Quotas = Enforced(settings.quotas, disk, tenants)
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
@@ -64,6 +64,8 @@ class Security:
                    ConsoleSessions(settings.console_session_s))
 
     def close(self) -> None:
+        if isinstance(self.authenticator, ApiKeys):
+            self.authenticator.limiter.close()
         self.tenants.close()
         self.audit.close()
         self.artifacts.close()

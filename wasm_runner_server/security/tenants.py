@@ -1,4 +1,5 @@
-"""Workspaces (tenants), their API keys and which workspace owns each session, in SQLite (WAL).
+"""Workspaces (tenants), their API keys and which workspace owns each session, in SQLite (WAL) or in
+the PostgreSQL database a cluster's nodes share (`in_postgres`; the same statements, `metadata.sql`).
 
 A key is `wr_<key id>_<secret>`; only the SHA-256 of the whole key is stored, and a
 presented key is compared with `hmac.compare_digest`. The key id (the part before the
@@ -13,10 +14,12 @@ import hmac
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from wasm_runner_server.metadata.sql import Sql, SqliteSql
 from wasm_runner_server.wal import Checkpointer, connect_wal
 
 KEY_PREFIX = "wr_"
@@ -93,32 +96,49 @@ def split_key(key: str) -> str | None:
 
 
 class TenantStore:
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
-        self._db.executescript(_SCHEMA)
-        self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
+    def __init__(self, path: str | Path | None = None, *, sql: Sql | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
+        """The store in the SQLite file at `path`, or on `sql` (a shared database; `on_close` lets it go)."""
+        self._checkpointer: Checkpointer | None = None
+        self._on_close = on_close
+        if sql is None:
+            if path is None:
+                raise ValueError("a tenant store needs a path or a database")
+            self.path: Path | None = Path(path)
+            db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
+            db.executescript(_SCHEMA)
+            self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
+            self._on_close = db.close
+            sql = SqliteSql(db)
+        else:
+            self.path = None
+        self._db = sql
         self._touched: dict[str, float] = {}
         self._owners: dict[str, Owner] = {}
+        self._cache_owners = self.path is not None
+        """Only where this process alone gives sessions owners: in a shared database another node may
+        release a session and give its id to another workspace."""
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> TenantStore:
         return cls(Path(data_dir) / DB_NAME)
 
     def close(self) -> None:
-        self._checkpointer.close()
-        self._db.close()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+        if self._on_close is not None:
+            self._on_close()
 
     # -- workspaces and keys -------------------------------------------------------------
 
     def ensure_workspace(self, name: str) -> None:
         if not re.match(WORKSPACE_PATTERN, name):
             raise ValueError("a workspace name is 1-64 letters, digits, '-' or '_'")
-        self._db.execute("INSERT OR IGNORE INTO workspaces (name, created_at) VALUES (?, ?)", (name, time.time()))
+        self._db.insert_many("workspaces", ("name", "created_at"), [(name, time.time())], ignore_existing=True)
 
     def workspaces(self) -> list[tuple[str, float, int]]:
         """(name, created_at, active keys) for every workspace."""
-        return list(self._db.execute(
+        return list(self._db.rows(
             "SELECT w.name, w.created_at, (SELECT COUNT(*) FROM keys k WHERE k.workspace = w.name "
             "AND k.revoked_at IS NULL) FROM workspaces w ORDER BY w.name"))
 
@@ -132,8 +152,8 @@ class TenantStore:
         key_id = secrets.token_hex(6)
         key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         now = time.time()
-        self._db.execute("INSERT INTO keys (id, workspace, name, kind, hash, created_at) VALUES (?,?,?,?,?,?)",
-                         (key_id, workspace, name, kind, hash_key(key), now))
+        self._db.run("INSERT INTO keys (id, workspace, name, kind, hash, created_at) VALUES (?,?,?,?,?,?)",
+                     (key_id, workspace, name, kind, hash_key(key), now))
         return key, KeyRecord(key_id, workspace, name, kind, now, None, None)
 
     def keys(self, workspace: str | None = None, *, include_revoked: bool = True) -> list[KeyRecord]:
@@ -146,7 +166,7 @@ class TenantStore:
             where.append("revoked_at IS NULL")
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return [KeyRecord(*row) for row in self._db.execute(sql + " ORDER BY created_at, id", args)]
+        return [KeyRecord(*row) for row in self._db.rows(sql + " ORDER BY created_at, id", args)]
 
     def revoke(self, key_ref: str, workspace: str | None = None) -> KeyRecord | None:
         """Revoke by key id or prefix (`wr_<id>`); None when no such (unrevoked) key."""
@@ -157,14 +177,14 @@ class TenantStore:
         if workspace is not None:
             sql += " AND workspace = ?"
             args.append(workspace)
-        if self._db.execute(sql, args).rowcount == 0:
+        if self._db.run(sql, args) == 0:
             return None
         return next((k for k in self.keys() if k.id == key_id), None)
 
     def active_key(self, key_id: str) -> KeyRecord | None:
         """The record of an unrevoked key by its id (read each time: a revocation counts at once)."""
-        row = self._db.execute("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
-                               "WHERE id = ? AND revoked_at IS NULL", (key_id,)).fetchone()
+        row = self._db.one("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
+                           "WHERE id = ? AND revoked_at IS NULL", (key_id,))
         return KeyRecord(*row) if row is not None else None
 
     def verify(self, key: str) -> KeyRecord | None:
@@ -173,9 +193,9 @@ class TenantStore:
         if key_id is None:
             hmac.compare_digest(hash_key(key), "0" * 64)  # same work for malformed keys
             return None
-        row = self._db.execute(
+        row = self._db.one(
             "SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at, hash FROM keys WHERE id = ?",
-            (key_id,)).fetchone()
+            (key_id,))
         stored = row[7] if row is not None else "0" * 64
         matches = hmac.compare_digest(hash_key(key), stored)
         if row is None or not matches or row[6] is not None:
@@ -183,35 +203,37 @@ class TenantStore:
         now = time.time()
         if now - self._touched.get(key_id, 0.0) >= 1.0:  # last_used_at to the second, not a write per request
             self._touched[key_id] = now
-            self._db.execute("UPDATE keys SET last_used_at = ? WHERE id = ?", (now, key_id))
+            self._db.run("UPDATE keys SET last_used_at = ? WHERE id = ?", (now, key_id))
         return KeyRecord(*row[:7])
 
     # -- session ownership ------------------------------------------------------------------
 
     def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool) -> None:
         self._owners.pop(session_id, None)
-        self._db.execute(
-            "INSERT OR REPLACE INTO session_owners (session_id, workspace, key_id, kind, ephemeral, created_at) "
-            "VALUES (?,?,?,?,?,?)", (session_id, workspace, key_id, kind, int(ephemeral), time.time()))
+        self._db.upsert("session_owners", "session_id",
+                        ("session_id", "workspace", "key_id", "kind", "ephemeral", "created_at"),
+                        (session_id, workspace, key_id, kind, int(ephemeral), time.time()))
 
     def owner(self, session_id: str) -> Owner | None:
         cached = self._owners.get(session_id)  # asked on every call; changes only here
         if cached is not None:
             return cached
-        row = self._db.execute("SELECT session_id, workspace, key_id, kind, ephemeral FROM session_owners "
-                               "WHERE session_id = ?", (session_id,)).fetchone()
+        row = self._db.one("SELECT session_id, workspace, key_id, kind, ephemeral FROM session_owners "
+                           "WHERE session_id = ?", (session_id,))
         if row is None:
             return None
-        owner = self._owners[session_id] = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        owner = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        if self._cache_owners:
+            self._owners[session_id] = owner
         return owner
 
     def sessions_of(self, workspace: str) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE workspace = ?",
-                                               (workspace,))]
+        return [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE workspace = ?",
+                                            (workspace,))]
 
     def ephemeral_sessions(self) -> list[str]:
-        return [r[0] for r in self._db.execute("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
+        return [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
 
     def release(self, session_id: str) -> None:
         self._owners.pop(session_id, None)
-        self._db.execute("DELETE FROM session_owners WHERE session_id = ?", (session_id,))
+        self._db.run("DELETE FROM session_owners WHERE session_id = ?", (session_id,))

@@ -38,13 +38,13 @@ from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
-from wasm_runner_server.errors import ApiError, overloaded, session_not_found
+from wasm_runner_server.errors import ApiError, on_other_node, overloaded, session_not_found
 from wasm_runner_server.metrics import Metrics
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.egress import at_start, body_policy, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.run_disk import RunRooms
-from wasm_runner_server.sessions.store import SessionRow, SessionStore
+from wasm_runner_server.sessions.store import SessionMetadata, SessionRow
 from wasm_runner_server.sessions.tool_sets import session_tools
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _time(value: float) -> datetime:
 
 
 class SessionManager:
-    def __init__(self, config: ServiceConfig, store: SessionStore, pool: RunnerPool, execution: Execution,
+    def __init__(self, config: ServiceConfig, store: SessionMetadata, pool: RunnerPool, execution: Execution,
                  metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
                  rooms: RunRooms | None = None, owner_for: Callable[[str], str] = lambda session_id: "") -> None:
         self.config = config
@@ -278,6 +278,9 @@ class SessionManager:
 
     def get(self, session_id: str) -> LiveSession:
         live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
+        if live is None and self.store.node and SESSION_ID.match(session_id):
+            for row in self.store.elsewhere([session_id]):  # (a store shared by a cluster's nodes)
+                raise on_other_node(session_id, row.node)
         if live is None or live.deleted:
             raise session_not_found(session_id)
         if time.time() >= live.row.expires_at:
@@ -383,13 +386,19 @@ class SessionManager:
         after = decode_cursor(cursor) if cursor else None
         ids = self.store.page(after, limit + 1)
         more = len(ids) > limit
-        page = [self.sessions[i] for i in ids[:limit] if i in self.sessions]
+        remote = {row.id: LiveSession(row) for row in self.store.elsewhere([i for i in ids if i not in self.sessions])}
+        page = [live for i in ids[:limit] if (live := self.sessions.get(i) or remote.get(i)) is not None]
         next_cursor = None
         if more and ids[:limit]:
-            last = self.sessions.get(ids[limit - 1])
+            last = self.sessions.get(ids[limit - 1]) or remote.get(ids[limit - 1])
             if last is not None:
                 next_cursor = encode_cursor(last.row.created_at, last.row.id)
         return page, next_cursor
+
+    def elsewhere(self, session_ids: list[str]) -> list[LiveSession]:
+        """Those of these sessions that live on another node of the cluster, as listed there (their
+        state here is their metadata's: no kernel of theirs runs on this node)."""
+        return [LiveSession(row) for row in self.store.elsewhere([i for i in session_ids if i not in self.sessions])]
 
     def live_kernels(self) -> int:
         return sum(len(live.core.kernels) for live in self.sessions.values() if live.core is not None)

@@ -21,10 +21,11 @@ from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
+from wasm_runner_server.sessions.open_store import session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
-from wasm_runner_server.sessions.store import SessionStore
+from wasm_runner_server.sessions.store import SessionMetadata
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -32,7 +33,7 @@ log = logging.getLogger("wasm_runner.server")
 @dataclass(eq=False)
 class Service:
     config: ServiceConfig
-    store: SessionStore
+    store: SessionMetadata
     pool: RunnerPool
     gate: ExecutionGate
     metrics: Metrics
@@ -74,7 +75,7 @@ class Service:
         gate = ExecutionGate(settings.concurrency, settings.queue_size, settings.queue_timeout_s, share_of,
                              share_queue_size=settings.workspace_queue_size)
         execution = Execution(config, gate, metrics, observers)
-        store = SessionStore(data_dir / "server.sqlite3")
+        store = session_store(config)
         pool = RunnerPool(data_dir, settings.concurrency, execution.base_limits, config.packages.settings(),
                           config.workers, config.egress.settings())
         ledger = DiskLedger()

@@ -18,6 +18,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
@@ -64,31 +65,68 @@ class SessionRow:
     """The session's own network policy (None: its profile's)."""
     tools: list[str] | None = None
     """The only tool names its runs may use, chosen at creation (None: its profile's allowlist)."""
+    node: str = ""
+    """The node holding its files and kernels ("" in a store that one node alone uses)."""
 
     @property
     def expires_at(self) -> float:
         return self.created_at + self.ttl_s
 
 
-_COLUMNS = ("id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions, egress, "
+COLUMNS = ("id, profile, created_at, last_used_at, idle_timeout_s, ttl_s, metadata, kernels, executions, egress, "
             "tools")
 
 
-def _row(values: tuple) -> SessionRow:
+class SessionMetadata(Protocol):
+    """What the session manager asks of its store, whatever the database (SQLite here, PostgreSQL in
+    `store_pg`)."""
+
+    node: str
+    """This node's name ("" when the store is this node's alone)."""
+
+    def insert(self, row: SessionRow) -> bool: ...
+    def save_many(self, rows: list[SessionRow]) -> None: ...
+    def set_egress(self, session_id: str, policy: EgressPolicy | None) -> None: ...
+    def set_ttl(self, session_id: str, ttl_s: float) -> None: ...
+    def delete(self, session_id: str) -> None: ...
+    def all(self) -> list[SessionRow]:
+        """This node's sessions (a node restores only its own)."""
+        ...
+    def page(self, after: tuple[float, str] | None, limit: int) -> list[str]:
+        """Every node's session ids in creation order, after the (created_at, id) cursor."""
+        ...
+    def elsewhere(self, session_ids: list[str]) -> list[SessionRow]:
+        """The rows of those of these sessions that live on another node."""
+        ...
+    def close(self) -> None: ...
+
+
+def row_of(values: tuple) -> SessionRow:
     (id_, profile, created, used, idle, ttl, metadata, kernels, executions, egress, tools) = values
     return SessionRow(id_, profile, created, used, idle, ttl, json.loads(metadata), json.loads(kernels), executions,
                       _policy(egress), None if tools is None else list(json.loads(tools)))
+
+
+def values_of(row: SessionRow) -> tuple:
+    """The row's values in `COLUMNS` order, as stored."""
+    return (row.id, row.profile, row.created_at, row.last_used_at, row.idle_timeout_s, row.ttl_s,
+            json.dumps(row.metadata), json.dumps(row.kernels), row.executions, policy_text(row.egress),
+            None if row.tools is None else json.dumps(row.tools))
 
 
 def _policy(text: str | None) -> EgressPolicy | None:
     return None if text is None else msgspec.json.decode(text, type=EgressPolicy)
 
 
-def _policy_text(policy: EgressPolicy | None) -> str | None:
+def policy_text(policy: EgressPolicy | None) -> str | None:
     return None if policy is None else msgspec.json.encode(policy).decode()
 
 
 class SessionStore:
+    """The sessions of one node, in SQLite."""
+
+    node = ""
+
     def __init__(self, path: str | Path, synchronous: Synchronous = "NORMAL") -> None:
         self.path = Path(path)
         self._db = connect_wal(self.path, synchronous)
@@ -109,8 +147,8 @@ class SessionStore:
         try:
             with self._lock:
                 self._db.execute(
-                    f"INSERT INTO sessions ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (*self._values(row), row.expires_at),
+                    f"INSERT INTO sessions ({COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (*values_of(row), row.expires_at),
                 )
         except sqlite3.IntegrityError:
             return False
@@ -129,7 +167,7 @@ class SessionStore:
     def set_egress(self, session_id: str, policy: EgressPolicy | None) -> None:
         """Write the session's network policy now (None: back to its profile's)."""
         with self._lock:
-            self._db.execute("UPDATE sessions SET egress=? WHERE id=?", (_policy_text(policy), session_id))
+            self._db.execute("UPDATE sessions SET egress=? WHERE id=?", (policy_text(policy), session_id))
 
     def set_ttl(self, session_id: str, ttl_s: float) -> None:
         """Write the session's TTL (and so its end) now."""
@@ -143,8 +181,8 @@ class SessionStore:
 
     def all(self) -> list[SessionRow]:
         with self._lock:
-            values = self._db.execute(f"SELECT {_COLUMNS} FROM sessions ORDER BY created_at, id").fetchall()
-        return [_row(v) for v in values]
+            values = self._db.execute(f"SELECT {COLUMNS} FROM sessions ORDER BY created_at, id").fetchall()
+        return [row_of(v) for v in values]
 
     def page(self, after: tuple[float, str] | None, limit: int) -> list[str]:
         """Session ids in creation order, after the (created_at, id) cursor."""
@@ -157,16 +195,13 @@ class SessionStore:
                     "ORDER BY created_at, id LIMIT ?", (after[0], after[0], after[1], limit))
             return [r[0] for r in cur]
 
+    def elsewhere(self, session_ids: list[str]) -> list[SessionRow]:
+        return []  # every session here is this node's
+
     def close(self) -> None:
         self._checkpointer.close()
         with self._lock:
             self._db.close()
-
-    @staticmethod
-    def _values(row: SessionRow) -> tuple:
-        return (row.id, row.profile, row.created_at, row.last_used_at, row.idle_timeout_s, row.ttl_s,
-                json.dumps(row.metadata), json.dumps(row.kernels), row.executions, _policy_text(row.egress),
-                None if row.tools is None else json.dumps(row.tools))
 
     def _transaction(self):
         db = self._db

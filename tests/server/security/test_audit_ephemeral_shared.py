@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from wasm_runner_server.cli.commands import add_audit_command
+from wasm_runner_server.metadata.sql import SqliteSql
 from wasm_runner_server.security import audit as audit_module
 from wasm_runner_server.security.audit import AuditLog
 
@@ -70,7 +71,7 @@ def test_retention_prunes_old_rows_and_export_writes_jsonl(tmp_path, capsys):
     log = AuditLog.in_data_dir(tmp_path)
     log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p", status=201)
     log.flush()  # the writer's id first: the row inserted by hand below takes the next one
-    log._db.execute("INSERT INTO audit (ts, kind, workspace, key_id) VALUES (1, 'exec', 'w', 'k')")
+    log._db.run("INSERT INTO audit (ts, kind, workspace, key_id) VALUES (1, 'exec', 'w', 'k')")
     assert log.count() == 2 and log.prune(30) == 1 and log.count() == 1
     log.close()
     parser = argparse.ArgumentParser()
@@ -93,13 +94,13 @@ def test_audit_rows_are_journaled_at_once_committed_in_groups_and_kept_when_a_wr
     log.flush()  # what a read does first
     assert other.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 3
     with log._db_lock:
-        broken, log._db = log._db, sqlite3.connect(":memory:", check_same_thread=False)  # no table: writes fail
+        broken, log._db = log._db, SqliteSql(sqlite3.connect(":memory:", check_same_thread=False))  # no table: fail
         log.record_file_change(workspace="w", key_id="k", session="s", ephemeral=False, mode="put", path="p3",
                                status=201)
     with pytest.raises(sqlite3.Error):
         log.flush()
     with log._db_lock:
-        log._db.close()
+        log._db.db.close()
         log._db = broken
     log.close()  # the row that failed is written now (or by the writer's retry before)
     assert [r[0] for r in other.execute("SELECT path FROM audit ORDER BY id")] == ["p0", "p1", "p2", "p3"]

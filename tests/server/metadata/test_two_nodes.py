@@ -1,0 +1,111 @@
+"""Two service processes on one PostgreSQL: keys, sessions and the audit log are the cluster's, a session's
+kernel stays on the node that created it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import httpx
+import psycopg
+from service_process import serving
+
+from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.metadata import migrations
+from wasm_runner_server.security import stores
+
+
+def _node(tmp_path: Path, url: str, name: str) -> tuple[Path, Path]:
+    data_dir = tmp_path / name
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n')
+    return data_dir, config
+
+
+async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp_path):
+    (dir_a, config_a), (dir_b, config_b) = _node(tmp_path, postgres_url, "node-a"), _node(tmp_path, postgres_url,
+                                                                                         "node-b")
+    async with contextlib.AsyncExitStack() as stack:
+        (_, url_a), (_, url_b) = await asyncio.gather(  # started together: each migrates, the schema once
+            stack.enter_async_context(serving(dir_a, config=config_a)),
+            stack.enter_async_context(serving(dir_b, config=config_b)))
+        with psycopg.connect(postgres_url) as conn:
+            versions = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+        assert versions == [(n,) for n in range(1, len(migrations.STEPS) + 1)]
+
+        config = ServiceConfig.model_validate({"server": {"data_dir": str(dir_a)}, "store": {"url": postgres_url}})
+        tenants = stores.tenant_store(config, dir_a)  # the admin CLI's way: straight into the shared database
+        admin, _ = tenants.create_key("ops", "root", "admin")
+        tenants.close()
+
+        async with httpx.AsyncClient(timeout=120) as http:
+            def auth(key: str) -> dict[str, str]:
+                return {"Authorization": f"Bearer {key}"}
+
+            made = await http.post(f"{url_a}/v1/admin/keys", json={"workspace": "team", "name": "dev"},
+                                   headers=auth(admin))
+            assert made.status_code == 201, made.text
+            team = made.json()["key"]
+            rival = (await http.post(f"{url_a}/v1/admin/keys", json={"workspace": "rival", "name": "x"},
+                                     headers=auth(admin))).json()["key"]
+
+            # a key created through node A authenticates on node B
+            assert (await http.get(f"{url_b}/v1/sessions", headers=auth(team))).json()["sessions"] == []
+
+            created = await http.post(f"{url_a}/v1/sessions", json={}, headers=auth(team))
+            assert created.status_code == 201, created.text
+            session = created.json()["id"]
+            ran = await http.post(f"{url_a}/v1/sessions/{session}/exec", json={"code": "x = 41\nprint(x + 1)"},
+                                  headers=auth(team))
+            assert ran.status_code == 200 and ran.json()["stdout"] == "42\n", ran.text
+
+            # node B lists it; its kernel stays on A, so B says where it lives
+            listed = (await http.get(f"{url_b}/v1/sessions", headers=auth(team))).json()["sessions"]
+            assert [s["id"] for s in listed] == [session]
+            elsewhere = await http.post(f"{url_b}/v1/sessions/{session}/exec", json={"code": "print(x)"},
+                                        headers=auth(team))
+            assert elsewhere.status_code == 421, elsewhere.text
+            error = elsewhere.json()["error"]
+            assert error["code"] == "session_on_other_node" and "node-a" in error["message"]
+            # another workspace learns nothing on either node
+            for url in (url_a, url_b):
+                hidden = await http.post(f"{url}/v1/sessions/{session}/exec", json={"code": "1"}, headers=auth(rival))
+                assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "session_not_found"
+                assert (await http.get(f"{url}/v1/sessions", headers=auth(rival))).json()["sessions"] == []
+
+            oneshot = await http.post(f"{url_b}/v1/exec", json={"code": "print('from b')"}, headers=auth(team))
+            assert oneshot.status_code == 200, oneshot.text
+
+            # both nodes' rows in one log, read through either node (another node's rows are there once its
+            # writer committed them: a batch, tens of milliseconds, after they were acknowledged)
+            for url in (url_a, url_b):
+                modes: list[str] = []
+                for _ in range(100):
+                    entries = (await http.get(f"{url}/v1/audit", params={"kind": "exec"},
+                                              headers=auth(team))).json()["entries"]
+                    modes = sorted(e["mode"] for e in entries)
+                    if len(modes) >= 2:
+                        break
+                    await asyncio.sleep(0.05)
+                assert modes == ["oneshot", "session"]
+            with psycopg.connect(postgres_url) as conn:
+                nodes = conn.execute("SELECT node, mode FROM audit WHERE kind = 'exec' ORDER BY node").fetchall()
+            assert nodes == [("node-a", "session"), ("node-b", "oneshot")]
+
+            # a node that starts (and stops) leaves another node's ephemeral sessions alone
+            ephemeral = await http.post(f"{url_a}/v1/sessions", json={"ephemeral": True}, headers=auth(team))
+            assert ephemeral.status_code == 201, ephemeral.text
+            dir_c, config_c = _node(tmp_path, postgres_url, "node-c")
+            async with serving(dir_c, config=config_c) as (_, url_c):
+                listed = (await http.get(f"{url_c}/v1/sessions", headers=auth(team))).json()["sessions"]
+                assert {s["id"] for s in listed} == {session, ephemeral.json()["id"]}
+            kept = await http.post(f"{url_a}/v1/sessions/{ephemeral.json()['id']}/exec", json={"code": "print(2)"},
+                                   headers=auth(team))
+            assert kept.status_code == 200, kept.text
+
+            # revoked through node B, refused at once on node A
+            prefix = team.split("_")[1]
+            revoked = await http.delete(f"{url_b}/v1/admin/keys/wr_{prefix}", headers=auth(admin))
+            assert revoked.status_code in (200, 204), revoked.text
+            assert (await http.get(f"{url_a}/v1/sessions", headers=auth(team))).status_code == 401

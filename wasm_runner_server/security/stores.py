@@ -1,0 +1,54 @@
+"""The tenant store and the audit log `[store]` configures: SQLite files in the data directory (the
+default), or the PostgreSQL database a cluster's nodes share (the `cluster` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
+from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.sessions.open_store import store_settings
+
+if TYPE_CHECKING:
+    from wasm_runner_server.config import ServiceConfig
+def tenant_store(config: ServiceConfig | None, data_dir: Path) -> TenantStore:
+    """The tenants and keys (`config` None: the SQLite file in `data_dir`, as the CLI finds it)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return TenantStore.in_data_dir(data_dir)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.metadata.sql import PostgresSql
+
+    db = postgres.acquire(settings)
+    return TenantStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+
+
+def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = True, **kwargs: Any) -> AuditLog:
+    """The audit log, its journal in `data_dir` (without `journal`: to read and prune only)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return AuditLog.in_data_dir(data_dir, **kwargs)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.metadata.sql import PostgresSql
+
+    db = postgres.acquire(settings)
+    try:
+        return AuditLog.in_data_dir(data_dir, shared=(PostgresSql(db), settings.node_name(data_dir),
+                                                      lambda: postgres.release(db)), journal=journal, **kwargs)
+    except BaseException:
+        postgres.release(db)
+        raise
+
+
+def rate_limiter(config: ServiceConfig | None, rate: float, burst: float) -> Limiter:
+    """The API keys' token buckets: this process's, or the cluster's in the shared database (held by the
+    limiter for the process's life: the service opens one)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return RateLimiter(rate, burst)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.security.ratelimit_pg import SharedRateLimiter
+
+    return SharedRateLimiter(postgres.acquire(settings), rate, burst)
