@@ -307,7 +307,7 @@ def options(
     if not policy.show_usr_local and os.path.isdir("/usr/local"):
         args += ["--tmpfs", "/usr/local"]
         args += command_aliases()
-        if python_data is not None and os.path.exists(SYSTEM_PANDOC):
+        if python_data is not None and os.path.exists(SYSTEM_PANDOC) and os.access(PANDOC_WRAPPER, os.X_OK):
             args += ["--ro-bind", source(PANDOC_WRAPPER), "/usr/local/bin/pandoc"]
     for name in TOP_LEVEL_SYSTEM:
         host = f"/{name}"
