@@ -192,6 +192,7 @@ def etc_dir() -> Path:
             if (root / version).is_dir() and not (root / version).is_symlink():
                 (root / version / "policy.xml").unlink(missing_ok=True)
                 shutil.copyfile(IMAGEMAGICK_POLICY, root / version / "policy.xml")
+                (root / version / "policy.xml").chmod(0o444)  # whatever the service's umask
         for name, text in _ETC_GENERATED.items():
             (root / name).write_text(text)
             (root / name).chmod(0o444)

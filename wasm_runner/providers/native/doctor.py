@@ -184,15 +184,18 @@ def _offers(tools: dict[str, Any], data: Any, js: Any, pdf_engine: str | None = 
         return f"{name} {version}" if version else name
 
     system = [named(name) for name in SYSTEM_TOOLS if tools[name]["present"]]
-    if pdf_engine is not None:  # a sandbox with python-data shows weasyprint and pandoc's wrapper
-        system = [f"{item} (PDF by {pdf_engine})" if item.startswith("pandoc") else item for item in system]
-        system.append(f"weasyprint {_pinned_version('weasyprint') or ''}".strip())
+    # A sandbox given python-data (a shell script's, a Python program's, a command's; not a Node or
+    # bun program's) also shows weasyprint, and pandoc as the wrapper making it its PDF engine.
+    with_data = system
+    if pdf_engine is not None:
+        with_data = [f"{item} (PDF by {pdf_engine})" if item.startswith("pandoc") else item for item in system]
+        with_data.append(f"weasyprint {_pinned_version('weasyprint') or ''}".strip())
     offers: dict[str, list[str]] = {name: list(items) for name, items in WASM_OFFERS.items()}
     if data is not None:
         from wasm_runner.providers.native.inventory import python_data_modules
 
         modules = sorted(python_data_modules(data.path) or (), key=str.lower)
-        offers["python-data"] = [f"python {data.python_version} with {', '.join(modules)}", *system]
+        offers["python-data"] = [f"python {data.python_version} with {', '.join(modules)}", *with_data]
     else:
         offers["python-data"] = []
     js_tools = [f"{tool} {version}" for tool, version in (js.versions if js else {}).items()]
@@ -201,7 +204,7 @@ def _offers(tools: dict[str, Any], data: Any, js: Any, pdf_engine: str | None = 
     offers["node"] = [*node, *system] if node else []
     offers["typescript-native"] = [*js_tools, *system] if js else []
     offers["bun"] = [*js_tools, *system] if js else []
-    offers["bash"] = system
+    offers["bash"] = with_data
     return offers
 
 
