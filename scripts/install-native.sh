@@ -10,6 +10,9 @@ set -eu
 PACKAGES="bubblewrap python3-seccomp util-linux mount pandoc tesseract-ocr tesseract-ocr-eng imagemagick poppler-utils fonts-dejavu-core python3 python3-venv ca-certificates"
 # The command-line tools an agent's first scripts reach for (Debian calls fd `fdfind`, httpie `http`).
 PACKAGES="$PACKAGES tree jq ripgrep fd-find git curl wget zip unzip sqlite3 file make httpie"
+# PDF: the system libraries WeasyPrint (in python-data; pandoc's PDF engine in the sandbox) loads, and
+# Ghostscript, which ImageMagick hands the reading of PDF to (the sandbox's ImageMagick policy allows PDF).
+PACKAGES="$PACKAGES libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 ghostscript"
 OPTIONAL="nodejs"
 # A root service runs every native sandbox as this unprivileged system user (never as root).
 SANDBOX_USER="${WASM_RUNNER_SANDBOX_USER:-wasm-runner-sandbox}"

@@ -273,9 +273,18 @@ OFF_UNTIL_ASKED = NetworkConfig(session_max=NetworkPolicyConfig(mode="open"))
 """The built-ins' network: off (deny) until a session's key holder switches it to an allowlist or to
 `open` (public destinations only); an operator caps it by redefining the profile."""
 NATIVE_TOOL_LIMITS = LimitsConfig(memory_bytes=1 * GiB)
-"""Native tools need more than the 256 MiB default: tsc about 285 MB, a Node build more (the built-ins that
-carry it are capped at the operator's `limits.max`). python-data keeps the default, which its kernels made
-ahead are made for."""
+"""Memory of the built-ins bash, node, typescript-native and bun: the 256 MiB default killed their tools.
+Sized for the peaks measured in a sandbox (its cgroup's figure) of what such a session runs first:
+`tsc --noEmit` on one file 275 MiB, a Vite + React build 70 MiB (160 MB RSS on a cold cache),
+`pandoc x.md -o x.pdf` with WeasyPrint 63 MiB, ImageMagick PNG to PDF 68 MiB (its own policy caps it at
+256 MiB). 1 GiB leaves room for a real project's type check and build; a limit, not a reservation. The
+built-ins carrying it are lowered to the operator's `limits.max`.
+
+python-data keeps the 256 MiB default: its peaks measured the same way are pandas, matplotlib, seaborn
+and scikit-learn imported and a chart saved 144 MiB, WeasyPrint writing 50 pages 156 MiB, fastapi, flask
+and uvicorn imported 168 MiB; and its kernels made ahead are started under the default (the memory limit
+is part of a kernel's key: under another default a session's first call would start its own kernel).
+A larger data set asks for `limits.memory_bytes`."""
 NATIVE_ENV = ["LANG", "LC_*", "TZ", "TERM", "COLUMNS", "LINES", "PYTHON*", "NODE_ENV", "OMP_NUM_THREADS"]
 
 BUILTIN_PROFILES: dict[str, Profile] = {

@@ -60,8 +60,11 @@ def add_run_command(sub: Subcommands) -> argparse.ArgumentParser:
     run.add_argument("--stdin", dest="stdin_file", help="file whose content is the guest's stdin")
     run.add_argument("--provider", choices=["wasm", "native"], help="who runs it (default: the profile's, else by language)")
     run.add_argument("--json", action="store_true", help="print the result as JSON instead of the guest's output")
-    run.add_argument("--typecheck", action="store_true",
-                     help="TypeScript: type-check with tsc first and print its diagnostics (exit status 1 on an error)")
+    run.add_argument("--typecheck", action="store_const", const=True, default=False,
+                     help="TypeScript: type-check with tsc first and print its diagnostics, then run it")
+    run.add_argument("--typecheck-block", dest="typecheck", action="store_const", const="block",
+                     help="TypeScript: as --typecheck, but a program with a type error does not run "
+                          "(TypeCheckError, exit status 1)")
     run.add_argument("--typecheck-timeout", type=float, default=60.0, help="the type check's seconds (60)")
     run.add_argument("--install", action="append", default=[], metavar="REQUIREMENT",
                      help="install a pure-Python package for the run first (e.g. tinyapp==1.0; repeatable), "

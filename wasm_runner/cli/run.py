@@ -200,7 +200,7 @@ def _report(result: ExecResult) -> None:
     if result.limit is not None:
         message = result.error.message if result.error is not None else LIMIT_MESSAGES[result.limit]
         print(f"[wasm-runner] limit {result.limit}: {message}", file=sys.stderr)
-    elif result.error is not None and result.error.type in ("GuestCrash", "RuntimeUnavailable"):
+    elif result.error is not None and result.error.type in ("GuestCrash", "RuntimeUnavailable", "TypeCheckError"):
         print(f"[wasm-runner] {result.error.message}", file=sys.stderr)
     if result.error is not None and result.error.hint:  # what to do, under the program's own traceback
         print(f"[wasm-runner] hint: {result.error.hint}", file=sys.stderr)

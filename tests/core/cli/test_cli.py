@@ -272,3 +272,19 @@ def test_batch_summary_file_has_counts_groups_and_pass_at_k(tmp_path):
     assert summary["pass_at_k"]["pass@2"] == pytest.approx((1.0 + (1 - 3 / 6)) / 2)  # t/1: 1 - C(3,2)/C(4,2)
     assert "pass@1=0.5000" in done.stderr
     assert cli("batch", str(items), "--pass-at", "0").returncode == 2
+
+
+def test_typecheck_block_keeps_a_program_with_a_type_error_from_running(tmp_path):
+    from wasm_runner.providers.native import find_js_toolchain
+    from wasm_runner.providers.native.bwrap import find_bwrap, probe
+
+    bwrap = find_bwrap()
+    if bwrap is None or probe(bwrap) is not None or find_js_toolchain() is None:
+        pytest.skip("typecheck needs bubblewrap and the JavaScript toolchain (wasm-runner prepare)")
+    script = tmp_path / "main.ts"
+    script.write_text("const n: number = 'two';\nconsole.log('ran');\n")
+    checked = cli("run", "--typecheck", str(script))
+    assert "TS2322" in checked.stderr and checked.stdout == "ran\n"
+    blocked = cli("run", "--typecheck-block", str(script))
+    assert blocked.returncode == 1 and blocked.stdout == ""
+    assert "TS2322" in blocked.stderr and "1 type error, the program did not run; line 1:" in blocked.stderr

@@ -104,6 +104,7 @@ async def test_one_shot_typecheck_returns_the_diagnostics_with_the_result(client
                                                                 "typecheck": "block"})
     assert status == 200, data
     assert data["stdout"] == "" and data["error"]["type"] == "TypeCheckError"
+    assert data["exit_code"] == 1 and [d["code"] for d in data["diagnostics"]] == [2322]
 
 
 async def test_typecheck_of_a_python_program_is_refused(client):

@@ -9,10 +9,12 @@ Default policy (every field of `SandboxPolicy` can only narrow it, except the on
   /usr/local hidden behind an empty tmpfs (host-local software is not "the system"), holding only
   links of the usual names of commands Debian renames (`fd` for `fdfind`);
 - /etc: only what the tools need (dynamic linker cache, alternatives links, fontconfig,
-  ImageMagick policy), plus generated passwd/group/hosts/hostname/nsswitch.conf naming the
+  ImageMagick config, whose policy.xml is the sandbox's own: PDF allowed, see
+  imagemagick-policy.xml), plus generated passwd/group/hosts/hostname/nsswitch.conf naming the
   sandbox user; no /home, /root, /var, /run, /sys, /srv, /mnt, /media, /opt of the host
   (only the python-data venv, read-only at /opt/python-data, and a read-only /run/wasm-runner
   holding the script of the run);
+- with python-data, /usr/local/bin/pandoc a wrapper making WeasyPrint pandoc's PDF engine;
 - a fresh /proc (own PID namespace) and a minimal /dev; /dev/shm a small private tmpfs;
 - the root itself read-only (nothing can be written outside /workspace, /tmp, /dev/shm);
 - new user namespace (uid/gid 1000 "sandbox", no capabilities, no further user namespaces,
@@ -42,6 +44,7 @@ from pathlib import Path
 
 from wasm_runner.errors import SandboxPolicyError
 from wasm_runner.guest import Mount
+from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
 GUEST_PYTHON_DATA = "/opt/python-data"
@@ -56,6 +59,12 @@ ETC_READ_ONLY = (  # copied into the sandbox's generated /etc
     "ImageMagick-6", "ImageMagick-7", "localtime", "mime.types", "magic", "papersize",
 )
 """Host /etc entries the tools need (copied where they exist); nothing else of the host's /etc."""
+
+IMAGEMAGICK_POLICY = RUNTIMES_DIR / "native" / "imagemagick-policy.xml"
+"""The sandbox's ImageMagick policy (PDF allowed; the reasoning is in the file), put in place of the host's."""
+PANDOC_WRAPPER = RUNTIMES_DIR / "native" / "pandoc"
+"""pandoc with WeasyPrint as its default PDF engine, shown at /usr/local/bin/pandoc with python-data."""
+SYSTEM_PANDOC = "/usr/bin/pandoc"
 
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 RENAMED_COMMANDS = (("fd", "fdfind"), ("bat", "batcat"))
@@ -179,6 +188,11 @@ def etc_dir() -> Path:
                     shutil.copytree(host, root / name, symlinks=True)
             except OSError:
                 continue  # absent or unreadable here: the sandbox does without it
+        for version in ("ImageMagick-6", "ImageMagick-7"):
+            if (root / version).is_dir() and not (root / version).is_symlink():
+                (root / version / "policy.xml").unlink(missing_ok=True)
+                shutil.copyfile(IMAGEMAGICK_POLICY, root / version / "policy.xml")
+                (root / version / "policy.xml").chmod(0o444)  # whatever the service's umask
         for name, text in _ETC_GENERATED.items():
             (root / name).write_text(text)
             (root / name).chmod(0o444)
@@ -294,6 +308,8 @@ def options(
     if not policy.show_usr_local and os.path.isdir("/usr/local"):
         args += ["--tmpfs", "/usr/local"]
         args += command_aliases()
+        if python_data is not None and os.path.exists(SYSTEM_PANDOC) and os.access(PANDOC_WRAPPER, os.X_OK):
+            args += ["--ro-bind", source(PANDOC_WRAPPER), "/usr/local/bin/pandoc"]
     for name in TOP_LEVEL_SYSTEM:
         host = f"/{name}"
         if os.path.islink(host):

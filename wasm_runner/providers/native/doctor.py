@@ -6,6 +6,7 @@ CLI prints; `main()` is a ready-made command (`python -m wasm_runner.providers.n
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from wasm_runner.providers.native.bwrap import IMAGEMAGICK_POLICY
 from wasm_runner.providers.native.identity import account_name, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import PINS, find_js_toolchain, js_toolchain_dir
 from wasm_runner.providers.native.toolchain import REQUIREMENTS, find_python_data, python_data_dir
@@ -30,6 +32,7 @@ TOOLS: tuple[tuple[str, tuple[str, ...], list[str], str], ...] = (
     ("tesseract", ("tesseract",), ["--version"], "tesseract-ocr"),
     ("imagemagick", ("magick", "convert-im6.q16", "convert"), ["-version"], "imagemagick"),
     ("pdftotext", ("pdftotext",), ["-v"], "poppler-utils"),
+    ("ghostscript", ("gs",), ["--version"], "ghostscript"),
     ("node", ("node",), ["--version"], "nodejs"),
     # What an agent's first scripts reach for (installed by scripts/install-native.sh).
     ("tree", ("tree",), ["--version"], "tree"),
@@ -165,24 +168,38 @@ def doctor(provider: Any = None) -> dict[str, Any]:
         "bun": js is not None and problem is None,
         "bash": problem is None or provider.allow_unsandboxed,
     }
-    report["offers"] = _offers(tools, found, js)
+    pango = ctypes.util.find_library("pango-1.0") is not None and ctypes.util.find_library("pangoft2-1.0") is not None
+    report["pdf"] = {
+        "weasyprint": found is not None and pango,
+        "pandoc_engine": "weasyprint" if found is not None and pango and tools["pandoc"]["present"] else None,
+        "imagemagick_policy": f"{IMAGEMAGICK_POLICY.name} (PDF read and write; PostScript, EPS and XPS refused)",
+    }
+    if found is not None and not pango:
+        missing.append("Pango for WeasyPrint (apt-get install libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0)")
+    report["offers"] = _offers(tools, found, js, pdf_engine=report["pdf"]["pandoc_engine"])
     report["ok"] = problem is None or provider.allow_unsandboxed
     return report
 
 
-def _offers(tools: dict[str, Any], data: Any, js: Any) -> dict[str, list[str]]:
+def _offers(tools: dict[str, Any], data: Any, js: Any, pdf_engine: str | None = None) -> dict[str, list[str]]:
     """Per built-in profile, what its code can run here (present tools only, with their versions)."""
     def named(name: str) -> str:
         version = tools[name]["version"]
         return f"{name} {version}" if version else name
 
     system = [named(name) for name in SYSTEM_TOOLS if tools[name]["present"]]
+    # A sandbox given python-data (a shell script's, a Python program's, a command's; not a Node or
+    # bun program's) also shows weasyprint, and pandoc as the wrapper making it its PDF engine.
+    with_data = system
+    if pdf_engine is not None:
+        with_data = [f"{item} (PDF by {pdf_engine})" if item.startswith("pandoc") else item for item in system]
+        with_data.append(f"weasyprint {_pinned_version('weasyprint') or ''}".strip())
     offers: dict[str, list[str]] = {name: list(items) for name, items in WASM_OFFERS.items()}
     if data is not None:
         from wasm_runner.providers.native.inventory import python_data_modules
 
         modules = sorted(python_data_modules(data.path) or (), key=str.lower)
-        offers["python-data"] = [f"python {data.python_version} with {', '.join(modules)}", *system]
+        offers["python-data"] = [f"python {data.python_version} with {', '.join(modules)}", *with_data]
     else:
         offers["python-data"] = []
     js_tools = [f"{tool} {version}" for tool, version in (js.versions if js else {}).items()]
@@ -191,8 +208,17 @@ def _offers(tools: dict[str, Any], data: Any, js: Any) -> dict[str, list[str]]:
     offers["node"] = [*node, *system] if node else []
     offers["typescript-native"] = [*js_tools, *system] if js else []
     offers["bun"] = [*js_tools, *system] if js else []
-    offers["bash"] = system
+    offers["bash"] = with_data
     return offers
+
+
+def _pinned_version(distribution: str) -> str | None:
+    try:
+        lines = REQUIREMENTS.read_text().splitlines()
+    except OSError:
+        return None
+    prefix = f"{distribution.lower()}=="
+    return next((line[len(prefix):].strip() for line in lines if line.lower().startswith(prefix)), None)
 
 
 def _sandbox_user(provider: Any) -> dict[str, Any]:

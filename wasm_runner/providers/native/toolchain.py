@@ -28,9 +28,11 @@ log = logging.getLogger("wasm_runner.native")
 
 REQUIREMENTS = RUNTIMES_DIR / "native" / "python-data.txt"
 MARKER = ".wasm-runner-ready.json"
-SMOKE_IMPORTS = "pandas, numpy, matplotlib, seaborn, scipy, sklearn, PIL, openpyxl"
+SMOKE_IMPORTS = "pandas, numpy, matplotlib, seaborn, scipy, sklearn, PIL, openpyxl, fastapi, flask, uvicorn"
+"""Imported once after the build. Not weasyprint: it loads the system's Pango when imported, and a host
+without it (doctor says so) still gets the rest of the environment."""
 SYSTEM_PYTHONS = ("/usr/bin/python3",)
-LAYOUT = 2
+LAYOUT = 3
 """Bumped when the venv's layout changes (not its packages): an older build is rebuilt."""
 WORKSPACE_PTH = "wasm_runner_workspace.pth"
 """Puts /workspace on sys.path (after the stdlib and site-packages) so scripts import their helpers."""
@@ -151,6 +153,7 @@ def _build(path: Path, python: str, requirements: Path, quiet: bool) -> PythonDa
             capture_output=True, text=True, check=True)
         version, prefix, purelib = json.loads(info.stdout)
         Path(purelib, WORKSPACE_PTH).write_text("/workspace\n")
+        relocate_scripts(path)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -159,6 +162,27 @@ def _build(path: Path, python: str, requirements: Path, quiet: bool) -> PythonDa
     (path / MARKER).write_text(json.dumps(marker))
     log.info("python-data ready: Python %s in %s", version, path)
     return PythonData(path, version, prefix)
+
+
+RELOCATABLE_SHEBANG = b"#!/bin/sh\n'''exec' \"${0%/*}/python\" \"$0\" \"$@\"\n' '''\n"
+"""A console script's first lines that run the `python` beside it: the sandbox sees the venv at
+/opt/python-data, not at the host path pip writes into shebangs (so `weasyprint`, `uvicorn` or
+`flask` would fail with "not found"). /bin/sh runs the `exec` line; Python reads a string there."""
+
+
+def relocate_scripts(venv: Path) -> int:
+    """Rewrite the venv's console scripts to find their interpreter beside them; returns how many."""
+    host_shebang = f"#!{venv}/bin/python".encode()
+    count = 0
+    for script in (venv / "bin").iterdir():
+        if script.is_symlink() or not script.is_file():
+            continue
+        text = script.read_bytes()
+        if not text.startswith(host_shebang):
+            continue
+        script.write_bytes(RELOCATABLE_SHEBANG + text.partition(b"\n")[2])
+        count += 1
+    return count
 
 
 def _run(argv: list[str], what: str, out) -> None:

@@ -150,3 +150,22 @@ def test_doctor_lists_each_tool_and_its_version():
     assert set(tools) == {"node", "bun", "tsc", "biome", "uv"}
     assert tools["node"].startswith("24.") and tools["tsc"].startswith("6.")
     assert report["profiles"]["typescript-native"] and report["profiles"]["bun"]
+
+
+@needs_js_toolchain
+def test_tsc_runs_in_a_bash_session_under_the_profiles_default_limits(js_runner):
+    """The built-in `bash` profile's memory is sized for tsc (it peaks near 275 MiB; the 256 MiB
+    default killed it): a type check of a small file passes with no limits in the request."""
+    session = js_runner.session()
+    session.workspace.ensure()
+    (session.path / "main.ts").write_text(
+        "interface User { name: string; age: number }\n"
+        "const users: User[] = [{ name: 'ada', age: 36 }];\n"
+        "export const total = users.reduce((sum, user) => sum + user.age, 0);\n")
+    profiles = Profiles()
+    request = profiles.request(profiles.get("bash")[1], language=None, code="tsc --noEmit main.ts && echo checked",
+                               command=None, stdin="", env={}, limits=None, fresh=False, id=None)
+    assert request.language == "bash" and request.limits.memory_bytes >= 512 * 1024 * 1024
+    result = session.run_sync(request)
+    assert result.limit is None and result.exit_code == 0, (result.limit, result.stderr)
+    assert result.stdout == "checked\n"

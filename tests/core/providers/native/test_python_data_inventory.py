@@ -49,7 +49,9 @@ def test_the_built_environment_offers_its_whole_pinned_stack():
 
 @needs_python_data
 @pytest.mark.parametrize("code, module", [("import kiwisolver", "kiwisolver"),
-                                          ("from fontTools.ttLib import TTFont", "fontTools")])
+                                          ("from fontTools.ttLib import TTFont", "fontTools"),
+                                          ("from fastapi import FastAPI", "fastapi"), ("import flask", "flask"),
+                                          ("import uvicorn", "uvicorn"), ("import weasyprint", "weasyprint")])
 def test_a_webassembly_import_of_a_module_only_python_data_has_names_the_profile(runner, code, module):
     result = runner.run_sync(code)
     assert result.error is not None and result.error.type == "ModuleNotFoundError"
