@@ -223,7 +223,7 @@ export interface paths {
         put?: never;
         /**
          * Run many one-shot requests: NDJSON in, NDJSON results out in completion order
-         * @description Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the item's id. A line that cannot run (malformed, too long) gives a result with error.type InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) one with error.type Rejected; the batch goes on. Every item runs in a fresh instance and counts as one execution (slots, workspace quotas, audit, metrics). Closing the connection stops the running items. Where the server has a Ray cluster, the items run on its nodes unless the query says cluster=false (an item whose node is lost runs again elsewhere and its result says `retried`); 503 cluster_unavailable when it cannot be reached.
+         * @description Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the item's id. A line that cannot run (malformed, too long) gives a result with error.type InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) one with error.type Rejected; the batch goes on. Every item runs in a fresh instance and counts as one execution (slots, workspace quotas, audit, metrics). Closing the connection stops the running items. Where the server has a Ray cluster, the items run on its nodes unless the query says cluster=false (an item whose node is lost runs again elsewhere and its result says `retried`); 503 cluster_unavailable when it cannot be reached. With ?tools=a,b every item may call those tools of the profile's MCP servers (403 tool_not_allowed for a name outside the profile's allowlist); such a batch runs on this server's workers.
          */
         post: operations["post_v1_batch"];
         delete?: never;
@@ -261,6 +261,46 @@ export interface paths {
         put?: never;
         /** Run once in a throwaway workspace: files in, output files back */
         post: operations["post_v1_exec"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/exec/{run_id}/approvals/{approval_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or refuse a tool call of a one-shot run (code mode)
+         * @description The run's stream announced its id in its `run` event and the call in an approval_required event; it waits for this decision until the call's timeout or the run's end (then 404 approval_not_found, and the call is refused). Only a key of the run's workspace decides.
+         */
+        post: operations["post_v1_exec_run_id_approvals_approval_id"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/exec/{run_id}/tool-calls/{call_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Answer a tool call of a one-shot run (code mode, caller-side tools)
+         * @description The run's stream announced its id in its `run` event and the call in a tool_call event; the code waits for this answer until the call's timeout or the run's end (then 404 tool_call_not_found). Only a key of the run's workspace answers it.
+         */
+        post: operations["post_v1_exec_run_id_tool-calls_call_id"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1055,6 +1095,8 @@ export interface components {
             template?: string | null;
             /** @default null */
             tools?: string[] | null;
+            /** @default null */
+            starter?: string | null;
         };
         /**
          * PackageRequest
@@ -1476,6 +1518,8 @@ export interface components {
          */
         ApprovalDecision: {
             approve: boolean;
+            /** @default  */
+            reason?: string;
         };
         /**
          * ApprovalDecided
@@ -1548,6 +1592,8 @@ export interface components {
             typecheck_timeout_s?: number;
             /** @default null */
             egress?: ("deny" | "open") | components["schemas"]["EgressPolicy"] | null;
+            /** @default null */
+            tools?: components["schemas"]["ToolSpec"][] | null;
         };
         /**
          * Base64File
@@ -2778,6 +2824,7 @@ export interface operations {
                 profile?: string | null;
                 concurrency?: number | null;
                 cluster?: boolean | null;
+                tools?: string | null;
             };
             header?: never;
             path?: never;
@@ -2800,6 +2847,15 @@ export interface operations {
             };
             /** @description Bad request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3083,6 +3139,136 @@ export interface operations {
             };
         };
     };
+    post_v1_exec_run_id_approvals_approval_id: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                run_id: string;
+                /** @description a path inside the workspace */
+                approval_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDecision"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalDecided"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    "post_v1_exec_run_id_tool-calls_call_id": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                run_id: string;
+                /** @description a path inside the workspace */
+                call_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ToolAnswer"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolAnswered"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     get_v1_profiles: {
         parameters: {
             query?: never;
@@ -3231,6 +3417,15 @@ export interface operations {
             };
             /** @description Invalid request */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Shutting down or not ready */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
