@@ -35,7 +35,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -49,6 +49,9 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB, TypeCheck
 from wasm_runner_protocol.guest import check_guest_path
 from wasm_runner_protocol.wire import LimitsPatch
+
+if TYPE_CHECKING:
+    from wasm_runner.tools.mcp_source import McpTools
 
 GiB = 1024 * MiB
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -157,6 +160,13 @@ class McpServerConfig(ConfigModel):
         if self.command is not None and not self.command:
             raise ValueError("an MCP server's command is not empty")
         return self
+
+    def source(self) -> McpTools:
+        """A connection to this server (started by `start()`), its credentials from this host's environment."""
+        from wasm_runner.tools.mcp_source import McpTools
+
+        return McpTools(command=self.command, url=self.url, env=self.environment(), headers=self.headers,
+                        prefix=self.prefix, call_timeout_s=self.call_timeout_s)
 
     def environment(self) -> dict[str, str]:
         """What the command's process gets: `env`, the named host variables, and PATH."""

@@ -9,12 +9,14 @@ is the same path.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
     from wasm_runner.execution.lanes import Batch, Lanes
     from wasm_runner.execution.workers import OneShotWorkers, WorkerPool
     from wasm_runner.packages.installer import PackageInstaller
+    from wasm_runner.profiles import McpServerConfig
     from wasm_runner.tools.calls import Approver, ToolPolicy
     from wasm_runner.tools.registry import ToolsArg
 
@@ -428,6 +431,8 @@ class Runner:
         allow_tools: Iterable[str] | None = None,
         tool_policy: ToolPolicy | None = None,
         on_approval: Approver | None = None,
+        mcp_servers: Sequence[McpServerConfig] | None = None,
+        approval_tools: Iterable[str] = (),
     ) -> AsyncIterator[ExecResult]:
         """Run each request one-shot in its own fresh instance; yield results as they complete.
 
@@ -450,7 +455,26 @@ class Runner:
         `tool_calls`, and `tool_policy.audit` told of each). Such items run as one-shot runs with tools
         (a throwaway session each). Not with `cluster` (a node cannot call back into this process) nor
         with `cache` (a result that depends on the tools' answers is not the code's alone).
+
+        `mcp_servers`: tools for every item from these MCP servers (with `allow_tools` and `tool_policy`
+        as above; `approval_tools` names those of their tools that need approval). With `cluster`, each
+        node starts them for its own items, their credentials from the node's environment; calls
+        needing approval are refused there (no one on a node can give it),
+        and `tool_policy.audit` is told of each call when its item's result is back. Without, this
+        process starts them for the batch and closes them after it.
         """
+        if mcp_servers is not None:
+            if cache is not None:
+                raise ValueError("a batch with tools cannot use a result cache: an item's result depends on the "
+                                 "tools' answers, not on its code alone")
+            if cluster is not None:
+                if tools is not None:
+                    raise ValueError("caller-side tools are not available on Ray batches: an item on a node cannot "
+                                     "call this process's functions; give the nodes MCP servers (mcp_servers=)")
+                return self._cluster_tool_batch(requests, cluster, mcp_servers, allow_tools, tool_policy,
+                                                approval_tools)
+            return self._local_tool_batch(requests, concurrency, tools, mcp_servers, allow_tools, tool_policy,
+                                          on_approval, approval_tools)
         if tools is not None:
             if cluster is not None:
                 raise ValueError("caller-side tools are not available on Ray batches: an item on a node cannot "
@@ -481,6 +505,50 @@ class Runner:
         from wasm_runner.evaluation.cache import run_with_cache
 
         return run_with_cache(requests, cache, run)
+
+    async def _cluster_tool_batch(self, requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
+                                  cluster: RayCluster, servers: Sequence[McpServerConfig],
+                                  allow_tools: Iterable[str] | None, tool_policy: ToolPolicy | None,
+                                  approval_tools: Iterable[str]) -> AsyncIterator[ExecResult]:
+        from wasm_runner.cluster.dispatch import ClusterBatch
+        from wasm_runner.cluster.wire import NodeTools, encode_tools
+        from wasm_runner.tools.calls import ToolPolicy
+
+        policy = tool_policy or ToolPolicy()
+        allowed = [set(names) for names in (allow_tools, policy.allow) if names is not None]
+        spec = NodeTools(servers=tuple(s.model_dump() for s in servers),
+                         allow=tuple(sorted(set.intersection(*allowed))) if allowed else None,
+                         approval=tuple(sorted(set(approval_tools))),
+                         call_timeout_s=policy.call_timeout_s, max_calls=policy.max_calls,
+                         max_total_s=policy.max_total_s)
+        results = ClusterBatch(self._cluster_actors(cluster), cluster, encode_tools(spec)).results(requests)
+        async with contextlib.aclosing(results):  # type: ignore[type-var]
+            async for result in results:
+                if policy.audit is not None:
+                    for call in result.tool_calls or ():
+                        policy.audit(call)
+                yield result
+
+    async def _local_tool_batch(self, requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest],
+                                concurrency: int | None, tools: ToolsArg | None, servers: Sequence[McpServerConfig],
+                                allow_tools: Iterable[str] | None, tool_policy: ToolPolicy | None,
+                                on_approval: Approver | None, approval_tools: Iterable[str]) -> AsyncIterator[ExecResult]:
+        from wasm_runner.tools.registry import as_registry, needing_approval
+
+        sources = [server.source() for server in servers]
+        try:
+            given = list(as_registry(tools)) if tools is not None else []
+            marked = frozenset(approval_tools)
+            for source in sources:
+                given += [needing_approval(t) if t.name in marked else t for t in await asyncio.to_thread(source.start)]
+            results = self.run_many(requests, concurrency=concurrency, tools=given, allow_tools=allow_tools,
+                                    tool_policy=tool_policy, on_approval=on_approval)
+            async with contextlib.aclosing(results):  # type: ignore[type-var]
+                async for result in results:
+                    yield result
+        finally:
+            for source in sources:
+                await asyncio.to_thread(source.close)
 
     def _cluster_actors(self, cluster: RayCluster) -> NodeActors:
         """This Runner's actors on that cluster, kept for its next batches (closed with it)."""

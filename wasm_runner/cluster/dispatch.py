@@ -48,9 +48,11 @@ class _Item:
 class ClusterBatch:
     """One `Runner.run_many(..., cluster=...)` call, on the Runner's actors for that cluster."""
 
-    def __init__(self, actors: NodeActors, cluster: RayCluster) -> None:
+    def __init__(self, actors: NodeActors, cluster: RayCluster, tools: bytes | None = None) -> None:
         self.pool = actors
         self.cluster = cluster
+        self.tools = tools
+        """The batch's tools on the nodes (`NodeTools`, encoded), sent with each chunk."""
         self.id = uuid.uuid4().hex
         self.chunks: dict[NodeActor, int] = {}
         """The batch's chunks in flight per ready actor."""
@@ -201,7 +203,7 @@ class ClusterBatch:
             for item in chunk:
                 item.attempts += 1
             payload = encode_requests([item.request for item in chunk])
-            future = _future(actor.handle.run_chunk.remote(self.id, payload))
+            future = _future(actor.handle.run_chunk.remote(self.id, payload, self.tools))
             self.chunks[actor] += 1
             future.add_done_callback(functools.partial(self._chunk_done, chunk, actor))
 

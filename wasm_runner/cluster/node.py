@@ -24,9 +24,12 @@ from pathlib import Path
 
 import msgspec
 
-from wasm_runner.cluster.wire import NodeInfo, decode_requests, encode_results, runtimes_fingerprint
+from wasm_runner.cluster.wire import NodeInfo, NodeTools, decode_requests, decode_tools, encode_results, runtimes_fingerprint
 from wasm_runner.guest import Mount
+from wasm_runner.profiles import McpServerConfig
 from wasm_runner.runner import Runner
+from wasm_runner.tools import Tool, ToolPolicy, needing_approval
+from wasm_runner.tools.mcp_source import McpTools
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 __all__ = ["NodeRunner"]
@@ -34,9 +37,10 @@ __all__ = ["NodeRunner"]
 class _Stream:
     """One batch's items on this node: a feed into `Runner.run_many`, and who waits for what."""
 
-    def __init__(self, runner: Runner, lanes: int) -> None:
+    def __init__(self, runner: Runner, lanes: int, tools: NodeTools | None = None) -> None:
         self.feed: asyncio.Queue[ExecRequest] = asyncio.Queue()
         self.waiting: dict[str, tuple[asyncio.Future[ExecResult], str | None]] = {}
+        self.tools = tools
         self.task = asyncio.create_task(self._run(runner, lanes))
 
     async def _requests(self) -> AsyncIterator[ExecRequest]:
@@ -44,8 +48,13 @@ class _Stream:
             yield await self.feed.get()
 
     async def _run(self, runner: Runner, lanes: int) -> None:
-        results = runner.run_many(self._requests(), concurrency=lanes)
+        sources: list[McpTools] = []
         try:
+            if self.tools is None:
+                results = runner.run_many(self._requests(), concurrency=lanes)
+            else:  # the batch's MCP servers, started on this node for its items
+                tools, policy = await _started(self.tools, sources)
+                results = runner.run_many(self._requests(), concurrency=lanes, tools=tools, tool_policy=policy)
             async with contextlib.aclosing(results):  # type: ignore[type-var]
                 async for result in results:
                     entry = self.waiting.pop(result.id or "", None)
@@ -55,6 +64,9 @@ class _Stream:
         except Exception as exc:  # noqa: BLE001 - every chunk waiting fails with it; the driver retries them elsewhere
             self.fail(exc)
             raise
+        finally:
+            for source in sources:
+                await asyncio.to_thread(source.close)
 
     def fail(self, exc: BaseException) -> None:
         waiting, self.waiting = self.waiting, {}
@@ -68,6 +80,19 @@ class _Stream:
         with contextlib.suppress(BaseException):
             await self.task
         self.fail(asyncio.CancelledError())
+
+
+async def _started(spec: NodeTools, sources: list[McpTools]) -> tuple[list[Tool], ToolPolicy]:
+    """The batch's tools from its MCP servers, started here (`sources` gets each, to close), and its policy."""
+    approval = frozenset(spec.approval)
+    tools: list[Tool] = []
+    for fields in spec.servers:
+        source = McpServerConfig.model_validate(fields).source()
+        sources.append(source)
+        tools += [needing_approval(t) if t.name in approval else t for t in await asyncio.to_thread(source.start)]
+    policy = ToolPolicy(call_timeout_s=spec.call_timeout_s, max_calls=spec.max_calls, max_total_s=spec.max_total_s,
+                        allow=frozenset(spec.allow) if spec.allow is not None else None)
+    return tools, policy
 
 
 class NodeRunner:
@@ -88,11 +113,13 @@ class NodeRunner:
         version, fingerprints = runtimes_fingerprint()
         return NodeInfo(socket.gethostname(), os.getpid(), self.lanes, version, fingerprints)
 
-    async def run_chunk(self, batch: str, payload: bytes) -> bytes:
-        """Run the chunk's items (with the batch's others in flight); answer their results in its order."""
+    async def run_chunk(self, batch: str, payload: bytes, tools: bytes | None = None) -> bytes:
+        """Run the chunk's items (with the batch's others in flight); answer their results in its order.
+        `tools`: the batch's tools (`NodeTools`), the same with each of its chunks."""
         stream = self.streams.get(batch)
         if stream is None:
-            stream = self.streams[batch] = _Stream(self.runner, self.lanes)
+            stream = self.streams[batch] = _Stream(self.runner, self.lanes,
+                                                    decode_tools(tools) if tools is not None else None)
         loop = asyncio.get_running_loop()
         futures = []
         for request in decode_requests(payload):

@@ -6,13 +6,16 @@ byte strings inline in its messages.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 import wasm_runner_protocol
 from wasm_runner.evaluation.cache import runtime_fingerprint
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["NodeInfo", "decode_requests", "decode_results", "encode_requests", "encode_results", "runtimes_fingerprint"]
+__all__ = ["NodeInfo", "NodeTools", "decode_requests", "decode_results", "encode_requests", "encode_results",
+           "runtimes_fingerprint"]
 
 encode_requests = encode_results = msgspec.msgpack.Encoder().encode
 decode_requests = msgspec.msgpack.Decoder(list[ExecRequest]).decode
@@ -34,3 +37,21 @@ class NodeInfo(msgspec.Struct, frozen=True):
     lanes: int
     version: str
     fingerprints: dict[str, str]
+
+
+class NodeTools(msgspec.Struct, frozen=True):
+    """A batch's tools on the nodes (code mode): the MCP servers each node starts for itself, their
+    credentials read from the node's own environment, which of their tools the items may call (None:
+    all), those that need approval (refused there: no one on a node can give it), and the policy."""
+
+    servers: tuple[dict[str, Any], ...]
+    """Each an `McpServerConfig`, as its fields."""
+    allow: tuple[str, ...] | None = None
+    approval: tuple[str, ...] = ()
+    call_timeout_s: float = 30.0
+    max_calls: int = 200
+    max_total_s: float = 60.0
+
+
+encode_tools = msgspec.msgpack.Encoder().encode
+decode_tools = msgspec.msgpack.Decoder(NodeTools).decode

@@ -179,7 +179,8 @@ class Execution:
     async def run_many(self, runner: Runner, items: AsyncIterable[ExecRequest | ExecResult], *, concurrency: int,
                        mode: str = "batch", hold: Callable[[], AbstractAsyncContextManager[object]] | None = None,
                        cluster: RayCluster | None = None, tools: list[Tool] | None = None,
-                       tool_policy: ToolPolicy | None = None) -> AsyncGenerator[ExecResult, None]:
+                       tool_policy: ToolPolicy | None = None,
+                       node_tools: Profile | None = None) -> AsyncGenerator[ExecResult, None]:
         """Batch items through the runner's lanes (`Runner.run_many`), each admitted as one execution.
 
         An item holds `hold()` (the caller's own admission, e.g. its workspace's quotas) and a
@@ -193,7 +194,9 @@ class Execution:
         With `cluster`, the items run on that Ray cluster's nodes: they hold no slot of this
         server's gate. If the cluster is lost for good, every item left gets a result saying so.
 
-        With `tools`, each item may call them under `tool_policy` (its own calls, budget and record).
+        With `tools`, each item may call them under `tool_policy` (its own calls, budget and record);
+        with `cluster`, `node_tools` (a profile) instead: each node starts the profile's MCP servers for
+        its items, and the calls come back in the results (audited by `tool_policy.audit` then).
         """
         admitted: dict[str, _Admitted] = {}
         decided: collections.deque[ExecResult] = collections.deque()
@@ -226,9 +229,14 @@ class Execution:
                 admitted[key] = _Admitted(item, stack, time.perf_counter())
                 yield msgspec.structs.replace(item, id=key)
 
-        results = (runner.run_many(admit(), concurrency=concurrency, cluster=cluster) if tools is None
-                   else runner.run_many(admit(), concurrency=concurrency, cluster=cluster, tools=tools,
-                                        tool_policy=tool_policy))
+        if node_tools is not None:
+            results = runner.run_many(admit(), concurrency=concurrency, cluster=cluster, tool_policy=tool_policy,
+                                      mcp_servers=node_tools.mcp_servers, approval_tools=node_tools.approval_tools)
+        elif tools is not None:
+            results = runner.run_many(admit(), concurrency=concurrency, cluster=cluster, tools=tools,
+                                      tool_policy=tool_policy)
+        else:
+            results = runner.run_many(admit(), concurrency=concurrency, cluster=cluster)
         lost: ClusterUnavailableError | None = None
         try:
             try:

@@ -31,9 +31,7 @@ class ProfileTools:
                 sources = []
                 try:
                     for server in profile.mcp_servers:
-                        source = McpTools(command=server.command, url=server.url, env=server.environment(),
-                                          headers=server.headers, prefix=server.prefix,
-                                          call_timeout_s=server.call_timeout_s)
+                        source = server.source()
                         sources.append(source)
                         await asyncio.to_thread(source.start)
                 except Exception:

@@ -159,3 +159,48 @@ def test_the_cli_runs_a_batch_on_the_cluster_with_its_summary(ray_cluster, tmp_p
         assert report["pass_at_k"]["pass@1"] == pytest.approx((1 + 1 / 3) / 2)
         assert report["pass_at_k"]["pass@2"] == pytest.approx((1 + 2 / 3) / 2)  # t2: 1 - C(2,2)/C(3,2)
         assert report["retried"] == 0
+
+
+MCP_SERVER = Path(__file__).resolve().parents[2] / "helpers" / "mcp_issue_server.py"
+TOKEN = "node-token-7f3a"
+TOOL_PROGRAM = """
+from sandbox import tools, ToolError
+print(tools.issue_title(number={n}))
+try:
+    tools.search_issues(query="crash")
+except ToolError as e:
+    print(e.kind)
+"""
+
+
+async def test_items_on_the_nodes_call_the_mcp_servers_each_node_starts(ray_cluster, driver):
+    """Code mode on Ray: each node starts the batch's MCP server for its items (its credential stays with
+    that process); the allowlist holds there, each call is in its item's result and audited by the driver."""
+    from wasm_runner.profiles import McpServerConfig
+    from wasm_runner.tools import ToolPolicy
+
+    server = McpServerConfig(command=[sys.executable, str(MCP_SERVER)], env={"TRACKER_TOKEN": TOKEN})
+    audited = []
+    requests = (ExecRequest(code=TOOL_PROGRAM.format(n=1 + i % 3), id=str(i)) for i in range(30))
+    results = {}
+    async for result in driver.run_many(requests, cluster=RayCluster(chunk_items=2, **SETTINGS), mcp_servers=[server],
+                                        allow_tools=["issue_title"], tool_policy=ToolPolicy(audit=audited.append)):
+        results[result.id] = result
+    titles = {1: "crash on start", 2: "slow search", 3: "crash on exit"}
+    assert {i: r.stdout for i, r in results.items()} == {str(i): f"{titles[1 + i % 3]}\nnot_allowed\n"
+                                                         for i in range(30)}
+    assert all([c.outcome for c in r.tool_calls] == ["ok", "not_allowed"] for r in results.values())
+    assert len(audited) == 60 and {c.tool for c in audited} == {"issue_title", "search_issues"}
+    assert not any(TOKEN in r.stdout + r.stderr for r in results.values())
+
+
+async def test_a_tool_needing_approval_is_refused_on_the_nodes(ray_cluster, driver):
+    from wasm_runner.profiles import McpServerConfig
+
+    server = McpServerConfig(command=[sys.executable, str(MCP_SERVER)], env={"TRACKER_TOKEN": TOKEN})
+    code = ("from sandbox import tools, ToolError\ntry:\n    tools.issue_title(number=1)\n"
+            "except ToolError as e:\n    print(e.kind)")
+    results = [r async for r in driver.run_many([ExecRequest(code=code, id="a")], cluster=RayCluster(**SETTINGS),
+                                                mcp_servers=[server], approval_tools=["issue_title"])]
+    assert results[0].stdout == "refused\n" and results[0].tool_calls[0].approval == "refused"
+

@@ -59,7 +59,7 @@ class BatchQuery(msgspec.Struct, forbid_unknown_fields=True):
     tools: Annotated[str, Meta(max_length=4096)] | None = None
     """The batch's tool set (code mode): comma-separated names of the profile's tools (its MCP servers',
     within its allowlist) that every item may call, each item's calls decided and recorded on their own.
-    Runs on this server's workers only (with a Ray cluster configured, send cluster=false)."""
+    On a Ray cluster each node starts the profile's MCP servers for its own items."""
 
 
 _decode_item = msgspec.json.Decoder(BatchItem).decode
@@ -112,8 +112,8 @@ async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[by
                        "on its nodes unless the query says cluster=false (an item whose node is lost runs "
                        "again elsewhere and its result says `retried`); 503 cluster_unavailable when it "
                        "cannot be reached. With ?tools=a,b every item may call those tools of the profile's MCP servers "
-                       "(403 tool_not_allowed for a name outside the profile's allowlist); such a batch runs on "
-                       "this server's workers.")
+                       "(403 tool_not_allowed for a name outside the profile's allowlist); on a Ray cluster, "
+                       "each node starts the profile's MCP servers for its own items.")
 async def batch(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     try:
@@ -130,12 +130,10 @@ async def batch(request: web.Request) -> web.StreamResponse:
     tools: list[Tool] | None = None
     tool_policy: ToolPolicy | None = None
     if query.tools is not None:
-        if cluster is not None:
-            raise ApiError(422, ErrorCode.VALIDATION_ERROR, "a batch with tools runs on this server's workers, "
-                           "not on the Ray cluster", "send ?cluster=false with ?tools=")
         chosen = session_tools([name.strip() for name in query.tools.split(",") if name.strip()], profile_name,
                                profile)
-        tools = await mcp_tools(service, profile_name, profile)
+        if cluster is None:  # on a cluster, each node starts the profile's MCP servers for its items
+            tools = await mcp_tools(service, profile_name, profile)
         # the batch's calls are audited under one id of its own (its items' throwaway sessions have none)
         tool_policy = ToolPolicy(call_timeout_s=profile.tool_call_timeout_s, allow=run_allowlist(profile, chosen),
                                  audit=tool_audit(request, f"batch-{uuid.uuid4().hex}"))
@@ -182,7 +180,8 @@ async def batch(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     hold = request.app[POLICY].batch_item_hold(request)
     results = service.execution.run_many(runner, items(), concurrency=concurrency, hold=hold, cluster=cluster,
-                                         tools=tools, tool_policy=tool_policy)
+                                         tools=tools, tool_policy=tool_policy,
+                                         node_tools=profile if cluster is not None and tool_policy is not None else None)
     async with contextlib.aclosing(results):
         async for result in results:
             await response.write(_encode(result) + b"\n")
