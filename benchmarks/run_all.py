@@ -46,6 +46,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "data_kernel": ([], ["--samples", "2", "--turns", "10"]),
     "e2b": ([], ["--calls", "5"]),
     "cluster": ([], ["--items", "300", "--rounds", "1"]),
+    "web_starters": ([], ["--runs", "1"]),
     "peers": ([], ["--quick"]),
 }
 TIMEOUT_S = 45 * 60
@@ -118,6 +119,10 @@ FIGURES = [
     Figure("e2b", "E2B SDK: run_code", at("figures.run_code.p50_ms"), "ms"),
     Figure("cluster", "checks/s through Ray, share of local lanes", at("ray_share_of_local"), "",
            (">=", 0.8)),
+    Figure("web_starters", "vite-react starter: create call to a listening dev server",
+           at("vite-react.listening_s_median"), "s"),
+    Figure("web_starters", "tanstack-start starter: create call to a listening dev server",
+           at("tanstack-start.listening_s_median"), "s"),
     Figure("peers", "HumanEval-shaped checks/s", at("headline.wasm-runner.checks_per_s"), "/s"),
     Figure("peers", "the same checks, against a fork-per-check native harness",
            ratio("headline.wasm-runner.checks_per_s", "headline.humaneval-native.checks_per_s"), "x",
