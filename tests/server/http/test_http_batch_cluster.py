@@ -1,5 +1,6 @@
 """POST /v1/batch handed to the server's Ray cluster (three nodes started by the test)."""
 
+import asyncio
 import json
 
 import pytest
@@ -51,3 +52,26 @@ async def test_an_unreachable_or_missing_cluster_is_a_clear_error(serve):
     response = await client.post("/v1/batch?cluster=true", data=ndjson([{"code": "print(1)"}]))
     assert response.status == 422
     assert_error_shape(await response.json(), "cluster_unavailable")
+
+
+async def test_a_batch_with_tools_calls_the_profiles_mcp_server_on_each_node(ray_cluster, serve):
+    """Each node starts the profile's MCP server for its own items; the batch's tool set holds there, and
+    every call comes back in its item's result and in the service's audit log."""
+    from test_http_batch_tools import PROFILES, PROGRAM
+
+    client = await serve(profiles=PROFILES, cluster={"ray_address": ray_cluster.address, "chunk_items": 2})
+    items = [{"id": f"t{n}", "code": PROGRAM.format(n=1 + n % 3)} for n in range(12)]
+    response = await client.post("/v1/batch?profile=tracker&tools=tracker_issue_title", data=ndjson(items))
+    assert response.status == 200, await response.text()
+    by_id = {r["id"]: r for r in map(json.loads, (await response.text()).splitlines())}
+    titles = {1: "crash on start", 2: "slow search", 3: "crash on exit"}
+    assert {k: r["stdout"] for k, r in by_id.items()} == {f"t{n}": f"{titles[1 + n % 3]}\nnot_allowed\n"
+                                                          for n in range(12)}
+    entries: list = []
+    for _ in range(100):  # rows reach the audit database in batches
+        entries = (await (await client.get("/v1/audit?kind=tool&limit=100")).json())["entries"]
+        if len(entries) >= 24:
+            break
+        await asyncio.sleep(0.1)
+    assert sorted(e["outcome"] for e in entries) == ["not_allowed"] * 12 + ["ok"] * 12
+    await client.close()
