@@ -459,30 +459,24 @@ class Runner:
         `mcp_servers`: tools for every item from these MCP servers (with `allow_tools` and `tool_policy`
         as above; `approval_tools` names those of their tools that need approval). With `cluster`, each
         node starts them for its own items, their credentials from the node's environment; calls
-        needing approval are refused there (no one on a node can give it),
-        and `tool_policy.audit` is told of each call when its item's result is back. Without, this
-        process starts them for the batch and closes them after it.
+        needing approval are refused there (no one on a node can give it), and `tool_policy.audit` is
+        told of each call when its item's result is back. Without, this process starts them for the
+        batch and closes them after it.
         """
-        if mcp_servers is not None:
-            if cache is not None:
-                raise ValueError("a batch with tools cannot use a result cache: an item's result depends on the "
-                                 "tools' answers, not on its code alone")
-            if cluster is not None:
-                if tools is not None:
-                    raise ValueError("caller-side tools are not available on Ray batches: an item on a node cannot "
-                                     "call this process's functions; give the nodes MCP servers (mcp_servers=)")
-                return self._cluster_tool_batch(requests, cluster, mcp_servers, allow_tools, tool_policy,
-                                                approval_tools)
-            return self._local_tool_batch(requests, concurrency, tools, mcp_servers, allow_tools, tool_policy,
-                                          on_approval, approval_tools)
-        if tools is not None:
-            if cluster is not None:
+        if tools is not None or mcp_servers is not None:
+            if cluster is not None and tools is not None:
                 raise ValueError("caller-side tools are not available on Ray batches: an item on a node cannot "
                                  "call this process's functions; run the batch without cluster=, or give the "
-                                 "tools as MCP servers the nodes reach")
+                                 "tools as MCP servers the nodes start (mcp_servers=)")
             if cache is not None:
                 raise ValueError("a batch with tools cannot use a result cache: an item's result depends on the "
                                  "tools' answers, not on its code alone")
+            if mcp_servers is not None and cluster is not None:
+                return self._cluster_tool_batch(requests, cluster, mcp_servers, allow_tools, tool_policy,
+                                                approval_tools)
+            if mcp_servers is not None:
+                return self._local_tool_batch(requests, concurrency, tools, mcp_servers, allow_tools, tool_policy,
+                                              on_approval, approval_tools)
             from wasm_runner.execution.tool_batch import tool_batch_results
 
             limit = max(1, min(concurrency or self.concurrency, self.concurrency))
@@ -533,14 +527,13 @@ class Runner:
                                 concurrency: int | None, tools: ToolsArg | None, servers: Sequence[McpServerConfig],
                                 allow_tools: Iterable[str] | None, tool_policy: ToolPolicy | None,
                                 on_approval: Approver | None, approval_tools: Iterable[str]) -> AsyncIterator[ExecResult]:
-        from wasm_runner.tools.registry import as_registry, needing_approval
+        from wasm_runner.tools.registry import as_registry, marked_for_approval
 
         sources = [server.source() for server in servers]
         try:
             given = list(as_registry(tools)) if tools is not None else []
-            marked = frozenset(approval_tools)
             for source in sources:
-                given += [needing_approval(t) if t.name in marked else t for t in await asyncio.to_thread(source.start)]
+                given += marked_for_approval(await asyncio.to_thread(source.start), approval_tools)
             results = self.run_many(requests, concurrency=concurrency, tools=given, allow_tools=allow_tools,
                                     tool_policy=tool_policy, on_approval=on_approval)
             async with contextlib.aclosing(results):  # type: ignore[type-var]

@@ -28,7 +28,7 @@ from wasm_runner.cluster.wire import NodeInfo, NodeTools, decode_requests, decod
 from wasm_runner.guest import Mount
 from wasm_runner.profiles import McpServerConfig
 from wasm_runner.runner import Runner
-from wasm_runner.tools import Tool, ToolPolicy, needing_approval
+from wasm_runner.tools import Tool, ToolPolicy, marked_for_approval
 from wasm_runner.tools.mcp_source import McpTools
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
@@ -84,12 +84,11 @@ class _Stream:
 
 async def _started(spec: NodeTools, sources: list[McpTools]) -> tuple[list[Tool], ToolPolicy]:
     """The batch's tools from its MCP servers, started here (`sources` gets each, to close), and its policy."""
-    approval = frozenset(spec.approval)
     tools: list[Tool] = []
     for fields in spec.servers:
         source = McpServerConfig.model_validate(fields).source()
         sources.append(source)
-        tools += [needing_approval(t) if t.name in approval else t for t in await asyncio.to_thread(source.start)]
+        tools += marked_for_approval(await asyncio.to_thread(source.start), spec.approval)
     policy = ToolPolicy(call_timeout_s=spec.call_timeout_s, max_calls=spec.max_calls, max_total_s=spec.max_total_s,
                         allow=frozenset(spec.allow) if spec.allow is not None else None)
     return tools, policy

@@ -7,8 +7,18 @@ API a model is shown.
 """
 
 from wasm_runner.tools.calls import ApprovalRefused, ApprovalRequest, Approver, ToolPolicy, ToolRun
-from wasm_runner.tools.registry import Tool, ToolRegistry, as_registry, camel_name, from_spec, needing_approval, tool
+from wasm_runner.tools.registry import (
+                                       Tool,
+                                       ToolRegistry,
+                                       as_registry,
+                                       camel_name,
+                                       from_spec,
+                                       marked_for_approval,
+                                       needing_approval,
+                                       tool,
+)
 from wasm_runner.tools.stubs import python_stubs, typescript_stubs
 
 __all__ = ["ApprovalRefused", "ApprovalRequest", "Approver", "Tool", "ToolPolicy", "ToolRegistry", "ToolRun",
-           "as_registry", "camel_name", "from_spec", "needing_approval", "python_stubs", "tool", "typescript_stubs"]
+           "as_registry", "camel_name", "from_spec", "marked_for_approval", "needing_approval", "python_stubs", "tool",
+           "typescript_stubs"]

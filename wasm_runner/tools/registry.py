@@ -18,8 +18,8 @@ import msgspec
 
 from wasm_runner_protocol.tools import ToolSpec, check_name, spec_of
 
-__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "from_spec", "needing_approval",
-           "tool"]
+__all__ = ["Tool", "ToolRegistry", "ToolsArg", "as_registry", "camel_name", "from_spec", "marked_for_approval",
+           "needing_approval", "tool"]
 
 def camel_name(name: str) -> str:
     """The JavaScript name of a tool: `search_issues` -> `searchIssues`."""
@@ -64,6 +64,12 @@ def needing_approval(found: Tool) -> Tool:
     if found.spec.approval:
         return found
     return dataclasses.replace(found, spec=msgspec.structs.replace(found.spec, approval=True))
+
+
+def marked_for_approval(tools: Iterable[Tool], names: Iterable[str]) -> list[Tool]:
+    """The tools, those `names` names marked as needing approval (an operator's list for a profile)."""
+    marked = frozenset(names)
+    return [needing_approval(found) if found.name in marked else found for found in tools]
 
 
 def from_spec(spec: ToolSpec, function: Callable[..., Any], *, allow_patterns: bool = False) -> Tool:

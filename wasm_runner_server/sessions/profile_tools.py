@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from wasm_runner.profiles import Profile
-from wasm_runner.tools import Tool, needing_approval
+from wasm_runner.tools import Tool, marked_for_approval
 from wasm_runner.tools.mcp_source import McpTools
 
 __all__ = ["ProfileTools", "with_approvals"]
@@ -50,8 +50,7 @@ class ProfileTools:
 
 def with_approvals(tools: list[Tool], profile: Profile) -> list[Tool]:
     """The tools, those the profile's `approval_tools` names marked as needing approval."""
-    marked = frozenset(profile.approval_tools)
-    return [needing_approval(tool) if tool.name in marked else tool for tool in tools]
+    return marked_for_approval(tools, profile.approval_tools)
 
 
 def _close_all(sources: list[McpTools]) -> None:

@@ -107,7 +107,8 @@ def test_public_names():
 
     assert sorted(wasm_runner.tools.__all__) == [
         "ApprovalRefused", "ApprovalRequest", "Approver", "Tool", "ToolPolicy", "ToolRegistry", "ToolRun",
-        "as_registry", "camel_name", "from_spec", "needing_approval", "python_stubs", "tool", "typescript_stubs",
+        "as_registry", "camel_name", "from_spec", "marked_for_approval", "needing_approval", "python_stubs", "tool",
+        "typescript_stubs",
     ]
 
 
