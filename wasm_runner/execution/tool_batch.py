@@ -14,21 +14,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from typing import Any
 
 from wasm_runner.errors import InvalidRequestError
+from wasm_runner.execution.lanes import each_request
 from wasm_runner.execution.results import host_error_result, invalid_request_result
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
 __all__ = ["tool_batch_results"]
 
 log = logging.getLogger("wasm_runner")
-
-
-async def _items(requests: Iterable[ExecRequest] | AsyncIterable[ExecRequest]) -> AsyncIterator[ExecRequest]:
-    if isinstance(requests, AsyncIterable):
-        async for request in requests:
-            yield request
-    else:
-        for request in requests:
-            yield request
 
 
 async def _one(run: Callable[[ExecRequest], Awaitable[ExecResult]], request: ExecRequest) -> ExecResult:
@@ -46,7 +38,7 @@ async def tool_batch_results(run: Callable[[ExecRequest], Awaitable[ExecResult]]
                              limit: int) -> AsyncIterator[ExecResult]:
     """`run` each request (requests read lazily, at most `limit` running); results in completion order.
     Closing the iterator cancels the items still running."""
-    source = _items(requests).__aiter__()
+    source = each_request(requests).__aiter__()
     running: set[asyncio.Future[ExecResult]] = set()
     reading: asyncio.Future[ExecRequest] | None = None
     exhausted = False

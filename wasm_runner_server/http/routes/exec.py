@@ -170,10 +170,7 @@ async def answer_tool_call(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ToolAnswer)
     call_id = request.match_info["call_id"]
-    if not service.caller_tools.answer(live.row.id, call_id, body):
-        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
-                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
-    return json_response(ToolAnswered())
+    return _answered(service.caller_tools.answer(live.row.id, call_id, body), call_id)
 
 
 @routes.post("/v1/sessions/{id}/approvals/{approval_id}")
@@ -187,11 +184,7 @@ async def decide_approval(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ApprovalDecision)
     approval_id = request.match_info["approval_id"]
-    if not service.approvals.decide(live.row.id, approval_id, body.approve, body.reason):
-        raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
-                        "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
-                        "within its timeout_s")
-    return json_response(ApprovalDecided())
+    return _decided(service.approvals.decide(live.row.id, approval_id, body.approve, body.reason), approval_id)
 
 
 @routes.post("/v1/sessions/{id}/process")
@@ -308,10 +301,7 @@ async def answer_one_shot_tool_call(request: web.Request) -> web.Response:
     body = await read_json(request, ToolAnswer)
     scope = one_shot_scope(request.match_info["run_id"], request.app[POLICY].caller_workspace(request))
     call_id = request.match_info["call_id"]
-    if not service.caller_tools.answer(scope, call_id, body):
-        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
-                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
-    return json_response(ToolAnswered())
+    return _answered(service.caller_tools.answer(scope, call_id, body), call_id)
 
 
 @routes.post("/v1/exec/{run_id}/approvals/{approval_id}")
@@ -325,11 +315,7 @@ async def decide_one_shot_approval(request: web.Request) -> web.Response:
     body = await read_json(request, ApprovalDecision)
     scope = one_shot_scope(request.match_info["run_id"], request.app[POLICY].caller_workspace(request))
     approval_id = request.match_info["approval_id"]
-    if not service.approvals.decide(scope, approval_id, body.approve, body.reason):
-        raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
-                        "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
-                        "within its timeout_s")
-    return json_response(ApprovalDecided())
+    return _decided(service.approvals.decide(scope, approval_id, body.approve, body.reason), approval_id)
 
 
 def one_shot_egress(body: OneShotBody) -> EgressPolicy | None:
@@ -386,3 +372,20 @@ def _collect_outputs(files: WorkspaceFiles, patterns: list[str], room: int, *,
                 outputs[entry.path] = OutputFile(size=len(data), encoding="base64",
                                                  content=base64.b64encode(data).decode("ascii"))
     return outputs, missing
+
+
+def _answered(taken: bool, call_id: str) -> web.Response:
+    """A caller's answer to a tool call: taken, or 404 when the call no longer waits."""
+    if not taken:
+        raise not_found(ErrorCode.TOOL_CALL_NOT_FOUND, call_id[:64],
+                        "the call ended (answered, timed out, or its run is over); answer each call once, in time")
+    return json_response(ToolAnswered())
+
+
+def _decided(taken: bool, approval_id: str) -> web.Response:
+    """A decision on a call waiting for approval: taken, or 404 when the call no longer waits."""
+    if not taken:
+        raise not_found(ErrorCode.APPROVAL_NOT_FOUND, approval_id[:64],
+                        "the call no longer waits (decided, timed out, or its run is over); decide each call once, "
+                        "within its timeout_s")
+    return json_response(ApprovalDecided())
