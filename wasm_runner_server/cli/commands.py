@@ -85,6 +85,8 @@ def add_keys_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     create.add_argument("--name", required=True, help="what the key is for, e.g. 'ci' or 'alice'")
     create.add_argument("--kind", choices=KINDS, default="member",
                         help="member: sessions see shared/; app: own session only; admin: the admin API")
+    create.add_argument("--member", help="the person a member or admin key acts for, e.g. 'alice' "
+                                         "(several keys may act for one member)")
     _data_options(create)
     create.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "create_key"))
     listing = commands.add_parser("list", help="list keys (never the keys themselves)")

@@ -59,7 +59,7 @@ def _when(value: float | None) -> str:
 def create_key(args: argparse.Namespace) -> int:
     store = _tenants(args)
     try:
-        key, record = store.create_key(args.workspace, args.name, args.kind)
+        key, record = store.create_key(args.workspace, args.name, args.kind, args.member)
     except ValueError as exc:
         print(f"wasm-runner keys create: {exc}", file=sys.stderr)
         return 2
@@ -81,13 +81,14 @@ def list_keys(args: argparse.Namespace) -> int:
     if args.json:
         for r in records:
             print(json.dumps({"prefix": r.prefix, "workspace": r.workspace, "name": r.name, "kind": r.kind,
-                              "created_at": r.created_at, "last_used_at": r.last_used_at,
+                              "member": r.member, "created_at": r.created_at, "last_used_at": r.last_used_at,
                               "revoked_at": r.revoked_at}))
         return 0
-    print(f"{'PREFIX':<16} {'WORKSPACE':<16} {'NAME':<16} {'KIND':<7} {'CREATED':<21} {'LAST USED':<21} STATUS")
+    print(f"{'PREFIX':<16} {'WORKSPACE':<16} {'NAME':<16} {'KIND':<7} {'MEMBER':<12} {'CREATED':<21} "
+          f"{'LAST USED':<21} STATUS")
     for r in records:
         status = f"revoked {_when(r.revoked_at)}" if r.revoked_at else "active"
-        print(f"{r.prefix:<16} {r.workspace:<16} {r.name:<16} {r.kind:<7} {_when(r.created_at):<21} "
+        print(f"{r.prefix:<16} {r.workspace:<16} {r.name:<16} {r.kind:<7} {r.member or '-':<12} {_when(r.created_at):<21} "
               f"{_when(r.last_used_at):<21} {status}")
     return 0
 

@@ -39,6 +39,8 @@ class Principal:
     workspace: str
     key_id: str
     kind: str  # member | app | admin | link
+    member: str | None = None
+    """The person the caller acts for (a member or admin key's member; None for apps and links)."""
 
     @property
     def shared(self) -> bool:
@@ -46,7 +48,7 @@ class Principal:
         return self.kind in ("member", "admin")
 
 
-LOCAL = Principal(LOCAL_WORKSPACE, "local", "admin")
+LOCAL = Principal(LOCAL_WORKSPACE, "local", "admin", "local")
 """The caller when no keys are in use."""
 CURRENT: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("wasm_runner_principal", default=None)
 """The principal of the request being handled (read by the execution observer)."""

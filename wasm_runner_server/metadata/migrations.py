@@ -109,6 +109,10 @@ STEPS: tuple[str, ...] = (
         granted BOOLEAN NOT NULL          -- whether the last take was allowed
     );
     """,
+    # 3: the person a member or admin key acts for
+    """
+    ALTER TABLE keys ADD COLUMN member TEXT;
+    """,
 )
 
 

@@ -100,7 +100,7 @@ class ApiKeys(Authenticator):
         if record is None:
             raise ApiError(401, ErrorCode.INVALID_KEY, "the API key is not valid or has been revoked", BAD_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
-        return Principal(record.workspace, record.id, record.kind)
+        return Principal(record.workspace, record.id, record.kind, record.member)
 
     def key_active(self, key_id: str) -> bool:
         return self.tenants.active_key(key_id) is not None

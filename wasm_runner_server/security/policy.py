@@ -60,7 +60,7 @@ from wasm_runner_server.http.policy import (
 from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
-from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, presign, shared
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
@@ -328,7 +328,8 @@ class SecurityPolicy(AccessPolicy):
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes, *console.routes]
+        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *me.routes, *shared.routes,
+                *console.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS keys (
     hash TEXT NOT NULL,
     created_at REAL NOT NULL,
     last_used_at REAL,
-    revoked_at REAL
+    revoked_at REAL,
+    member TEXT
 );
 CREATE TABLE IF NOT EXISTS session_owners (
     session_id TEXT PRIMARY KEY,
@@ -55,6 +56,9 @@ CREATE INDEX IF NOT EXISTS owners_by_workspace ON session_owners (workspace);
 
 WORKSPACE_PATTERN = r"^[A-Za-z0-9_-]{1,64}\Z"
 """\\Z, not $ (which also matches before a final newline)."""
+MEMBER_PATTERN = WORKSPACE_PATTERN
+"""A member id names a directory of the workspace's (a member's disk), so it is as narrow as a workspace's."""
+_KEY_COLUMNS = "id, workspace, name, kind, created_at, last_used_at, revoked_at, member"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class KeyRecord:
     created_at: float
     last_used_at: float | None
     revoked_at: float | None
+    member: str | None = None
+    """The person a member or admin key acts for (None: an app key, or a key made before members had ids)."""
 
     @property
     def prefix(self) -> str:
@@ -107,6 +113,8 @@ class TenantStore:
             self.path: Path | None = Path(path)
             db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
             db.executescript(_SCHEMA)
+            if "member" not in {row[1] for row in db.execute("PRAGMA table_info(keys)")}:
+                db.execute("ALTER TABLE keys ADD COLUMN member TEXT")  # a database made before members
             self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
             self._on_close = db.close
             sql = SqliteSql(db)
@@ -142,22 +150,31 @@ class TenantStore:
             "SELECT w.name, w.created_at, (SELECT COUNT(*) FROM keys k WHERE k.workspace = w.name "
             "AND k.revoked_at IS NULL) FROM workspaces w ORDER BY w.name"))
 
-    def create_key(self, workspace: str, name: str, kind: str = "member") -> tuple[str, KeyRecord]:
-        """A new key: (the key itself, shown once and never again; its record)."""
+    def create_key(self, workspace: str, name: str, kind: str = "member",
+                   member: str | None = None) -> tuple[str, KeyRecord]:
+        """A new key: (the key itself, shown once and never again; its record).
+
+        `member` names the person a member or admin key acts for (several keys may act for one); an app
+        key acts for its developer's application, never for a member.
+        """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}")
         if not name or len(name) > 128:
             raise ValueError("a key name is 1-128 characters")
+        if member is not None and not re.match(MEMBER_PATTERN, member):
+            raise ValueError("a member id is 1-64 letters, digits, '-' or '_'")
+        if member is not None and kind == "app":
+            raise ValueError("an app key acts for an application, not a member: leave the member out")
         self.ensure_workspace(workspace)
         key_id = secrets.token_hex(6)
         key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         now = time.time()
-        self._db.run("INSERT INTO keys (id, workspace, name, kind, hash, created_at) VALUES (?,?,?,?,?,?)",
-                     (key_id, workspace, name, kind, hash_key(key), now))
-        return key, KeyRecord(key_id, workspace, name, kind, now, None, None)
+        self._db.run("INSERT INTO keys (id, workspace, name, kind, hash, created_at, member) VALUES (?,?,?,?,?,?,?)",
+                     (key_id, workspace, name, kind, hash_key(key), now, member))
+        return key, KeyRecord(key_id, workspace, name, kind, now, None, None, member)
 
     def keys(self, workspace: str | None = None, *, include_revoked: bool = True) -> list[KeyRecord]:
-        sql = "SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys"
+        sql = f"SELECT {_KEY_COLUMNS} FROM keys"
         where, args = [], []
         if workspace is not None:
             where.append("workspace = ?")
@@ -183,8 +200,7 @@ class TenantStore:
 
     def active_key(self, key_id: str) -> KeyRecord | None:
         """The record of an unrevoked key by its id (read each time: a revocation counts at once)."""
-        row = self._db.one("SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at FROM keys "
-                           "WHERE id = ? AND revoked_at IS NULL", (key_id,))
+        row = self._db.one(f"SELECT {_KEY_COLUMNS} FROM keys WHERE id = ? AND revoked_at IS NULL", (key_id,))
         return KeyRecord(*row) if row is not None else None
 
     def verify(self, key: str) -> KeyRecord | None:
@@ -193,10 +209,8 @@ class TenantStore:
         if key_id is None:
             hmac.compare_digest(hash_key(key), "0" * 64)  # same work for malformed keys
             return None
-        row = self._db.one(
-            "SELECT id, workspace, name, kind, created_at, last_used_at, revoked_at, hash FROM keys WHERE id = ?",
-            (key_id,))
-        stored = row[7] if row is not None else "0" * 64
+        row = self._db.one(f"SELECT {_KEY_COLUMNS}, hash FROM keys WHERE id = ?", (key_id,))
+        stored = row[8] if row is not None else "0" * 64
         matches = hmac.compare_digest(hash_key(key), stored)
         if row is None or not matches or row[6] is not None:
             return None
@@ -204,7 +218,7 @@ class TenantStore:
         if now - self._touched.get(key_id, 0.0) >= 1.0:  # last_used_at to the second, not a write per request
             self._touched[key_id] = now
             self._db.run("UPDATE keys SET last_used_at = ? WHERE id = ?", (now, key_id))
-        return KeyRecord(*row[:7])
+        return KeyRecord(*row[:8])
 
     # -- session ownership ------------------------------------------------------------------
 

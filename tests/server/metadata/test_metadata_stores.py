@@ -77,6 +77,10 @@ def test_tenants_contract(config):
         active = tenants.active_key(record.id)
         assert active is not None and active.last_used_at is not None  # the check was noted
         assert tenants.verify(key[:-1] + ("x" if key[-1] != "x" else "y")) is None
+        member_key, _ = tenants.create_key("team", "alice laptop", "member", "alice")
+        verified = tenants.verify(member_key)
+        assert verified is not None and verified.member == "alice" and record.member is None
+        tenants.revoke(verified.prefix)
         assert [w[0] for w in tenants.workspaces()] == ["team"]
         tenants.ensure_workspace("team")  # again: no error, no second row
         assert [(w[0], w[2]) for w in tenants.workspaces()] == [("team", 1)]

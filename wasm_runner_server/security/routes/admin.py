@@ -15,7 +15,7 @@ from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.security.state import SECURITY
-from wasm_runner_server.security.tenants import WORKSPACE_PATTERN, KeyRecord
+from wasm_runner_server.security.tenants import MEMBER_PATTERN, WORKSPACE_PATTERN, KeyRecord
 
 routes = web.RouteTableDef()
 
@@ -26,6 +26,8 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     workspace: WorkspaceName
     name: Annotated[str, Meta(min_length=1, max_length=128)]
     kind: Literal["member", "app", "admin"] = "member"
+    member: Annotated[str, Meta(pattern=MEMBER_PATTERN)] | None = None
+    """The person a member or admin key acts for (several keys may act for one); not for app keys."""
 
 
 class KeyInfo(msgspec.Struct, kw_only=True):
@@ -33,6 +35,7 @@ class KeyInfo(msgspec.Struct, kw_only=True):
     workspace: str
     name: str
     kind: str
+    member: str | None = None
     created_at: datetime
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None
@@ -67,7 +70,7 @@ def _time(value: float | None) -> datetime | None:
 
 def key_info(record: KeyRecord) -> dict:
     return dict(prefix=record.prefix, workspace=record.workspace, name=record.name, kind=record.kind,
-                created_at=_time(record.created_at), last_used_at=_time(record.last_used_at),
+                member=record.member, created_at=_time(record.created_at), last_used_at=_time(record.last_used_at),
                 revoked_at=_time(record.revoked_at))
 
 
@@ -94,7 +97,10 @@ async def list_workspaces(request: web.Request) -> web.Response:
 async def create_key(request: web.Request) -> web.Response:
     _admin(request)
     body = await read_json(request, KeyCreate)
-    key, record = request.app[SECURITY].tenants.create_key(body.workspace, body.name, body.kind)
+    try:
+        key, record = request.app[SECURITY].tenants.create_key(body.workspace, body.name, body.kind, body.member)
+    except ValueError as exc:  # what the schema cannot say: an app key with a member
+        raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc), "see /openapi.json for the request schema") from None
     return json_response(NewKey(key=key, **key_info(record)), status=201)
 
 

@@ -1,0 +1,32 @@
+"""Who the caller is: the workspace, key and member a request acts for (what a console or client shows)."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from wasm_runner_server.http.bodies import json_response
+from wasm_runner_server.http.openapi import operation
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.security.tenants import KEY_PREFIX
+
+routes = web.RouteTableDef()
+
+
+class Caller(msgspec.Struct, kw_only=True):
+    workspace: str
+    key_prefix: str
+    """The public prefix of the key the request carried (or the link's key)."""
+    kind: str
+    """member, app, admin or link."""
+    member: str | None = None
+    """The person the key acts for; None for app keys, links and keys made without one."""
+
+
+@routes.get("/v1/me")
+@operation(summary="The caller: workspace, key prefix, kind and member", tag="admin", response=Caller)
+async def me(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    key_id = principal.key_id.removeprefix("link:")
+    return json_response(Caller(workspace=principal.workspace, key_prefix=KEY_PREFIX + key_id, kind=principal.kind,
+                                member=principal.member))
