@@ -151,7 +151,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
 def _mount_mcp(app: web.Application) -> None:
     """MCP over streamable HTTP at /mcp (same service, same middlewares), when the `mcp` extra is installed."""
     try:
-        from wasm_runner_server.mcp.server import mount_mcp
+        from wasm_runner_server.mcp.streamable import mount_mcp
     except ImportError as exc:
         if exc.name is None or not (exc.name == "mcp" or exc.name.startswith(("mcp.", "mcp_types"))):
             raise

@@ -429,8 +429,8 @@ def http_page(document: dict) -> str:
 
 
 def mcp_tools() -> list[Any]:
-    """The tools the MCP server lists (`wasm_runner_server.mcp.server.TOOLS`)."""
-    from wasm_runner_server.mcp.server import TOOLS
+    """The tools the MCP server lists (`wasm_runner_server.mcp.catalog.TOOLS`)."""
+    from wasm_runner_server.mcp.catalog import TOOLS
 
     return list(TOOLS)
 

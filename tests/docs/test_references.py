@@ -109,7 +109,7 @@ def test_the_cli_reference_shows_each_commands_help() -> None:
 
 
 def test_every_mcp_tool_is_in_the_mcp_reference() -> None:
-    from wasm_runner_server.mcp.server import TOOLS
+    from wasm_runner_server.mcp.catalog import TOOLS
 
     page = REFERENCES.mcp_page()
     assert len(TOOLS) >= 18

@@ -82,8 +82,8 @@ async def serve_stdio(config: ServiceConfig | None, *, url: str | None = None, a
                       profile: str | None = None, max_result_chars: int | None = None) -> None:
     """Serve one MCP connection on stdin/stdout until it closes: over the server at `url`, or over
     a service run here (from `config`) on a Unix socket in a private directory."""
-    from wasm_runner_server.mcp.server import McpTools
     from wasm_runner_server.mcp.settings import DEFAULT_MAX_RESULT_CHARS
+    from wasm_runner_server.mcp.tools import McpTools
 
     if url is not None:
         await _serve(McpTools(url, api_key=api_key, profile=profile,

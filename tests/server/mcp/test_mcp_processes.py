@@ -16,7 +16,8 @@ from preview_hosts import on_loopback
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner_protocol.processes import PreviewLinkBody, ProcessOutputQuery, ProcessStart, ProcessStdin
-from wasm_runner_server.mcp import server as mcp_server
+from wasm_runner_server.mcp.catalog import TOOLS
+from wasm_runner_server.mcp.tools import input_schema
 
 _path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
@@ -38,7 +39,7 @@ def ok(result: types.CallToolResult) -> types.CallToolResult:
 
 
 def test_the_tool_schemas_are_the_http_wires_plus_the_process_and_session() -> None:
-    schemas = {tool.name: mcp_server._schema(tool.args) for tool in mcp_server.TOOLS}
+    schemas = {tool.name: input_schema(tool.args) for tool in TOOLS}
     for name, wire in (("start_process", ProcessStart), ("process_output", ProcessOutputQuery),
                        ("send_input", ProcessStdin), ("preview_url", PreviewLinkBody)):
         assert set(wire.__struct_fields__) <= set(schemas[name]["properties"]), name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from wasm_runner import ExecResult
-from wasm_runner_server.mcp.server import describe
+from wasm_runner_server.mcp.describe import describe
 
 
 def test_a_call_that_queued_says_how_long_and_one_that_did_not_says_nothing() -> None:

@@ -16,7 +16,9 @@ import pytest
 from mcp_connect import Connect, HttpService, connect_http
 
 from wasm_runner_protocol.wire import ExecBody, FileEdit, GlobQuery, GrepQuery, ListQuery, ProcessBody
-from wasm_runner_server.mcp import server as mcp_server
+from wasm_runner_server.mcp.arguments import ExecuteCodeArgs
+from wasm_runner_server.mcp.catalog import INSTRUCTIONS
+from wasm_runner_server.mcp.tools import MAX_INLINE_BYTES, input_schema
 
 EXPECTED_TOOLS = {"sandbox_execute_code", "read_file", "write_file", "edit_file", "list_files", "glob", "grep",
                   "run_process", "session_new", "session_list", "session_reset", "session_fork", "publish_artifact",
@@ -80,7 +82,7 @@ async def test_lists_every_tool_with_input_schemas_from_the_http_wire(connect: C
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert set(listed) == EXPECTED_TOOLS
     execute = listed["sandbox_execute_code"]
-    assert execute.input_schema == mcp_server._schema(mcp_server.ExecuteCodeArgs)
+    assert execute.input_schema == input_schema(ExecuteCodeArgs)
     properties = execute.input_schema["properties"]
     assert {"code", "language", "harness", "tests", "limits", "session"} <= set(properties)
     assert set(ExecBody.__struct_fields__) <= set(properties)  # every field of the HTTP body
@@ -290,7 +292,7 @@ def test_the_cli_command_parses_and_names_its_handler(tmp_path) -> None:
     add_mcp_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["mcp", "--data-dir", str(tmp_path), "--profile", "python", "--no-warm"])
     assert args.handler.resolve() is run_mcp and args.data_dir == tmp_path and args.warm is False
-    assert json.loads(json.dumps(mcp_server.INSTRUCTIONS))  # plain text, no surprises
+    assert json.loads(json.dumps(INSTRUCTIONS))  # plain text, no surprises
 
 
 async def test_publish_artifact_answers_the_artifact_and_a_link_that_needs_no_key(http_service: HttpService) -> None:
@@ -306,7 +308,7 @@ async def test_publish_artifact_answers_the_artifact_and_a_link_that_needs_no_ke
 
 
 async def test_a_large_file_comes_back_as_a_link_not_inline(http_service: HttpService) -> None:
-    big = "x" * (mcp_server.MAX_INLINE_BYTES + 1)
+    big = "x" * (MAX_INLINE_BYTES + 1)
     async with connect_http(http_service) as session:
         ok(await session.call_tool("write_file", {"path": "big.txt", "content": big}))
         result = ok(await session.call_tool("read_file", {"path": "big.txt"}))
