@@ -33,7 +33,8 @@ def checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         (root / "scripts" / name).write_text(STEP.format(name=name))
         (root / "scripts" / name).chmod(0o755)
     for path in ("pyproject.toml", "setup.py", "wasm-runner-client/pyproject.toml",
-                 "wasm_runner/_runtimes/requirements.lock", "wasm_runner/_runtimes/python/manifest.toml",
+                 "wasm_runner/_runtimes/requirements.lock", "requirements/test.lock",
+                 "wasm_runner/_runtimes/python/manifest.toml",
                  "wasm_runner/__init__.py", "wasm_runner_server/__init__.py",
                  "wasm-runner-client/wasm_runner_client/__init__.py"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
