@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from wasm_runner.providers.native.web_starters import find_starter
+from wasm_runner.providers.native.web_starters import STARTERS, find_starter
 from wasm_runner_client import AsyncClient, BadRequestError, Client
 
 pytestmark = pytest.mark.skipif(find_starter("vite-react") is None or find_starter("tanstack-start") is None,
@@ -50,3 +50,14 @@ async def test_the_async_client_makes_one_too(server) -> None:
     async with AsyncClient(server.url) as client:
         sid = (await client.create_session(starter="tanstack-start")).id
         assert b"createFileRoute" in await client.read_file(sid, "src/routes/index.tsx")
+
+
+def test_the_starters_are_listed_with_their_dev_server(server) -> None:
+    with Client(server.url) as client:
+        starters = {s.name: s for s in client.list_starters()}
+    assert set(starters) == {"vite-react", "tanstack-start"}
+    assert all(s.ready and s.dev_command == ["npm", "run", "dev"] for s in starters.values())
+    # the ports are the projects' own: Vite's default, and the port TanStack Start's Vite config sets
+    assert starters["vite-react"].port == 5173
+    config = (STARTERS / "tanstack-start" / "vite.config.ts").read_text()
+    assert f"port: {starters['tanstack-start'].port}" in config

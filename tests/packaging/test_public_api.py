@@ -84,7 +84,8 @@ def test_wasm_runner_protocol():
         "ForkFailure", "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
         "ProcessBody", "ProfileInfo", "ProfileList", "PutQuery", "Readiness", "SessionCreate", "SessionFork",
-        "SessionForkResult", "SessionInfo", "SessionList", "SessionListQuery", "SessionPatch", "StreamChunk",
+        "SessionForkResult", "SessionInfo", "SessionList", "SessionListQuery", "SessionPatch", "StarterInfo", "StarterList",
+        "StreamChunk",
         "TemplateCreate", "TemplateInfo", "TemplateList", "TextEdit", "UploadQuery", "UploadResult",
         "VersionQuery", "WriteResult",
     ]

@@ -63,6 +63,8 @@ from wasm_runner_client.wire import (
     SessionInfo,
     SessionList,
     SessionPatch,
+    StarterInfo,
+    StarterList,
     TemplateCreate,
     TemplateInfo,
     TemplateList,
@@ -228,6 +230,10 @@ class AsyncClient:
 
     async def list_templates(self) -> list[TemplateInfo]:
         return (await self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    async def list_starters(self) -> list[StarterInfo]:
+        """The web starters a session can start with (`create_session(starter=...)`), `ready` where installed."""
+        return (await self._call(Call("GET", "/v1/starters"), StarterList)).starters
 
     async def delete_template(self, name: str) -> None:
         await self._send(Call("DELETE", "/v1/templates/" + segment(name)))

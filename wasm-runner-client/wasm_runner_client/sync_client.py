@@ -57,6 +57,8 @@ from wasm_runner_client.wire import (
     SessionInfo,
     SessionList,
     SessionPatch,
+    StarterInfo,
+    StarterList,
     TemplateCreate,
     TemplateInfo,
     TemplateList,
@@ -236,6 +238,10 @@ class Client:
 
     def list_templates(self) -> list[TemplateInfo]:
         return (self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    def list_starters(self) -> list[StarterInfo]:
+        """The web starters a session can start with (`create_session(starter=...)`), `ready` where installed."""
+        return (self._call(Call("GET", "/v1/starters"), StarterList)).starters
 
     def delete_template(self, name: str) -> None:
         self._send(Call("DELETE", "/v1/templates/" + segment(name)))

@@ -55,6 +55,8 @@ from wasm_runner_protocol.wire import (
     SessionInfo,
     SessionList,
     SessionPatch,
+    StarterInfo,
+    StarterList,
     TemplateCreate,
     TemplateInfo,
     TemplateList,
@@ -70,7 +72,7 @@ __all__ = [
     "PreviewLink", "PreviewLinkBody", "ProcessBody", "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput",
     "ProcessSignal", "ProcessStart", "ProcessStdin", "ProcessStdinResult", "ProfileInfo", "ProfileList", "Readiness",
     "SessionCreate", "SessionFork", "SessionForkResult", "SessionInfo", "SessionList", "SessionPatch",
-    "TemplateCreate", "TemplateInfo", "TemplateList", "TextEdit", "UploadResult", "WriteResult",
+    "StarterInfo", "StarterList", "TemplateCreate", "TemplateInfo", "TemplateList", "TextEdit", "UploadResult", "WriteResult",
 ]
 
 

@@ -311,6 +311,23 @@ class TemplateList(msgspec.Struct, kw_only=True):
     templates: list[TemplateInfo]
 
 
+class StarterInfo(msgspec.Struct, kw_only=True):
+    """A web starter a session can start with (`POST /v1/sessions {"starter": name}`)."""
+
+    name: str
+    description: str
+    dev_command: list[str]
+    """Starts its dev server, as a background process in the session."""
+    port: int
+    """The port the dev server listens on: open a preview of it."""
+    ready: bool
+    """Its node_modules are installed on this server; a starter not ready answers 503 at session creation."""
+
+
+class StarterList(msgspec.Struct, kw_only=True):
+    starters: list[StarterInfo]
+
+
 class SessionPatch(_Body):
     """A change to a live session, effective from its next call."""
 

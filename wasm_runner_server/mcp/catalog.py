@@ -162,7 +162,9 @@ TOOLS: tuple[Tool, ...] = (
          InstallPackagesArgs, InstallResult, McpTools.install_packages),
     Tool("session_new", "New session",
          "Start a new session (an empty workspace, no kernels) and, unless switch is false, make it this "
-         "connection's session.",
+         "connection's session. `starter` puts a web project in its workspace with node_modules installed "
+         "('vite-react': dev server on port 5173; 'tanstack-start': port 3000): start `npm run dev` with "
+         "start_process and give the user preview_url of the port.",
          SessionNewArgs, SessionInfo, McpTools.session_new),
     Tool("session_list", "List sessions",
          "List sessions with their profile and state; the one this connection uses is marked.",

@@ -32,8 +32,8 @@ from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.native.js_toolchain import JsToolchain, find_js_toolchain
 from wasm_runner.providers.native.toolchain import ToolchainError, cache_root
 
-__all__ = ["GUEST_STARTERS", "STARTERS", "Starter", "copy_starter", "ensure_starters", "find_starter",
-           "starter_names", "starters_dir"]
+__all__ = ["GUEST_STARTERS", "STARTERS", "Starter", "StarterAbout", "copy_starter", "ensure_starters", "find_starter",
+           "starter_catalog", "starter_names", "starters_dir"]
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -47,6 +47,20 @@ LOCAL_ONLY = ("node_modules", ".vite", "dist", "routeTree.gen.ts")
 CHECKS = {"vite-react": ["node_modules/vite/bin/vite.js", "--version"],
           "tanstack-start": ["node_modules/vite/bin/vite.js", "--version"]}
 """A command each install must run before it counts as ready (Vite loads its native bundler)."""
+ABOUT = {"vite-react": ("Vite + React 19 (index.html, src/main.tsx, src/App.tsx)", 5173),
+         "tanstack-start": ("TanStack Start: React with server rendering and file routes in src/routes/", 3000)}
+"""What each starter is, and the port its dev server (`npm run dev`) listens on (its Vite config's)."""
+
+
+@dataclass(frozen=True)
+class StarterAbout:
+    """A starter as a caller chooses one: what it is, how its dev server starts, and whether it is installed here."""
+
+    name: str
+    description: str
+    dev_command: tuple[str, ...]
+    port: int
+    ready: bool
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,15 @@ def find_starter(name: str, root: Path | None = None) -> Starter | None:
     if js is None or marker.get("digest") != _digest(source, js) or not (path / "node_modules").is_dir():
         return None
     return Starter(name, path, int(marker.get("bytes", 0)), int(marker.get("files", 0)))
+
+
+def starter_catalog() -> list[StarterAbout]:
+    """Every starter, `ready` where its node_modules are installed here (`wasm-runner prepare`)."""
+    catalog = []
+    for name in starter_names():
+        description, port = ABOUT[name]
+        catalog.append(StarterAbout(name, description, ("npm", "run", "dev"), port, find_starter(name) is not None))
+    return catalog
 
 
 def ensure_starters(*, root: Path | None = None, force: bool = False) -> list[Starter]:

@@ -9,13 +9,15 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from wasm_runner.errors import InvalidRequestError
-from wasm_runner.providers.native.web_starters import find_starter, starter_names
+from wasm_runner.providers.native.web_starters import find_starter, starter_catalog, starter_names
 from wasm_runner.snapshots.templates import TemplateNotFound, TemplateRecord
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import (
     ForkFailure,
     SessionFork,
     SessionForkResult,
+    StarterInfo,
+    StarterList,
     TemplateCreate,
     TemplateInfo,
     TemplateList,
@@ -83,6 +85,16 @@ async def list_templates(request: web.Request) -> web.Response:
     owner = request.app[POLICY].caller_workspace(request)
     records = await asyncio.to_thread(copies_of(request).templates(owner).list)
     return json_response(TemplateList(templates=[_info(r) for r in records]))
+
+
+@routes.get("/v1/starters")
+@operation(summary="List the web starters a session can start with, and whether each is installed here",
+           tag="templates", response=StarterList)
+async def list_starters(request: web.Request) -> web.Response:
+    catalog = await asyncio.to_thread(starter_catalog)  # reads each install's marker
+    return json_response(StarterList(starters=[StarterInfo(name=s.name, description=s.description,
+                                                           dev_command=list(s.dev_command), port=s.port, ready=s.ready)
+                                               for s in catalog]))
 
 
 @routes.get("/v1/templates/{name}")

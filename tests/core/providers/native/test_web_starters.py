@@ -13,7 +13,13 @@ from wasm_runner.errors import InvalidRequestError
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
 from wasm_runner.providers.native.doctor import doctor, format_report
-from wasm_runner.providers.native.web_starters import GUEST_STARTERS, MARKER, find_starter, starter_names
+from wasm_runner.providers.native.web_starters import (
+    GUEST_STARTERS,
+    MARKER,
+    find_starter,
+    starter_catalog,
+    starter_names,
+)
 
 _path = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed (run scripts/install-native.sh)" if _path is None else probe(_path)
@@ -87,3 +93,11 @@ def test_doctor_lists_the_starters_ready_or_not() -> None:
     for name, info in report["web_starters"].items():
         assert name in text
         assert info["ready"] == (find_starter(name) is not None)
+
+
+def test_the_catalog_says_which_starters_are_installed_here(tmp_path, monkeypatch) -> None:
+    assert {s.name for s in starter_catalog() if s.ready} == set(starter_names())  # prepared on this machine
+    monkeypatch.setenv("WASM_RUNNER_WEB_STARTERS", str(tmp_path))  # a server that never ran prepare
+    catalog = starter_catalog()
+    assert [s.name for s in catalog] == starter_names() and not any(s.ready for s in catalog)
+    assert all(s.description and s.port for s in catalog)
