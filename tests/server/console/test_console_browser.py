@@ -160,11 +160,11 @@ BLOB_WATCH = """(() => {
 @asynccontextmanager
 async def open_console(tmp_path: Path, sign_in: bool = True,
                        add_routes: Callable[[web.Application], None] | None = None,
-                       **config: Any) -> AsyncIterator[Console]:
+                       **sections: Any) -> AsyncIterator[Console]:
     store = TenantStore.in_data_dir(tmp_path / "data")
     key, _ = store.create_key("alpha", "browser", "member")
     store.close()
-    config = make_config(tmp_path / "data", auth={"enabled": True}, **config)
+    config = make_config(tmp_path / "data", auth={"enabled": True}, **sections)
     app = create_app(config)
     if add_routes is not None:
         add_routes(app)
@@ -656,3 +656,32 @@ async def test_ctrl_enter_runs_the_cell_and_the_side_panels_list_processes_and_p
     await fork.wait_for()
     child = await fork.text_content()
     assert (await console.api("GET", f"/v1/sessions/{child}"))["id"] == child
+
+
+@needs_sandbox
+async def test_a_running_server_is_listed_with_a_preview_link_on_an_origin_of_its_own(console):
+    from urllib.parse import urlsplit
+
+    from server_helpers import eventually
+
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/site/index.html", data=b"<h1>served</h1>")
+    process = await console.api("POST", f"/v1/sessions/{sid}/processes", json={
+        "command": ["python3", "-m", "http.server", "8091", "--bind", "127.0.0.1"], "cwd": "site"})
+
+    async def listening() -> bool:
+        info = await console.api("GET", f"/v1/sessions/{sid}/processes/{process['id']}")
+        return 8091 in info.get("ports", [])
+
+    await eventually(listening, timeout=15, interval=0.05)
+    page = console.page
+    await console.go(f"#/session/{sid}")
+    row = page.locator(f'.processes li[data-process="{process["id"]}"]')
+    assert await row.locator(".badge").text_content() == "running"
+    await row.locator('button.preview-open[data-port="8091"]').click()
+    link = row.locator("a.preview-link")
+    await link.wait_for()
+    href = await link.get_attribute("href")
+    assert urlsplit(href).scheme == "http" and urlsplit(href).netloc != urlsplit(console.base).netloc
+    assert await link.get_attribute("rel") == "noopener noreferrer"
+    assert console.problems == []
