@@ -11,19 +11,19 @@ import { renderTerminal } from "./terminal.js";
 
 export const NETWORK_LABELS = { deny: "off", open: "public internet", allowlist: "allowlist" };
 
-export function stateBadge(state) {
-  return el("span", { class: `badge state state-${state}`, title: "session state" }, state);
+export function stateBadge(state, extra = "") {
+  return el("span", { class: `badge state state-${state} ${extra}`.trim(), title: "session state" }, state);
 }
 
-export function networkBadge(egress) {
+export function networkBadge(egress, extra = "") {
   const mode = (egress && egress.mode) || "deny";
   const detail = mode === "allowlist" ? ` (${egress.allow.length})` : "";
-  return el("span", { class: `badge policy-${mode}`, title: `network policy: ${mode}` },
+  return el("span", { class: `badge policy-${mode} ${extra}`.trim(), title: `network policy: ${mode}` },
             el("span", { class: "badge-key" }, "network"), `${NETWORK_LABELS[mode] || mode}${detail}`);
 }
 
-export function profileBadge(profile) {
-  return el("span", { class: "badge profile", title: "profile" }, visible(profile));
+export function profileBadge(profile, extra = "") {
+  return el("span", { class: `badge profile ${extra}`.trim(), title: "profile" }, visible(profile));
 }
 
 function confirmDialog(title, message, action) {
@@ -43,7 +43,8 @@ function confirmDialog(title, message, action) {
   });
 }
 
-function header(sessionId, info, onChange) {
+function header(sessionId, info) {
+  let latest = info; // what the service said last: a refused switch goes back to it
   const bar = el("div", { class: "session-bar", "data-session": sessionId });
   const badges = el("span", { class: "toolbar", style: "padding:0" });
   const select = el("select", { class: "network-switch", "aria-label": "network policy" },
@@ -55,10 +56,8 @@ function header(sessionId, info, onChange) {
 
   function show(current) {
     const mode = current.egress ? current.egress.mode : "deny";
-    badges.replaceChildren(profileBadge(current.profile), stateBadge(current.state), networkBadge(current.egress));
-    badges.querySelector(".badge.profile").classList.add("session-profile");
-    badges.querySelector(".badge.state").classList.add("session-state");
-    badges.querySelector(".badge[class*='policy-']").classList.add("session-network");
+    badges.replaceChildren(profileBadge(current.profile, "session-profile"), stateBadge(current.state, "session-state"),
+                           networkBadge(current.egress, "session-network"));
     if (mode === "allowlist" && !select.querySelector("option[value='allowlist']")) {
       select.prepend(el("option", { value: "allowlist", disabled: true }, "Allowlist (set through the API)"));
     }
@@ -73,11 +72,11 @@ function header(sessionId, info, onChange) {
     try {
       const egress = select.value === "profile" ? null : { mode: select.value };
       const updated = await api(sessionPath(sessionId), { method: "PATCH", json: { egress } });
+      latest = updated;
       show(updated);
-      onChange(updated);
     } catch (error) {
       message.textContent = String(error.message || error);
-      show(info);
+      show(latest);
     } finally { select.disabled = false; }
   });
   remove.addEventListener("click", async () => {
@@ -91,10 +90,10 @@ function header(sessionId, info, onChange) {
       location.hash = "#/sessions";
     } catch (error) { message.textContent = String(error.message || error); remove.disabled = false; }
   });
-  show(info);
+  show(latest);
   bar.append(el("h2", {}, "Session ", el("code", { class: "session-id" }, sessionId)), badges,
              el("span", { class: "network" }, select), message, el("span", { class: "spacer" }), remove);
-  return { bar, show: (current) => { info = current; show(current); } };
+  return { bar, show: (current) => { latest = current; show(current); } };
 }
 
 function tabs(names) {
@@ -130,14 +129,15 @@ export async function sessionView(view, sessionId, path) {
   const processes = processesPanel(sessionId);
   const packages = packagesPanel(sessionId);
   const copies = copiesPanel(sessionId);
-  const head = header(sessionId, info, () => {});
+  const head = header(sessionId, info);
 
   const refreshInfo = async () => {
     try { head.show(await api(sessionPath(sessionId))); } catch { /* deleted meanwhile: the next call says so */ }
   };
   const refresh = async () => {
     const listing = await api(sessionPath(sessionId, "files") + "?recursive=true&limit=2000");
-    fileCount.textContent = `${listing.entries.filter((e) => e.type === "file").length} files`;
+    const files = listing.entries.filter((e) => e.type === "file").length;
+    fileCount.textContent = `${files} file${files === 1 ? "" : "s"}`;
     tree.replaceChildren(...listing.entries.map((entry) => {
       const depth = entry.path.split("/").length - 1;
       const label = visible(entry.path.split("/").pop()) + (entry.type === "directory" ? "/" : "");

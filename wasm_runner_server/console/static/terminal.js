@@ -8,7 +8,8 @@ import { Terminal } from "/console/vendor/xterm.mjs";
 import { api, el, sessionPath, visible } from "./api.js";
 
 const COLS = 100;
-const ROWS = 15; // fits the bottom panel of the session page
+const ROWS = 12; // with FONT_SIZE, fits the bottom panel of the session page whole
+const FONT_SIZE = 13;
 
 export function renderTerminal(container, sessionId) {
   const open = el("button", { type: "button", class: "btn primary small terminal-open" }, "Open a terminal");
@@ -75,7 +76,7 @@ function connect(link, screen, status, links, onClosed) {
   url.search = `cols=${COLS}&rows=${ROWS}`;
   const socket = new WebSocket(url.toString());
   socket.binaryType = "arraybuffer";
-  const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000, linkHandler: links });
+  const terminal = new Terminal({ cols: COLS, rows: ROWS, fontSize: FONT_SIZE, convertEol: false, scrollback: 2000, linkHandler: links });
   const encoder = new TextEncoder();
   screen.replaceChildren();
   terminal.open(screen);
