@@ -33,8 +33,13 @@ MAX_PER_KEY = 32
 """Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
 keys, and no key's sign-ins can push out another key's sessions."""
 CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
-                      "/v1/sessions/{id}/pty:presign", "/v1/sessions/{id}/artifacts", "/v1/artifacts")
-"""Route prefixes (canonical) on which the console cookie authenticates, besides the session list."""
+                      "/v1/sessions/{id}/pty:presign", "/v1/sessions/{id}/artifacts", "/v1/artifacts",
+                      "/v1/sessions/{id}/processes", "/v1/sessions/{id}/packages", "/v1/templates")
+"""Route prefixes (canonical) on which the console cookie authenticates, besides the exact routes below."""
+CONSOLE_EXACT_ROUTES = frozenset({"/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}:fork",
+                                  "/v1/sessions/{id}/ports/{port}:presign"})
+"""The session list, a session (its page shows it, switches its network policy and deletes it), its forks,
+and a preview link (never the preview itself: its proxy routes stay off the cookie)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class ConsoleSession:
 
 def is_console_route(canonical: str) -> bool:
     """Whether the cookie may authenticate a request to this route (ports, admin, audit, shared: never)."""
-    return canonical == "/v1/sessions" or canonical.startswith(CONSOLE_API_ROUTES)
+    return canonical in CONSOLE_EXACT_ROUTES or canonical.startswith(CONSOLE_API_ROUTES)
 
 
 class ConsoleSessions:

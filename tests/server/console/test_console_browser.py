@@ -122,6 +122,8 @@ class Console:
     base: str
     key: str
     client: TestClient
+    problems: list[str]
+    """Console errors and failed requests (4xx/5xx answers) of the page so far."""
 
     async def api(self, method: str, path: str, **kwargs: Any) -> Any:
         async with self.client.request(method, path, headers={"Authorization": f"Bearer {self.key}"}, **kwargs) as r:
@@ -157,11 +159,12 @@ BLOB_WATCH = """(() => {
 
 @asynccontextmanager
 async def open_console(tmp_path: Path, sign_in: bool = True,
-                       add_routes: Callable[[web.Application], None] | None = None) -> AsyncIterator[Console]:
+                       add_routes: Callable[[web.Application], None] | None = None,
+                       **sections: Any) -> AsyncIterator[Console]:
     store = TenantStore.in_data_dir(tmp_path / "data")
     key, _ = store.create_key("alpha", "browser", "member")
     store.close()
-    config = make_config(tmp_path / "data", auth={"enabled": True})
+    config = make_config(tmp_path / "data", auth={"enabled": True}, **sections)
     app = create_app(config)
     if add_routes is not None:
         add_routes(app)
@@ -176,13 +179,18 @@ async def open_console(tmp_path: Path, sign_in: bool = True,
         page.set_default_timeout(TIMEOUT_MS)
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        problems: list[str] = []  # what a user would see in the browser's console: errors and failed requests
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("requestfailed", lambda r: problems.append(f"failed {r.method} {r.url}: {r.failure}"))
+        page.on("response", lambda r: problems.append(f"{r.status} {r.request.method} {r.url}")
+                if r.status >= 400 else None)
         await page.goto(base + "/console/")
         if sign_in:
             await page.fill("#key", key)
             await page.click("#sign-in-form button[type=submit]")
             await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
         try:
-            yield Console(page, base, key, client)
+            yield Console(page, base, key, client, problems)
             assert errors == []  # no script error in the console itself
         finally:
             await browser.close()
@@ -335,6 +343,7 @@ async def test_the_terminal_runs_a_shell_in_the_session_over_a_link_without_the_
     sockets: list[str] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
     await console.go(f"#/session/{sid}")
+    await page.click("#tab-terminal")  # the terminal is a tab of the bottom panel
     await page.click("button.terminal-open")
     await page.wait_for_selector(".terminal-screen[data-process]")
     await page.keyboard.type("echo $((6*7))\n")
@@ -427,6 +436,7 @@ async def test_an_osc8_link_in_the_terminal_opens_without_an_opener_and_never_on
     other_origin = console.base.replace("127.0.0.1", "localhost") + "/console/"
     same_origin = console.base + f"/v1/sessions/{sid}/files/evil.html"
     await console.go(f"#/session/{sid}")
+    await page.click("#tab-terminal")  # the terminal is a tab of the bottom panel
     await page.click("button.terminal-open")
     await page.wait_for_selector(".terminal-screen[data-process]")
     command = (f"printf '\\n\\e]8;;{same_origin}\\e\\\\SAMEORIGINLINK\\e]8;;\\e\\\\\\n"
@@ -527,3 +537,151 @@ async def test_a_guest_preview_page_gets_neither_the_key_nor_the_console_session
     assert seen["cookie"] in ("", "denied") and seen["storage"] == "denied"
     assert {seen["read"], seen["write"], seen["token"]} <= {"blocked", 401, 403, 405}, seen
     assert [s["id"] for s in (await console.api("GET", "/v1/sessions"))["sessions"]] == sessions_before
+
+
+
+# -- the pages as a user meets them: no errors, the session's facts, its controls, shortcuts ---------
+
+DOC_SHOTS = 1280, 800
+"""The screenshots' size (kept under test-output/console/page-*.png; the docs' copies come from these)."""
+
+
+async def page_shot(console: Console, name: str) -> None:
+    await console.page.set_viewport_size({"width": DOC_SHOTS[0], "height": DOC_SHOTS[1]})
+    await console.shot(f"page-{name}")
+
+
+async def test_every_page_loads_with_no_console_error_nor_failed_request(tmp_path):
+    async with open_console(tmp_path, sign_in=False) as console:
+        page = console.page
+        await page.wait_for_selector("#sign-in", state="visible")
+        await page_shot(console, "sign-in")
+        await page.fill("#key", console.key)
+        await page.click("#sign-in-form button[type=submit]")
+        await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+        sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+        await console.api("POST", "/v1/sessions", json={})
+        files = {"analysis.py": b"import statistics\n\nscores = [3, 10, 7]\nprint(statistics.mean(scores))\n",
+                 "data/scores.csv": b"name,score\nada,3\nbob,10\ncy,7\n", "chart.png": png(160, 100),
+                 "README.md": b"# Analysis\n\nScores of the **quarter**.\n"}
+        for path, data in files.items():
+            await console.api("PUT", f"/v1/sessions/{sid}/files/{path}", data=data)
+        await console.api("POST", f"/v1/sessions/{sid}/artifacts", json={"path": "chart.png", "note": "for the report"})
+        await console.go("#/sessions")
+        await page.wait_for_selector(f'tr[data-session="{sid}"]')
+        await page_shot(console, "sessions")
+        await console.open_file(sid, "analysis.py")
+        await page.fill("textarea.cell", "import statistics\nprint(statistics.mean([3, 10, 7]))\n1/0")
+        await page.click("button.run")
+        await page.wait_for_function("() => document.querySelector('.cell-status').textContent.startsWith('exit')")
+        output = await page.locator("pre.output").text_content()
+        assert output.count("ZeroDivisionError: division by zero") == 1, output  # the error's line once
+        await page_shot(console, "session")
+        await console.open_file(sid, "README.md")  # Markdown is drawn as soon as the view is ready
+        assert await page.frame_locator("iframe.preview").locator("h1").text_content() == "Analysis"
+        await console.go("#/artifacts")
+        await page.wait_for_selector("table.artifacts .artifact-name")
+        await page_shot(console, "artifacts")
+        await console.go(f"#/session/{sid}")
+        await page.keyboard.press("?")
+        await page.wait_for_selector("#help[open]")
+        await page_shot(console, "shortcuts")
+        await page.keyboard.press("Escape")
+        await page.wait_for_selector("#help", state="hidden")
+        # no stray bullet: nothing is drawn where the unopened terminal will be
+        assert await page.locator(".terminal-screen").is_hidden()
+        assert console.problems == []  # no 401 of a favicon, no failed call, no script error
+
+
+async def test_the_session_page_shows_its_facts_and_switches_the_network_through_the_api(tmp_path):
+    profiles = {"lab": {"language": "python", "network": {"mode": "deny", "session_max": {"mode": "open"}}},
+                "closed": {"language": "python", "network": {"mode": "deny"}}}
+    async with open_console(tmp_path, profiles=profiles) as console:
+        page = console.page
+        sid = (await console.api("POST", "/v1/sessions", json={"profile": "lab"}))["id"]
+        await console.go(f"#/session/{sid}")
+        assert await page.locator(".session-id").text_content() == sid
+        assert await page.locator(".session-profile").text_content() == "lab"
+        info = await console.api("GET", f"/v1/sessions/{sid}")
+        assert await page.locator(".session-state").text_content() == info["state"]
+        assert "off" in await page.locator(".session-network").text_content()
+        assert info["egress"]["mode"] == "deny"
+
+        await page.select_option("select.network-switch", "open")  # on, as the work needs it
+        await page.wait_for_selector('.session-bar[data-egress="open"]', state="attached")
+        assert (await console.api("GET", f"/v1/sessions/{sid}"))["egress"]["mode"] == "open"
+        assert "public internet" in await page.locator(".session-network").text_content()
+        await page.select_option("select.network-switch", "profile")  # back to the profile's policy
+        await page.wait_for_selector('.session-bar[data-egress="deny"]', state="attached")
+        assert (await console.api("GET", f"/v1/sessions/{sid}"))["egress"]["mode"] == "deny"
+
+        # a profile that does not allow it: the refusal is shown and the policy stays
+        closed = (await console.api("POST", "/v1/sessions", json={"profile": "closed"}))["id"]
+        await console.go(f"#/session/{closed}")
+        await page.select_option("select.network-switch", "open")
+        await page.wait_for_function("() => document.querySelector('.network-error').textContent !== ''")
+        assert "network_not_allowed" in await page.locator(".network-error").text_content()
+        assert await page.locator("select.network-switch").input_value() == "deny"
+        assert (await console.api("GET", f"/v1/sessions/{closed}"))["egress"]["mode"] == "deny"
+        assert [p for p in console.problems if "403 PATCH" not in p and "status of 403" not in p] == []
+
+
+async def test_the_delete_button_asks_then_deletes_the_session(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    page = console.page
+    await console.go(f"#/session/{sid}")
+    await page.click("button.delete-session")
+    await page.click("dialog.confirm button.confirm-cancel")  # a change of mind keeps it
+    assert (await console.api("GET", f"/v1/sessions/{sid}"))["id"] == sid
+    await page.click("button.delete-session")
+    await page.click("dialog.confirm button.confirm-ok")
+    await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+    async with console.client.get(f"/v1/sessions/{sid}", headers={"Authorization": f"Bearer {console.key}"}) as r:
+        assert r.status == 404
+    assert await page.locator(f'tr[data-session="{sid}"]').count() == 0
+
+
+async def test_ctrl_enter_runs_the_cell_and_the_side_panels_list_processes_and_packages(console):
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    page = console.page
+    await console.go(f"#/session/{sid}")
+    assert "No background processes" in await page.locator(".processes").text_content()
+    assert "No packages installed" in await page.locator(".packages").text_content()
+    await page.fill("textarea.cell", "print('from the keyboard', 6 * 7)")
+    await page.keyboard.press("Control+Enter")
+    await page.wait_for_function("() => document.querySelector('.cell-status').textContent.startsWith('exit 0')")
+    assert await page.locator("pre.output").text_content() == "from the keyboard 42\n"
+    await page.click("button.fork-session")
+    fork = page.locator("a.fork-link")
+    await fork.wait_for()
+    child = await fork.text_content()
+    assert (await console.api("GET", f"/v1/sessions/{child}"))["id"] == child
+
+
+@needs_sandbox
+async def test_a_running_server_is_listed_with_a_preview_link_on_an_origin_of_its_own(console):
+    from urllib.parse import urlsplit
+
+    from server_helpers import eventually
+
+    sid = (await console.api("POST", "/v1/sessions", json={}))["id"]
+    await console.api("PUT", f"/v1/sessions/{sid}/files/site/index.html", data=b"<h1>served</h1>")
+    process = await console.api("POST", f"/v1/sessions/{sid}/processes", json={
+        "command": ["python3", "-m", "http.server", "8091", "--bind", "127.0.0.1"], "cwd": "site"})
+
+    async def listening() -> bool:
+        info = await console.api("GET", f"/v1/sessions/{sid}/processes/{process['id']}")
+        return 8091 in info.get("ports", [])
+
+    await eventually(listening, timeout=15, interval=0.05)
+    page = console.page
+    await console.go(f"#/session/{sid}")
+    row = page.locator(f'.processes li[data-process="{process["id"]}"]')
+    assert await row.locator(".badge").text_content() == "running"
+    await row.locator('button.preview-open[data-port="8091"]').click()
+    link = row.locator("a.preview-link")
+    await link.wait_for()
+    href = await link.get_attribute("href")
+    assert urlsplit(href).scheme == "http" and urlsplit(href).netloc != urlsplit(console.base).netloc
+    assert await link.get_attribute("rel") == "noopener noreferrer"
+    assert console.problems == []

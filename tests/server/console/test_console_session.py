@@ -132,11 +132,18 @@ async def test_the_cookie_is_refused_off_the_console_routes_and_when_planted_twi
     cookie, csrf = jar["wr_console"].value, state["csrf_token"]
     status, created = await send(client, "POST", "/v1/sessions", cookie, csrf, json={})
     sid = created["id"]
-    for method, path in [("GET", "/v1/audit"), ("GET", f"/v1/sessions/{sid}"), ("DELETE", f"/v1/sessions/{sid}"),
-                         ("GET", f"/v1/sessions/{sid}/ports/8000/"), ("GET", "/v1/shared/files"),
-                         ("POST", "/v1/exec"), ("GET", "/v1/admin/keys")]:
+    for method, path in [("GET", "/v1/audit"), ("GET", f"/v1/sessions/{sid}/ports/8000/"),
+                         ("GET", f"/v1/sessions/{sid}/ports/8000"), ("GET", "/v1/shared/files"),
+                         ("POST", "/v1/exec"), ("GET", "/v1/admin/keys"), ("GET", "/v1/profiles")]:
         status, data = await send(client, method, path, cookie, csrf, json={} if method == "POST" else None)
         assert status == 401, (method, path, data)
+    # the session page's own calls (its state, network switch, delete) take the cookie, with the token only
+    for method, path in [("GET", f"/v1/sessions/{sid}"), ("PATCH", f"/v1/sessions/{sid}"),
+                         ("DELETE", f"/v1/sessions/{sid}"), ("GET", f"/v1/sessions/{sid}/processes")]:
+        status, data = await send(client, method, path, cookie, json={"egress": None} if method == "PATCH" else None)
+        assert status == 403 and data["error"]["code"] == "csrf_refused", (method, path, data)
+    assert (await send(client, "GET", f"/v1/sessions/{sid}", cookie, csrf))[0] == 200
+    assert (await send(client, "DELETE", f"/v1/sessions/{sid}", cookie, csrf))[0] == 204
     # a second cookie of the same name (planted by a script under a longer path) voids both
     headers = {"Cookie": f"wr_console=planted; wr_console={cookie}", "X-CSRF-Token": csrf}
     async with client.get("/v1/sessions", headers=headers) as response:

@@ -1,16 +1,17 @@
-// The console: sign in with a key, then sessions, a session's files and their views, a code cell,
-// artifacts. Routes live in the URL fragment (#/sessions, #/session/<id>[/file/<path>], #/artifacts);
-// the key never does: it is exchanged at sign-in for an HttpOnly cookie (see api.js).
+// The console: sign in with a key, then sessions, a session's page (session.js), artifacts. Routes live
+// in the URL fragment (#/sessions, #/session/<id>[/file/<path>], #/artifacts); the key never does: it is
+// exchanged at sign-in for an HttpOnly cookie (see api.js). Keyboard: Ctrl/Cmd+Enter runs the cell, `?`
+// shows the shortcuts, `g s` / `g a` go to the sessions / artifacts.
 
-import { ApiError, api, bytes, credentials, el, sessionPath, visible } from "./api.js";
-import { publish, renderArtifacts } from "./artifacts.js";
-import { execCell } from "./exec.js";
-import { renderPreview } from "./preview.js";
-import { renderTerminal } from "./terminal.js";
+import { ApiError, api, credentials, el } from "./api.js";
+import { renderArtifacts } from "./artifacts.js";
+import { networkBadge, profileBadge, sessionView, stateBadge } from "./session.js";
 
 const view = document.getElementById("view");
+const main = document.getElementById("main");
 const signIn = document.getElementById("sign-in");
 const nav = document.getElementById("nav");
+const help = document.getElementById("help");
 
 function showError(error) {
   view.append(el("p", { class: "error", role: "alert" }, String(error.message || error)));
@@ -43,77 +44,37 @@ document.getElementById("sign-in-form").addEventListener("submit", async (event)
   route();
 });
 
+function when(iso) {
+  return el("time", { datetime: iso, title: new Date(iso).toLocaleString() }, new Date(iso).toLocaleString());
+}
+
 async function sessionsView() {
   const { sessions } = await api("/v1/sessions?limit=500");
-  const create = el("button", { type: "button", id: "new-session" }, "New session");
+  const create = el("button", { type: "button", id: "new-session", class: "btn primary" }, "+ New session");
   create.addEventListener("click", async () => {
     const info = await api("/v1/sessions", { method: "POST", json: {} });
     location.hash = `#/session/${encodeURIComponent(info.id)}`;
   });
   const rows = sessions.map((s) => el("tr", { "data-session": s.id },
-    el("td", {}, el("a", { href: `#/session/${encodeURIComponent(s.id)}`, class: "session-link" }, s.id)),
-    el("td", {}, s.profile), el("td", {}, s.state), el("td", {}, String(s.executions)),
-    el("td", {}, new Date(s.created_at).toLocaleString()), el("td", {}, new Date(s.expires_at).toLocaleString())));
-  view.replaceChildren(el("h2", {}, "Sessions"), el("div", { class: "toolbar" }, create),
-    sessions.length ? el("table", { class: "sessions" },
-      el("thead", {}, el("tr", {}, ...["id", "profile", "state", "runs", "created", "expires"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...rows)) : el("p", { class: "hint" }, "No sessions yet."));
-}
-
-async function sessionView(sessionId, path) {
-  const tree = el("ul", { class: "tree", "aria-label": "files" });
-  const preview = el("div", { class: "preview-pane" });
-  const side = el("div", { class: "side" });
-  const artifactsBox = el("div", { class: "session-artifacts" });
-  const terminalBox = el("div", { class: "terminal" });
-  const refresh = async () => {
-    const listing = await api(sessionPath(sessionId, "files") + "?recursive=true&limit=2000");
-    tree.replaceChildren(...listing.entries.map((entry) => {
-      const depth = entry.path.split("/").length - 1;
-      const label = visible(entry.path.split("/").pop()) + (entry.type === "directory" ? "/" : "");
-      const item = entry.type === "file"
-        ? el("button", { type: "button", class: "file", "data-path": entry.path,
-                         title: visible(entry.path),
-                         onclick: () => { location.hash = `#/session/${encodeURIComponent(sessionId)}/file/${encodeURIComponent(entry.path)}`; } }, label)
-        : el("span", { class: entry.type }, label);
-      return el("li", { style: `padding-left:${depth}rem` }, item,
-                el("span", { class: "meta" }, entry.type === "file" ? bytes(entry.size) : "", " ",
-                   new Date(entry.mtime).toLocaleString()));
-    }));
-    await renderArtifacts(artifactsBox, sessionId);
-  };
+    el("td", {}, el("a", { href: `#/session/${encodeURIComponent(s.id)}`, class: "session-link mono" }, s.id)),
+    el("td", {}, profileBadge(s.profile)), el("td", {}, stateBadge(s.state)), el("td", {}, networkBadge(s.egress)),
+    el("td", { class: "num" }, String(s.executions)), el("td", {}, when(s.created_at)), el("td", {}, when(s.expires_at))));
   view.replaceChildren(
-    el("h2", {}, "Session ", el("code", {}, sessionId)),
-    el("div", { class: "layout" },
-       el("div", {}, el("h3", {}, "Files"), tree),
-       el("div", {}, side, preview)),
-    el("h3", {}, "Run"), execCell(sessionId, refresh),
-    el("h3", {}, "Artifacts of this session"), artifactsBox,
-    el("h3", {}, "Terminal"), terminalBox);
-  renderTerminal(terminalBox, sessionId);
-  await refresh();
-  if (path) {
-    const note = el("input", { type: "text", class: "note", placeholder: "note", "aria-label": "artifact note" });
-    const button = el("button", { type: "button", class: "publish" }, "Publish as artifact");
-    const published = el("span", { class: "hint published" });
-    button.addEventListener("click", async () => {
-      try {
-        const artifact = await publish(sessionId, path, note.value);
-        published.textContent = `published ${visible(artifact.name)} (${artifact.id})`;
-        await renderArtifacts(artifactsBox, sessionId);
-      } catch (error) { published.textContent = String(error.message || error); }
-    });
-    side.replaceChildren(el("div", { class: "toolbar" }, el("strong", { class: "file-name" }, visible(path)), note, button,
-                            published));
-    await renderPreview(preview, sessionId, path);
-  } else {
-    preview.replaceChildren(el("p", { class: "hint" }, "Choose a file."));
-  }
+    el("div", { class: "page-head" }, el("h2", {}, "Sessions"),
+       el("span", { class: "sub" }, `${sessions.length} in this workspace`), el("span", { class: "spacer" }), create),
+    sessions.length
+      ? el("div", { class: "table-wrap" }, el("table", { class: "sessions" },
+          el("thead", {}, el("tr", {}, ...["Session", "Profile", "State", "Network", "Runs", "Created", "Expires"]
+            .map((h) => el("th", { class: h === "Runs" ? "num" : null }, h)))),
+          el("tbody", {}, ...rows)))
+      : el("div", { class: "card empty" }, el("strong", {}, "No sessions yet"),
+           el("span", {}, "A session is a workspace with files, kernels and a terminal. Create one to start.")));
 }
 
 async function artifactsView() {
   const box = el("div");
-  view.replaceChildren(el("h2", {}, "Artifacts"), box);
+  view.replaceChildren(el("div", { class: "page-head" }, el("h2", {}, "Artifacts"),
+                          el("span", { class: "sub" }, "files published out of sessions, kept past them")), box);
   await renderArtifacts(box);
 }
 
@@ -121,14 +82,23 @@ async function route() {
   const signedIn = credentials.signedIn;
   signIn.hidden = signedIn;
   nav.hidden = !signedIn;
-  if (!signedIn) { view.replaceChildren(); return; }
+  document.getElementById("workspace").textContent = signedIn && credentials.workspace ? credentials.workspace : "";
+  view.runCell = null;
+  if (!signedIn) { main.classList.remove("wide"); view.replaceChildren(); return; }
   const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const page = parts[0] === "session" && parts[1] ? "session" : parts[0] === "artifacts" ? "artifacts" : "sessions";
+  main.classList.toggle("wide", page === "session");
+  for (const [id, name] of [["nav-sessions", "sessions"], ["nav-artifacts", "artifacts"]]) {
+    const link = document.getElementById(id);
+    if (page === name || (page === "session" && name === "sessions")) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
   try {
     view.replaceChildren(el("p", { class: "hint" }, "Loading…"));
-    if (parts[0] === "session" && parts[1]) {
+    if (page === "session") {
       const path = parts[2] === "file" ? decodeURIComponent(parts.slice(3).join("/")) : null;
-      await sessionView(decodeURIComponent(parts[1]), path);
-    } else if (parts[0] === "artifacts") {
+      await sessionView(view, decodeURIComponent(parts[1]), path);
+    } else if (page === "artifacts") {
       await artifactsView();
     } else {
       await sessionsView();
@@ -138,6 +108,29 @@ async function route() {
     showError(error);
   }
 }
+
+// -- keyboard ----------------------------------------------------------------------------------------
+
+function typing(target) {
+  return target instanceof HTMLElement && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName)
+    || target.closest(".terminal-screen") !== null);
+}
+
+let pendingG = false;
+document.getElementById("help-open").addEventListener("click", () => help.showModal());
+document.getElementById("help-close").addEventListener("click", () => help.close());
+document.addEventListener("keydown", (event) => {
+  if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+    if (view.runCell && credentials.signedIn) { event.preventDefault(); view.runCell(); }
+    return;
+  }
+  if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target) || document.querySelector("dialog[open]")) return;
+  if (event.key === "?" && credentials.signedIn) { event.preventDefault(); help.showModal(); return; }
+  if (pendingG && credentials.signedIn && (event.key === "s" || event.key === "a")) {
+    location.hash = event.key === "s" ? "#/sessions" : "#/artifacts";
+  }
+  pendingG = event.key === "g";
+});
 
 // A service worker of this origin (registered by guest content served here) could read or rewrite
 // every request of this page: the console unregisters it and sends nothing.

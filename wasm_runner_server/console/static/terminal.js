@@ -8,11 +8,12 @@ import { Terminal } from "/console/vendor/xterm.mjs";
 import { api, el, sessionPath, visible } from "./api.js";
 
 const COLS = 100;
-const ROWS = 24;
+const ROWS = 12; // with FONT_SIZE, fits the bottom panel of the session page whole
+const FONT_SIZE = 13;
 
 export function renderTerminal(container, sessionId) {
-  const open = el("button", { type: "button", class: "terminal-open" }, "Open a terminal");
-  const close = el("button", { type: "button", class: "terminal-close", hidden: true }, "Close");
+  const open = el("button", { type: "button", class: "btn primary small terminal-open" }, "Open a terminal");
+  const close = el("button", { type: "button", class: "btn small terminal-close", hidden: true }, "Close");
   const status = el("span", { class: "hint terminal-status" });
   const screen = el("div", { class: "terminal-screen" });
   const prompt = el("div", { class: "link-prompt", role: "alert", hidden: true });
@@ -45,7 +46,7 @@ export function renderTerminal(container, sessionId) {
 // would be this origin's document (a guest preview, an SVG) acting as the console.
 export function linkHandler(prompt) {
   const show = (...children) => { prompt.replaceChildren(...children); prompt.hidden = false; };
-  const cancel = el("button", { type: "button", class: "link-cancel", onclick: () => { prompt.hidden = true; } }, "Cancel");
+  const cancel = el("button", { type: "button", class: "btn small link-cancel", onclick: () => { prompt.hidden = true; } }, "Cancel");
   return {
     allowNonHttpProtocols: false,
     activate(event, text) {
@@ -57,7 +58,7 @@ export function linkHandler(prompt) {
         show(el("span", { class: "link-refused" }, `not opened: ${visible(target.href)} is on the console's own ` +
              "origin; open it yourself if you trust it"), cancel);
       } else {
-        const go = el("button", { type: "button", class: "link-open", onclick: () => {
+        const go = el("button", { type: "button", class: "btn small primary link-open", onclick: () => {
           prompt.hidden = true;
           window.open(target.href, "_blank", "noopener,noreferrer");
         } }, "Open");
@@ -75,7 +76,7 @@ function connect(link, screen, status, links, onClosed) {
   url.search = `cols=${COLS}&rows=${ROWS}`;
   const socket = new WebSocket(url.toString());
   socket.binaryType = "arraybuffer";
-  const terminal = new Terminal({ cols: COLS, rows: ROWS, convertEol: false, scrollback: 2000, linkHandler: links });
+  const terminal = new Terminal({ cols: COLS, rows: ROWS, fontSize: FONT_SIZE, convertEol: false, scrollback: 2000, linkHandler: links });
   const encoder = new TextEncoder();
   screen.replaceChildren();
   terminal.open(screen);
