@@ -106,15 +106,6 @@ def required_scope(method: str, canonical: str) -> str | None:
     return ROUTE_SCOPES.get((method, canonical)) or ROUTE_SCOPES.get(("*", canonical))
 
 
-def parse_scopes(scope: str | None) -> frozenset[str]:
-    return frozenset(part for part in (scope or "").split() if part)
-
-
-def valid_scopes(scopes: frozenset[str] | set[str] | list[str]) -> list[str]:
-    """The scopes that are not known (empty: all are)."""
-    return sorted(s for s in scopes if s not in SCOPES)
-
-
 def check_scope(method: str, canonical: str, scopes: frozenset[str]) -> None:
     """Refuse a token's call outside its scopes: 403 insufficient_scope, naming the scope it would need."""
     method_key = "GET" if method == "HEAD" else method

@@ -12,13 +12,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from wasm_runner_server.metadata.sql import Sql, SqliteSql
+from wasm_runner_server.security.oauth.scopes import SCOPES
+from wasm_runner_server.security.tenants import WORKSPACE_PATTERN
 from wasm_runner_server.wal import Checkpointer, connect_wal
 
 DB_NAME = "oauth.sqlite3"
@@ -87,6 +91,25 @@ CREATE TABLE IF NOT EXISTS oauth_consents (
     PRIMARY KEY (workspace, member, client_id)
 );
 """
+
+
+def redirect_uri_problem(uri: str) -> str | None:
+    """Why a redirect URI cannot be registered (None: it can). Authorization requests must name one of
+    these exactly, so a code is only ever sent where the admin said."""
+    try:
+        parts = urlsplit(uri)
+        host = parts.hostname
+    except ValueError:
+        return f"{uri!r} is not a URL"
+    if "#" in uri:
+        return f"{uri!r}: a redirect URI has no fragment"
+    if len(uri) > 2048:
+        return "a redirect URI is at most 2048 characters"
+    if parts.scheme == "https" and host:
+        return None
+    if parts.scheme == "http" and host in ("127.0.0.1", "::1", "localhost"):
+        return None  # RFC 8252 7.3: a native app's loopback redirect
+    return f"{uri!r}: a redirect URI is https://HOST/..., or http:// on loopback (127.0.0.1, ::1, localhost)"
 
 
 def digest(secret: str) -> str:
@@ -194,7 +217,19 @@ class OAuthStore:
 
     def create_client(self, workspace: str, name: str, redirect_uris: list[str], scopes: list[str], public: bool,
                       created_by: str) -> tuple[str | None, ClientRecord]:
-        """A new app: (its secret, shown once; None for a public app), and its record."""
+        """A new app: (its secret, shown once; None for a public app), and its record (ValueError: refused)."""
+        if not re.match(WORKSPACE_PATTERN, workspace):
+            raise ValueError("a workspace name is 1-64 letters, digits, '-' or '_'")
+        if not name or len(name) > 128:
+            raise ValueError("an app's name is 1-128 characters")
+        redirect_uris, scopes = list(dict.fromkeys(redirect_uris)), list(dict.fromkeys(scopes))
+        problems = [p for p in map(redirect_uri_problem, redirect_uris) if p]
+        if not redirect_uris or problems:
+            raise ValueError("; ".join(problems) or "an app needs at least one redirect URI")
+        unknown = [s for s in scopes if s not in SCOPES]
+        if not scopes or unknown:
+            raise ValueError(f"unknown scopes {unknown}: the scopes are {', '.join(SCOPES)}" if unknown
+                             else "an app needs at least one scope")
         client_id = CLIENT_PREFIX + secrets.token_hex(8)
         secret = None if public else SECRET_PREFIX + secrets.token_urlsafe(32)
         record = ClientRecord(client_id, workspace, name, tuple(redirect_uris), tuple(scopes), public,
