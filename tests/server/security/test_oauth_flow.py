@@ -367,3 +367,21 @@ async def test_deleting_the_app_ends_its_tokens(service, browser):
         assert deleted.status_code == 200
     assert (await call(service, "GET", "/v1/me", token["access_token"])).status_code == 401
     await client.aclose()
+
+
+async def test_revoking_the_members_sign_in_key_ends_the_apps_access(service, browser):
+    client, token = await get_tokens(service, browser)
+    async with httpx.AsyncClient() as http:
+        keys = (await http.get(f"{service.base}/v1/admin/keys", headers=service.auth("admin"))).json()["keys"]
+        alice = next(k for k in keys if k["name"] == "alice")
+        revoked = await http.delete(f"{service.base}/v1/admin/keys/{alice['prefix']}", headers=service.auth("admin"))
+        assert revoked.status_code == 200
+    assert (await call(service, "GET", "/v1/me", token["access_token"])).status_code == 401
+    await client.aclose()
+
+
+async def test_oauth_over_plain_http_off_loopback_is_refused_with_a_reason(service):
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"{service.base}/oauth/token", headers={"Host": "oauth.example.com"},
+                                   data={"grant_type": "refresh_token", "refresh_token": "wrr_x", "client_id": "c"})
+    assert response.status_code == 400 and "https" in response.json()["error"]["message"]

@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import web
 from authlib.oauth2 import OAuth2Error
+from authlib.oauth2.rfc6749 import InsecureTransportError
 from msgspec import Meta
+from multidict import MultiDict
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, not_found
@@ -81,6 +83,15 @@ def _member(principal: Principal) -> Member | None:
     return Member(principal.workspace, principal.member, principal.key_id)
 
 
+def _oauth_request(request: web.Request, form: MultiDict[str] | None = None) -> OAuthRequest:
+    try:
+        return OAuthRequest(request, form)
+    except InsecureTransportError:
+        raise ApiError(400, ErrorCode.MALFORMED_REQUEST, "OAuth is served over https only (plain http on loopback)",
+                       "reach the service over https; behind a proxy that ends TLS, have it send "
+                       "X-Forwarded-Proto: https") from None
+
+
 def _error(server: OAuthServer, oauth_request: OAuthRequest, error: OAuth2Error) -> web.Response:
     """Authlib's answer to a bad request: back to the app when its redirect URI is known and valid, else a page
     (never a redirect to an address the app did not register)."""
@@ -105,7 +116,7 @@ async def authorize_page(request: web.Request) -> web.StreamResponse:
     if member is None:
         return _page("A member must sign in", "<p>Apps act for a person: sign in to the console with a member key "
                      "that names its member (<code>wasm-runner keys create --member NAME</code>).</p>", 403)
-    oauth_request = OAuthRequest(request)
+    oauth_request = _oauth_request(request)
     try:
         grant = server.get_consent_grant(oauth_request, end_user=member)
     except OAuth2Error as error:
@@ -144,12 +155,12 @@ async def authorize_decision(request: web.Request) -> web.StreamResponse:
     member = _member(principal)
     if member is None:
         return _page("A member must sign in", "<p>Sign in with a member key that names its member.</p>", 403)
-    form = await request.post()
+    form = await _form(request)
     sent = form.get("csrf_token")
     if not isinstance(sent, str) or not hmac.compare_digest(sent, server.consent_token(session_id)):
         return _page("Refused", "<p>This decision did not come from the consent page: open the app's link "
                      "again.</p>", 403)
-    oauth_request = OAuthRequest(request)  # the parameters are the query's (the page posts to its own address)
+    oauth_request = _oauth_request(request)  # the parameters are the query's (the page posts to its own address)
     try:
         grant = server.get_consent_grant(oauth_request, end_user=member)
     except OAuth2Error as error:
@@ -167,13 +178,17 @@ async def authorize_decision(request: web.Request) -> web.StreamResponse:
 # -- the app's endpoints (Authlib) ---------------------------------------------------------------------
 
 
+async def _form(request: web.Request) -> MultiDict[str]:
+    """The form's text fields (an uploaded file is no OAuth parameter)."""
+    return MultiDict((key, value) for key, value in (await request.post()).items() if isinstance(value, str))
+
+
 @routes.post("/oauth/token")
 @operation(summary="OAuth token endpoint (form-encoded): grant_type=authorization_code (with the PKCE "
                    "code_verifier) or refresh_token (each use answers a new refresh token)", tag="oauth",
            body="application/x-www-form-urlencoded", response="application/json", errors=(400, 401))
 async def token(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    return request.app[SECURITY].oauth_server.create_token_response(OAuthRequest(request, form))
+    return request.app[SECURITY].oauth_server.create_token_response(_oauth_request(request, await _form(request)))
 
 
 @routes.post("/oauth/revoke")
@@ -181,8 +196,8 @@ async def token(request: web.Request) -> web.StreamResponse:
                    "itself", tag="oauth", body="application/x-www-form-urlencoded", response="application/json",
            errors=(400, 401))
 async def revoke(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
-    return request.app[SECURITY].oauth_server.create_endpoint_response("revocation", OAuthRequest(request, form))
+    oauth_request = _oauth_request(request, await _form(request))
+    return request.app[SECURITY].oauth_server.create_endpoint_response("revocation", oauth_request)
 
 
 # -- apps, registered by an admin ----------------------------------------------------------------------
