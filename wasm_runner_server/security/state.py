@@ -60,7 +60,8 @@ class Security:
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         oauth = stores.oauth_store(config, data_dir)
         oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,
-                                   refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s)
+                                   refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s,
+                                   key_active=lambda key_id: tenants.active_key(key_id) is not None)
         if settings.enabled:
             authenticator: Authenticator = ApiKeys(tenants, stores.rate_limiter(config, settings.rate_per_s,
                                                                                 settings.burst), settings.rate_per_s,

@@ -377,6 +377,9 @@ async def test_revoking_the_members_sign_in_key_ends_the_apps_access(service, br
         revoked = await http.delete(f"{service.base}/v1/admin/keys/{alice['prefix']}", headers=service.auth("admin"))
         assert revoked.status_code == 200
     assert (await call(service, "GET", "/v1/me", token["access_token"])).status_code == 401
+    with pytest.raises(OAuthError) as refused:  # nor can the app refresh its way back in
+        await client.refresh_token(f"{service.base}/oauth/token", refresh_token=token["refresh_token"])
+    assert refused.value.error == "invalid_grant"
     await client.aclose()
 
 

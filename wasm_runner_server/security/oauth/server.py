@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,6 +233,8 @@ class RefreshGrant(RefreshTokenGrant):
             return None
         if record.refresh_expires_at is not None and record.refresh_expires_at <= time.time():
             return None
+        if not self.server.key_active(record.grant.key_id):  # the member's sign-in key was revoked
+            return None
         return Token(record, refresh=True)
 
     def authenticate_user(self, refresh_token: Token) -> Member:
@@ -269,9 +271,12 @@ class Revocation(RevocationEndpoint):
 class OAuthServer(AuthorizationServer):
     """Authlib's authorization server on the OAuth store; `handle_response` makes aiohttp responses."""
 
-    def __init__(self, store: OAuthStore, *, access_s: float, refresh_s: float, code_s: float) -> None:
+    def __init__(self, store: OAuthStore, *, access_s: float, refresh_s: float, code_s: float,
+                 key_active: Callable[[str], bool] = lambda key_id: True) -> None:
         super().__init__(scopes_supported=list(SCOPES))
         self.store = store
+        self.key_active = key_active
+        """Whether the key a member signed in with to consent still acts (a grant dies with it)."""
         self.access_s = access_s
         self.refresh_s = refresh_s
         self.code_s = code_s

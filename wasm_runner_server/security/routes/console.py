@@ -18,7 +18,6 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import CONSOLE_SESSION_PATH
 from wasm_runner_server.security.console_sessions import (
     COOKIE,
-    OAUTH_COOKIE,
     ConsoleSession,
     check_csrf,
     check_same_origin,
@@ -64,7 +63,6 @@ async def sign_in(request: web.Request) -> web.Response:
     principal = security.authenticator.verify_key(body.key.strip())
     security.authenticator.take_rate(principal.key_id)
     security.console.close(request.cookies.get(COOKIE))
-    security.console.close(request.cookies.get(OAUTH_COOKIE))
     session_id, session = security.console.open(principal)
     response = json_response(_state(session), headers={"Clear-Site-Data": CLEAR_SITE_DATA, "Cache-Control": "no-store"})
     set_cookie(response, request, session_id, security.console.lifetime_s)

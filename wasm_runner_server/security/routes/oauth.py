@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 import html
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -178,6 +178,30 @@ async def authorize_decision(request: web.Request) -> web.StreamResponse:
 # -- the app's endpoints (Authlib) ---------------------------------------------------------------------
 
 
+class TokenResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """RFC 6749 5.1 (Authlib's answer)."""
+
+    token_type: str
+    access_token: str
+    refresh_token: str | None = None
+    expires_in: int | None = None
+    scope: str | None = None
+
+
+class Revoked(msgspec.Struct, kw_only=True):
+    """RFC 7009 2.2: an empty object, for a token revoked and for one that was not valid."""
+
+
+class OAuthErrorBody(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """RFC 6749 5.2's error (`error` a string such as invalid_grant), or the service's own error shape
+    (`error` an object) for what is refused before OAuth is reached (plain http off loopback)."""
+
+    error: str | dict[str, Any]
+    error_description: str | None = None
+    error_uri: str | None = None
+    state: str | None = None
+
+
 async def _form(request: web.Request) -> MultiDict[str]:
     """The form's text fields (an uploaded file is no OAuth parameter)."""
     return MultiDict((key, value) for key, value in (await request.post()).items() if isinstance(value, str))
@@ -186,15 +210,16 @@ async def _form(request: web.Request) -> MultiDict[str]:
 @routes.post("/oauth/token")
 @operation(summary="OAuth token endpoint (form-encoded): grant_type=authorization_code (with the PKCE "
                    "code_verifier) or refresh_token (each use answers a new refresh token)", tag="oauth",
-           body="application/x-www-form-urlencoded", response="application/json", errors=(400, 401))
+           body="application/x-www-form-urlencoded", response=TokenResponse, errors=(400, 401),
+           error_body=OAuthErrorBody)
 async def token(request: web.Request) -> web.StreamResponse:
     return request.app[SECURITY].oauth_server.create_token_response(_oauth_request(request, await _form(request)))
 
 
 @routes.post("/oauth/revoke")
 @operation(summary="OAuth token revocation (RFC 7009): a refresh token ends its whole grant, an access token "
-                   "itself", tag="oauth", body="application/x-www-form-urlencoded", response="application/json",
-           errors=(400, 401))
+                   "itself", tag="oauth", body="application/x-www-form-urlencoded", response=Revoked,
+           errors=(400, 401), error_body=OAuthErrorBody)
 async def revoke(request: web.Request) -> web.StreamResponse:
     oauth_request = _oauth_request(request, await _form(request))
     return request.app[SECURITY].oauth_server.create_endpoint_response("revocation", oauth_request)
