@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestServer
+from authlib.integrations.httpx_client import OAuthError
+from oauth_flow import Browser, call, get_tokens, start_service
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.security import stores
@@ -109,3 +112,25 @@ def test_only_hashes_are_stored(tmp_path):
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("oauth.sqlite3*"))
     assert secret is not None and secret.encode() not in raw
     assert b"wro_a1" not in raw and b"wrr_r1" not in raw and digest("wro_a1").encode() in raw
+
+
+async def test_the_flow_end_to_end_on_the_cluster_database(postgres_url, tmp_path):
+    """Authorization, token, rotation and reuse detection through a service whose metadata is in PostgreSQL."""
+    servers: list[TestServer] = []
+    service = await start_service(tmp_path, servers, store=postgres_url)
+    browser = Browser(service)
+    try:
+        await browser.sign_in(service.keys["alice"])
+        client, first = await get_tokens(service, browser)
+        me = (await call(service, "GET", "/v1/me", first["access_token"])).json()
+        assert (me["workspace"], me["member"]) == ("alpha", "alice")
+        second = await client.refresh_token(f"{service.base}/oauth/token", refresh_token=first["refresh_token"])
+        assert (await call(service, "GET", "/v1/me", second["access_token"])).status_code == 200
+        with pytest.raises(OAuthError):
+            await client.refresh_token(f"{service.base}/oauth/token", refresh_token=first["refresh_token"])
+        assert (await call(service, "GET", "/v1/me", second["access_token"])).status_code == 401
+        await client.aclose()
+    finally:
+        await browser.close()
+        for server in servers:
+            await server.close()
