@@ -358,6 +358,7 @@ class SecurityPolicy(AccessPolicy):
                         f"--data-dir {data_dir}` (it is shown once)", extra={"event": "no_keys"})
         await self._drop_ephemeral(app)  # ephemeral sessions never outlive the process
         pruned = security.audit.prune(settings.audit_retention_days)
+        security.oauth.prune()  # expired codes and tokens (and daily after)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
@@ -410,4 +411,5 @@ class SecurityPolicy(AccessPolicy):
         while True:
             await asyncio.sleep(86400)
             self.security.audit.prune(self.config.auth.audit_retention_days)
+            self.security.oauth.prune()
 

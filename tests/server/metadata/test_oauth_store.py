@@ -134,3 +134,11 @@ async def test_the_flow_end_to_end_on_the_cluster_database(postgres_url, tmp_pat
         await browser.close()
         for server in servers:
             await server.close()
+
+
+def test_pruning_forgets_what_has_expired_only(store):
+    _, grant_id, _ = _grant_with_tokens(store)
+    store.save_tokens(grant_id, "wro_old", "wrr_old", "exec", 0.001, 0.001)
+    time.sleep(0.01)  # past both 1 ms lifetimes
+    assert store.prune(grace_s=0) == 1
+    assert store.by_refresh("wrr_old") is None and store.by_refresh("wrr_r1") is not None

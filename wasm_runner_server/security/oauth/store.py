@@ -295,8 +295,13 @@ class OAuthStore:
         """Which grant the code made (what a second use of it revokes)."""
         self._db.run("UPDATE oauth_codes SET grant_id = ? WHERE code_hash = ?", (grant_id, code_hash))
 
-    def prune_codes(self, older_than_s: float = 86400) -> int:
-        return self._db.run("DELETE FROM oauth_codes WHERE expires_at < ?", (time.time() - older_than_s,))
+    def prune(self, grace_s: float = 86400) -> int:
+        """Forget codes and tokens expired more than `grace_s` ago; how many rows. A spent refresh token is
+        kept until it would have expired anyway, so that a reuse is still recognised until then."""
+        before = time.time() - grace_s
+        return (self._db.run("DELETE FROM oauth_codes WHERE expires_at < ?", (before,))
+                + self._db.run("DELETE FROM oauth_tokens WHERE COALESCE(refresh_expires_at, access_expires_at) < ?",
+                               (before,)))
 
     # -- grants and tokens ------------------------------------------------------------------------
 
