@@ -22,13 +22,13 @@ from aiohttp import web
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
-from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_SESSION_PATH
+from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE, CONSOLE_SESSION_PATH
 from wasm_runner_server.http.policy import Principal
 
 COOKIE = CONSOLE_COOKIE
 COOKIE_PATH = "/v1/"
 """The narrowest path holding both the sign-in route and every API route the console calls."""
-OAUTH_COOKIE = COOKIE + "_oauth"
+OAUTH_COOKIE = CONSOLE_OAUTH_COOKIE
 """The same console session, for the OAuth authorization page only (path /oauth/). SameSite=Lax, because an
 app sends the member's browser there from its own site (a top-level navigation, which a Strict cookie would
 not follow); that page changes nothing without the consent form's token, posted from the page itself."""
