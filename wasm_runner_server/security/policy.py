@@ -117,7 +117,7 @@ class SecurityPolicy(AccessPolicy):
         security = self.security
         route = _canonical(request)
         principal = self._console_principal(request, route) or security.authenticator.authenticate(request)
-        if principal.scopes is not None:
+        if principal.scopes is not None and route:  # (no route: the 404 follows)
             check_scope(request.method, route, principal.scopes)
         security.authenticator.take_rate(principal.key_id)
         request[PRINCIPAL] = principal

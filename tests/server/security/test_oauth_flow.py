@@ -297,3 +297,23 @@ async def test_oauth_over_plain_http_off_loopback_is_refused_with_a_reason(servi
         response = await http.post(f"{service.base}/oauth/token", headers={"Host": "oauth.example.com"},
                                    data={"grant_type": "refresh_token", "refresh_token": "wrr_x", "client_id": "c"})
     assert response.status_code == 400 and "https" in response.json()["error"]["message"]
+
+
+async def test_a_code_is_good_once_and_its_reuse_revokes_what_it_made(service, browser):
+    client = app_client(service, await register(service), ALL)
+    verifier = generate_token(48)
+    location = await authorize(service, browser, client, verifier)
+    token = await client.fetch_token(f"{service.base}/oauth/token", authorization_response=location,
+                                     code_verifier=verifier)
+    with pytest.raises(OAuthError) as refused:
+        await client.fetch_token(f"{service.base}/oauth/token", authorization_response=location,
+                                 code_verifier=verifier)
+    assert refused.value.error == "invalid_grant"
+    assert (await call(service, "GET", "/v1/me", token["access_token"])).status_code == 401
+    await client.aclose()
+
+
+async def test_a_token_on_an_unknown_path_gets_the_404(service, browser):
+    client, token = await get_tokens(service, browser, "files:read")
+    assert (await call(service, "GET", "/v1/no-such-route", token["access_token"])).status_code == 404
+    await client.aclose()
