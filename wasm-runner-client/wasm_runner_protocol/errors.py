@@ -55,6 +55,8 @@ class ErrorCode(StrEnum):
     SERVICE_WORKER_REFUSED = "service_worker_refused"
     """The API's origin never serves a service worker script (a page must not control it)."""
     CSRF_REFUSED = "csrf_refused"
+    INSUFFICIENT_SCOPE = "insufficient_scope"
+    """An OAuth access token whose scopes do not cover the route (RFC 6750's error name)."""
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"
@@ -113,6 +115,8 @@ class ErrorCode(StrEnum):
     CANCELLED = "cancelled"
     # -- other things not found (`not_found(code, name)` words its message from the code) ----
     KEY_NOT_FOUND = "key_not_found"
+    OAUTH_CLIENT_NOT_FOUND = "oauth_client_not_found"
+    GRANT_NOT_FOUND = "grant_not_found"
     AUDIT_ENTRY_NOT_FOUND = "audit_entry_not_found"
     SHARED_NOT_FOUND = "shared_not_found"
     ARTIFACT_NOT_FOUND = "artifact_not_found"

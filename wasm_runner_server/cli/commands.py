@@ -1,4 +1,4 @@
-"""The service's commands as argparse definitions: serve, mcp, keys, audit.
+"""The service's commands as argparse definitions: serve, mcp, keys, oauth, audit.
 
 Like the core's (wasm_runner/cli/commands.py), this module imports nothing heavy: each
 handler's module (aiohttp, pydantic, the service, SQLite) is imported when its command runs.
@@ -74,6 +74,36 @@ def add_mcp_command(subparsers: Subcommands) -> argparse.ArgumentParser:
 def _data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, help="the server's data directory ($WASM_RUNNER_DATA_DIR)")
     parser.add_argument("--config", type=Path, help="the server's config file ($WASM_RUNNER_CONFIG)")
+
+
+def add_oauth_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("oauth", help="register, list and delete OAuth apps",
+                                   description="Manage the OAuth apps that act for members (docs/guides/oauth.md).")
+    groups = parser.add_subparsers(dest="oauth_command", required=True)
+    clients = groups.add_parser("clients", help="the apps (OAuth clients)")
+    commands = clients.add_subparsers(dest="clients_command", required=True)
+    create = commands.add_parser("create", help="register an app (a confidential app's secret is printed once)")
+    create.add_argument("--workspace", required=True, help="whose members the app serves")
+    create.add_argument("--name", required=True, help="what the consent page calls the app")
+    create.add_argument("--redirect-uri", action="append", required=True,
+                        help="an exact callback address: https, or http on loopback (repeat for several)")
+    create.add_argument("--scope", action="append", required=True,
+                        help="a scope the app may ask for: sessions:read, sessions:write, exec, files:read, "
+                             "files:write, processes (repeat for several)")
+    create.add_argument("--public", action="store_true",
+                        help="a browser or native app: no secret, PKCE required (default: confidential)")
+    _data_options(create)
+    create.set_defaults(handler=LazyHandler("wasm_runner_server.cli.oauth", "create_client"))
+    listing = commands.add_parser("list", help="list apps (never their secrets)")
+    listing.add_argument("--workspace")
+    listing.add_argument("--json", action="store_true")
+    _data_options(listing)
+    listing.set_defaults(handler=LazyHandler("wasm_runner_server.cli.oauth", "list_clients"))
+    delete = commands.add_parser("delete", help="delete an app: its grants and tokens end at once")
+    delete.add_argument("client_id", help="the app's client id (wrc_...)")
+    _data_options(delete)
+    delete.set_defaults(handler=LazyHandler("wasm_runner_server.cli.oauth", "delete_client"))
+    return parser
 
 
 def add_keys_command(subparsers: Subcommands) -> argparse.ArgumentParser:

@@ -29,13 +29,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
 
     from wasm_runner.cli.commands import add_commands, build_parser
-    from wasm_runner_server.cli.commands import add_audit_command, add_keys_command, add_mcp_command, add_serve_command
+    from wasm_runner_server.cli.commands import (
+        add_audit_command,
+        add_keys_command,
+        add_mcp_command,
+        add_oauth_command,
+        add_serve_command,
+    )
 
     parser, sub = build_parser()
     add_commands(sub)
     add_serve_command(sub)
     add_mcp_command(sub)
     add_keys_command(sub)
+    add_oauth_command(sub)
     add_audit_command(sub)
     add_processes_command(sub)
     add_service_commands(sub)

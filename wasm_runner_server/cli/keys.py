@@ -26,7 +26,8 @@ from wasm_runner_server.security.audit import AuditFilter, AuditLog
 from wasm_runner_server.security.tenants import TenantStore
 
 
-def _data_dir(args: argparse.Namespace) -> Path:
+def data_dir_of(args: argparse.Namespace) -> Path:
+    """The data directory the command works on: --data-dir, $WASM_RUNNER_DATA_DIR, else the config's."""
     if args.data_dir is not None:
         return args.data_dir
     if os.environ.get("WASM_RUNNER_DATA_DIR"):
@@ -37,7 +38,8 @@ def _data_dir(args: argparse.Namespace) -> Path:
     return load_config(config).server.data_dir
 
 
-def _config(args: argparse.Namespace):
+def config_of(args: argparse.Namespace):
+    """The service configuration the command reads (--config, $WASM_RUNNER_CONFIG, else the defaults)."""
     from wasm_runner_server.config import load_config
 
     return load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG") or None)
@@ -45,11 +47,11 @@ def _config(args: argparse.Namespace):
 
 def _tenants(args: argparse.Namespace) -> TenantStore:
     """The tenant store the service with this configuration uses ([store], WASM_RUNNER_STORE_URL)."""
-    return stores.tenant_store(_config(args), _data_dir(args))
+    return stores.tenant_store(config_of(args), data_dir_of(args))
 
 
 def _audit(args: argparse.Namespace, *, journal: bool = True) -> AuditLog:
-    return stores.audit_log(_config(args), _data_dir(args), journal=journal)
+    return stores.audit_log(config_of(args), data_dir_of(args), journal=journal)
 
 
 def _when(value: float | None) -> str:

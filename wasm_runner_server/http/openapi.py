@@ -38,6 +38,8 @@ class Operation:
     """Also answers text/event-stream (stdout/stderr events, then the result)."""
     errors: tuple[int, ...] = ()
     description: str = ""
+    error_body: Any = None
+    """A msgspec type for the error responses, where they are not the service's shape (OAuth's RFC 6749 5.2)."""
 
 
 def operation(**kwargs: Any) -> Callable:
@@ -140,7 +142,7 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
 
     types: list[Any] = [ErrorResponse]
     for _, _, spec in operations:
-        for t in (spec.body, spec.response):
+        for t in (spec.body, spec.response, spec.error_body):
             if t is not None and not isinstance(t, str):
                 types.append(t)
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
@@ -189,11 +191,12 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
         responses[str(spec.status)] = ok
         for status in spec.also:
             responses[str(status)] = ok
+        errors_ref = refs[id(spec.error_body)] if spec.error_body is not None else error_ref
         for status in sorted({400, 422, *spec.errors} if spec.body is not None or spec.query is not None
                              else set(spec.errors)):
             responses[str(status)] = {"description": _ERROR_TEXT.get(status, "Error"),
-                                      "content": {"application/json": {"schema": error_ref}}}
-        responses["default"] = {"description": "Error", "content": {"application/json": {"schema": error_ref}}}
+                                      "content": {"application/json": {"schema": errors_ref}}}
+        responses["default"] = {"description": "Error", "content": {"application/json": {"schema": errors_ref}}}
         op["responses"] = responses
         paths.setdefault(path, {})[method] = op
 

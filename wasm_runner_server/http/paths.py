@@ -15,6 +15,8 @@ CONSOLE_SESSION_PATH = "/v1/console/session"
 """The console's sign-in (POST a key), its state (GET) and sign-out (DELETE): served without a key."""
 CONSOLE_COOKIE = "wr_console"
 """The console's session cookie: never passed on to a session's own server (see routes/ports.py)."""
+CONSOLE_OAUTH_COOKIE = CONSOLE_COOKIE + "_oauth"
+"""The same console session for the OAuth authorization page (path /oauth/): guarded like CONSOLE_COOKIE."""
 ANY_PATH = r"{path:[\s\S]*}"
 """A workspace path in a route: any character, a newline too (`.*` stops at one, and a file named with a
 newline could be listed but never read, replaced or deleted). The path is validated by its handler."""

@@ -41,6 +41,8 @@ class Principal:
     kind: str  # member | app | admin | link
     member: str | None = None
     """The person the caller acts for (a member or admin key's member; None for apps and links)."""
+    scopes: frozenset[str] | None = None
+    """An OAuth access token's scopes (what routes it opens: security.oauth.scopes); None for keys and links."""
 
     @property
     def shared(self) -> bool:

@@ -113,6 +113,66 @@ STEPS: tuple[str, ...] = (
     """
     ALTER TABLE keys ADD COLUMN member TEXT;
     """,
+    # 4: OAuth apps, authorization codes, grants (a token family each), tokens and members' consents
+    """
+    CREATE TABLE oauth_clients (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        redirect_uris TEXT NOT NULL,      -- a JSON list
+        scopes TEXT NOT NULL,             -- space-separated
+        public INTEGER NOT NULL,
+        secret_hash TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        created_by TEXT NOT NULL
+    );
+    CREATE TABLE oauth_codes (
+        code_hash TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        member TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        redirect_uri TEXT,
+        scope TEXT NOT NULL,
+        code_challenge TEXT,
+        code_challenge_method TEXT,
+        expires_at DOUBLE PRECISION NOT NULL,
+        used_at DOUBLE PRECISION,
+        grant_id TEXT
+    );
+    CREATE TABLE oauth_grants (
+        id TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        member TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        revoked_at DOUBLE PRECISION
+    );
+    CREATE INDEX oauth_grants_by_member ON oauth_grants (workspace, member);
+    CREATE TABLE oauth_tokens (
+        id TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        access_hash TEXT NOT NULL UNIQUE,
+        refresh_hash TEXT UNIQUE,
+        scope TEXT NOT NULL,
+        issued_at DOUBLE PRECISION NOT NULL,
+        access_expires_at DOUBLE PRECISION NOT NULL,
+        refresh_expires_at DOUBLE PRECISION,
+        access_revoked_at DOUBLE PRECISION,
+        rotated_at DOUBLE PRECISION
+    );
+    CREATE INDEX oauth_tokens_by_grant ON oauth_tokens (grant_id);
+    CREATE TABLE oauth_consents (
+        workspace TEXT NOT NULL,
+        member TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        granted_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, member, client_id)
+    );
+    """,
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from abc import ABC, abstractmethod
 
 import msgspec
@@ -12,10 +13,15 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.errors import ApiError, overloaded
 from wasm_runner_server.http.policy import LOCAL, LOCAL_WORKSPACE, NO_KEY_HINT, PRINCIPAL, Principal, principal_of
+from wasm_runner_server.security.oauth.store import ACCESS_PREFIX, OAuthStore
 from wasm_runner_server.security.presign import key_revoked
 from wasm_runner_server.security.ratelimit import Limiter, retry_after
 from wasm_runner_server.security.tenants import Owner, TenantStore
 
+OAUTH_KEY_PREFIX = "oauth:"
+"""The key id of an OAuth token's principal is `oauth:<grant id>` (what its audit rows name)."""
+BAD_TOKEN_HINT = ("an access token lasts an hour by default: get a new one with the refresh token "
+                  "(POST /oauth/token, grant_type=refresh_token), or have the member authorize the app again")
 BAD_KEY_HINT = ("check the key; a lost key cannot be recovered (only its hash is stored): revoke it with "
                 "`wasm-runner keys revoke <prefix>` and create another")
 
@@ -82,10 +88,12 @@ class ApiKeys(Authenticator):
     unknown = Principal("unknown", "unknown", "unknown")
     unowned_workspace = None
 
-    def __init__(self, tenants: TenantStore, limiter: Limiter, rate_per_s: float) -> None:
+    def __init__(self, tenants: TenantStore, limiter: Limiter, rate_per_s: float,
+                 oauth: OAuthStore | None = None) -> None:
         self.tenants = tenants
         self.limiter = limiter
         self.rate_per_s = rate_per_s
+        self.oauth = oauth
 
     def authenticate(self, request: web.Request) -> Principal:
         header = request.headers.get("Authorization", "")
@@ -96,13 +104,32 @@ class ApiKeys(Authenticator):
         return self.verify_key(key.strip())
 
     def verify_key(self, key: str) -> Principal:
+        if key.startswith(ACCESS_PREFIX) and self.oauth is not None:
+            return self._verify_token(key)
         record = self.tenants.verify(key) if key else None
         if record is None:
             raise ApiError(401, ErrorCode.INVALID_KEY, "the API key is not valid or has been revoked", BAD_KEY_HINT,
                            {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
         return Principal(record.workspace, record.id, record.kind, record.member)
 
+    def _verify_token(self, token: str) -> Principal:
+        """An OAuth access token acts as the member who authorized it, in their workspace, within its
+        scopes: while it has not expired, nor been revoked, nor its grant, nor the key the member
+        signed in with when they consented."""
+        assert self.oauth is not None
+        record = self.oauth.by_access(token)
+        grant = record.grant if record is not None else None
+        if (record is None or grant is None or record.access_revoked_at is not None or grant.revoked_at is not None
+                or record.access_expires_at <= time.time() or self.tenants.active_key(grant.key_id) is None):
+            raise ApiError(401, ErrorCode.INVALID_KEY, "the access token is not valid: expired or revoked",
+                           BAD_TOKEN_HINT, {"WWW-Authenticate": 'Bearer realm="wasm-runner", error="invalid_token"'})
+        return Principal(grant.workspace, OAUTH_KEY_PREFIX + grant.id, "member", grant.member,
+                         frozenset(record.scope.split()))
+
     def key_active(self, key_id: str) -> bool:
+        if key_id.startswith(OAUTH_KEY_PREFIX):  # a link made with a token lives while its grant does
+            grant = self.oauth.grant(key_id.removeprefix(OAUTH_KEY_PREFIX)) if self.oauth is not None else None
+            return grant is not None and grant.revoked_at is None and self.tenants.active_key(grant.key_id) is not None
         return self.tenants.active_key(key_id) is not None
 
     def principal_of(self, request: web.Request) -> Principal:
@@ -117,7 +144,7 @@ class ApiKeys(Authenticator):
     def admit_link(self, key_id: str) -> None:
         """A link acts for the key that made it: dead once that key is revoked, and each use counts
         against the key's rate limit."""
-        if self.tenants.active_key(key_id) is None:
+        if not self.key_active(key_id):
             raise key_revoked()
         self.take_rate(key_id)
 

@@ -22,12 +22,17 @@ from aiohttp import web
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
-from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_SESSION_PATH
+from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE, CONSOLE_SESSION_PATH
 from wasm_runner_server.http.policy import Principal
 
 COOKIE = CONSOLE_COOKIE
 COOKIE_PATH = "/v1/"
 """The narrowest path holding both the sign-in route and every API route the console calls."""
+OAUTH_COOKIE = CONSOLE_OAUTH_COOKIE
+"""The same console session, for the OAuth authorization page only (path /oauth/). SameSite=Lax, because an
+app sends the member's browser there from its own site (a top-level navigation, which a Strict cookie would
+not follow); that page changes nothing without the consent form's token, posted from the page itself."""
+OAUTH_COOKIE_PATH = "/oauth/"
 CSRF_HEADER = "X-CSRF-Token"
 MAX_PER_KEY = 32
 """Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
@@ -88,12 +93,12 @@ class ConsoleSessions:
             self._sessions.pop(session_id, None)
 
 
-def cookie_session(request: web.Request, sessions: ConsoleSessions) -> ConsoleSession | None:
+def cookie_session(request: web.Request, sessions: ConsoleSessions, name: str = COOKIE) -> ConsoleSession | None:
     """The request's console session; none when the cookie comes twice (one was planted under a longer
     path by a script of this origin, to have the console act in another session)."""
     sent = [part for header in request.headers.getall("Cookie", []) for part in header.split(";")
-            if part.split("=", 1)[0].strip() == COOKIE]
-    return sessions.get(request.cookies.get(COOKIE)) if len(sent) == 1 else None
+            if part.split("=", 1)[0].strip() == name]
+    return sessions.get(request.cookies.get(name)) if len(sent) == 1 else None
 
 
 def check_csrf(request: web.Request, session: ConsoleSession) -> None:
@@ -126,7 +131,10 @@ def _https(request: web.Request) -> bool:
 def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str, lifetime_s: float) -> None:
     response.set_cookie(COOKIE, session_id, max_age=int(lifetime_s), path=COOKIE_PATH, httponly=True,
                         samesite="Strict", secure=_https(request))
+    response.set_cookie(OAUTH_COOKIE, session_id, max_age=int(lifetime_s), path=OAUTH_COOKIE_PATH, httponly=True,
+                        samesite="Lax", secure=_https(request))
 
 
 def clear_cookie(response: web.StreamResponse, request: web.Request) -> None:
     response.del_cookie(COOKIE, path=COOKIE_PATH, secure=_https(request), httponly=True, samesite="Strict")
+    response.del_cookie(OAUTH_COOKIE, path=OAUTH_COOKIE_PATH, secure=_https(request), httponly=True, samesite="Lax")

@@ -60,7 +60,9 @@ from wasm_runner_server.http.policy import (
 from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
-from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, presign, shared
+from wasm_runner_server.security.oauth.scopes import check_scope
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, oauth, presign, shared
+from wasm_runner_server.security.routes.oauth import OAUTH_PREFIX
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
@@ -102,8 +104,11 @@ class SecurityPolicy(AccessPolicy):
         path = request.path
         if (path.startswith((LINK_PREFIX, ARTIFACT_LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX))
                 or path in self.config.auth.public_paths
-                or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") or path == CONSOLE_SESSION_PATH):
-            return await handler(request)  # links carry their credential; the console page holds no data
+                or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") or path == CONSOLE_SESSION_PATH
+                or path.startswith(OAUTH_PREFIX)):
+            # links carry their credential; the console page holds no data; the OAuth endpoints check the
+            # member's sign-in or the app's credentials themselves (security.routes.oauth)
+            return await handler(request)
         if any(GATEWAY in app for app in request.match_info.apps):
             # A route of the E2B gateway: it does each thing by calling this API with the caller's key
             # (E2B sends it in X-API-Key / X-Access-Token), and those calls are authenticated, limited
@@ -112,6 +117,8 @@ class SecurityPolicy(AccessPolicy):
         security = self.security
         route = _canonical(request)
         principal = self._console_principal(request, route) or security.authenticator.authenticate(request)
+        if principal.scopes is not None and route:  # (no route: the 404 follows)
+            check_scope(request.method, route, principal.scopes)
         security.authenticator.take_rate(principal.key_id)
         request[PRINCIPAL] = principal
         token = CURRENT.set(principal)
@@ -329,7 +336,7 @@ class SecurityPolicy(AccessPolicy):
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *me.routes, *shared.routes,
-                *console.routes]
+                *console.routes, *oauth.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth
@@ -351,6 +358,7 @@ class SecurityPolicy(AccessPolicy):
                         f"--data-dir {data_dir}` (it is shown once)", extra={"event": "no_keys"})
         await self._drop_ephemeral(app)  # ephemeral sessions never outlive the process
         pruned = security.audit.prune(settings.audit_retention_days)
+        security.oauth.prune()  # expired codes and tokens (and daily after)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
@@ -403,4 +411,5 @@ class SecurityPolicy(AccessPolicy):
         while True:
             await asyncio.sleep(86400)
             self.security.audit.prune(self.config.auth.audit_retention_days)
+            self.security.oauth.prune()
 

@@ -11,6 +11,9 @@
     sessions = 100
     concurrent_executions = 8
     disk_bytes = 10737418240
+    [auth.oauth]                       # apps acting for members (docs/guides/oauth.md)
+    access_token_s = 3600
+    refresh_token_s = 2592000
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ class WorkspaceQuotas(_Model):
     """Bytes of session files plus shared/ a workspace may hold; writes and runs past it get 429."""
 
 
+class OAuthSettings(_Model):
+    """`[auth.oauth]`: the lifetimes of what the OAuth authorization server issues."""
+
+    access_token_s: Annotated[float, Field(gt=0)] = 3600
+    """How long an access token acts (it cannot be refreshed in place: the app uses its refresh token)."""
+    refresh_token_s: Annotated[float, Field(gt=0)] = 30 * 86400
+    """How long an unused refresh token stays good (each use answers a new one and spends the old)."""
+    code_s: Annotated[float, Field(gt=0, le=600)] = 600
+    """How long an authorization code may wait for its exchange (RFC 6749 advises at most 10 minutes)."""
+
+
 class AuthSettings(_Model):
     enabled: bool = True
     """Require `Authorization: Bearer <key>`. Off only for local use (logged loudly at start)."""
@@ -50,6 +64,7 @@ class AuthSettings(_Model):
     rate_per_s: Annotated[float, Field(gt=0)] = 50.0
     burst: Annotated[float, Field(ge=1)] = 100.0
     quotas: WorkspaceQuotas = WorkspaceQuotas()
+    oauth: OAuthSettings = OAuthSettings()
     first_run_key: bool = True
     """At a start with no keys at all, create one admin key for the `local` workspace and print it once,
     with the console's address (only its hash is stored). Turn off for deployments."""

@@ -17,6 +17,8 @@ from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
 from wasm_runner_server.security.console_sessions import ConsoleSessions
+from wasm_runner_server.security.oauth.server import OAuthServer
+from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings
@@ -43,6 +45,9 @@ class Security:
     """Published files, kept apart from the sessions under their own retention."""
     console: ConsoleSessions
     """The console's signed-in browsers (a cookie each)."""
+    oauth: OAuthStore
+    """Apps acting for members: their registrations, grants, tokens and the members' consents."""
+    oauth_server: OAuthServer
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -53,20 +58,26 @@ class Security:
                                  output_bytes=settings.audit_output_bytes)
         signer = Signer(load_secrets(settings.presign_secrets, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
+        oauth = stores.oauth_store(config, data_dir)
+        oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,
+                                   refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s,
+                                   key_active=lambda key_id: tenants.active_key(key_id) is not None)
         if settings.enabled:
             authenticator: Authenticator = ApiKeys(tenants, stores.rate_limiter(config, settings.rate_per_s,
-                                                                                settings.burst), settings.rate_per_s)
+                                                                                settings.burst), settings.rate_per_s,
+                                                   oauth)
             quotas: Quotas = Enforced(settings.quotas, disk, tenants)
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s))
+                   ConsoleSessions(settings.console_session_s), oauth, oauth_server)
 
     def close(self) -> None:
         if isinstance(self.authenticator, ApiKeys):
             self.authenticator.limiter.close()
         self.tenants.close()
+        self.oauth.close()
         self.audit.close()
         self.artifacts.close()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.open_store import store_settings
@@ -23,6 +24,18 @@ def tenant_store(config: ServiceConfig | None, data_dir: Path) -> TenantStore:
 
     db = postgres.acquire(settings)
     return TenantStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+
+
+def oauth_store(config: ServiceConfig | None, data_dir: Path) -> OAuthStore:
+    """The OAuth apps, grants and tokens (`config` None: the SQLite file in `data_dir`)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return OAuthStore.in_data_dir(data_dir)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.metadata.sql import PostgresSql
+
+    db = postgres.acquire(settings)
+    return OAuthStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
 
 
 def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = True, **kwargs: Any) -> AuditLog:

@@ -363,9 +363,9 @@ async def test_the_terminal_runs_a_shell_in_the_session_over_a_link_without_the_
 async def test_a_page_script_cannot_read_the_key_nor_change_anything_without_the_csrf_token(console):
     page = console.page
     cookies = await page.context.cookies()
-    assert [(c["name"], c["httpOnly"], c["sameSite"], c["path"]) for c in cookies] == [
-        ("wr_console", True, "Strict", "/v1/")]
-    assert console.key not in cookies[0]["value"]
+    assert sorted((c["name"], c["httpOnly"], c["sameSite"], c["path"]) for c in cookies) == [
+        ("wr_console", True, "Strict", "/v1/"), ("wr_console_oauth", True, "Lax", "/oauth/")]
+    assert all(console.key not in c["value"] for c in cookies)
     seen = await page.evaluate("""async () => ({
         cookie: document.cookie, session: sessionStorage.length, local: localStorage.length,
         databases: (await indexedDB.databases()).length, caches: (await caches.keys()).length,

@@ -41,6 +41,12 @@ NOT_SESSION_SCOPED = {
     "/console", "/console/", "/console/static/{name}", "/console/vendor/{name}",
     # the console's sign-in: a key for a cookie of the key's own workspace (tests/server/console)
     "/v1/console/session",
+    # OAuth: apps are registered by admins; grants are the calling member's own; the authorization page acts
+    # for the signed-in member, the token endpoints for the authenticated app (test_oauth_flow.py)
+    "/v1/admin/oauth/clients", "/v1/admin/oauth/clients/{client}", "/v1/oauth/grants", "/v1/oauth/grants/{grant}",
+    "/oauth/authorize", "/oauth/token", "/oauth/revoke",
+    # the caller itself
+    "/v1/me",
     # templates: the caller's workspace's directory, chosen in the handler (test_fork_and_templates.py)
     "/v1/templates", "/v1/templates/{name}",
     # a one-shot run's answers: waiting under its id within the caller's workspace

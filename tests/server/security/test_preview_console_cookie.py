@@ -17,6 +17,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = ("cookie=" + (self.headers.get("Cookie") or "")).encode()
         self.send_response(200)
         self.send_header("Set-Cookie", "wr_console=fixated; Path=/v1/")
+        self.send_header("Set-Cookie", "wr_console_oauth=fixated; Path=/oauth/")
         self.send_header("Set-Cookie", "app=1; Path=/")
         self.send_header("Service-Worker-Allowed", "/")
         self.send_header("Content-Length", str(len(body)))
@@ -35,7 +36,7 @@ async def test_the_console_cookie_neither_reaches_nor_comes_from_a_sessions_serv
     info = await start(secure, sid, command=["python3", "server.py", "8081"], name="guest")
     await listening(secure, sid, info["id"], 8081)
     preview = await preview_of(secure, sid, 8081)
-    headers = preview.headers(Cookie="app=1; wr_console=the-consoles-session; other=2")
+    headers = preview.headers(Cookie="app=1; wr_console=the-consoles-session; other=2; wr_console_oauth=the-same")
     async with aiohttp.ClientSession() as http, http.get(preview.base + "/", headers=headers) as response:
         assert response.status == 200
         assert await response.text() == "cookie=app=1; other=2"

@@ -29,7 +29,7 @@ from yarl import URL
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.paths import CONSOLE_COOKIE
+from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
 from wasm_runner_server.sessions.manager import LiveSession
@@ -45,16 +45,16 @@ NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
 """The caller's key never reaches the sandbox."""
 NOT_RETURNED = frozenset({"service-worker-allowed"})
 """A preview's service worker never gets a scope wider than its script's directory."""
-_CONSOLE_COOKIE = re.compile(rf"(^|;)\s*{CONSOLE_COOKIE}\s*=[^;]*")
+_CONSOLE_COOKIE = re.compile(rf"(^|;)\s*(?:{CONSOLE_COOKIE}|{CONSOLE_OAUTH_COOKIE})\s*=[^;]*")
 
 
 def without_console_cookie(cookie: str) -> str:
-    """The Cookie header without the console's session cookie (the rest is the guest app's own)."""
+    """The Cookie header without the console's session cookies (the rest is the guest app's own)."""
     return "; ".join(p.strip() for p in _CONSOLE_COOKIE.sub("", cookie).split(";") if p.strip())
 
 
 def sets_console_cookie(set_cookie: str) -> bool:
-    return set_cookie.split("=", 1)[0].strip().lower() == CONSOLE_COOKIE
+    return set_cookie.split("=", 1)[0].strip().lower() in (CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE)
 WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
                                "sec-websocket-protocol", "sec-websocket-accept"})
 _API_PATH = re.compile(r"/v1/sessions/[^/]+/ports/[0-9]+(?P<rest>/.*)?")

@@ -8,6 +8,7 @@ from aiohttp import web
 from wasm_runner_server.http.bodies import json_response
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.security.authenticators import OAUTH_KEY_PREFIX
 from wasm_runner_server.security.tenants import KEY_PREFIX
 
 routes = web.RouteTableDef()
@@ -21,6 +22,8 @@ class Caller(msgspec.Struct, kw_only=True):
     """member, app, admin or link."""
     member: str | None = None
     """The person the key acts for; None for app keys, links and keys made without one."""
+    scopes: list[str] | None = None
+    """An OAuth access token's scopes (its key_prefix is then `oauth:<grant id>`); None for keys."""
 
 
 @routes.get("/v1/me")
@@ -28,5 +31,7 @@ class Caller(msgspec.Struct, kw_only=True):
 async def me(request: web.Request) -> web.Response:
     principal = principal_of(request)
     key_id = principal.key_id.removeprefix("link:")
-    return json_response(Caller(workspace=principal.workspace, key_prefix=KEY_PREFIX + key_id, kind=principal.kind,
-                                member=principal.member))
+    prefix = key_id if key_id.startswith(OAUTH_KEY_PREFIX) else KEY_PREFIX + key_id
+    return json_response(Caller(workspace=principal.workspace, key_prefix=prefix, kind=principal.kind,
+                                member=principal.member,
+                                scopes=sorted(principal.scopes) if principal.scopes is not None else None))
