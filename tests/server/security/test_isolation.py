@@ -45,8 +45,6 @@ NOT_SESSION_SCOPED = {
     # for the signed-in member, the token endpoints for the authenticated app (test_oauth_flow.py)
     "/v1/admin/oauth/clients", "/v1/admin/oauth/clients/{client}", "/v1/oauth/grants", "/v1/oauth/grants/{grant}",
     "/oauth/authorize", "/oauth/token", "/oauth/revoke",
-    # the caller itself
-    "/v1/me",
     # templates: the caller's workspace's directory, chosen in the handler (test_fork_and_templates.py)
     "/v1/templates", "/v1/templates/{name}",
     # a one-shot run's answers: waiting under its id within the caller's workspace

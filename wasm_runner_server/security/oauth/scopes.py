@@ -33,6 +33,7 @@ ROUTE_SCOPES: dict[tuple[str, str], str] = {
     ("POST", _S + ":hibernate"): "sessions:write",
     ("POST", _S + ":fork"): "sessions:write",
     ("GET", "/v1/profiles"): "sessions:read",
+    ("GET", "/v1/starters"): "sessions:read",
     ("GET", "/v1/templates"): "sessions:read",
     ("GET", "/v1/templates/{name}"): "sessions:read",
     ("POST", "/v1/templates"): "sessions:write",
