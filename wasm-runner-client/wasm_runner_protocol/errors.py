@@ -46,6 +46,9 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED = "unauthorized"
     INVALID_KEY = "invalid_key"
     ADMIN_ONLY = "admin_only"
+    """Only the service's operator (an admin key) does this, whatever a workspace role holds."""
+    PERMISSION_DENIED = "permission_denied"
+    """The caller's role lacks the permission the action needs (the message names it)."""
     OWN_ROWS_ONLY = "own_rows_only"
     SHARED_SESSION = "shared_session"
     RATE_LIMITED = "rate_limited"
@@ -55,6 +58,10 @@ class ErrorCode(StrEnum):
     SERVICE_WORKER_REFUSED = "service_worker_refused"
     """The API's origin never serves a service worker script (a page must not control it)."""
     CSRF_REFUSED = "csrf_refused"
+    # -- members and roles --------------------------------------------------------------------
+    ROLE_EXISTS = "role_exists"
+    ROLE_IN_USE = "role_in_use"
+    LAST_OWNER = "last_owner"
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"
@@ -114,6 +121,7 @@ class ErrorCode(StrEnum):
     # -- other things not found (`not_found(code, name)` words its message from the code) ----
     KEY_NOT_FOUND = "key_not_found"
     AUDIT_ENTRY_NOT_FOUND = "audit_entry_not_found"
+    ROLE_NOT_FOUND = "role_not_found"
     SHARED_NOT_FOUND = "shared_not_found"
     ARTIFACT_NOT_FOUND = "artifact_not_found"
     VERSION_NOT_FOUND = "version_not_found"

@@ -113,6 +113,26 @@ STEPS: tuple[str, ...] = (
     """
     ALTER TABLE keys ADD COLUMN member TEXT;
     """,
+    # 4: members' roles and each workspace's custom roles (a member without a row holds the role `member`)
+    """
+    CREATE TABLE members (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        member TEXT NOT NULL,
+        role TEXT NOT NULL,               -- owner | admin | member | a custom role of the workspace
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, member)
+    );
+    CREATE TABLE roles (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        name TEXT NOT NULL,
+        permissions TEXT NOT NULL,        -- JSON list of permission names
+        description TEXT NOT NULL DEFAULT '',
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, name)
+    );
+    """,
 )
 
 

@@ -20,6 +20,7 @@ from wasm_runner_server.security.console_sessions import ConsoleSessions
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings
+from wasm_runner_server.security.team import Team
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.service import Service
 
@@ -43,6 +44,8 @@ class Security:
     """Published files, kept apart from the sessions under their own retention."""
     console: ConsoleSessions
     """The console's signed-in browsers (a cookie each)."""
+    team: Team
+    """The workspaces' members and roles: changes checked and audited."""
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -61,7 +64,7 @@ class Security:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s))
+                   ConsoleSessions(settings.console_session_s), Team(tenants, audit))
 
     def close(self) -> None:
         if isinstance(self.authenticator, ApiKeys):
