@@ -4,7 +4,8 @@
 - its middleware (after the error middleware, so its errors have the service's error shape)
   resolves `Authorization: Bearer <key>` to a `Principal` (workspace, key id, kind), answers
   401 without one (except `auth.public_paths` and presigned links), applies the per-key rate
-  limit, checks the permission a route declares (`security.access`: 403 permission_denied), and refuses any route naming a session `{id}` the caller's workspace does not own
+  limit, checks the permission a route declares (`security.access`: 403 permission_denied), and
+  refuses any route naming a session `{id}` the caller's workspace does not own
   with exactly the 404 of a session that does not exist;
 - per-workspace quotas (sessions, concurrent executions, disk) answering 429 + Retry-After;
 - the audit observer on every execution and a row for every file change;
