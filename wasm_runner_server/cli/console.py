@@ -1,4 +1,4 @@
-"""The `wasm-runner` command: the core's commands, the service's (serve, mcp, keys, audit) and those
+"""The `wasm-runner` command: the core's commands, the service's (serve, mcp, keys, members, roles, audit) and those
 that drive a running service (processes, and sessions, exec, files, ... from the client's distribution).
 
 The parsers come from light modules (argparse definitions only); a command's module,
@@ -29,13 +29,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
 
     from wasm_runner.cli.commands import add_commands, build_parser
-    from wasm_runner_server.cli.commands import add_audit_command, add_keys_command, add_mcp_command, add_serve_command
+    from wasm_runner_server.cli.commands import (
+        add_audit_command,
+        add_keys_command,
+        add_mcp_command,
+        add_members_command,
+        add_roles_command,
+        add_serve_command,
+    )
 
     parser, sub = build_parser()
     add_commands(sub)
     add_serve_command(sub)
     add_mcp_command(sub)
     add_keys_command(sub)
+    add_members_command(sub)
+    add_roles_command(sub)
     add_audit_command(sub)
     add_processes_command(sub)
     add_service_commands(sub)

@@ -188,6 +188,11 @@ class AuditLog:
         self._checkpointer: Checkpointer | None = None
         """Both started by the first row: a log opened only to read (the CLI) runs no thread."""
 
+    @property
+    def records(self) -> bool:
+        """Whether this log records rows (False: opened to read, or another process owns its journal)."""
+        return self._journal is not None
+
     @classmethod
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
         return cls(Path(data_dir) / DB_NAME, **kwargs)
