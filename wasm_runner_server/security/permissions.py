@@ -82,11 +82,12 @@ def valid_role_name(name: str) -> bool:
 
 
 def markdown_table() -> str:
-    """The permission tree as the guide shows it: a row per permission, the team roles that hold it."""
-    lines = ["| Permission | What it allows | owner | admin | member |", "|---|---|---|---|---|"]
+    """The permission tree as the guide shows it: a row per permission, the team roles (and app keys) holding it."""
+    lines = ["| Permission | What it allows | owner | admin | member | app key |", "|---|---|---|---|---|---|"]
     for name, text in TREE.items():
         leaves = below(name)
-        marks = ["yes" if leaves <= BUILTIN_ROLES[role][0] else "" for role in ("owner", "admin", "member")]
+        held = [BUILTIN_ROLES[role][0] for role in ("owner", "admin", "member")] + [APP_PERMISSIONS]
+        marks = ["yes" if leaves <= permissions else "" for permissions in held]
         indent = "&nbsp;&nbsp;" * name.count(".")
         lines.append(f"| {indent}`{name}` | {text} | {' | '.join(marks)} |")
     return "\n".join(lines)
