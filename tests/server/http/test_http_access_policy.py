@@ -64,4 +64,4 @@ async def test_a_policy_passed_in_decides_for_every_handler(tmp_path):
 def test_an_access_policy_must_say_who_calls():
     with pytest.raises(TypeError):
         AccessPolicy()  # type: ignore[abstract]
-    assert OpenAccess().authenticate(None) == Principal("local", "local", "admin")  # type: ignore[arg-type]
+    assert OpenAccess().authenticate(None) == Principal("local", "local", "admin", "local")  # type: ignore[arg-type]
