@@ -27,6 +27,7 @@ from wasm_runner_server.security.tenants import MEMBER_PATTERN, WORKSPACE_PATTER
 routes = web.RouteTableDef()
 
 PermissionName = Annotated[str, Meta(min_length=1, max_length=64)]
+Permissions = Annotated[list[PermissionName], Meta(max_length=64)]
 
 
 class WorkspaceQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -83,12 +84,12 @@ class RoleList(msgspec.Struct, kw_only=True):
 
 class RoleCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: Annotated[str, Meta(min_length=1, max_length=63)]
-    permissions: list[PermissionName]
+    permissions: Permissions
     description: Annotated[str, Meta(max_length=500)] = ""
 
 
 class RoleUpdate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    permissions: list[PermissionName]
+    permissions: Permissions
     description: Annotated[str, Meta(max_length=500)] | None = None
     """Default: unchanged."""
 
