@@ -46,6 +46,9 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED = "unauthorized"
     INVALID_KEY = "invalid_key"
     ADMIN_ONLY = "admin_only"
+    """Only the service's operator (an admin key) does this, whatever a workspace role holds."""
+    PERMISSION_DENIED = "permission_denied"
+    """The caller's role lacks the permission the action needs (the message names it)."""
     OWN_ROWS_ONLY = "own_rows_only"
     SHARED_SESSION = "shared_session"
     RATE_LIMITED = "rate_limited"
@@ -57,6 +60,10 @@ class ErrorCode(StrEnum):
     CSRF_REFUSED = "csrf_refused"
     INSUFFICIENT_SCOPE = "insufficient_scope"
     """An OAuth access token whose scopes do not cover the route (RFC 6750's error name)."""
+    # -- members and roles --------------------------------------------------------------------
+    ROLE_EXISTS = "role_exists"
+    ROLE_IN_USE = "role_in_use"
+    LAST_OWNER = "last_owner"
     # -- admission and quotas ----------------------------------------------------------------
     OVERLOADED = "overloaded"
     SESSION_BUSY = "session_busy"
@@ -118,6 +125,7 @@ class ErrorCode(StrEnum):
     OAUTH_CLIENT_NOT_FOUND = "oauth_client_not_found"
     GRANT_NOT_FOUND = "grant_not_found"
     AUDIT_ENTRY_NOT_FOUND = "audit_entry_not_found"
+    ROLE_NOT_FOUND = "role_not_found"
     SHARED_NOT_FOUND = "shared_not_found"
     ARTIFACT_NOT_FOUND = "artifact_not_found"
     VERSION_NOT_FOUND = "version_not_found"

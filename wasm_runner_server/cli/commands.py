@@ -1,4 +1,4 @@
-"""The service's commands as argparse definitions: serve, mcp, keys, oauth, audit.
+"""The service's commands as argparse definitions: serve, mcp, keys, oauth, members, roles, audit.
 
 Like the core's (wasm_runner/cli/commands.py), this module imports nothing heavy: each
 handler's module (aiohttp, pydantic, the service, SQLite) is imported when its command runs.
@@ -128,6 +128,59 @@ def add_keys_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     revoke.add_argument("prefix", help="the key's prefix (wr_<id>) as `keys list` shows it")
     _data_options(revoke)
     revoke.set_defaults(handler=LazyHandler("wasm_runner_server.cli.keys", "revoke_key"))
+    return parser
+
+
+def add_members_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("members", help="list members and set their roles",
+                                   description="The members of a workspace and their team roles (owner, admin, "
+                                               "member, or a custom role); each change is audited.")
+    commands = parser.add_subparsers(dest="members_command", required=True)
+    listing = commands.add_parser("list", help="members and their roles")
+    listing.add_argument("--workspace", required=True)
+    listing.add_argument("--json", action="store_true")
+    _data_options(listing)
+    listing.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "list_members"))
+    put = commands.add_parser("set", help="set a member's role")
+    put.add_argument("--workspace", required=True)
+    put.add_argument("--member", required=True, help="the member id, as keys name it (`keys create --member`)")
+    put.add_argument("--role", required=True, help="owner, admin, member, or a custom role of the workspace")
+    _data_options(put)
+    put.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "set_member"))
+    reset = commands.add_parser("reset", help="take a member's role away (back to the default role `member`)")
+    reset.add_argument("--workspace", required=True)
+    reset.add_argument("--member", required=True)
+    _data_options(reset)
+    reset.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "reset_member"))
+    return parser
+
+
+def add_roles_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("roles", help="list, create, update and delete custom roles",
+                                   description="A workspace's custom roles, assembled from the permission tree "
+                                               "(`roles permissions` prints it); each change is audited.")
+    commands = parser.add_subparsers(dest="roles_command", required=True)
+    listing = commands.add_parser("list", help="the team roles and the workspace's custom roles")
+    listing.add_argument("--workspace", required=True)
+    listing.add_argument("--json", action="store_true")
+    _data_options(listing)
+    listing.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "list_roles"))
+    tree = commands.add_parser("permissions", help="print the permission tree")
+    tree.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "print_permissions"))
+    for verb, text in (("create", "create a custom role"), ("update", "replace a custom role's permissions")):
+        command = commands.add_parser(verb, help=text)
+        command.add_argument("--workspace", required=True)
+        command.add_argument("--name", required=True)
+        command.add_argument("--permission", action="append", default=[], dest="permissions",
+                             help="a permission of the tree, e.g. audit.read or keys (repeat for more)")
+        command.add_argument("--description", help="what the role is for")
+        _data_options(command)
+        command.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", f"{verb}_role"))
+    delete = commands.add_parser("delete", help="delete a custom role no member holds")
+    delete.add_argument("--workspace", required=True)
+    delete.add_argument("--name", required=True)
+    _data_options(delete)
+    delete.set_defaults(handler=LazyHandler("wasm_runner_server.cli.team", "delete_role"))
     return parser
 
 

@@ -1,4 +1,4 @@
-"""The `wasm-runner` command: the core's commands, the service's (serve, mcp, keys, audit) and those
+"""The `wasm-runner` command: the core's commands, the service's (serve, mcp, keys, members, roles, audit) and those
 that drive a running service (processes, and sessions, exec, files, ... from the client's distribution).
 
 The parsers come from light modules (argparse definitions only); a command's module,
@@ -33,7 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_audit_command,
         add_keys_command,
         add_mcp_command,
+        add_members_command,
         add_oauth_command,
+        add_roles_command,
         add_serve_command,
     )
 
@@ -43,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_mcp_command(sub)
     add_keys_command(sub)
     add_oauth_command(sub)
+    add_members_command(sub)
+    add_roles_command(sub)
     add_audit_command(sub)
     add_processes_command(sub)
     add_service_commands(sub)

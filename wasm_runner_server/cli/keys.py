@@ -45,12 +45,12 @@ def config_of(args: argparse.Namespace):
     return load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG") or None)
 
 
-def _tenants(args: argparse.Namespace) -> TenantStore:
+def tenants_of(args: argparse.Namespace) -> TenantStore:
     """The tenant store the service with this configuration uses ([store], WASM_RUNNER_STORE_URL)."""
     return stores.tenant_store(config_of(args), data_dir_of(args))
 
 
-def _audit(args: argparse.Namespace, *, journal: bool = True) -> AuditLog:
+def audit_of(args: argparse.Namespace, *, journal: bool = True) -> AuditLog:
     return stores.audit_log(config_of(args), data_dir_of(args), journal=journal)
 
 
@@ -59,7 +59,7 @@ def _when(value: float | None) -> str:
 
 
 def create_key(args: argparse.Namespace) -> int:
-    store = _tenants(args)
+    store = tenants_of(args)
     try:
         key, record = store.create_key(args.workspace, args.name, args.kind, args.member)
     except ValueError as exc:
@@ -75,7 +75,7 @@ def create_key(args: argparse.Namespace) -> int:
 
 
 def list_keys(args: argparse.Namespace) -> int:
-    store = _tenants(args)
+    store = tenants_of(args)
     try:
         records = store.keys(args.workspace)
     finally:
@@ -96,7 +96,7 @@ def list_keys(args: argparse.Namespace) -> int:
 
 
 def revoke_key(args: argparse.Namespace) -> int:
-    store = _tenants(args)
+    store = tenants_of(args)
     try:
         record = store.revoke(args.prefix)
     finally:
@@ -109,7 +109,7 @@ def revoke_key(args: argparse.Namespace) -> int:
 
 
 def export_audit(args: argparse.Namespace) -> int:
-    log = _audit(args)
+    log = audit_of(args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     count = 0
     try:
@@ -131,7 +131,7 @@ def prune_audit(args: argparse.Namespace) -> int:
         from wasm_runner_server.config import load_config
 
         days = load_config(args.config or os.environ.get("WASM_RUNNER_CONFIG")).auth.audit_retention_days
-    log = _audit(args)
+    log = audit_of(args)
     try:
         removed = log.prune(days)
     finally:
@@ -142,7 +142,7 @@ def prune_audit(args: argparse.Namespace) -> int:
 
 def replay_audit(args: argparse.Namespace) -> int:
     """Drain a node's audit journal (one that died before its rows were committed) into the audit log."""
-    log = _audit(args, journal=False)
+    log = audit_of(args, journal=False)
     try:
         added = log.replay_journal(Path(args.journal))
     finally:

@@ -40,6 +40,11 @@ class Operation:
     description: str = ""
     error_body: Any = None
     """A msgspec type for the error responses, where they are not the service's shape (OAuth's RFC 6749 5.2)."""
+    permission: str | None = None
+    """The permission the route needs (a name of security.permissions.TREE), checked by the security
+    policy before the handler runs; shown in the document as `x-permission`."""
+    own: str | None = None
+    """A lesser permission with which a caller lacking `permission` acts on their own records only."""
 
 
 def operation(**kwargs: Any) -> Callable:
@@ -160,6 +165,10 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
                               "operationId": f"{method}_{path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}"}
         if spec.description:
             op["description"] = spec.description
+        if spec.permission is not None:
+            op["x-permission"] = spec.permission
+            if spec.own is not None:
+                op["x-permission-own"] = spec.own
         params = _path_params(path)
         if spec.query is not None:
             params += _query_params(spec.query, components)

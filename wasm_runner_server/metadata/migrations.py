@@ -173,6 +173,26 @@ STEPS: tuple[str, ...] = (
         PRIMARY KEY (workspace, member, client_id)
     );
     """,
+    # 5: members' roles and each workspace's custom roles (a member without a row holds the role `member`)
+    """
+    CREATE TABLE members (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        member TEXT NOT NULL,
+        role TEXT NOT NULL,               -- owner | admin | member | a custom role of the workspace
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, member)
+    );
+    CREATE TABLE roles (
+        workspace TEXT NOT NULL REFERENCES workspaces(name),
+        name TEXT NOT NULL,
+        permissions TEXT NOT NULL,        -- JSON list of permission names
+        description TEXT NOT NULL DEFAULT '',
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, name)
+    );
+    """,
 )
 
 

@@ -62,7 +62,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
-    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy | process | tool
+    kind TEXT NOT NULL,               -- exec | file | artifact | packages | policy | process | tool | admin
     workspace TEXT NOT NULL,
     key_id TEXT NOT NULL,
     session TEXT,
@@ -139,6 +139,8 @@ class AuditFilter:
     outcome: str | None = None
     since: float | None = None
     until: float | None = None
+    key_ids: tuple[str, ...] | None = None
+    """Rows of any of these keys only (a member's own calls, through all their keys)."""
 
 
 class AuditLog:
@@ -185,6 +187,11 @@ class AuditLog:
         self._writer: threading.Thread | None = None
         self._checkpointer: Checkpointer | None = None
         """Both started by the first row: a log opened only to read (the CLI) runs no thread."""
+
+    @property
+    def records(self) -> bool:
+        """Whether this log records rows (False: opened to read, or another process owns its journal)."""
+        return self._journal is not None
 
     @classmethod
     def in_data_dir(cls, data_dir: Path, **kwargs) -> AuditLog:
@@ -438,6 +445,17 @@ class AuditLog:
                              "outcome": "ok" if ok else "refused", "stderr": error, "status": 200 if ok else 403,
                              "started_at": now, "finished_at": now})
 
+    def record_admin(self, *, workspace: str, key_id: str, action: str, target: str, change: dict) -> int:
+        """Record the row of a change to the workspace's members, roles or keys (on disk once this returns):
+        the action as `mode` (member_role, role_create, key_create, ...), what it changed as `path` (a member,
+        a role, a key prefix), and `change` ({"by", "from", "to"}) as JSON in `code`."""
+        now = time.time()
+        text = json.dumps(change, sort_keys=True)
+        return self._insert({"ts": now, "kind": "admin", "workspace": workspace, "key_id": key_id, "ephemeral": 0,
+                             "mode": action,
+                             "path": target, "code": cap(text, self.code_bytes), "code_bytes": len(text),
+                             "outcome": "ok", "started_at": now, "finished_at": now})
+
     # -- reading ------------------------------------------------------------------------------
 
     def query(self, filters: AuditFilter, *, after_id: int | None = None, limit: int = 100) -> list[dict]:
@@ -448,6 +466,9 @@ class AuditLog:
             if value is not None:
                 where.append(f"{name} = ?")
                 args.append(value)
+        if filters.key_ids is not None:
+            where.append(f"key_id IN ({', '.join('?' * len(filters.key_ids))})" if filters.key_ids else "1 = 0")
+            args.extend(filters.key_ids)
         if filters.since is not None:
             where.append("ts >= ?")
             args.append(filters.since)

@@ -4,7 +4,8 @@
 - its middleware (after the error middleware, so its errors have the service's error shape)
   resolves `Authorization: Bearer <key>` to a `Principal` (workspace, key id, kind), answers
   401 without one (except `auth.public_paths` and presigned links), applies the per-key rate
-  limit, and refuses any route naming a session `{id}` the caller's workspace does not own
+  limit, checks the permission a route declares (`security.access`: 403 permission_denied), and
+  refuses any route naming a session `{id}` the caller's workspace does not own
   with exactly the 404 of a session that does not exist;
 - per-workspace quotas (sessions, concurrent executions, disk) answering 429 + Retry-After;
 - the audit observer on every execution and a row for every file change;
@@ -58,10 +59,11 @@ from wasm_runner_server.http.policy import (
     WorkspaceQuota,
 )
 from wasm_runner_server.metadata.sql import UNREACHABLE
+from wasm_runner_server.security.access import GRANT, authorize
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.oauth.scopes import check_scope
-from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, oauth, presign, shared
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, members, oauth, presign, shared
 from wasm_runner_server.security.routes.oauth import OAUTH_PREFIX
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -121,6 +123,9 @@ class SecurityPolicy(AccessPolicy):
             check_scope(request.method, route, principal.scopes)
         security.authenticator.take_rate(principal.key_id)
         request[PRINCIPAL] = principal
+        spec = getattr(request.match_info.handler, "__openapi__", None)
+        if spec is not None and spec.permission is not None:  # the one check of every admin route's permission
+            request[GRANT] = authorize(principal, security.tenants, spec.permission, spec.own)
         token = CURRENT.set(principal)
         try:
             session_id = request.match_info.get("id") if route.startswith(SESSION_ROUTE_PREFIX) else None
@@ -335,8 +340,8 @@ class SecurityPolicy(AccessPolicy):
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *me.routes, *shared.routes,
-                *console.routes, *oauth.routes]
+        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *members.routes, *me.routes,
+                *shared.routes, *console.routes, *oauth.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth

@@ -22,6 +22,7 @@ from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings
+from wasm_runner_server.security.team import Team
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.service import Service
 
@@ -48,6 +49,8 @@ class Security:
     oauth: OAuthStore
     """Apps acting for members: their registrations, grants, tokens and the members' consents."""
     oauth_server: OAuthServer
+    team: Team
+    """The workspaces' members and roles: changes checked and audited."""
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -71,7 +74,7 @@ class Security:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s), oauth, oauth_server)
+                   ConsoleSessions(settings.console_session_s), oauth, oauth_server, Team(tenants, audit))
 
     def close(self) -> None:
         if isinstance(self.authenticator, ApiKeys):

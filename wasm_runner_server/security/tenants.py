@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from wasm_runner_server.metadata.sql import Sql, SqliteSql
+from wasm_runner_server.security import roles
 from wasm_runner_server.wal import Checkpointer, connect_wal
 
 KEY_PREFIX = "wr_"
@@ -112,7 +113,7 @@ class TenantStore:
                 raise ValueError("a tenant store needs a path or a database")
             self.path: Path | None = Path(path)
             db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
-            db.executescript(_SCHEMA)
+            db.executescript(_SCHEMA + roles.SCHEMA)
             if "member" not in {row[1] for row in db.execute("PRAGMA table_info(keys)")}:
                 db.execute("ALTER TABLE keys ADD COLUMN member TEXT")  # a database made before members
             self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
@@ -121,6 +122,8 @@ class TenantStore:
         else:
             self.path = None
         self._db = sql
+        self.roles = roles.RoleStore(sql)
+        """The members' roles and the custom roles, in the same database."""
         self._touched: dict[str, float] = {}
         self._owners: dict[str, Owner] = {}
         self._cache_owners = self.path is not None

@@ -64,10 +64,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List API keys: prefix, name, kind, created, last used, revoked (admin) */
+        /**
+         * List API keys: prefix, name, kind, created, last used, revoked
+         * @description The operator lists every workspace's keys (or one's); a member with keys.read their workspace's, with keys.own only those acting for themselves.
+         */
         get: operations["get_v1_admin_keys"];
         put?: never;
-        /** Create an API key (admin); the key is in this response only */
+        /** Create an API key; the key is in this response only */
         post: operations["post_v1_admin_keys"];
         delete?: never;
         options?: never;
@@ -85,8 +88,82 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Revoke an API key by its prefix (admin); refused from the next request on */
+        /** Revoke an API key by its prefix; refused from the next request on */
         delete: operations["delete_v1_admin_keys_key"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The workspace's members and their roles */
+        get: operations["get_v1_admin_members"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/members/{member}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a member's role (audited)
+         * @description Only to and from roles whose permissions the caller holds; a workspace keeps its last owner. The change counts from the member's next request.
+         */
+        put: operations["put_v1_admin_members_member"];
+        post?: never;
+        /** Reset a member to the default role `member` (audited) */
+        delete: operations["delete_v1_admin_members_member"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/roles": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The team roles, the workspace's custom roles and the permission tree */
+        get: operations["get_v1_admin_roles"];
+        put?: never;
+        /** Create a custom role from the permission tree (audited) */
+        post: operations["post_v1_admin_roles"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/roles/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Change a custom role's permissions (audited; its holders' rights change at once) */
+        put: operations["put_v1_admin_roles_name"];
+        post?: never;
+        /** Delete a custom role no member holds (audited) */
+        delete: operations["delete_v1_admin_roles_name"];
         options?: never;
         head?: never;
         patch?: never;
@@ -99,7 +176,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Workspaces and their active key counts (admin) */
+        /** Workspaces and their active key counts (the operator: all; others: their own) */
         get: operations["get_v1_admin_workspaces"];
         put?: never;
         post?: never;
@@ -185,7 +262,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Audit rows of the caller's workspace (executions and file changes), oldest first */
+        /** Audit rows of the caller's workspace (executions, file changes, admin changes), oldest first */
         get: operations["get_v1_audit"];
         put?: never;
         post?: never;
@@ -301,6 +378,23 @@ export interface paths {
          * @description The run's stream announced its id in its `run` event and the call in a tool_call event; the code waits for this answer until the call's timeout or the run's end (then 404 tool_call_not_found). Only a key of the run's workspace answers it.
          */
         post: operations["post_v1_exec_run_id_tool-calls_call_id"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller: workspace, key prefix, kind, member, role and permissions */
+        get: operations["get_v1_me"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2123,13 +2217,16 @@ export interface components {
         };
         /** KeyCreate */
         KeyCreate: {
-            workspace: string;
+            /** @default null */
+            workspace?: string | null;
             name: string;
             /**
              * @default member
              * @enum {unknown}
              */
             kind?: "admin" | "app" | "member";
+            /** @default null */
+            member?: string | null;
         };
         /** NewKey */
         NewKey: {
@@ -2137,6 +2234,8 @@ export interface components {
             workspace: string;
             name: string;
             kind: string;
+            /** @default null */
+            member: string | null;
             created_at: string;
             /** @default null */
             last_used_at: string | null;
@@ -2154,11 +2253,84 @@ export interface components {
             workspace: string;
             name: string;
             kind: string;
+            /** @default null */
+            member: string | null;
             created_at: string;
             /** @default null */
             last_used_at: string | null;
             /** @default null */
             revoked_at: string | null;
+        };
+        /** MemberList */
+        MemberList: {
+            workspace: string;
+            members: components["schemas"]["MemberInfo"][];
+        };
+        /** MemberInfo */
+        MemberInfo: {
+            member: string;
+            role: string;
+            assigned: boolean;
+            /** @default null */
+            created_at: string | null;
+            /** @default null */
+            updated_at: string | null;
+        };
+        /** MemberRoleSet */
+        MemberRoleSet: {
+            role: string;
+        };
+        /** MemberChange */
+        MemberChange: {
+            workspace: string;
+            before: components["schemas"]["MemberInfo"];
+            after: components["schemas"]["MemberInfo"];
+        };
+        /** RoleList */
+        RoleList: {
+            workspace: string;
+            roles: components["schemas"]["RoleInfo"][];
+            permissions: components["schemas"]["PermissionInfo"][];
+        };
+        /** RoleInfo */
+        RoleInfo: {
+            name: string;
+            builtin: boolean;
+            permissions: string[];
+            description: string;
+            holders: string[];
+        };
+        /** PermissionInfo */
+        PermissionInfo: {
+            name: string;
+            description: string;
+        };
+        /** RoleCreate */
+        RoleCreate: {
+            name: string;
+            permissions: string[];
+            /** @default  */
+            description?: string;
+        };
+        /** RoleUpdate */
+        RoleUpdate: {
+            permissions: string[];
+            /** @default null */
+            description?: string | null;
+        };
+        /** Caller */
+        Caller: {
+            workspace: string;
+            key_prefix: string;
+            kind: string;
+            /** @default null */
+            member: string | null;
+            /** @default null */
+            role: string | null;
+            /** @default false */
+            operator: boolean;
+            /** @default [] */
+            permissions: string[];
         };
         /** SignIn */
         SignIn: {
@@ -2427,6 +2599,499 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_admin_members: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemberList"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    put_v1_admin_members_member: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemberRoleSet"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemberChange"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    delete_v1_admin_members_member: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemberChange"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_admin_roles: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleList"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    post_v1_admin_roles: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleCreate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleInfo"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    put_v1_admin_roles_name: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RoleUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleInfo"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    delete_v1_admin_roles_name: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RoleInfo"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2725,7 +3390,7 @@ export interface operations {
             query?: {
                 session?: string | null;
                 key_id?: string | null;
-                kind?: ("artifact" | "exec" | "file" | "packages" | "policy" | "process" | "session" | "tool") | null;
+                kind?: ("admin" | "artifact" | "exec" | "file" | "packages" | "policy" | "process" | "session" | "tool") | null;
                 outcome?: string | null;
                 since?: number | null;
                 until?: number | null;
@@ -2750,6 +3415,15 @@ export interface operations {
             };
             /** @description Bad request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2796,6 +3470,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditEntry"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Not found */
@@ -3256,6 +3939,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_me: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Caller"];
                 };
             };
             /** @description Error */

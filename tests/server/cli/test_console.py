@@ -29,8 +29,8 @@ def test_every_command_is_offered():
     done = subprocess.run([sys.executable, "-m", "wasm_runner_server.cli.console", "--help"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0
-    for command in ("run", "prepare", "doctor", "batch", "serve", "mcp", "keys", "oauth", "audit", "processes", "sessions",
-                    "exec", "files", "upload", "download", "packages", "egress"):
+    for command in ("run", "prepare", "doctor", "batch", "serve", "mcp", "keys", "oauth", "members", "roles", "audit",
+                    "processes", "sessions", "exec", "files", "upload", "download", "packages", "egress"):
         assert command in done.stdout
 
 

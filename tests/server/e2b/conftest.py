@@ -20,7 +20,7 @@ from wasm_runner_server.security.tenants import TenantStore
 class E2bService:
     url: str
     keys: dict[str, str]
-    """alpha, alpha_2 (two keys of workspace alpha), beta (workspace beta)."""
+    """alpha (an owner's), alpha_2 (two keys of workspace alpha), beta (workspace beta)."""
 
     @property
     def api_url(self) -> str:
@@ -39,8 +39,10 @@ def start_e2b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     def start(**sections: Any) -> E2bService:
         data_dir = tmp_path / f"data{len(servers)}"
         store = TenantStore.in_data_dir(data_dir)
-        keys = {name: store.create_key(workspace, name, "member")[0]
-                for name, workspace in (("alpha", "alpha"), ("alpha_2", "alpha"), ("beta", "beta"))}
+        keys = {name: store.create_key(workspace, name, "member", member)[0]
+                for name, workspace, member in (("alpha", "alpha", "olga"), ("alpha_2", "alpha", None),
+                                                ("beta", "beta", None))}
+        store.roles.set_member("alpha", "olga", "owner")  # alpha's key reads the whole workspace's audit log
         store.close()
         auth = {"enabled": True, **sections.pop("auth", {})}
         e2b = {"enabled": True, **sections.pop("e2b", {})}

@@ -101,6 +101,40 @@ def test_tenants_contract(config):
         tenants.close()
 
 
+def test_roles_contract(config):
+    tenants = stores.tenant_store(config, config.server.data_dir)
+    roles = tenants.roles
+    try:
+        tenants.ensure_workspace("team")
+        tenants.ensure_workspace("other")
+        assert roles.member("team", "alice") is None and roles.members("team") == []
+        roles.set_member("team", "alice", "owner")
+        first = roles.member("team", "alice")
+        assert first is not None and first.role == "owner"
+        roles.set_member("team", "alice", "admin")  # a change keeps the row's creation time
+        changed = roles.member("team", "alice")
+        assert changed is not None and changed.role == "admin" and changed.created_at == first.created_at
+        roles.set_member("team", "bob", "auditor")
+        roles.set_member("other", "alice", "member")
+        assert [(m.member, m.role) for m in roles.members("team")] == [("alice", "admin"), ("bob", "auditor")]
+        assert roles.holders("team", "auditor") == ["bob"] and roles.holders("other", "auditor") == []
+        assert roles.remove_member("team", "bob") and not roles.remove_member("team", "bob")
+        assert roles.create_role("team", "auditor", ("audit.read", "keys.read", "audit.read"), "reads")
+        assert not roles.create_role("team", "auditor", (), "")  # the name is taken
+        role = roles.role("team", "auditor")
+        assert role is not None and role.permissions == ("audit.read", "keys.read") and role.description == "reads"
+        assert roles.role("other", "auditor") is None
+        assert roles.update_role("team", "auditor", ("audit",), "all of the log")
+        updated = roles.role("team", "auditor")
+        assert updated is not None and updated.permissions == ("audit",) and updated.updated_at >= role.updated_at
+        assert not roles.update_role("team", "nope", (), "")
+        assert [r.name for r in roles.roles("team")] == ["auditor"]
+        assert roles.delete_role("team", "auditor") and not roles.delete_role("team", "auditor")
+        assert roles.roles("team") == []
+    finally:
+        tenants.close()
+
+
 def test_audit_contract(config):
     log = stores.audit_log(config, config.server.data_dir)
     try:
@@ -111,10 +145,17 @@ def test_audit_contract(config):
         assert second > first
         rows = log.query(AuditFilter(workspace="team"))
         assert [(r["id"], r["path"]) for r in rows] == [(first, "a.txt")]
+        assert [r["id"] for r in log.query(AuditFilter(key_ids=("k2", "k9")))] == [second]  # one person's keys
+        assert log.query(AuditFilter(key_ids=())) == []
+        change = log.record_admin(workspace="team", key_id="k1", action="member_role", target="bob",
+                                  change={"by": {"member": "alice"}, "from": {"role": "member"}, "to": {"role": "admin"}})
+        row = log.get(change)
+        assert row is not None and row["kind"] == "admin" and row["path"] == "bob"
+        assert json.loads(row["code"])["to"] == {"role": "admin"}
         entry = log.get(second)
         assert entry is not None and entry["mode"] == "delete"
-        assert log.count() == 2
-        assert log.prune(1, now=entry["ts"] + 2 * 86400) == 2
+        assert log.count() == 3
+        assert log.prune(1, now=entry["ts"] + 2 * 86400) == 3
         assert log.count() == 0
     finally:
         log.close()

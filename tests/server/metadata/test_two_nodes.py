@@ -53,6 +53,17 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
             # a key created through node A authenticates on node B
             assert (await http.get(f"{url_b}/v1/sessions", headers=auth(team))).json()["sessions"] == []
 
+            # a role set through node A counts on node B from the member's next request
+            mo = (await http.post(f"{url_a}/v1/admin/keys", json={"workspace": "team", "name": "mo", "member": "mo"},
+                                  headers=auth(admin))).json()["key"]
+            assert (await http.get(f"{url_b}/v1/admin/members", headers=auth(mo))).status_code == 403
+            promoted = await http.put(f"{url_a}/v1/admin/members/mo", params={"workspace": "team"},
+                                      json={"role": "admin"}, headers=auth(admin))
+            assert promoted.status_code == 200, promoted.text
+            members = await http.get(f"{url_b}/v1/admin/members", headers=auth(mo))
+            assert members.status_code == 200 and members.json()["members"] == [
+                {**members.json()["members"][0], "member": "mo", "role": "admin"}]
+
             created = await http.post(f"{url_a}/v1/sessions", json={}, headers=auth(team))
             assert created.status_code == 201, created.text
             session = created.json()["id"]

@@ -20,7 +20,8 @@ async def test_a_key_made_for_a_member_acts_for_that_member(secure):
         status, me, _ = await secure.call("GET", "/v1/me", headers={"Authorization": f"Bearer {new['key']}"})
         assert status == 200
         assert me == {"workspace": "alpha", "key_prefix": new["prefix"], "kind": "member", "member": "alice",
-                      "scopes": None}
+                      "scopes": None,
+                      "role": "member", "operator": False, "permissions": ["audit.own", "keys.own", "usage.own"]}
     status, me, _ = await secure.call("GET", "/v1/me", "a_app")
     assert status == 200 and me["kind"] == "app" and me["member"] is None
     status, listed, _ = await secure.call("GET", "/v1/admin/keys?workspace=alpha", "admin")

@@ -32,7 +32,10 @@ async def test_key_is_stored_only_as_a_hash_and_listed_by_prefix(secure):
     assert status == 200
     assert {k["prefix"] for k in data["keys"]} == {secure.keys["a_member"][:15], secure.keys["a_app"][:15]}
     assert all("key" not in k for k in data["keys"]) and {"created_at", "last_used_at", "kind", "name"} <= set(data["keys"][0])
-    assert (await secure.call("GET", "/v1/admin/keys", "a_member"))[0] == 403
+    status, own, _ = await secure.call("GET", "/v1/admin/keys", "a_member")  # keys.own: its own key only
+    assert status == 200 and [k["prefix"] for k in own["keys"]] == [secure.keys["a_member"][:15]]
+    status, error, _ = await secure.call("GET", "/v1/admin/keys", "a_app")
+    assert status == 403 and error["error"]["code"] == "permission_denied" and "keys.read" in error["error"]["message"]
 
 
 async def test_revoked_key_is_refused_at_once(secure):

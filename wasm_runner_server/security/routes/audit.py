@@ -1,4 +1,7 @@
-"""GET /v1/audit: the caller's workspace's audit rows, filtered, with cursor pagination (read-only)."""
+"""GET /v1/audit: the caller's workspace's audit rows, filtered, with cursor pagination (read-only).
+
+With `audit.read` every row of the workspace; with `audit.own` only those of the caller's own calls (a
+member's: made with any key acting for them; an app key's: its own)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_query
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.security.access import Grant, grant_of
 from wasm_runner_server.security.audit import AuditFilter
+from wasm_runner_server.security.authenticators import OAUTH_KEY_PREFIX
 from wasm_runner_server.security.state import SECURITY
 
 routes = web.RouteTableDef()
@@ -24,13 +28,13 @@ routes = web.RouteTableDef()
 class AuditQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     session: Annotated[str, Meta(max_length=64)] | None = None
     key_id: Annotated[str, Meta(max_length=64)] | None = None
-    kind: Literal["exec", "file", "artifact", "packages", "policy", "process", "session", "tool"] | None = None
+    kind: Literal["exec", "file", "artifact", "packages", "policy", "process", "session", "tool", "admin"] | None = None
     outcome: Annotated[str, Meta(max_length=32)] | None = None
     since: float | None = None
     """Unix time; rows at or after it."""
     until: float | None = None
     workspace: Annotated[str, Meta(max_length=64)] | None = None
-    """Admin keys only: another workspace."""
+    """The operator only: another workspace."""
     cursor: Annotated[str, Meta(max_length=64)] | None = None
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
 
@@ -90,26 +94,42 @@ def _encode(entry_id: int) -> str:
     return base64.urlsafe_b64encode(f"a:{entry_id}".encode()).decode().rstrip("=")
 
 
+def _own_keys(request: web.Request, grant: Grant) -> tuple[str, ...] | None:
+    """The keys whose rows the caller reads (None: all of the workspace's): a member's keys and the OAuth
+    grants acting for them."""
+    if grant.whole:
+        return None
+    principal = grant.access.principal
+    if principal.member is None:
+        return (principal.key_id,)
+    security = request.app[SECURITY]
+    keys = [k.id for k in security.tenants.keys(principal.workspace)
+            if k.member == principal.member and k.kind == principal.kind]
+    grants = [OAUTH_KEY_PREFIX + g.id for g in security.oauth.grants(principal.workspace, principal.member)]
+    return (*keys, *grants)
+
+
 @routes.get("/v1/audit")
-@operation(summary="Audit rows of the caller's workspace (executions and file changes), oldest first",
-           tag="audit", query=AuditQuery, response=AuditPage)
+@operation(summary="Audit rows of the caller's workspace (executions, file changes, admin changes), oldest first",
+           tag="audit", query=AuditQuery, response=AuditPage, errors=(403,), permission="audit.read",
+           own="audit.own")
 async def list_audit(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
-    principal = principal_of(request)
+    grant = grant_of(request)
+    principal = grant.access.principal
     query = read_query(request, AuditQuery)
     workspace = principal.workspace
     if query.workspace is not None and query.workspace != workspace:
-        if principal.kind != "admin":
-            raise ApiError(403, ErrorCode.ADMIN_ONLY, "only an admin key reads another workspace's audit log")
+        if not grant.access.operator:
+            raise ApiError(403, ErrorCode.ADMIN_ONLY, "only the service's admin key reads another workspace's "
+                           "audit log", "leave out workspace")
         workspace = query.workspace
-    key_id = query.key_id
-    if not principal.shared:  # others' rows hold code and output that may come from shared/
-        if key_id is not None and key_id != principal.key_id:
-            raise ApiError(403, ErrorCode.OWN_ROWS_ONLY, "an app key reads only the audit rows of its own calls",
-                           "leave out key_id, or use a member key")
-        key_id = principal.key_id
-    filters = AuditFilter(workspace=workspace, session=query.session, key_id=key_id, kind=query.kind,
-                          outcome=query.outcome, since=query.since, until=query.until)
+    own = _own_keys(request, grant)
+    if own is not None and query.key_id is not None and query.key_id not in own:
+        raise ApiError(403, ErrorCode.OWN_ROWS_ONLY, "without audit.read you read only the audit rows of your own "
+                       "calls", "leave out key_id, or ask for a role holding audit.read")
+    filters = AuditFilter(workspace=workspace, session=query.session, key_id=query.key_id, kind=query.kind,
+                          outcome=query.outcome, since=query.since, until=query.until, key_ids=own)
     rows = security.audit.query(filters, after_id=_decode(query.cursor) if query.cursor else None,
                                 limit=query.limit + 1)
     more = len(rows) > query.limit
@@ -119,13 +139,15 @@ async def list_audit(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/audit/{entry}")
-@operation(summary="One audit row of the caller's workspace", tag="audit", response=AuditEntry, errors=(404,))
+@operation(summary="One audit row of the caller's workspace", tag="audit", response=AuditEntry, errors=(403, 404),
+           permission="audit.read", own="audit.own")
 async def get_audit(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
-    principal = principal_of(request)
+    grant = grant_of(request)
+    principal = grant.access.principal
     raw = request.match_info["entry"]
     row = security.audit.get(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) < 19 else None
-    if row is None or row["workspace"] != principal.workspace or (
-            not principal.shared and row["key_id"] != principal.key_id):
+    own = _own_keys(request, grant)
+    if row is None or row["workspace"] != principal.workspace or (own is not None and row["key_id"] not in own):
         raise not_found(ErrorCode.AUDIT_ENTRY_NOT_FOUND, raw)
     return json_response(_entry(row))

@@ -30,6 +30,7 @@ from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import CONSOLE_PREFIX
 from wasm_runner_server.http.policy import Principal, principal_of
+from wasm_runner_server.security.access import grant_of
 from wasm_runner_server.security.console_sessions import OAUTH_COOKIE, check_same_origin, cookie_session
 from wasm_runner_server.security.oauth.scopes import SCOPES
 from wasm_runner_server.security.oauth.server import Member, OAuthRequest, OAuthServer
@@ -271,21 +272,14 @@ def client_info(record: ClientRecord) -> dict:
                 created_at=datetime.fromtimestamp(record.created_at, tz=UTC))
 
 
-def _admin(request: web.Request) -> Principal:
-    principal = principal_of(request)
-    if principal.kind != "admin":
-        raise ApiError(403, ErrorCode.ADMIN_ONLY, "this endpoint needs an admin key",
-                       "create one with `wasm-runner keys create --kind admin`")
-    return principal
-
-
 @routes.post("/v1/admin/oauth/clients")
-@operation(summary="Register an OAuth app (admin); a confidential app's secret is in this response only",
-           tag="admin", body=ClientCreate, response=NewClient, status=201, errors=(403, 422))
+@operation(summary="Register an OAuth app; a confidential app's secret is in this response only",
+           tag="admin", body=ClientCreate, response=NewClient, status=201, errors=(403, 422), permission="apps.manage")
 async def create_client(request: web.Request) -> web.Response:
-    principal = _admin(request)
+    access = grant_of(request).access
+    principal = access.principal
     body = await read_json(request, ClientCreate)
-    workspace = body.workspace or principal.workspace
+    workspace = access.scope(body.workspace)
     try:
         secret, record = request.app[SECURITY].oauth.create_client(
             workspace, body.name, body.redirect_uris, list(body.scopes), body.public, principal.key_id)
@@ -296,21 +290,23 @@ async def create_client(request: web.Request) -> web.Response:
 
 
 @routes.get("/v1/admin/oauth/clients")
-@operation(summary="List OAuth apps (admin; never their secrets)", tag="admin", query=ClientListQuery,
-           response=ClientList, errors=(403,))
+@operation(summary="List OAuth apps (never their secrets)", tag="admin", query=ClientListQuery,
+           response=ClientList, errors=(403,), permission="apps.read")
 async def list_clients(request: web.Request) -> web.Response:
-    _admin(request)
+    access = grant_of(request).access
     query = read_query(request, ClientListQuery)
-    records = request.app[SECURITY].oauth.clients(query.workspace)
+    workspace = access.scope(query.workspace) if (query.workspace or not access.operator) else None
+    records = request.app[SECURITY].oauth.clients(workspace)
     return json_response(ClientList(clients=[ClientInfo(**client_info(r)) for r in records]))
 
 
 @routes.delete("/v1/admin/oauth/clients/{client}")
-@operation(summary="Delete an OAuth app (admin): every grant and token it holds ends at once", tag="admin",
-           response=ClientInfo, errors=(403, 404))
+@operation(summary="Delete an OAuth app: every grant and token it holds ends at once", tag="admin",
+           response=ClientInfo, errors=(403, 404), permission="apps.manage")
 async def delete_client(request: web.Request) -> web.Response:
-    _admin(request)
-    record = request.app[SECURITY].oauth.delete_client(request.match_info["client"])
+    access = grant_of(request).access
+    workspace = None if access.operator else access.principal.workspace  # another workspace's app: not found
+    record = request.app[SECURITY].oauth.delete_client(request.match_info["client"], workspace)
     if record is None:
         raise not_found(ErrorCode.OAUTH_CLIENT_NOT_FOUND, request.match_info["client"],
                         "GET /v1/admin/oauth/clients lists the apps")
