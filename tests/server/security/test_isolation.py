@@ -26,6 +26,9 @@ NOT_SESSION_SCOPED = {
     "/v1/sessions", "/v1/exec", "/v1/batch", "/v1/profiles", "/v1/audit", "/v1/audit/{entry}",
     "/v1/shared/files", "/v1/shared/files/{path}",
     "/v1/admin/workspaces", "/v1/admin/keys", "/v1/admin/keys/{key}",
+    # members and roles: the caller's workspace, or the one an operator names (tests/server/security/
+    # test_members_and_roles.py: an owner naming another workspace is refused)
+    "/v1/admin/members", "/v1/admin/members/{member}", "/v1/admin/roles", "/v1/admin/roles/{name}",
     "/v1/starters",  # the server's web starters: no one's data
     "/v1/me",  # the caller itself, nothing of anyone else's (tests/server/security/test_key_members.py)
     "/mcp",
