@@ -48,6 +48,8 @@ class ErrorCode(StrEnum):
     ADMIN_ONLY = "admin_only"
     OWN_ROWS_ONLY = "own_rows_only"
     SHARED_SESSION = "shared_session"
+    MEMBER_REQUIRED = "member_required"
+    """The workspace gives members a disk of their own, and the key names no member."""
     RATE_LIMITED = "rate_limited"
     LINK_INVALID = "link_invalid"
     LINK_EXPIRED = "link_expired"

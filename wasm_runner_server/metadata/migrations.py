@@ -113,6 +113,11 @@ STEPS: tuple[str, ...] = (
     """
     ALTER TABLE keys ADD COLUMN member TEXT;
     """,
+    # 4: where a session's /workspace is under a disk layout (a member's disk, an end user's root)
+    """
+    ALTER TABLE session_owners ADD COLUMN disk TEXT;
+    ALTER TABLE session_owners ADD COLUMN workdir TEXT;
+    """,
 )
 
 

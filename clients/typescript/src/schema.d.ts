@@ -307,6 +307,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller: workspace, key prefix, kind and member */
+        get: operations["get_v1_me"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/profiles": {
         parameters: {
             query?: never;
@@ -1097,6 +1114,10 @@ export interface components {
             tools?: string[] | null;
             /** @default null */
             starter?: string | null;
+            /** @default null */
+            agent?: string | null;
+            /** @default null */
+            end_user?: string | null;
         };
         /**
          * PackageRequest
@@ -2130,6 +2151,8 @@ export interface components {
              * @enum {unknown}
              */
             kind?: "admin" | "app" | "member";
+            /** @default null */
+            member?: string | null;
         };
         /** NewKey */
         NewKey: {
@@ -2137,6 +2160,8 @@ export interface components {
             workspace: string;
             name: string;
             kind: string;
+            /** @default null */
+            member: string | null;
             created_at: string;
             /** @default null */
             last_used_at: string | null;
@@ -2154,11 +2179,21 @@ export interface components {
             workspace: string;
             name: string;
             kind: string;
+            /** @default null */
+            member: string | null;
             created_at: string;
             /** @default null */
             last_used_at: string | null;
             /** @default null */
             revoked_at: string | null;
+        };
+        /** Caller */
+        Caller: {
+            workspace: string;
+            key_prefix: string;
+            kind: string;
+            /** @default null */
+            member: string | null;
         };
         /** SignIn */
         SignIn: {
@@ -3256,6 +3291,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_me: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Caller"];
                 };
             };
             /** @description Error */
