@@ -4,13 +4,14 @@ root per chat session, on both tiers (a WebAssembly Python session, a native bas
 from __future__ import annotations
 
 import io
+import sqlite3
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.security.tenants import DB_NAME, TenantStore
 
 _bwrap = find_bwrap()
 SANDBOX_PROBLEM = "bubblewrap is not installed" if _bwrap is None else probe(_bwrap)
@@ -235,3 +236,23 @@ async def test_links_and_archives_follow_the_layout(team):
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         names = tar.getnames()
     assert any(name.endswith(f"{second}/draft.txt") for name in names), names
+
+
+def test_a_database_made_before_layouts_gains_the_columns(tmp_path):
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    db.executescript("""
+        CREATE TABLE session_owners (session_id TEXT PRIMARY KEY, workspace TEXT NOT NULL, key_id TEXT NOT NULL,
+                                     kind TEXT NOT NULL, ephemeral INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL);
+        INSERT INTO session_owners VALUES ('old', 'alpha', 'k', 'member', 0, 1.0);
+    """)
+    db.commit()
+    db.close()
+    store = TenantStore.in_data_dir(tmp_path)
+    try:
+        old = store.owner("old")
+        assert old is not None and (old.disk, old.workdir) == ("", "")  # its own directory, as before
+        store.claim("new", "alpha", "k", "member", False, "members/alice", "default/new")
+        new = store.owner("new")
+        assert new is not None and (new.disk, new.workdir) == ("members/alice", "default/new")
+    finally:
+        store.close()
