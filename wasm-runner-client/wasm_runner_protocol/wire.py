@@ -350,6 +350,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     """The session's network policy now: its profile's unless changed (PATCH /v1/sessions/{id})."""
     tools: list[str] | None = None
     """The tool names its runs may use, as chosen at creation (null: its profile's allowlist)."""
+    cwd: str = "/workspace"
+    """Where its runs start: /workspace, or /workspace/<agent>/<session id> on a member's disk."""
 
 
 class SessionList(msgspec.Struct, kw_only=True):

@@ -36,6 +36,7 @@ from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, on_other_node, overloaded, session_not_found
@@ -389,7 +390,11 @@ class SessionManager:
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
                            executions=row.executions, metadata=row.metadata, egress=self.egress(live),
-                           tools=row.tools)
+                           tools=row.tools, cwd=self._cwd(row.id))
+
+    def _cwd(self, session_id: str) -> str:
+        workdir = self.disk_for(session_id).workdir
+        return f"{GUEST_WORKSPACE}/{workdir}" if workdir else GUEST_WORKSPACE
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None

@@ -1180,6 +1180,8 @@ export interface components {
             egress: components["schemas"]["EgressPolicy"];
             /** @default null */
             tools: string[] | null;
+            /** @default /workspace */
+            cwd: string;
         };
         /** SessionList */
         SessionList: {

@@ -50,6 +50,8 @@ async def _session(team, key: str, tier: str, **body) -> str:
         body["profile"] = "sh"
     status, data, _ = await team.call("POST", "/v1/sessions", key, json=body)
     assert status == 201, data
+    assert data["cwd"] == (f"/workspace/{body.get('agent', 'default')}/{data['id']}" if key not in ("app", "nobody")
+                           else "/workspace")  # the answer says where its runs start
     return data["id"]
 
 
