@@ -260,7 +260,7 @@ class Runner:
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
                 mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "",
-                template: str | None = None, starter: str | None = None) -> Session:
+                template: str | None = None, starter: str | None = None, workdir: str = "") -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
@@ -269,7 +269,8 @@ class Runner:
         workspace (tenant) it belongs to, whose kernel snapshots alone it restores. A new session
         with `template` starts as a copy of that template of `templates` (files, packages, kernels);
         one with `starter` holds that web starter (e.g. "vite-react", see `web_starters`), its
-        node_modules ready (run its dev server in a native process).
+        node_modules ready (run its dev server in a native process). `workdir` is the guest's working
+        directory under /workspace (e.g. "analyst/s1" on a disk several sessions share), made at first use.
         """
         if template is not None and starter is not None:
             raise InvalidRequestError("a session starts from a template or a starter, not both")
@@ -280,8 +281,11 @@ class Runner:
             session = self._sessions.get(session_id)
             if session is None:
                 files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
-                session = Session(self, session_id, Workspace(self.sessions_dir / session_id, files_dir), mounts,
-                                  owner)
+                try:
+                    workspace = Workspace(self.sessions_dir / session_id, files_dir, workdir)
+                except ValueError as exc:
+                    raise InvalidRequestError(str(exc)) from None
+                session = Session(self, session_id, workspace, mounts, owner)
                 self._sessions[session_id] = session
             if egress is not None:
                 session.set_egress(egress)

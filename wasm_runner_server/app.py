@@ -106,7 +106,7 @@ async def service_context(app: web.Application) -> AsyncIterator[None]:
     service = await Service.open(app[CONFIG], mounts_for=policy.session_mounts, observers=[policy.on_execution],
                                  process_observers=[policy.on_process], share_of=policy.execution_share,
                                  quota_of=policy.workspace_quota, disk_changed=policy.disk_changed,
-                                 owner_for=policy.session_owner)
+                                 owner_for=policy.session_owner, disk_for=policy.session_disk)
     app[SERVICE] = service
     log.info("started", extra={"event": "started", "data_dir": str(app[CONFIG].server.data_dir),
                                "concurrency": app[CONFIG].server.concurrency})

@@ -51,6 +51,8 @@ class ErrorCode(StrEnum):
     """The caller's role lacks the permission the action needs (the message names it)."""
     OWN_ROWS_ONLY = "own_rows_only"
     SHARED_SESSION = "shared_session"
+    MEMBER_REQUIRED = "member_required"
+    """The workspace gives members a disk of their own, and the key names no member."""
     RATE_LIMITED = "rate_limited"
     LINK_INVALID = "link_invalid"
     LINK_EXPIRED = "link_expired"

@@ -18,7 +18,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.execution import MAX_LIMIT, ExecResult, Harness, Language, Limits, TypeCheck
-from wasm_runner_protocol.guest import PROFILE_NAME_PATTERN
+from wasm_runner_protocol.guest import NAME_PATTERN, PROFILE_NAME_PATTERN
 from wasm_runner_protocol.guest import SESSION_ID_PATTERN as SESSION_ID_PATTERN  # re-exported
 from wasm_runner_protocol.guest import SessionId as SessionId  # re-exported
 from wasm_runner_protocol.packages import PackageRequest
@@ -232,6 +232,8 @@ class StreamChunk(msgspec.Struct):
 
 StarterName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,63}\Z",
                                   description="a web starter: `vite-react` or `tanstack-start`")]
+PathSegment = Annotated[str, Meta(pattern=NAME_PATTERN, description="1-64 letters, digits, '-' or '_'")]
+"""A name that becomes one directory on the host (an agent, an end user)."""
 TemplateName = Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}\Z",
                                    description="lower-case letters, digits, '.', '_' and '-'; at most 64")]
 
@@ -265,6 +267,12 @@ class SessionCreate(_Body):
     """Start with this web starter in /workspace: `vite-react` (Vite + React) or `tanstack-start`, the
     project's files plus its node_modules, installed once on the host and shared read-only, so
     `npm run dev` in a process works at once, with no install and no network (not with `template`)."""
+    agent: PathSegment | None = None
+    """Under the `member-disk` layout: the agent (expert) the session works for; it works in
+    /workspace/<agent>/<session id> on the member's disk (default `default`)."""
+    end_user: PathSegment | None = None
+    """Under the `end-user` layout, required of app keys: the application's end user the session acts
+    for; the session sees only its own root among that end user's."""
 
 
 class SessionFork(_Body):
@@ -359,6 +367,8 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     """The session's network policy now: its profile's unless changed (PATCH /v1/sessions/{id})."""
     tools: list[str] | None = None
     """The tool names its runs may use, as chosen at creation (null: its profile's allowlist)."""
+    cwd: str = "/workspace"
+    """Where its runs start: /workspace, or /workspace/<agent>/<session id> on a member's disk."""
 
 
 class SessionList(msgspec.Struct, kw_only=True):

@@ -28,6 +28,8 @@ class Place(msgspec.Struct, array_like=True):
     mounts: list[dict[str, Any]] = []
     owner: str = ""
     """The workspace it belongs to (its kernel images are checked against it)."""
+    workdir: str = ""
+    """The guest's working directory under /workspace ("" for /workspace itself)."""
 
 
 class Order(msgspec.Struct, array_like=True):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner_protocol.execution import FileChanges
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner")
 
@@ -30,11 +32,22 @@ Snapshot = dict[str, tuple[int, int]]
 class Workspace:
     """A session's directory: `files/` is the guest's /workspace, `tmp/` its /tmp.
 
-    `files_dir` puts /workspace on an existing directory instead (the CLI's --workspace).
+    `files_dir` puts /workspace on an existing directory instead (the CLI's --workspace, or a
+    member's disk that several sessions share); `workdir` is the guest's working directory
+    relative to /workspace ("" for /workspace itself), made by `ensure`.
     """
 
     root: Path
     files_dir: Path | None = None
+    workdir: str = ""
+
+    def __post_init__(self) -> None:
+        check_workdir(self.workdir)
+
+    @property
+    def guest_cwd(self) -> str:
+        """The guest's working directory (an absolute guest path)."""
+        return f"{GUEST_WORKSPACE}/{self.workdir}" if self.workdir else GUEST_WORKSPACE
 
     @cached_property
     def files(self) -> Path:
@@ -56,6 +69,8 @@ class Workspace:
     def ensure(self) -> Workspace:
         self.files.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
+        if self.workdir:
+            make_workdir(self.files, self.workdir)
         return self
 
     def is_empty(self) -> bool:
@@ -99,6 +114,35 @@ class Workspace:
         Bytes are apparent sizes, so a sparse file counts in full against the quota. Raises
         OSError when usage cannot be measured."""
         return tree_usage(self._counted(), stop_after_files)
+
+
+WORKDIR_PART = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+
+
+def check_workdir(workdir: str) -> str:
+    """`workdir` if it is "" or '/'-separated names of 1-64 letters, digits, '-' or '_' (so never
+    '..', '.', an absolute path or an empty part); ValueError otherwise."""
+    if workdir and not all(WORKDIR_PART.match(part) for part in workdir.split("/")):
+        raise ValueError(f"a working directory is '/'-separated names of 1-64 letters, digits, '-' or '_' "
+                         f"(got {workdir!r})")
+    return workdir
+
+
+def make_workdir(files: Path, workdir: str) -> None:
+    """Make `workdir` under `files`, one part at a time relative to its parent's descriptor, never
+    following a link: the guest may have put one where a part of it goes."""
+    fd = os.open(files, DIR_FLAGS & ~os.O_NOFOLLOW)  # files/ itself is the host's choice
+    try:
+        for part in workdir.split("/"):
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)  # ELOOP/ENOTDIR on a link or a file: refused
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
 
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

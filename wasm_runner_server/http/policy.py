@@ -28,6 +28,7 @@ from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.disk_quota import WorkspaceMeasure
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.service import SERVICE
+from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 
 LOCAL_WORKSPACE = "local"
 NO_KEY_HINT = ("send Authorization: Bearer <key>; an administrator creates keys with "
@@ -116,9 +117,20 @@ class AccessPolicy(ABC):
         """The creation request with the session id the caller's namespace gives it."""
         return body
 
-    def claim_session(self, request: web.Request, session_id: str, ephemeral: bool) -> None:
-        """The caller created `session_id` (an ephemeral one never outlives the process)."""
+    def check_session_disk(self, request: web.Request, body: SessionCreate) -> None:
+        """Refuse, before anything is made, a creation request the disk layout cannot place (a 4xx)."""
         return None
+
+    def claim_session(self, request: web.Request, session_id: str, ephemeral: bool,
+                      body: SessionCreate | None = None) -> None:
+        """The caller created `session_id` (an ephemeral one never outlives the process); `body`, its
+        creation request, places its /workspace under the disk layout (None: a copy of a session,
+        in a directory of its own)."""
+        return None
+
+    def session_disk(self, session_id: str) -> SessionDisk:
+        """Where the session's /workspace is (its own directory unless a disk layout says otherwise)."""
+        return OWN_DIRECTORY
 
     def visible_page(self, request: web.Request, cursor: str | None,
                      limit: int) -> tuple[list[LiveSession], str | None]:

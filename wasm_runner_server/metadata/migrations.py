@@ -193,6 +193,11 @@ STEPS: tuple[str, ...] = (
         PRIMARY KEY (workspace, name)
     );
     """,
+    # 6: where a session's /workspace is under a disk layout (a member's disk, an end user's root)
+    """
+    ALTER TABLE session_owners ADD COLUMN disk TEXT;
+    ALTER TABLE session_owners ADD COLUMN workdir TEXT;
+    """,
 )
 
 

@@ -61,6 +61,7 @@ from wasm_runner_server.http.policy import (
 from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.access import GRANT, authorize
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
+from wasm_runner_server.security.disk_layouts import OWN
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.oauth.scopes import check_scope
 from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, members, oauth, presign, shared
@@ -70,6 +71,7 @@ from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
 from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.service import SERVICE
+from wasm_runner_server.sessions.session_disk import SessionDisk
 
 log = logging.getLogger("wasm_runner.server.auth")
 
@@ -200,9 +202,19 @@ class SecurityPolicy(AccessPolicy):
         authenticator = self.security.authenticator
         return authenticator.scope_session_id(authenticator.principal_of(request), body)
 
-    def claim_session(self, request: web.Request, session_id: str, ephemeral: bool) -> None:
+    def check_session_disk(self, request: web.Request, body: SessionCreate) -> None:
         principal = request.get(PRINCIPAL) or LOCAL
-        self.security.tenants.claim(session_id, principal.workspace, principal.key_id, principal.kind, ephemeral)
+        self.security.place_session(principal, body, body.id or "placeholder")  # the 4xx, before anything is made
+
+    def claim_session(self, request: web.Request, session_id: str, ephemeral: bool,
+                      body: SessionCreate | None = None) -> None:
+        principal = request.get(PRINCIPAL) or LOCAL
+        placed = self.security.place_session(principal, body, session_id) if body is not None else OWN
+        self.security.tenants.claim(session_id, principal.workspace, principal.key_id, principal.kind, ephemeral,
+                                    placed.disk, placed.workdir)
+
+    def session_disk(self, session_id: str) -> SessionDisk:
+        return self.security.session_disk(session_id)
 
     def visible_page(self, request: web.Request, cursor: str | None,
                      limit: int) -> tuple[list[LiveSession], str | None]:

@@ -14,11 +14,16 @@
     [auth.oauth]                       # apps acting for members (docs/guides/oauth.md)
     access_token_s = 3600
     refresh_token_s = 2592000
+    [auth.disk_layout]                 # where a new session's /workspace is (docs/guides/disk-layouts.md)
+    members = "member-disk"            # "session" (default): a directory per session
+    apps = "end-user"                  # "session" (default): a directory per session
+    [auth.workspace_disk_layouts.acme] # one workspace's own choice, instead of [auth.disk_layout]
+    members = "session"
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +52,18 @@ class OAuthSettings(_Model):
     """How long an authorization code may wait for its exchange (RFC 6749 advises at most 10 minutes)."""
 
 
+class DiskLayout(_Model):
+    """Where a new session's /workspace is, by the kind of key creating it (the session keeps it)."""
+
+    members: Literal["session", "member-disk"] = "session"
+    """Member and admin keys: "session", a directory of the session's own; "member-disk", the
+    member's whole disk (`members/<member>` of the workspace), the session working in
+    `<agent>/<session id>` inside it, seen at once by the member's other sessions."""
+    apps: Literal["session", "end-user"] = "session"
+    """App keys: "session", a directory of the session's own; "end-user", the root of this session
+    among its end user's (`end_users/<end user>/session-roots/<session id>`), `end_user` required."""
+
+
 class AuthSettings(_Model):
     enabled: bool = True
     """Require `Authorization: Bearer <key>`. Off only for local use (logged loudly at start)."""
@@ -70,5 +87,9 @@ class AuthSettings(_Model):
     with the console's address (only its hash is stored). Turn off for deployments."""
     audit_retention_days: Annotated[float, Field(gt=0)] | None = 90
     """Audit rows older than this are pruned (at start and daily); null keeps them forever."""
+    disk_layout: DiskLayout = DiskLayout()
+    """Where new sessions' /workspace is (see DiskLayout); today's directory per session by default."""
+    workspace_disk_layouts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], DiskLayout] = {}
+    """A workspace's own layout, by workspace name, instead of `disk_layout`."""
     audit_code_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
     audit_output_bytes: Annotated[int, Field(ge=0)] = 16 * 1024

@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasm_runner import Mount
+from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.http.disk_quota import WorkspaceDisk
@@ -17,14 +18,16 @@ from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
 from wasm_runner_server.security.console_sessions import ConsoleSessions
+from wasm_runner_server.security.disk_layouts import Placement, owned_by, place
 from wasm_runner_server.security.oauth.server import OAuthServer
 from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
-from wasm_runner_server.security.settings import AuthSettings
+from wasm_runner_server.security.settings import AuthSettings, DiskLayout
 from wasm_runner_server.security.team import Team
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.sessions.service import Service
+from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 
 SHARED_GUEST = "/workspace/shared"
 FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete"}
@@ -88,6 +91,22 @@ class Security:
         path = self.disk.own_dir(workspace) / "shared"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def disk_layout(self, workspace: str) -> DiskLayout:
+        """The workspace's disk layout: its own setting, else the service's."""
+        settings = self.settings
+        return settings.workspace_disk_layouts.get(workspace, settings.disk_layout)
+
+    def place_session(self, principal: Principal, body: SessionCreate, session_id: str) -> Placement:
+        """Where a session `principal` creates with `body` keeps its /workspace (ApiError 4xx: it cannot)."""
+        return place(self.disk_layout(principal.workspace), principal, body, session_id)
+
+    def session_disk(self, session_id: str) -> SessionDisk:
+        """Where the session's /workspace is, as placed when it was created."""
+        owner = self.tenants.owner(session_id)
+        if owner is None or not owner.disk:
+            return OWN_DIRECTORY
+        return SessionDisk(self.disk.own_dir(owner.workspace) / owner.disk, owner.workdir, owned_by(owner.disk))
 
     def owns(self, principal: Principal, session_id: str) -> bool:
         return self.authenticator.owns(principal, self.tenants.owner(session_id))

@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS session_owners (
     key_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     ephemeral INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    disk TEXT,
+    workdir TEXT
 );
 CREATE INDEX IF NOT EXISTS owners_by_workspace ON session_owners (workspace);
 """
@@ -86,6 +88,11 @@ class Owner:
     key_id: str
     kind: str
     ephemeral: bool
+    disk: str = ""
+    """Its /workspace, relative to its workspace's directory (e.g. `members/alice`); "" for a
+    directory of the session's own."""
+    workdir: str = ""
+    """The guest's working directory under /workspace ("" for /workspace itself)."""
 
 
 def hash_key(key: str) -> str:
@@ -116,6 +123,9 @@ class TenantStore:
             db.executescript(_SCHEMA + roles.SCHEMA)
             if "member" not in {row[1] for row in db.execute("PRAGMA table_info(keys)")}:
                 db.execute("ALTER TABLE keys ADD COLUMN member TEXT")  # a database made before members
+            if "disk" not in {row[1] for row in db.execute("PRAGMA table_info(session_owners)")}:
+                db.execute("ALTER TABLE session_owners ADD COLUMN disk TEXT")  # made before disk layouts
+                db.execute("ALTER TABLE session_owners ADD COLUMN workdir TEXT")
             self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
             self._on_close = db.close
             sql = SqliteSql(db)
@@ -225,21 +235,24 @@ class TenantStore:
 
     # -- session ownership ------------------------------------------------------------------
 
-    def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool) -> None:
+    def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool,
+              disk: str = "", workdir: str = "") -> None:
+        """`session_id` belongs to `workspace`; `disk` and `workdir` place its /workspace (see Owner)."""
         self._owners.pop(session_id, None)
         self._db.upsert("session_owners", "session_id",
-                        ("session_id", "workspace", "key_id", "kind", "ephemeral", "created_at"),
-                        (session_id, workspace, key_id, kind, int(ephemeral), time.time()))
+                        ("session_id", "workspace", "key_id", "kind", "ephemeral", "created_at", "disk", "workdir"),
+                        (session_id, workspace, key_id, kind, int(ephemeral), time.time(), disk or None,
+                         workdir or None))
 
     def owner(self, session_id: str) -> Owner | None:
         cached = self._owners.get(session_id)  # asked on every call; changes only here
         if cached is not None:
             return cached
-        row = self._db.one("SELECT session_id, workspace, key_id, kind, ephemeral FROM session_owners "
+        row = self._db.one("SELECT session_id, workspace, key_id, kind, ephemeral, disk, workdir FROM session_owners "
                            "WHERE session_id = ?", (session_id,))
         if row is None:
             return None
-        owner = Owner(row[0], row[1], row[2], row[3], bool(row[4]))
+        owner = Owner(row[0], row[1], row[2], row[3], bool(row[4]), row[5] or "", row[6] or "")
         if self._cache_owners:
             self._owners[session_id] = owner
         return owner

@@ -36,6 +36,7 @@ from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, on_other_node, overloaded, session_not_found
@@ -44,6 +45,7 @@ from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.egress import at_start, body_policy, within_profile, within_session
 from wasm_runner_server.sessions.execution import Execution
 from wasm_runner_server.sessions.run_disk import RunRooms
+from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 from wasm_runner_server.sessions.store import SessionMetadata, SessionRow
 from wasm_runner_server.sessions.tool_sets import session_tools
 
@@ -143,7 +145,8 @@ def _time(value: float) -> datetime:
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionMetadata, pool: RunnerPool, execution: Execution,
                  metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
-                 rooms: RunRooms | None = None, owner_for: Callable[[str], str] = lambda session_id: "") -> None:
+                 rooms: RunRooms | None = None, owner_for: Callable[[str], str] = lambda session_id: "",
+                 disk_for: Callable[[str], SessionDisk] = lambda session_id: OWN_DIRECTORY) -> None:
         self.config = config
         self.policy = config.sessions
         self.store = store
@@ -157,6 +160,8 @@ class SessionManager:
         """Extra mounts of a session by id (the access policy's: e.g. the workspace's writable shared/)."""
         self.owner_for = owner_for
         """The workspace a session belongs to, by id (its kernel snapshots and templates are that workspace's)."""
+        self.disk_for = disk_for
+        """Where a session's /workspace is, by id (the access policy's disk layout: e.g. a member's disk)."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
@@ -194,6 +199,9 @@ class SessionManager:
                                                     hibernated=row.executions > 0)
         for row in expired:
             await asyncio.to_thread(discard_tree, self.sessions_dir / row.id)
+            disk = self.disk_for(row.id)
+            if disk.files is not None and disk.owned:  # an end user's session root goes with it
+                await asyncio.to_thread(discard_tree, disk.files)
             self.store.delete(row.id)
             self.metrics.sessions_expired.inc()
         if self.sessions_dir.is_dir():
@@ -340,8 +348,10 @@ class SessionManager:
                            "use a profile with the same mounts, or a new session")
         runner = self.pool.get(own)
         if live.core is None:
+            disk = self.disk_for(live.row.id)
             live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id),
-                                       owner=self.owner_for(live.row.id))
+                                       owner=self.owner_for(live.row.id), workspace_dir=disk.files,
+                                       workdir=disk.workdir)
         return runner, live.core
 
     def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
@@ -380,7 +390,11 @@ class SessionManager:
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
                            executions=row.executions, metadata=row.metadata, egress=self.egress(live),
-                           tools=row.tools)
+                           tools=row.tools, cwd=self._cwd(row.id))
+
+    def _cwd(self, session_id: str) -> str:
+        workdir = self.disk_for(session_id).workdir
+        return f"{GUEST_WORKSPACE}/{workdir}" if workdir else GUEST_WORKSPACE
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None
@@ -500,6 +514,11 @@ class SessionManager:
         async with live.lock:  # the cancelled execution has let go
             runner, session = self.core(live)
             await asyncio.to_thread(session.destroy)
+            workspace = session.workspace
+            if workspace.files_dir is not None:  # on a disk of a layout: the rest of its directory too
+                await asyncio.to_thread(discard_tree, workspace.root)
+                if self.disk_for(live.row.id).owned:  # an end user's session root (a member's disk stays)
+                    await asyncio.to_thread(discard_tree, workspace.files_dir)
         if expired:
             self.metrics.sessions_expired.inc()
         log.info("session removed", extra={"event": "session_expired" if expired else "session_deleted",

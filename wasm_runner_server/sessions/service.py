@@ -25,6 +25,7 @@ from wasm_runner_server.sessions.open_store import session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
+from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 from wasm_runner_server.sessions.store import SessionMetadata
 
 log = logging.getLogger("wasm_runner.server")
@@ -61,13 +62,14 @@ class Service:
                    process_observers: Sequence[ProcessObserver] = (), quota_of: QuotaOf | None = None,
                    disk_changed: Callable[[str], None] = lambda session_id: None,
                    share_of: Callable[[], str] = lambda: "",
-                   owner_for: Callable[[str], str] = lambda session_id: "") -> Service:
+                   owner_for: Callable[[str], str] = lambda session_id: "",
+                   disk_for: Callable[[str], SessionDisk] = lambda session_id: OWN_DIRECTORY) -> Service:
         """Open the store, restore the sessions, start the warm-up; `mounts_for` adds mounts to a
         session by id, `observers` see every execution and `process_observers` every background
         process's start and end; `quota_of` names a session's workspace quota, which its runs
         reserve their room under, `disk_changed` is told a session's files changed, and `share_of`
         names the share a queued call waits its turn in, `owner_for` the workspace a session belongs
-        to (all from the access policy)."""
+        to, `disk_for` where its /workspace is (all from the access policy)."""
         settings = config.server
         data_dir = settings.data_dir
         private_directory(data_dir)
@@ -80,7 +82,7 @@ class Service:
                           config.workers, config.egress.settings())
         ledger = DiskLedger()
         rooms = RunRooms(ledger, quota_of, disk_changed) if quota_of is not None else None
-        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms, owner_for)
+        sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms, owner_for, disk_for)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)

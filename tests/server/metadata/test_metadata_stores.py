@@ -87,10 +87,13 @@ def test_tenants_contract(config):
         tenants.claim("s1", "team", record.id, "member", ephemeral=False)
         tenants.claim("s2", "team", record.id, "member", ephemeral=True)
         tenants.claim("s2", "team", record.id, "app", ephemeral=True)  # a claim replaces the earlier one
-        assert sorted(tenants.sessions_of("team")) == ["s1", "s2"]
+        assert sorted(tenants.sessions_of("team")) == ["s1", "s2"]  # (s3 is claimed below)
         assert tenants.ephemeral_sessions() == ["s2"]
         owner = tenants.owner("s2")
-        assert owner is not None and owner.kind == "app"
+        assert owner is not None and owner.kind == "app" and (owner.disk, owner.workdir) == ("", "")
+        tenants.claim("s3", "team", record.id, "member", False, "members/alice", "analyst/s3")  # a disk layout's
+        placed = tenants.owner("s3")
+        assert placed is not None and (placed.disk, placed.workdir) == ("members/alice", "analyst/s3")
         tenants.release("s2")
         assert tenants.owner("s2") is None
         revoked = tenants.revoke(record.prefix)

@@ -832,6 +832,7 @@
 
   async function turn(req) {
     if (req.seed) startInstance(req.seed);
+    if (req.cwd) os.chdir(req.cwd);  // the session's working directory (under /workspace)
     runTools = null;
     currentFilename = req.filename || '<input>';
     if (req.env) applyEnv(req.env);

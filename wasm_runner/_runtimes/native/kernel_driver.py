@@ -296,7 +296,7 @@ def _run(request):
         os.environ.clear()
         os.environ.update(env)
         _applied_env[0] = env
-    os.chdir("/workspace")  # again each call: the directory may have been bound since the last one
+    os.chdir(request.get("cwd", "/workspace"))  # again each call: the directory may have been bound since the last one
     _site_dirs[0] = tuple(request.get("site_dirs") or ())
     _add_site_dirs(_site_dirs[0])
     importlib.invalidate_caches()  # modules written since the last call

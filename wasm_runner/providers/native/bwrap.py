@@ -284,6 +284,7 @@ def options(
     relay: Callable[[str], str] | None = None,
     data_files: Sequence[tuple[int, str]] = (),
     symlinks: Sequence[tuple[str, str]] = (),
+    cwd: str = GUEST_WORKSPACE,
 ) -> list[str]:
     """bwrap's options for `policy` (everything before `--` and the command).
 
@@ -340,7 +341,7 @@ def options(
         args += ["--json-status-fd", str(status_fd)]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
-    args += ["--chdir", GUEST_WORKSPACE, "--clearenv"]
+    args += ["--chdir", cwd, "--clearenv"]  # (the session's working directory, under /workspace)
     for key, value in env.items():
         args += ["--setenv", key, value]
     args += ["--remount-ro", "/"]

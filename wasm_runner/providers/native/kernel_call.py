@@ -30,7 +30,6 @@ from wasm_runner.providers.native.run import BACKGROUND_LIFETIME_S, Program, Run
 from wasm_runner.workspace.layout import diff
 from wasm_runner.workspace.quota import RunDisk, watcher
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecResult, GuestError, Limits
-from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 log = logging.getLogger("wasm_runner.native")
@@ -93,12 +92,12 @@ class KernelCall(Run):
                 kernel.egress.renew(request, time.monotonic() + self.timeout_s + self.policy.kill_grace_s)
                 extra = {**self.tools.env, **kernel.egress.env(), **request.env}
             env = sandbox.sandbox_env(python_data=True, extra=extra)
-            env["PWD"] = GUEST_WORKSPACE
+            env["PWD"] = self.workspace.guest_cwd
             if self.tools.path and "PATH" not in request.env:
                 env["PATH"] = ":".join((*self.tools.path, env["PATH"]))
             payload = {"code": request.code, "env": env, "stdin": request.stdin,
                        "outputs_budget": max(self.limits.output_bytes, 1 << 20),
-                       "site_dirs": list(self.tools.site_dirs)}
+                       "site_dirs": list(self.tools.site_dirs), "cwd": self.workspace.guest_cwd}
 
             def begin() -> None:
                 self.job.started_at = time.monotonic()

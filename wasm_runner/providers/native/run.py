@@ -339,7 +339,8 @@ class Run:
                 policy, workspace=self.workspace.files, tmp=self.workspace.tmp, env=env,
                 python_data=data.path if data is not None else None, code_fd=code_fd,
                 code_name=program.code_name, status_fd=status_fd, seccomp_fd=seccomp_fd,
-                relay=plan.source if plan is not None else None, data_files=data_files, symlinks=tools.links)
+                relay=plan.source if plan is not None else None, data_files=data_files, symlinks=tools.links,
+                cwd=self.workspace.guest_cwd)
             # The options reach bwrap through a descriptor: the sandbox's init process shows
             # `bwrap --args N -- command`, no host path.
             args_fd = os.memfd_create("wasm-runner-bwrap-args", 0)
@@ -360,7 +361,8 @@ class Run:
         prefix = launcher(self.cgroup, run_limits.file_bytes, identity=self.identity)
         files, tmp = self.workspace.files, self.workspace.tmp
         env = sandbox.sandbox_env(python_data=program.python_data is not None, extra={})
-        env.update(HOME=str(files), PWD=str(files), TMPDIR=str(tmp), MPLCONFIGDIR=str(tmp / ".matplotlib"),
+        cwd = files / self.workspace.workdir if self.workspace.workdir else files
+        env.update(HOME=str(files), PWD=str(cwd), TMPDIR=str(tmp), MPLCONFIGDIR=str(tmp / ".matplotlib"),
                    XDG_CACHE_HOME=str(tmp / ".cache"))
         if program.python_data is not None:
             env["PATH"] = f"{program.python_data.path / 'bin'}:{sandbox.BASE_PATH}"
@@ -374,7 +376,7 @@ class Run:
                 for path in (self._scratch, code_path):
                     os.chown(path, self.identity.uid, self.identity.gid)
             inner = [str(code_path) if a == f"{sandbox.GUEST_CODE_DIR}/{program.code_name}" else a for a in inner]
-        return default_signals() + prefix + inner, env, str(files)
+        return default_signals() + prefix + inner, env, str(cwd)
 
     def _spawn_and_wait(self, run_limits: RunLimits) -> tuple[int | None, Any]:
         code_fd = status_r = status_w = None

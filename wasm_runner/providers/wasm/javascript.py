@@ -596,6 +596,7 @@ class _Guest:
         request: dict = {"code": call.code, "filename": call.filename or "<input>", "value": True}
         if stdin_in_driver:
             request["stdin"] = call.stdin
+        request["cwd"] = call.cwd
         env = guest_env(call.env)
         if env != self.env:
             request["env"] = self.env = env

@@ -147,7 +147,7 @@ class WasmProvider(Provider):
         workspace = job.workspace if job.scratch else job.workspace.ensure()
         view = self._view(workspace, job.mounts)
         call = Call(code=request.code, limits=request.limits, stdin=request.stdin, env=request.env,
-                    listener=job.listener)
+                    listener=job.listener, cwd=workspace.guest_cwd)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         job.printed = lambda: _printed(call)
         before: dict = {}

@@ -57,6 +57,7 @@ from wasm_runner.providers.wasm.sandbox import (
 from wasm_runner.providers.wasm.spare_instances import SpareInstances, Unbound
 from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused, validity_key
 from wasm_runner_protocol.execution import GuestError, Limits, RichOutput
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 
 if TYPE_CHECKING:
@@ -433,6 +434,8 @@ class PythonKernel(Kernel):
                 pass
         if call.filename:
             request["filename"] = call.filename
+        if call.cwd != GUEST_WORKSPACE:  # (the driver goes back to /workspace when none is named)
+            request["cwd"] = call.cwd
         if call.tests is not None:
             request["tests"] = call.tests
         if self._reseed:

@@ -138,6 +138,8 @@ class Call:
     filename: str | None = None
     tests: str | None = None
     """With the check harness, on a runtime that runs program and tests in one call."""
+    cwd: str = GUEST_WORKSPACE
+    """The guest's working directory (the session's, e.g. /workspace/analyst/s1 on a member's disk)."""
     stdout: Capture = None  # type: ignore[assignment]  # None given: __post_init__ makes the call's own
     """Captures may be shared by calls that make up one execution (the check harness)."""
     stderr: Capture = None  # type: ignore[assignment]

@@ -38,12 +38,13 @@ async def create_session(request: web.Request) -> web.Response:
     policy = request.app[POLICY]
     policy.check_session_quota(request)
     body = policy.scope_session_id(request, body)  # chosen ids never collide across workspaces
+    policy.check_session_disk(request, body)  # e.g. a member's disk needs a key naming its member
     if body.starter is not None:
         check_starter(body.starter, body.template)
     if body.template is not None:  # before anything is made: an unknown template leaves no session
         template_of(request, policy.caller_workspace(request), body.template)
     live = service.sessions.create(body)
-    policy.claim_session(request, live.row.id, body.ephemeral)  # the caller's workspace owns it
+    policy.claim_session(request, live.row.id, body.ephemeral, body)  # the caller's workspace owns it
     if body.template is not None:
         try:
             record = await copies_of(request).start(live, policy.session_owner(live.row.id), body.template)
