@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     WORKSPACE_DISK_QUOTA = "workspace_disk_quota"
     WORKSPACE_SESSION_QUOTA = "workspace_session_quota"
     QUOTA_EXCEEDED = "quota_exceeded"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    """402: the workspace spent its budget of a usage unit for the month (GET /v1/usage shows it)."""
     QUOTA_UNMEASURABLE = "quota_unmeasurable"
     SHUTTING_DOWN = "shutting_down"
     NOT_READY = "not_ready"

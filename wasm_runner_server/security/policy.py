@@ -21,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 
 import msgspec
 from aiohttp import web
@@ -60,7 +61,7 @@ from wasm_runner_server.http.policy import (
 from wasm_runner_server.metadata.sql import UNREACHABLE
 from wasm_runner_server.security.console_sessions import check_csrf, cookie_session, is_console_route
 from wasm_runner_server.security.first_run import create_first_key
-from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, presign, shared, usage
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
 from wasm_runner_server.sessions.execution import outcome as outcome_of
@@ -68,6 +69,9 @@ from wasm_runner_server.sessions.manager import ONESHOT_PREFIX, LiveSession
 from wasm_runner_server.sessions.service import SERVICE
 
 log = logging.getLogger("wasm_runner.server.auth")
+
+PROCESS_START_ROUTE = SESSION_ROUTE_PREFIX + "/processes"
+"""Starting a background process: refused, like an execution, once the workspace's budget is spent."""
 
 
 def shared_session_refused(session_id: str) -> ApiError:
@@ -122,6 +126,8 @@ class SecurityPolicy(AccessPolicy):
             if session_id is not None and not principal.shared and security.mounts_shared(session_id):
                 raise shared_session_refused(session_id)
             is_exec = request.method == "POST" and route in EXEC_ROUTES
+            if is_exec or (request.method == "POST" and route == PROCESS_START_ROUTE):
+                security.budgets.check(principal.workspace)  # 402 once a budget of the month is spent
             writes = is_exec or (request.method in FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                    or route.startswith("/v1/shared/")))
             # Deleting frees room: never refused. Nor is a run in a session: in a full workspace it gets
@@ -245,6 +251,8 @@ class SecurityPolicy(AccessPolicy):
         service = self._app.get(SERVICE)
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
         outcome = outcome_of(result) if result is not None else "aborted"
+        native = (result.isolation != "wasm") if result is not None else request.command is not None
+        security.meter.execution(principal, result, native)
         try:
             security.audit.record_execution(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
@@ -312,6 +320,13 @@ class SecurityPolicy(AccessPolicy):
         principal = owner if isinstance(owner, Principal) else security.authenticator.unknown
         tenant = security.tenants.owner(session_id)
         request = process.request
+        network = process.take_network() if event != "start" else []
+        if event == "start":
+            security.meter.process_started(process.id, principal, process.started_at)
+        elif event == "exit":
+            security.meter.process_ended(process.id, process.ended_at, network)
+        else:
+            security.meter.process_network(process.id, network)
         try:
             security.audit.record_process(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
@@ -320,7 +335,7 @@ class SecurityPolicy(AccessPolicy):
                 language=request.language, state=process.state, exit_code=process.exit_code,
                 started_at=process.started_at, finished_at=process.ended_at if event == "exit" else None,
                 stdout_bytes=process.stdout.end, stderr_bytes=process.stderr.end, error=process.error(),
-                network=process.take_network() if event != "start" else (),
+                network=network,
                 redact=CredentialBroker(request.credentials).redact if request.credentials else None)
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
@@ -328,7 +343,8 @@ class SecurityPolicy(AccessPolicy):
     # -- routes, start and stop -------------------------------------------------------------------
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
-        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes, *console.routes]
+        return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *shared.routes, *console.routes,
+                *usage.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth
@@ -355,14 +371,27 @@ class SecurityPolicy(AccessPolicy):
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
         self.prune_artifacts()
         artifact_pruner = asyncio.create_task(self._prune_artifacts_forever(), name="wasm-runner-artifact-prune")
+        ledger = security.usage
+        service.metrics.family("wasm_runner_usage_total", "Usage metered by this process since it started, by "
+                               "unit (GET /v1/usage has it per workspace, payer and day).", "counter", ("unit",),
+                               lambda: {(unit,): amount for unit, amount in ledger.totals.items()})
+        security.meter.tick(*self.stored())  # the first storage sample starts its clock
+        metering = [asyncio.create_task(self._flush_usage_forever(), name="wasm-runner-usage-flush"),
+                    asyncio.create_task(self._sample_usage_forever(), name="wasm-runner-usage-sample")]
         yield
         pruner.cancel()
         artifact_pruner.cancel()
+        for task in metering:
+            task.cancel()
         try:
             await self._drop_ephemeral(app)
         except UNREACHABLE:  # a cluster's database is down: its node's ephemeral sessions are dropped at next start
             log.exception("ephemeral sessions not dropped", extra={"event": "metadata_unavailable"})
         await service.processes.close()  # their exit rows are written before the audit log closes
+        try:
+            security.meter.tick(*self.stored())  # stored bytes up to now (the ledger is flushed as it closes)
+        except Exception:
+            log.exception("usage sample failed", extra={"event": "usage_failed"})
         security.close()
 
     async def _drop_ephemeral(self, app: web.Application) -> None:
@@ -377,6 +406,40 @@ class SecurityPolicy(AccessPolicy):
             if live is not None:
                 await service.sessions.delete(live)
             tenants.release(session_id)
+
+    def stored(self) -> tuple[list[tuple[Path, Principal]], list[tuple[str, Path]]]:
+        """What holds stored bytes on this node: its sessions' directories with their owners, and their
+        workspaces' own directories (shared/), for the meter's sample."""
+        if self._app is None:
+            return [], []
+        security = self.security
+        service = self._app[SERVICE]
+        sessions = []
+        workspaces: set[str] = set()
+        for session_id in list(service.sessions.sessions):
+            owner = security.tenants.owner(session_id)
+            if owner is None:
+                continue
+            sessions.append((service.sessions.sessions_dir / session_id,
+                             Principal(owner.workspace, owner.key_id, owner.kind)))
+            workspaces.add(owner.workspace)
+        return sessions, [(w, security.disk.own_dir(w)) for w in sorted(workspaces)]
+
+    async def _flush_usage_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.auth.usage.flush_interval_s)
+            try:
+                await asyncio.to_thread(self.security.usage.flush)
+            except Exception:
+                log.exception("usage write failed", extra={"event": "usage_failed"})
+
+    async def _sample_usage_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.auth.usage.sample_interval_s)
+            try:  # what to sample is read here, the directories walked on a thread
+                await asyncio.to_thread(self.security.meter.tick, *self.stored())
+            except Exception:
+                log.exception("usage sample failed", extra={"event": "usage_failed"})
 
     def prune_artifacts(self) -> int:
         """Remove the artifacts past their retention, with an audit row each; how many."""

@@ -11,6 +11,11 @@
     sessions = 100
     concurrent_executions = 8
     disk_bytes = 10737418240
+    [auth.usage]
+    flush_interval_s = 1               # usage counted in memory is written this often
+    sample_interval_s = 300            # stored bytes sampled (byte-hours), processes' seconds counted
+    [auth.budgets]                     # per workspace and UTC month, for every workspace (the admin
+    executions = 100000                # API sets a workspace's own: PUT /v1/admin/workspaces/W/budgets)
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from wasm_runner_server.security.usage import Unit
 
 
 class _Model(BaseModel):
@@ -31,6 +38,13 @@ class WorkspaceQuotas(_Model):
     """Executions (session, process, one-shot) a workspace may run at once."""
     disk_bytes: Annotated[int, Field(ge=0)] = 10 * 1024**3
     """Bytes of session files plus shared/ a workspace may hold; writes and runs past it get 429."""
+
+
+class UsageSettings(_Model):
+    flush_interval_s: Annotated[float, Field(gt=0)] = 1.0
+    """How often usage counted in memory is written to the ledger (a kill loses at most this much)."""
+    sample_interval_s: Annotated[float, Field(gt=0)] = 300.0
+    """How often stored bytes are sampled into byte-hours and running processes' seconds counted."""
 
 
 class AuthSettings(_Model):
@@ -57,3 +71,7 @@ class AuthSettings(_Model):
     """Audit rows older than this are pruned (at start and daily); null keeps them forever."""
     audit_code_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
     audit_output_bytes: Annotated[int, Field(ge=0)] = 16 * 1024
+    usage: UsageSettings = UsageSettings()
+    budgets: dict[Unit, Annotated[float, Field(ge=0)]] = {}
+    """Every workspace's budget per unit over the UTC month (a workspace's own, set through the admin
+    API, replaces it); with one spent, executions are refused with 402 budget_exhausted."""

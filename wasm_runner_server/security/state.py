@@ -16,11 +16,14 @@ from wasm_runner_server.http.policy import Principal, WorkspaceQuota
 from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
+from wasm_runner_server.security.budgets import Budgets
 from wasm_runner_server.security.console_sessions import ConsoleSessions
+from wasm_runner_server.security.metering import Meter
 from wasm_runner_server.security.presign import Signer, load_secrets
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings
 from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.security.usage import UsageLedger
 from wasm_runner_server.sessions.service import Service
 
 SHARED_GUEST = "/workspace/shared"
@@ -43,6 +46,11 @@ class Security:
     """Published files, kept apart from the sessions under their own retention."""
     console: ConsoleSessions
     """The console's signed-in browsers (a cookie each)."""
+    usage: UsageLedger
+    """What each workspace used, per payer, day and unit; and the budgets set through the API."""
+    meter: Meter
+    """What counts into `usage`: executions, processes, stored bytes, egress."""
+    budgets: Budgets
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -60,8 +68,9 @@ class Security:
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
+        usage = stores.usage_ledger(config, data_dir)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s))
+                   ConsoleSessions(settings.console_session_s), usage, Meter(usage), Budgets(usage, settings.budgets))
 
     def close(self) -> None:
         if isinstance(self.authenticator, ApiKeys):
@@ -69,6 +78,7 @@ class Security:
         self.tenants.close()
         self.audit.close()
         self.artifacts.close()
+        self.usage.close()
 
     def shared_dir(self, workspace: str) -> Path:
         path = self.disk.own_dir(workspace) / "shared"

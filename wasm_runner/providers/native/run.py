@@ -272,6 +272,7 @@ class Run:
             limit=limit,
             truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
             duration_ms=round(duration_ms, 3),
+            cpu_ms=round((rusage.ru_utime + rusage.ru_stime) * 1000, 3) if rusage is not None else None,
             memory_peak_bytes=memory_peak,
             files=diff(before, self._snapshot_after(before)),
             language=request.language,

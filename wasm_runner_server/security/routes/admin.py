@@ -71,7 +71,7 @@ def key_info(record: KeyRecord) -> dict:
                 revoked_at=_time(record.revoked_at))
 
 
-def _admin(request: web.Request) -> None:
+def require_admin(request: web.Request) -> None:
     if principal_of(request).kind != "admin":
         raise ApiError(403, ErrorCode.ADMIN_ONLY, "this endpoint needs an admin key",
                        "create one with `wasm-runner keys create --kind admin`")
@@ -81,7 +81,7 @@ def _admin(request: web.Request) -> None:
 @operation(summary="Workspaces and their active key counts (admin)", tag="admin", response=WorkspaceList,
            errors=(403,))
 async def list_workspaces(request: web.Request) -> web.Response:
-    _admin(request)
+    require_admin(request)
     rows = request.app[SECURITY].tenants.workspaces()
     return json_response(WorkspaceList(workspaces=[WorkspaceInfo(name=n, created_at=datetime.fromtimestamp(c, tz=UTC),
                                                                  active_keys=k)
@@ -92,7 +92,7 @@ async def list_workspaces(request: web.Request) -> web.Response:
 @operation(summary="Create an API key (admin); the key is in this response only", tag="admin", body=KeyCreate,
            response=NewKey, status=201, errors=(403, 422))
 async def create_key(request: web.Request) -> web.Response:
-    _admin(request)
+    require_admin(request)
     body = await read_json(request, KeyCreate)
     key, record = request.app[SECURITY].tenants.create_key(body.workspace, body.name, body.kind)
     return json_response(NewKey(key=key, **key_info(record)), status=201)
@@ -102,7 +102,7 @@ async def create_key(request: web.Request) -> web.Response:
 @operation(summary="List API keys: prefix, name, kind, created, last used, revoked (admin)", tag="admin",
            query=KeyListQuery, response=KeyList, errors=(403,))
 async def list_keys(request: web.Request) -> web.Response:
-    _admin(request)
+    require_admin(request)
     query = read_query(request, KeyListQuery)
     records = request.app[SECURITY].tenants.keys(query.workspace)
     return json_response(KeyList(keys=[KeyInfo(**key_info(r)) for r in records]))
@@ -112,7 +112,7 @@ async def list_keys(request: web.Request) -> web.Response:
 @operation(summary="Revoke an API key by its prefix (admin); refused from the next request on", tag="admin",
            response=KeyInfo, errors=(403, 404))
 async def revoke_key(request: web.Request) -> web.Response:
-    _admin(request)
+    require_admin(request)
     record = request.app[SECURITY].tenants.revoke(request.match_info["key"])
     if record is None:
         raise not_found(ErrorCode.KEY_NOT_FOUND, request.match_info["key"], "GET /v1/admin/keys lists the active keys")
