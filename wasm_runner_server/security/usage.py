@@ -24,15 +24,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Literal, get_args
+from typing import get_args
 
+from wasm_runner_protocol.usage import UsageGrouping, UsageUnit
 from wasm_runner_server.metadata.sql import Sql, SqliteSql
 from wasm_runner_server.wal import Checkpointer, connect_wal
 
 DB_NAME = "usage.sqlite3"
-Unit = Literal["executions", "cpu_seconds", "wall_seconds", "process_seconds", "byte_hours", "egress_bytes"]
-UNITS: tuple[str, ...] = get_args(Unit)
-GroupBy = Literal["day", "key", "unit"]
+Unit = UsageUnit
+UNITS: tuple[str, ...] = get_args(UsageUnit)
+GroupBy = UsageGrouping
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (

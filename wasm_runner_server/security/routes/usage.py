@@ -13,6 +13,14 @@ from aiohttp import web
 from msgspec import Meta
 
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.usage import (
+    BudgetState,
+    BudgetsUpdate,
+    UsageEntry,
+    UsageGrouping,
+    UsageReport,
+    WorkspaceBudgets,
+)
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
@@ -38,48 +46,9 @@ class UsageQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """First UTC day included (YYYY-MM-DD)."""
     to: date | None = None
     """Last UTC day included."""
-    group_by: Literal["day", "key", "unit"] = "day"
+    group_by: UsageGrouping = "day"
     format: Literal["json", "csv"] = "json"
     """csv: the same rows as text/csv (a header line, then one line per row)."""
-
-
-class UsageEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
-    workspace: str
-    unit: Unit
-    amount: float
-    day: str | None = None
-    """With group_by=day."""
-    payer_kind: str | None = None
-    """With group_by=key: `key` (an API key pays), `workspace` (shared/'s stored bytes), `member`."""
-    payer_id: str | None = None
-    key_kind: str | None = None
-    """The paying key's kind (member, app, admin)."""
-
-
-class UsageReport(msgspec.Struct, kw_only=True):
-    group_by: Literal["day", "key", "unit"]
-    entries: list[UsageEntry]
-
-
-class BudgetState(msgspec.Struct, kw_only=True):
-    unit: Unit
-    budget: float
-    used: float
-    """Used since `since`."""
-    source: Literal["workspace", "config"]
-    """Set for this workspace through this API, or `[auth.budgets]`'s default."""
-
-
-class WorkspaceBudgets(msgspec.Struct, kw_only=True):
-    workspace: str
-    since: str
-    """The first day of the current UTC month: budgets count usage from it."""
-    budgets: list[BudgetState]
-
-
-class BudgetsUpdate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    budgets: dict[Unit, Annotated[float, Meta(ge=0)] | None]
-    """A budget per unit for the month; null removes the workspace's own (the configured default applies)."""
 
 
 _CSV_COLUMNS = {"day": ("workspace", "day", "unit", "amount"),
