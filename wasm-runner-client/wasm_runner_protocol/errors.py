@@ -70,6 +70,8 @@ class ErrorCode(StrEnum):
     # -- sessions and profiles ---------------------------------------------------------------
     SESSION_NOT_FOUND = "session_not_found"
     SESSION_EXISTS = "session_exists"
+    TEMPORARY_SESSION = "temporary_session"
+    """409/422: a temporary session keeps no history, publishes no artifact or template, starts from none."""
     SESSION_ON_OTHER_NODE = "session_on_other_node"
     INVALID_SESSION_ID = "invalid_session_id"
     PROFILE_INCOMPATIBLE = "profile_incompatible"

@@ -364,7 +364,8 @@ class SecurityPolicy(AccessPolicy):
             log.warning("no API keys yet: create the first admin key with "
                         "`wasm-runner keys create --workspace admin --name root --kind admin "
                         f"--data-dir {data_dir}` (it is shown once)", extra={"event": "no_keys"})
-        await self._drop_ephemeral(app)  # ephemeral sessions never outlive the process
+        await self._drop_ephemeral(app)  # temporary sessions never outlive the process
+        service.sessions.removal_observers.append(self._session_removed)
         pruned = security.audit.prune(settings.audit_retention_days)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
         if pruned:
@@ -393,6 +394,12 @@ class SecurityPolicy(AccessPolicy):
         except Exception:
             log.exception("usage sample failed", extra={"event": "usage_failed"})
         security.close()
+
+    def _session_removed(self, session_id: str) -> None:
+        """A deleted or expired temporary session's owner is forgotten (it was in memory only)."""
+        owner = self.security.tenants.owner(session_id)
+        if owner is not None and owner.ephemeral:
+            self.security.tenants.release(session_id)
 
     async def _drop_ephemeral(self, app: web.Application) -> None:
         service = app[SERVICE]

@@ -92,7 +92,7 @@ class Security:
         """Whether the session sees shared/: fixed when it is created, by the kind of the key creating it.
         Its kernels keep whatever they read there, so only keys allowed shared/ may use such a session."""
         owner = self.tenants.owner(session_id)
-        return owner is not None and owner.kind != "app"
+        return owner is not None and owner.kind != "app" and not owner.ephemeral  # a temporary one starts empty
 
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         owner = self.tenants.owner(session_id)
