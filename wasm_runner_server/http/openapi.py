@@ -36,6 +36,8 @@ class Operation:
     """Other success statuses with the same body (e.g. 200 beside 201)."""
     stream: bool = False
     """Also answers text/event-stream (stdout/stderr events, then the result)."""
+    also_media: tuple[str, ...] = ()
+    """Other media types the success may have, as text (e.g. text/csv for `?format=csv`)."""
     errors: tuple[int, ...] = ()
     description: str = ""
 
@@ -182,6 +184,8 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
                                                  else {"type": "string"}}}
             else:
                 ok["content"] = {"application/json": {"schema": refs[id(spec.response)]}}
+            for media in spec.also_media:
+                ok["content"][media] = {"schema": {"type": "string"}}
             if spec.stream:
                 ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
                 ok["description"] = ("OK. With Accept: text/event-stream: `stdout`/`stderr` events "

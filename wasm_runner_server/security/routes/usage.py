@@ -59,7 +59,8 @@ _CSV_COLUMNS = {"day": ("workspace", "day", "unit", "amount"),
 @routes.get("/v1/usage")
 @operation(summary="Usage of the caller's workspace (admin: any): executions, CPU/wall/process seconds, "
            "byte-hours, egress bytes, per day, payer or unit", tag="usage", query=UsageQuery, response=UsageReport,
-           errors=(403, 404, 422), description="`?format=csv` answers the same rows as text/csv.")
+           errors=(403, 404, 422), also_media=("text/csv",),
+           description="`?format=csv` answers the same rows as text/csv.")
 async def get_usage(request: web.Request) -> web.StreamResponse:
     security = request.app[SECURITY]
     principal = principal_of(request)
