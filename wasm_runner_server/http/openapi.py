@@ -83,7 +83,8 @@ def _query_params(struct: type[msgspec.Struct], components: dict) -> list[dict]:
     return params
 
 
-_ERROR_TEXT = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Conflict",
+_ERROR_TEXT = {400: "Bad request", 402: "A budget of the workspace is spent", 403: "Not allowed", 404: "Not found",
+               409: "Conflict",
                413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
                422: "Invalid request", 429: "Overloaded (see Retry-After)", 501: "Not available on this server",
                503: "Shutting down or not ready"}
