@@ -36,6 +36,9 @@ async def _use(secure, sid: str) -> tuple[str, str, str]:
     status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member",
                                           json={"code": "open('api.txt').read()"})
     assert result["value"] == repr(file_mark)
+    status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/process", "a_member",  # the native tier too
+                                          json={"command": ["sh", "-c", f"cat api.txt > native.txt; echo {out_mark}"]})
+    assert status == 200 and result["stdout"] == out_mark + "\n", result
     return code_mark, file_mark, out_mark
 
 
