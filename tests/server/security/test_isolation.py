@@ -26,6 +26,8 @@ NOT_SESSION_SCOPED = {
     "/v1/sessions", "/v1/exec", "/v1/batch", "/v1/profiles", "/v1/audit", "/v1/audit/{entry}",
     "/v1/shared/files", "/v1/shared/files/{path}",
     "/v1/admin/workspaces", "/v1/admin/keys", "/v1/admin/keys/{key}",
+    # usage: the caller's workspace (admin: any), budgets: admin keys only (test_usage_metering.py)
+    "/v1/usage", "/v1/admin/workspaces/{workspace}/budgets",
     "/mcp",
     # presigned links: their signature names workspace, session and path
     "/v1/links/{token}/{id}/{path}",
