@@ -4,6 +4,7 @@ refusing executions with 402 budget_exhausted."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -54,7 +55,12 @@ async def test_a_known_workload_is_metered_for_the_key_that_pays(start_secure, o
         assert status == 200 and result["exit_code"] == 0, result
         results.append(result)
     assert results[2]["stdout"] == "20000\n"
-    process = await start(secure, sid, command=["sleep", "1"])
+    status, native, _ = await secure.call("POST", f"/v1/sessions/{sid}/process", "a_member",
+                                          json={"command": ["sh", "-c", "wc -c < data.bin"]})
+    assert status == 200 and native["stdout"].strip() == str(STORED), native
+    results.append(native)
+    sleeper = (POST.format(size=30_000, port=origin.port) + "\nimport time\ntime.sleep(1)").replace("\n", ";")
+    process = await start(secure, sid, command=["python3", "-c", sleeper])
 
     async def ended() -> bool:
         _, info, _ = await secure.call("GET", f"/v1/sessions/{sid}/processes/{process['id']}", "a_member")
@@ -72,19 +78,26 @@ async def test_a_known_workload_is_metered_for_the_key_that_pays(start_secure, o
     rows = {e["unit"]: e for e in report["entries"]}
     assert {e["payer_id"] for e in report["entries"]} == {key_id}  # the key pays, nobody else
     assert all(e["payer_kind"] == "key" and e["key_kind"] == "member" for e in report["entries"])
-    assert rows["executions"]["amount"] == 3
+    assert rows["executions"]["amount"] == 4
     assert math.isclose(rows["wall_seconds"]["amount"], sum(r["duration_ms"] for r in results) / 1000, rel_tol=1e-6)
     assert math.isclose(rows["cpu_seconds"]["amount"], sum(r["cpu_ms"] for r in results) / 1000, rel_tol=1e-6)
     assert rows["cpu_seconds"]["amount"] > 0
     sent = sum(e["bytes_sent"] + e["bytes_received"] for e in results[2]["network"])
-    assert rows["egress_bytes"]["amount"] == sent and sent >= 40_000  # the body out and its echo back
-    assert math.isclose(rows["process_seconds"]["amount"], info["ended_at"] - info["started_at"], rel_tol=1e-6)
+    assert sent >= 40_000  # the body out and its echo back
+    _, audit, _ = await secure.call("GET", "/v1/audit", "a_member", params={"kind": "process"})
+    relayed = sum(e["bytes_sent"] + e["bytes_received"] for row in audit["entries"] if row["network"]
+                  for e in json.loads(row["network"]))
+    assert relayed >= 60_000  # the process's request through the egress proxy, both ways
+    assert rows["egress_bytes"]["amount"] == sent + relayed
+    # the background process's wall time, and the native run's
+    expected = info["ended_at"] - info["started_at"] + native["duration_ms"] / 1000
+    assert math.isclose(rows["process_seconds"]["amount"], expected, rel_tol=1e-6)
     assert rows["process_seconds"]["amount"] >= 1.0  # it slept a second
     assert rows["byte_hours"]["amount"] > 0
 
     status, by_day = await _usage(secure, "a_member", group_by="day", unit="executions")
     (day,) = by_day["entries"]
-    assert day["amount"] == 3 and len(day["day"]) == 10
+    assert day["amount"] == 4 and len(day["day"]) == 10
     status, none = await _usage(secure, "a_member", **{"from": "2000-01-01", "to": "2000-01-31"})
     assert status == 200 and none["entries"] == []
 
@@ -94,7 +107,7 @@ async def test_a_known_workload_is_metered_for_the_key_that_pays(start_secure, o
     status, data = await _usage(secure, "b_member", workspace="alpha")
     assert status == 404, data
     status, admin = await _usage(secure, "admin", workspace="alpha", group_by="unit")
-    assert _by_unit(admin)["executions"] == 3
+    assert _by_unit(admin)["executions"] == 4
     status, app = await _usage(secure, "a_app", group_by="unit")  # an app key: its own calls only
     assert status == 200 and app["entries"] == []
     status, data = await _usage(secure, "a_app", key=key_id)
@@ -105,10 +118,10 @@ async def test_a_known_workload_is_metered_for_the_key_that_pays(start_secure, o
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
     lines = text.splitlines()
     assert lines[0] == "workspace,payer_kind,payer_id,key_kind,unit,amount"
-    assert f"alpha,key,{key_id},member,executions,3.0" in lines
+    assert f"alpha,key,{key_id},member,executions,4.0" in lines
 
     status, metrics, _ = await secure.call("GET", "/metrics")
-    assert 'wasm_runner_usage_total{unit="executions"} 3' in metrics
+    assert 'wasm_runner_usage_total{unit="executions"} 4' in metrics
     assert "alpha" not in metrics  # aggregate only: no tenant in its labels
 
 
