@@ -18,6 +18,7 @@ audit log, links and shared/ work as with keys. The two differences are strategi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -226,10 +227,23 @@ class SecurityPolicy(AccessPolicy):
             self.security.disk.forget(owner.workspace, session_id)
 
     def batch_item_hold(self, request: web.Request) -> ItemHold | None:
-        """With keys, each batch item holds what an execution does: the workspace's disk quota is
-        checked (a 429 refuses the item) and one of its concurrent executions taken, waiting for one."""
+        """Each batch item is admitted as an execution: refused (402) once a budget of the workspace is spent;
+        with keys, the workspace's disk quota is checked (a 429 refuses the item) and one of its concurrent
+        executions taken, waiting for one."""
         security = self.security
-        return security.quotas.batch_item_hold(security.authenticator.principal_of(request))
+        principal = security.authenticator.principal_of(request)
+        quota_hold = security.quotas.batch_item_hold(principal)
+
+        @contextlib.asynccontextmanager
+        async def hold() -> AsyncIterator[None]:
+            security.budgets.check(principal.workspace)  # an item past a spent budget gets its 402 as its result
+            if quota_hold is None:
+                yield
+                return
+            async with quota_hold():
+                yield
+
+        return hold
 
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         return self.security.session_mounts(session_id)

@@ -140,6 +140,15 @@ async def test_a_spent_budget_refuses_executions_with_402_until_it_is_raised(sta
         assert status == 402, (path, data)
     assert (await secure.call("POST", "/v1/exec", "b_member", json={"code": "1"}))[0] == 200  # beta's own budget
 
+    # a batch is admitted item by item: those past the budget get its refusal as their result
+    lines = "".join(json.dumps({"code": f"print({n})"}) + "\n" for n in range(4))
+    status, text, _ = await secure.call("POST", "/v1/batch?concurrency=1", "c_member", data=lines,
+                                        headers={"Content-Type": "application/x-ndjson"})
+    assert status == 200, text
+    results = [json.loads(line) for line in text.splitlines()]
+    assert [r["stdout"] for r in results[:2]] == ["0\n", "1\n"]
+    assert [r["error"]["message"].split(":")[0] for r in results[2:]] == ["budget_exhausted"] * 2
+
     status, data, _ = await secure.call("PUT", "/v1/admin/workspaces/alpha/budgets", "a_member",
                                         json={"budgets": {"executions": 10}})
     assert status == 403, data
