@@ -404,7 +404,7 @@ class SecurityPolicy(AccessPolicy):
             log.exception("ephemeral sessions not dropped", extra={"event": "metadata_unavailable"})
         await service.processes.close()  # their exit rows are written before the audit log closes
         try:
-            security.meter.tick(*self.stored())  # stored bytes up to now (the ledger is flushed as it closes)
+            await asyncio.to_thread(security.meter.tick, *self.stored())  # stored bytes up to now
         except Exception:
             log.exception("usage sample failed", extra={"event": "usage_failed"})
         security.close()

@@ -79,10 +79,10 @@ def test_budgets_count_the_month_so_far_pending_amounts_included(ledger):
         budgets.check("alpha")
     assert refused.value.status == 402 and refused.value.code == "budget_exhausted"
     assert "used 5 executions since 2025-12-01" in refused.value.message
-    ledger.set_budget("alpha", "executions", 100)
+    budgets.set("alpha", "executions", 100)
     budgets.check("alpha")  # the workspace's own budget replaces the default
     assert budgets.of("alpha") == {"executions": 100} and budgets.of("beta") == {"executions": 5}
-    ledger.set_budget("alpha", "executions", None)
+    budgets.set("alpha", "executions", None)
     assert budgets.of("alpha") == {"executions": 5}
 
 

@@ -126,5 +126,5 @@ async def put_budgets(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
     for unit, amount in body.budgets.items():
-        security.usage.set_budget(workspace, unit, amount)
+        security.budgets.set(workspace, unit, amount)
     return json_response(_budgets(request, workspace))
