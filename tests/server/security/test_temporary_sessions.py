@@ -69,6 +69,10 @@ async def test_a_deleted_temporary_session_leaves_nothing_and_never_had_earlier_
         assert row["ephemeral"] and row["session"] != sid and row["session"].startswith("tmp-")
         assert row["code"] is None and row["stdout"] is None and row["path"] is None and row["code_sha256"] is None
 
+    # its kernel saved to disk (its memory holds the code's string), then restored by a call
+    assert (await secure.call("POST", f"/v1/sessions/{sid}:hibernate", "a_member"))[0] == 200
+    status, result, _ = await secure.call("POST", f"/v1/sessions/{sid}/exec", "a_member", json={"code": "x"})
+    assert result["value"] == repr(marks[0]), result
     assert (await secure.call("DELETE", f"/v1/sessions/{sid}", "a_member"))[0] == 204
     assert (await secure.call("GET", "/v1/audit", "a_member"))[0] == 200  # every audit row committed
     assert _traces(secure.data_dir, sid, *marks) == []
@@ -84,15 +88,21 @@ async def test_the_deprecated_ephemeral_flag_makes_a_temporary_session(start_sec
 
 async def test_an_expired_temporary_session_leaves_nothing(start_secure):
     secure = await start_secure(**SECTIONS)
-    sid = await new_session(secure, temporary=True, ttl_s=2)
+    sid = await new_session(secure, temporary=True)
     marks = await _use(secure, sid)
+    status, data, _ = await secure.call("PATCH", f"/v1/sessions/{sid}", "a_member", json={"expires_in_s": 0.5})
+    assert status == 200, data
 
     async def gone() -> bool:
         return (await secure.call("GET", f"/v1/sessions/{sid}", "a_member"))[0] == 404
 
     await eventually(gone, timeout=15)
-    assert (await secure.call("GET", "/v1/audit", "a_member"))[0] == 200
-    assert _traces(secure.data_dir, sid, *marks) == []
+
+    async def erased() -> bool:  # the sweep removes it from the API first, then erases its files
+        assert (await secure.call("GET", "/v1/audit", "a_member"))[0] == 200  # every audit row committed
+        return _traces(secure.data_dir, sid, *marks) == []
+
+    await eventually(erased, timeout=10)
 
 
 async def test_a_stop_and_a_killed_process_restart_leave_nothing(start_secure, tmp_path):
