@@ -102,7 +102,7 @@ async def test_an_expired_temporary_session_leaves_nothing(start_secure):
         assert (await secure.call("GET", "/v1/audit", "a_member"))[0] == 200  # every audit row committed
         return _traces(secure.data_dir, sid, *marks) == []
 
-    await eventually(erased, timeout=10)
+    await eventually(erased, timeout=30)
 
 
 async def test_a_stop_and_a_killed_process_restart_leave_nothing(start_secure, tmp_path):
