@@ -9,6 +9,7 @@ import functools
 import inspect
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from datetime import date
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, Literal
@@ -34,7 +35,7 @@ from wasm_runner_client.calls import (
     session_path,
 )
 from wasm_runner_client.errors import NotFoundError, TransportError, error_for
-from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers
+from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers, usage_query
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -85,6 +86,7 @@ from wasm_runner_protocol.tools import (
     ToolCallEvent,
     ToolList,
 )
+from wasm_runner_protocol.usage import BudgetsUpdate, UsageGrouping, UsageReport, UsageUnit, WorkspaceBudgets
 
 
 async def _chunks(upload: Upload) -> AsyncIterator[bytes]:
@@ -178,13 +180,14 @@ class AsyncClient:
 
     async def create_session(self, id: str | None = None, *, profile: str | None = None,
                              idle_timeout_s: float | None = None, ttl_s: float | None = None,
-                             metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
+                             metadata: Mapping[str, str] | None = None, temporary: bool = False,
+                             ephemeral: bool = False,
                              packages: PackageRequest | None = None,
                              egress: EgressPolicy | None = None, template: str | None = None,
                              tools: list[str] | None = None,
                        starter: str | None = None) -> SessionInfo:
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
+                             metadata=dict(metadata or {}), temporary=temporary or ephemeral, packages=packages,
                              egress=egress, template=template, tools=tools, starter=starter)
         return await self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
@@ -192,6 +195,32 @@ class AsyncClient:
                              egress: EgressPolicy | None | UnsetType = UNSET) -> SessionInfo:
         return await self._call(Call("PATCH", session_path(session_id), body=SessionPatch(egress=egress)),
                                 SessionInfo)
+
+    async def usage(self, *, workspace: str | None = None, member: str | None = None, key: str | None = None,
+                    unit: UsageUnit | None = None, since: date | None = None, until: date | None = None,
+                    group_by: UsageGrouping = "day") -> UsageReport:
+        """What the caller's workspace used (an admin key: any workspace, or all), summed per day, paying key
+        or unit; `since`/`until` are UTC days, both included."""
+        params = usage_query(workspace, member, key, unit, since, until, group_by)
+        return await self._call(Call("GET", "/v1/usage", params=params), UsageReport)
+
+    async def usage_csv(self, *, workspace: str | None = None, member: str | None = None, key: str | None = None,
+                        unit: UsageUnit | None = None, since: date | None = None, until: date | None = None,
+                        group_by: UsageGrouping = "day") -> str:
+        """The same rows as `usage`, as CSV text (a header line first)."""
+        params = {**usage_query(workspace, member, key, unit, since, until, group_by), "format": "csv"}
+        return (await self._send(Call("GET", "/v1/usage", params=params))).text
+
+    async def workspace_budgets(self, workspace: str) -> WorkspaceBudgets:
+        """A workspace's budgets for the month and what it used of them (admin keys)."""
+        return await self._call(Call("GET", f"/v1/admin/workspaces/{workspace}/budgets"), WorkspaceBudgets)
+
+    async def set_workspace_budgets(self, workspace: str,
+                                    budgets: Mapping[UsageUnit, float | None]) -> WorkspaceBudgets:
+        """Set a workspace's budget per unit for the month (None removes its own: the default applies)."""
+        body = BudgetsUpdate(budgets=dict(budgets))
+        return await self._call(Call("PUT", f"/v1/admin/workspaces/{workspace}/budgets", body=body),
+                                WorkspaceBudgets)
 
     async def get_session(self, session_id: str) -> SessionInfo:
         return await self._call(Call("GET", session_path(session_id)), SessionInfo)

@@ -6,6 +6,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import date
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Generic, Literal
@@ -79,6 +80,7 @@ from wasm_runner_protocol.tools import (
     ToolCallEvent,
     ToolList,
 )
+from wasm_runner_protocol.usage import BudgetsUpdate, UsageGrouping, UsageReport, UsageUnit, WorkspaceBudgets
 
 USER_AGENT = "wasm-runner-client/0.1"
 DEFAULT_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
@@ -183,7 +185,8 @@ class Client:
 
     def create_session(self, id: str | None = None, *, profile: str | None = None,
                        idle_timeout_s: float | None = None, ttl_s: float | None = None,
-                       metadata: Mapping[str, str] | None = None, ephemeral: bool = False,
+                       metadata: Mapping[str, str] | None = None, temporary: bool = False,
+                       ephemeral: bool = False,
                        packages: PackageRequest | None = None, egress: EgressPolicy | None = None,
                        template: str | None = None, tools: list[str] | None = None,
                        starter: str | None = None) -> SessionInfo:
@@ -191,7 +194,7 @@ class Client:
         profile's network policy for the session's life (403 if wider); `update_session` changes it.
         `starter` ("vite-react", "tanstack-start") puts a web project with its node_modules ready in it."""
         body = SessionCreate(id=id, profile=profile, idle_timeout_s=idle_timeout_s, ttl_s=ttl_s,
-                             metadata=dict(metadata or {}), ephemeral=ephemeral, packages=packages,
+                             metadata=dict(metadata or {}), temporary=temporary or ephemeral, packages=packages,
                              egress=egress, template=template, tools=tools, starter=starter)
         return self._call(Call("POST", "/v1/sessions", body=body), SessionInfo)
 
@@ -200,6 +203,32 @@ class Client:
         profile's (403 if wider); None goes back to the profile's. Its running background processes follow
         the new policy from their next connection on."""
         return self._call(Call("PATCH", session_path(session_id), body=SessionPatch(egress=egress)), SessionInfo)
+
+    def usage(self, *, workspace: str | None = None, member: str | None = None, key: str | None = None,
+              unit: UsageUnit | None = None, since: date | None = None, until: date | None = None,
+              group_by: UsageGrouping = "day") -> UsageReport:
+        """What the caller's workspace used (an admin key: any workspace, or all), summed per day, paying key
+        or unit; `since`/`until` are UTC days, both included."""
+        params = usage_query(workspace, member, key, unit, since, until, group_by)
+        return self._call(Call("GET", "/v1/usage", params=params), UsageReport)
+
+    def usage_csv(self, *, workspace: str | None = None, member: str | None = None, key: str | None = None,
+                  unit: UsageUnit | None = None, since: date | None = None, until: date | None = None,
+                  group_by: UsageGrouping = "day") -> str:
+        """The same rows as `usage`, as CSV text (a header line first)."""
+        params = {**usage_query(workspace, member, key, unit, since, until, group_by), "format": "csv"}
+        return (self._send(Call("GET", "/v1/usage", params=params))).text
+
+    def workspace_budgets(self, workspace: str) -> WorkspaceBudgets:
+        """A workspace's budgets for the month and what it used of them (admin keys)."""
+        return self._call(Call("GET", f"/v1/admin/workspaces/{workspace}/budgets"), WorkspaceBudgets)
+
+    def set_workspace_budgets(self, workspace: str,
+                              budgets: Mapping[UsageUnit, float | None]) -> WorkspaceBudgets:
+        """Set a workspace's budget per unit for the month (None removes its own: the default applies)."""
+        body = BudgetsUpdate(budgets=dict(budgets))
+        return self._call(Call("PUT", f"/v1/admin/workspaces/{workspace}/budgets", body=body),
+                          WorkspaceBudgets)
 
     def get_session(self, session_id: str) -> SessionInfo:
         return self._call(Call("GET", session_path(session_id)), SessionInfo)
@@ -727,3 +756,10 @@ class ProcessOutputStream:
             self.close()
         if self._events.exit is None:
             raise self._events.ended_early()
+
+
+def usage_query(workspace: str | None, member: str | None, key: str | None, unit: str | None, since: date | None,
+                 until: date | None, group_by: str) -> dict[str, str]:
+    return query(workspace=workspace, member=member, key=key, unit=unit,
+                 **{"from": since.isoformat() if since else None, "to": until.isoformat() if until else None},
+                 group_by=group_by)

@@ -227,6 +227,9 @@ class ExecResult(msgspec.Struct, omit_defaults=False, kw_only=True):
     served in turn across workspaces and sessions; past the service's bound a call gets 429 instead."""
     fuel_used: int | None = None
     memory_peak_bytes: int | None = None
+    cpu_ms: float | None = None
+    """CPU time the host measured for the run (user + system; null where it was not measured): what
+    usage metering counts as cpu_seconds."""
     files: FileChanges = msgspec.field(default_factory=FileChanges)
     outputs: list[RichOutput] = []
     """Rich outputs of Python runs (figures, displayed objects, the last expression), in order."""

@@ -248,9 +248,12 @@ class SessionCreate(_Body):
     """Remove the session and its files this long after creation."""
     metadata: Annotated[dict[Annotated[str, Meta(max_length=128)], Annotated[str, Meta(max_length=1024)]],
                         Meta(max_length=32)] = {}
+    temporary: bool = False
+    """Start from nothing and leave no persistent trace: no shared/ folder, template or starter, no file
+    history, no artifacts; its files are erased when it ends (deleted, expired, or the server stops), and
+    the audit log keeps only that runs happened, with sizes and outcome, never code, output or paths."""
     ephemeral: bool = False
-    """Leave no persistent trace: files removed when the session ends (or the server stops), and the
-    audit log keeps only that runs happened, with sizes and outcome, never code or output."""
+    """Deprecated alias of `temporary`."""
     packages: PackageRequest | None = None
     """Installed before the session is answered (e.g. `{"lock": ...}` exported from another session);
     a failed install answers 422 packages_failed and leaves no session."""

@@ -36,6 +36,8 @@ class Operation:
     """Other success statuses with the same body (e.g. 200 beside 201)."""
     stream: bool = False
     """Also answers text/event-stream (stdout/stderr events, then the result)."""
+    also_media: tuple[str, ...] = ()
+    """Other media types the success may have, as text (e.g. text/csv for `?format=csv`)."""
     errors: tuple[int, ...] = ()
     description: str = ""
     error_body: Any = None
@@ -88,7 +90,8 @@ def _query_params(struct: type[msgspec.Struct], components: dict) -> list[dict]:
     return params
 
 
-_ERROR_TEXT = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Conflict",
+_ERROR_TEXT = {400: "Bad request", 402: "A budget of the workspace is spent", 403: "Not allowed", 404: "Not found",
+               409: "Conflict",
                413: "Too large", 415: "Unsupported media type", 416: "Range not satisfiable",
                422: "Invalid request", 429: "Overloaded (see Retry-After)", 501: "Not available on this server",
                503: "Shutting down or not ready"}
@@ -193,6 +196,8 @@ def build_document(app: web.Application, *, title: str, version: str) -> dict:
                                                  else {"type": "string"}}}
             else:
                 ok["content"] = {"application/json": {"schema": refs[id(spec.response)]}}
+            for media in spec.also_media:
+                ok["content"][media] = {"schema": {"type": "string"}}
             if spec.stream:
                 ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
                 ok["description"] = ("OK. With Accept: text/event-stream: `stdout`/`stderr` events "

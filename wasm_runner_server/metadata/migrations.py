@@ -198,6 +198,26 @@ STEPS: tuple[str, ...] = (
     ALTER TABLE session_owners ADD COLUMN disk TEXT;
     ALTER TABLE session_owners ADD COLUMN workdir TEXT;
     """,
+    # 7: usage metering, one running sum per (workspace, payer, UTC day, unit), and workspace budgets
+    """
+    CREATE TABLE usage (
+        workspace TEXT NOT NULL,
+        payer_kind TEXT NOT NULL,         -- key | workspace | member (an OAuth token's authorizing member)
+        payer_id TEXT NOT NULL,
+        key_kind TEXT NOT NULL,           -- the paying key's kind; "" otherwise
+        day TEXT NOT NULL,                -- YYYY-MM-DD, UTC
+        unit TEXT NOT NULL,
+        amount DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, payer_kind, payer_id, key_kind, day, unit)
+    );
+    CREATE INDEX usage_by_day ON usage (workspace, unit, day);
+    CREATE TABLE usage_budgets (
+        workspace TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        amount DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (workspace, unit)
+    );
+    """,
 )
 
 

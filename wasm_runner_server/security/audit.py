@@ -14,9 +14,11 @@ journal nor, with `synchronous="NORMAL"` (the default), the WAL is fsynced at ea
 power loss may lose the last rows; with `"FULL"` a committed row survives it (see `wal`).
 A process that opens the log while another owns its journal (the CLI beside a running
 service) can read and prune it, not record rows (their ids would be the owner's to give).
-Code and output are stored capped, with the code's SHA-256 and full sizes. For an
-ephemeral session only the fact of the run is kept: sizes, outcome, timings, never
-code, output or paths.
+Code and output are stored capped, with the code's SHA-256 and full sizes. For a
+temporary (ephemeral) session only the fact of the run is kept: sizes, outcome, timings, never
+code, output, paths or what a fork made; and its id is replaced by a pseudonym (`pseudonym`), keyed
+by a secret this process holds in memory only, so rows of one session still go together while it
+lives, and nothing in the log names it once the process is gone.
 
 In a cluster the table is in the PostgreSQL database the nodes share (`in_postgres`): each node keeps
 its own journal in its data directory and gives ids from blocks it takes from a sequence (one database
@@ -29,9 +31,11 @@ rows whose id is in the table already are skipped, so a row is there once.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -175,6 +179,7 @@ class AuditLog:
         """Guards the queued rows, the next id, the journal's appends and rotation, the writer's start and stop."""
         self._pending: list[dict] = []
         self._closed = False
+        self._pseudonym_key = secrets.token_bytes(32)
         self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX)) if journal else None
         """None while another process owns it: this one does not record rows."""
         if self._journal is not None:
@@ -251,8 +256,14 @@ class AuditLog:
 
     # -- writing ------------------------------------------------------------------------------
 
+    def pseudonym(self, session: str) -> str:
+        """What a temporary session is called in the log (the same for its rows while this process runs)."""
+        return "tmp-" + hmac.new(self._pseudonym_key, session.encode(), hashlib.sha256).hexdigest()[:24]
+
     def _insert(self, row: dict) -> int:
         """The row journaled (on disk once this returns) and queued for the writer; its id."""
+        if row.get("ephemeral") and row.get("session"):
+            row["session"] = self.pseudonym(row["session"])
         with self._queue:
             if self._closed:
                 raise RuntimeError("the audit log is closed")
@@ -363,7 +374,7 @@ class AuditLog:
         now = time.time()
         return self._insert({"ts": now, "kind": "session", "workspace": workspace, "key_id": key_id,
                              "session": session, "ephemeral": int(ephemeral), "mode": mode,
-                             "files_changed": json.dumps(detail), "stderr": error,
+                             "files_changed": None if ephemeral else json.dumps(detail), "stderr": error,
                              "outcome": "ok" if ok else "error", "started_at": now, "finished_at": now})
 
     def record_artifact(self, *, workspace: str, key_id: str, session: str | None, ephemeral: bool, mode: str,
@@ -461,7 +472,7 @@ class AuditLog:
     def query(self, filters: AuditFilter, *, after_id: int | None = None, limit: int = 100) -> list[dict]:
         self.flush()
         where, args = [], []
-        for name in ("workspace", "session", "key_id", "kind", "outcome"):
+        for name in ("workspace", "key_id", "kind", "outcome"):
             value = getattr(filters, name)
             if value is not None:
                 where.append(f"{name} = ?")
@@ -469,6 +480,9 @@ class AuditLog:
         if filters.key_ids is not None:
             where.append(f"key_id IN ({', '.join('?' * len(filters.key_ids))})" if filters.key_ids else "1 = 0")
             args.extend(filters.key_ids)
+        if filters.session is not None:  # a temporary session's rows, while this process runs, by its id too
+            where.append("session IN (?, ?)")
+            args += [filters.session, self.pseudonym(filters.session)]
         if filters.since is not None:
             where.append("ts >= ?")
             args.append(filters.since)

@@ -57,7 +57,13 @@ def owned_by(disk: str) -> bool:
 
 def place(layout: DiskLayout, principal: Principal, body: SessionCreate, session_id: str) -> Placement:
     """Where a session `principal` creates with `body` keeps its /workspace; ApiError 4xx when the
-    layout cannot place it (the answer says what to change)."""
+    layout cannot place it (the answer says what to change). A temporary session starts from nothing:
+    a directory of its own, whatever the layout."""
+    if body.temporary or body.ephemeral:
+        if body.agent is not None or body.end_user is not None:
+            raise ApiError(422, ErrorCode.TEMPORARY_SESSION, "a temporary session starts from nothing: it is on "
+                           "no member's disk and no end user's root", "leave `agent` and `end_user` out")
+        return OWN
     placed = _place(layout, principal, body, session_id)
     if placed.disk and (body.template is not None or body.starter is not None):
         # a template or starter fills a directory of the session's own, which this session has not

@@ -19,9 +19,11 @@ audit log, links and shared/ work as with keys. The two differences are strategi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 
 import msgspec
 from aiohttp import web
@@ -64,7 +66,7 @@ from wasm_runner_server.security.console_sessions import check_csrf, cookie_sess
 from wasm_runner_server.security.disk_layouts import OWN
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.oauth.scopes import check_scope
-from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, members, oauth, presign, shared
+from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, members, oauth, presign, shared, usage
 from wasm_runner_server.security.routes.oauth import OAUTH_PREFIX
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
@@ -74,6 +76,9 @@ from wasm_runner_server.sessions.service import SERVICE
 from wasm_runner_server.sessions.session_disk import SessionDisk
 
 log = logging.getLogger("wasm_runner.server.auth")
+
+PROCESS_START_ROUTE = SESSION_ROUTE_PREFIX + "/processes"
+"""Starting a background process: refused, like an execution, once the workspace's budget is spent."""
 
 
 def shared_session_refused(session_id: str) -> ApiError:
@@ -136,6 +141,8 @@ class SecurityPolicy(AccessPolicy):
             if session_id is not None and not principal.shared and security.mounts_shared(session_id):
                 raise shared_session_refused(session_id)
             is_exec = request.method == "POST" and route in EXEC_ROUTES
+            if is_exec or (request.method == "POST" and route == PROCESS_START_ROUTE):
+                security.budgets.check(principal.workspace)  # 402 once a budget of the month is spent
             writes = is_exec or (request.method in FILE_MODES and (route.startswith(SESSION_ROUTE_PREFIX + "/files")
                                                                    or route.startswith("/v1/shared/")))
             # Deleting frees room: never refused. Nor is a run in a session: in a full workspace it gets
@@ -244,10 +251,23 @@ class SecurityPolicy(AccessPolicy):
             self.security.disk.forget(owner.workspace, session_id)
 
     def batch_item_hold(self, request: web.Request) -> ItemHold | None:
-        """With keys, each batch item holds what an execution does: the workspace's disk quota is
-        checked (a 429 refuses the item) and one of its concurrent executions taken, waiting for one."""
+        """Each batch item is admitted as an execution: refused (402) once a budget of the workspace is spent;
+        with keys, the workspace's disk quota is checked (a 429 refuses the item) and one of its concurrent
+        executions taken, waiting for one."""
         security = self.security
-        return security.quotas.batch_item_hold(security.authenticator.principal_of(request))
+        principal = security.authenticator.principal_of(request)
+        quota_hold = security.quotas.batch_item_hold(principal)
+
+        @contextlib.asynccontextmanager
+        async def hold() -> AsyncIterator[None]:
+            security.budgets.check(principal.workspace)  # an item past a spent budget gets its 402 as its result
+            if quota_hold is None:
+                yield
+                return
+            async with quota_hold():
+                yield
+
+        return hold
 
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         return self.security.session_mounts(session_id)
@@ -269,6 +289,8 @@ class SecurityPolicy(AccessPolicy):
         service = self._app.get(SERVICE)
         live = service.sessions.sessions.get(session_id) if (service is not None and session_id) else None
         outcome = outcome_of(result) if result is not None else "aborted"
+        native = (result.isolation != "wasm") if result is not None else request.command is not None
+        security.meter.execution(principal, result, native)
         try:
             security.audit.record_execution(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
@@ -336,6 +358,13 @@ class SecurityPolicy(AccessPolicy):
         principal = owner if isinstance(owner, Principal) else security.authenticator.unknown
         tenant = security.tenants.owner(session_id)
         request = process.request
+        network = process.take_network() if event != "start" else []
+        if event == "start":
+            security.meter.process_started(process.id, principal, process.started_at)
+        elif event == "exit":
+            security.meter.process_ended(process.id, process.ended_at, network)
+        else:
+            security.meter.process_network(process.id, network)
         try:
             security.audit.record_process(
                 workspace=principal.workspace, key_id=principal.key_id, session=session_id,
@@ -344,7 +373,7 @@ class SecurityPolicy(AccessPolicy):
                 language=request.language, state=process.state, exit_code=process.exit_code,
                 started_at=process.started_at, finished_at=process.ended_at if event == "exit" else None,
                 stdout_bytes=process.stdout.end, stderr_bytes=process.stderr.end, error=process.error(),
-                network=process.take_network() if event != "start" else (),
+                network=network,
                 redact=CredentialBroker(request.credentials).redact if request.credentials else None)
         except Exception:
             log.exception("audit write failed", extra={"event": "audit_failed"})
@@ -353,7 +382,7 @@ class SecurityPolicy(AccessPolicy):
 
     def routes(self) -> Iterable[web.AbstractRouteDef]:
         return [*presign.routes, *artifacts.routes, *audit.routes, *admin.routes, *members.routes, *me.routes,
-                *shared.routes, *console.routes, *oauth.routes]
+                *shared.routes, *console.routes, *oauth.routes, *usage.routes]
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         settings = self.config.auth
@@ -373,7 +402,8 @@ class SecurityPolicy(AccessPolicy):
             log.warning("no API keys yet: create the first admin key with "
                         "`wasm-runner keys create --workspace admin --name root --kind admin "
                         f"--data-dir {data_dir}` (it is shown once)", extra={"event": "no_keys"})
-        await self._drop_ephemeral(app)  # ephemeral sessions never outlive the process
+        await self._drop_ephemeral(app)  # temporary sessions never outlive the process
+        service.sessions.removal_observers.append(self._session_removed)
         pruned = security.audit.prune(settings.audit_retention_days)
         security.oauth.prune()  # expired codes and tokens (and daily after)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
@@ -381,15 +411,34 @@ class SecurityPolicy(AccessPolicy):
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
         self.prune_artifacts()
         artifact_pruner = asyncio.create_task(self._prune_artifacts_forever(), name="wasm-runner-artifact-prune")
+        ledger = security.usage
+        service.metrics.family("wasm_runner_usage_total", "Usage metered by this process since it started, by "
+                               "unit (GET /v1/usage has it per workspace, payer and day).", "counter", ("unit",),
+                               lambda: {(unit,): amount for unit, amount in ledger.totals.items()})
+        security.meter.tick(*self.stored())  # the first storage sample starts its clock
+        metering = [asyncio.create_task(self._flush_usage_forever(), name="wasm-runner-usage-flush"),
+                    asyncio.create_task(self._sample_usage_forever(), name="wasm-runner-usage-sample")]
         yield
         pruner.cancel()
         artifact_pruner.cancel()
+        for task in metering:
+            task.cancel()
         try:
             await self._drop_ephemeral(app)
         except UNREACHABLE:  # a cluster's database is down: its node's ephemeral sessions are dropped at next start
             log.exception("ephemeral sessions not dropped", extra={"event": "metadata_unavailable"})
         await service.processes.close()  # their exit rows are written before the audit log closes
+        try:
+            await asyncio.to_thread(security.meter.tick, *self.stored())  # stored bytes up to now
+        except Exception:
+            log.exception("usage sample failed", extra={"event": "usage_failed"})
         security.close()
+
+    def _session_removed(self, session_id: str) -> None:
+        """A deleted or expired temporary session's owner is forgotten (it was in memory only)."""
+        owner = self.security.tenants.owner(session_id)
+        if owner is not None and owner.ephemeral:
+            self.security.tenants.release(session_id)
 
     async def _drop_ephemeral(self, app: web.Application) -> None:
         service = app[SERVICE]
@@ -403,6 +452,40 @@ class SecurityPolicy(AccessPolicy):
             if live is not None:
                 await service.sessions.delete(live)
             tenants.release(session_id)
+
+    def stored(self) -> tuple[list[tuple[Path, Principal]], list[tuple[str, Path]]]:
+        """What holds stored bytes on this node: its sessions' directories with their owners, and their
+        workspaces' own directories (shared/), for the meter's sample."""
+        if self._app is None:
+            return [], []
+        security = self.security
+        service = self._app[SERVICE]
+        sessions = []
+        workspaces: set[str] = set()
+        for session_id in list(service.sessions.sessions):
+            owner = security.tenants.owner(session_id)
+            if owner is None:
+                continue
+            sessions.append((service.sessions.sessions_dir / session_id,
+                             Principal(owner.workspace, owner.key_id, owner.kind)))
+            workspaces.add(owner.workspace)
+        return sessions, [(w, security.disk.own_dir(w)) for w in sorted(workspaces)]
+
+    async def _flush_usage_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.auth.usage.flush_interval_s)
+            try:
+                await asyncio.to_thread(self.security.usage.flush)
+            except Exception:
+                log.exception("usage write failed", extra={"event": "usage_failed"})
+
+    async def _sample_usage_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.auth.usage.sample_interval_s)
+            try:  # what to sample is read here, the directories walked on a thread
+                await asyncio.to_thread(self.security.meter.tick, *self.stored())
+            except Exception:
+                log.exception("usage sample failed", extra={"event": "usage_failed"})
 
     def prune_artifacts(self) -> int:
         """Remove the artifacts past their retention, with an audit row each; how many."""

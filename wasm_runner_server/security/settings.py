@@ -19,6 +19,11 @@
     apps = "end-user"                  # "session" (default): a directory per session
     [auth.workspace_disk_layouts.acme] # one workspace's own choice, instead of [auth.disk_layout]
     members = "session"
+    [auth.usage]
+    flush_interval_s = 1               # usage counted in memory is written this often
+    sample_interval_s = 300            # stored bytes sampled (byte-hours), processes' seconds counted
+    [auth.budgets]                     # per workspace and UTC month, for every workspace (the admin
+    executions = 100000                # API sets a workspace's own: PUT /v1/admin/workspaces/W/budgets)
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from wasm_runner_server.security.usage import Unit
 
 
 class _Model(BaseModel):
@@ -64,6 +71,13 @@ class DiskLayout(_Model):
     among its end user's (`end_users/<end user>/session-roots/<session id>`), `end_user` required."""
 
 
+class UsageSettings(_Model):
+    flush_interval_s: Annotated[float, Field(gt=0)] = 1.0
+    """How often usage counted in memory is written to the ledger (a kill loses at most this much)."""
+    sample_interval_s: Annotated[float, Field(gt=0)] = 300.0
+    """How often stored bytes are sampled into byte-hours and running processes' seconds counted."""
+
+
 class AuthSettings(_Model):
     enabled: bool = True
     """Require `Authorization: Bearer <key>`. Off only for local use (logged loudly at start)."""
@@ -93,3 +107,7 @@ class AuthSettings(_Model):
     """A workspace's own layout, by workspace name, instead of `disk_layout`."""
     audit_code_bytes: Annotated[int, Field(ge=0)] = 64 * 1024
     audit_output_bytes: Annotated[int, Field(ge=0)] = 16 * 1024
+    usage: UsageSettings = UsageSettings()
+    budgets: dict[Unit, Annotated[float, Field(ge=0)]] = {}
+    """Every workspace's budget per unit over the UTC month (a workspace's own, set through the admin
+    API, replaces it); with one spent, executions are refused with 402 budget_exhausted."""

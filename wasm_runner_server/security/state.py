@@ -17,8 +17,10 @@ from wasm_runner_server.http.policy import Principal, WorkspaceQuota
 from wasm_runner_server.security import stores
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.authenticators import ApiKeys, Authenticator, LocalOnly
+from wasm_runner_server.security.budgets import Budgets
 from wasm_runner_server.security.console_sessions import ConsoleSessions
 from wasm_runner_server.security.disk_layouts import Placement, owned_by, place
+from wasm_runner_server.security.metering import Meter
 from wasm_runner_server.security.oauth.server import OAuthServer
 from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import Signer, load_secrets
@@ -26,6 +28,7 @@ from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings, DiskLayout
 from wasm_runner_server.security.team import Team
 from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.security.usage import UsageLedger
 from wasm_runner_server.sessions.service import Service
 from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 
@@ -54,6 +57,11 @@ class Security:
     oauth_server: OAuthServer
     team: Team
     """The workspaces' members and roles: changes checked and audited."""
+    usage: UsageLedger
+    """What each workspace used, per payer, day and unit; and the budgets set through the API."""
+    meter: Meter
+    """What counts into `usage`: executions, processes, stored bytes, egress."""
+    budgets: Budgets
 
     @classmethod
     def open(cls, config: ServiceConfig, service: Service) -> Security:
@@ -76,8 +84,10 @@ class Security:
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
+        usage = stores.usage_ledger(config, data_dir)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s), oauth, oauth_server, Team(tenants, audit))
+                   ConsoleSessions(settings.console_session_s), oauth, oauth_server, Team(tenants, audit), usage,
+                   Meter(usage), Budgets(usage, settings.budgets))
 
     def close(self) -> None:
         if isinstance(self.authenticator, ApiKeys):
@@ -86,6 +96,7 @@ class Security:
         self.oauth.close()
         self.audit.close()
         self.artifacts.close()
+        self.usage.close()
 
     def shared_dir(self, workspace: str) -> Path:
         path = self.disk.own_dir(workspace) / "shared"
@@ -115,7 +126,7 @@ class Security:
         """Whether the session sees shared/: fixed when it is created, by the kind of the key creating it.
         Its kernels keep whatever they read there, so only keys allowed shared/ may use such a session."""
         owner = self.tenants.owner(session_id)
-        return owner is not None and owner.kind != "app"
+        return owner is not None and owner.kind != "app" and not owner.ephemeral  # a temporary one starts empty
 
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         owner = self.tenants.owner(session_id)

@@ -10,6 +10,7 @@ from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
 from wasm_runner_server.security.tenants import TenantStore
+from wasm_runner_server.security.usage import UsageLedger
 from wasm_runner_server.sessions.open_store import store_settings
 
 if TYPE_CHECKING:
@@ -36,6 +37,18 @@ def oauth_store(config: ServiceConfig | None, data_dir: Path) -> OAuthStore:
 
     db = postgres.acquire(settings)
     return OAuthStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+
+
+def usage_ledger(config: ServiceConfig | None, data_dir: Path) -> UsageLedger:
+    """The usage ledger and budgets (`config` None: the SQLite file in `data_dir`)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return UsageLedger.in_data_dir(data_dir)
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.metadata.sql import PostgresSql
+
+    db = postgres.acquire(settings)
+    return UsageLedger(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
 
 
 def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = True, **kwargs: Any) -> AuditLog:

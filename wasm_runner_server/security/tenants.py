@@ -136,6 +136,8 @@ class TenantStore:
         """The members' roles and the custom roles, in the same database."""
         self._touched: dict[str, float] = {}
         self._owners: dict[str, Owner] = {}
+        self._temporary: dict[str, Owner] = {}
+        """The owners of temporary sessions: in memory only, so no database holds their ids."""
         self._cache_owners = self.path is not None
         """Only where this process alone gives sessions owners: in a shared database another node may
         release a session and give its id to another workspace."""
@@ -237,15 +239,20 @@ class TenantStore:
 
     def claim(self, session_id: str, workspace: str, key_id: str, kind: str, ephemeral: bool,
               disk: str = "", workdir: str = "") -> None:
-        """`session_id` belongs to `workspace`; `disk` and `workdir` place its /workspace (see Owner)."""
+        """`session_id` belongs to `workspace`; `disk` and `workdir` place its /workspace (see Owner).
+        `ephemeral`: a temporary session, whose owner is kept in this process's memory only (in a directory
+        of its own: a temporary session starts from nothing)."""
         self._owners.pop(session_id, None)
+        if ephemeral:
+            self._temporary[session_id] = Owner(session_id, workspace, key_id, kind, True)
+            return
         self._db.upsert("session_owners", "session_id",
                         ("session_id", "workspace", "key_id", "kind", "ephemeral", "created_at", "disk", "workdir"),
                         (session_id, workspace, key_id, kind, int(ephemeral), time.time(), disk or None,
                          workdir or None))
 
     def owner(self, session_id: str) -> Owner | None:
-        cached = self._owners.get(session_id)  # asked on every call; changes only here
+        cached = self._temporary.get(session_id) or self._owners.get(session_id)  # asked on every call
         if cached is not None:
             return cached
         row = self._db.one("SELECT session_id, workspace, key_id, kind, ephemeral, disk, workdir FROM session_owners "
@@ -258,12 +265,17 @@ class TenantStore:
         return owner
 
     def sessions_of(self, workspace: str) -> list[str]:
-        return [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE workspace = ?",
-                                            (workspace,))]
+        stored = [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE workspace = ?",
+                                              (workspace,))]
+        return stored + [s for s, owner in list(self._temporary.items()) if owner.workspace == workspace]
 
     def ephemeral_sessions(self) -> list[str]:
-        return [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
+        """The temporary sessions: this process's, and any an earlier version recorded in the database."""
+        stored = [r[0] for r in self._db.rows("SELECT session_id FROM session_owners WHERE ephemeral = 1")]
+        return stored + list(self._temporary)
 
     def release(self, session_id: str) -> None:
         self._owners.pop(session_id, None)
+        if self._temporary.pop(session_id, None) is not None:
+            return
         self._db.run("DELETE FROM session_owners WHERE session_id = ?", (session_id,))

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("wasm_runner.server")
 
 ONESHOT_PREFIX = "oneshot-"
+TEMPORARY_MARK = "temporary"
+"""A file in a temporary session's directory, beside files/ (never mounted into the guest): the host's
+note that the directory is to be erased, should a killed process have left it."""
 """Throwaway sessions of POST /v1/exec; left-overs of a crash are removed at start."""
 SESSION_ID = re.compile(SESSION_ID_PATTERN)
 
@@ -120,6 +123,8 @@ class LiveSession:
     deleted: bool = False
     history: FileHistory | None = None
     """Earlier versions of the files written through the API (opened on first use)."""
+    temporary: bool = False
+    """Kept in memory only (no metadata row), with no file history; its files are erased when it ends."""
     hibernated: bool = False
     """Idle past its idle timeout (its kernels saved and dropped), or restored from the store after a
     restart with nothing in memory; cleared when a call or a background process starts."""
@@ -142,6 +147,12 @@ def _time(value: float) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
 
 
+def temporary_refused(what: str) -> ApiError:
+    """What a temporary session answers when asked for what it does not keep or give out."""
+    return ApiError(409, ErrorCode.TEMPORARY_SESSION, f"a temporary session {what}",
+                    "use a session created without temporary for what must outlive it")
+
+
 class SessionManager:
     def __init__(self, config: ServiceConfig, store: SessionMetadata, pool: RunnerPool, execution: Execution,
                  metrics: Metrics, mounts_for: Callable[[str], tuple[Mount, ...]] = lambda session_id: (),
@@ -162,6 +173,8 @@ class SessionManager:
         """The workspace a session belongs to, by id (its kernel snapshots and templates are that workspace's)."""
         self.disk_for = disk_for
         """Where a session's /workspace is, by id (the access policy's disk layout: e.g. a member's disk)."""
+        self.removal_observers: list[Callable[[str], None]] = []
+        """Told the id of each session removed (deleted or expired), once its files are gone."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
@@ -205,7 +218,9 @@ class SessionManager:
             self.store.delete(row.id)
             self.metrics.sessions_expired.inc()
         if self.sessions_dir.is_dir():
-            leftovers = [p for p in self.sessions_dir.iterdir() if p.name.startswith(ONESHOT_PREFIX)]
+            # one-shot scratch directories, and temporary sessions' files left by a process that was killed
+            leftovers = [p for p in self.sessions_dir.iterdir() if p.name.startswith(ONESHOT_PREFIX)
+                         or (p.name not in self.sessions and (p / TEMPORARY_MARK).is_file())]
             for path in leftovers:
                 await asyncio.to_thread(discard_tree, path)
         log.info("sessions restored", extra={"event": "sessions_restored", "sessions": len(self.sessions),
@@ -234,7 +249,7 @@ class SessionManager:
         for live in dirty:
             live.dirty = False
         try:
-            yield [live.row for live in dirty]
+            yield [live.row for live in dirty if not live.temporary]  # a temporary session has no row
         except BaseException:
             for live in dirty:
                 live.dirty = True
@@ -261,13 +276,30 @@ class SessionManager:
         now = time.time()
         row = SessionRow(id=session_id, profile=name, created_at=now, last_used_at=now, idle_timeout_s=idle,
                          ttl_s=ttl, metadata=dict(body.metadata), egress=egress, tools=tools)
-        if session_id in self.sessions or not self.store.insert(row):
+        temporary = body.temporary or body.ephemeral
+        if session_id in self.sessions or not self._claim_id(row, temporary):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {session_id!r} already exists",
                            "use it, delete it first, or let the server choose an id")
-        live = LiveSession(row)
+        live = LiveSession(row, temporary=temporary)
         self.sessions[session_id] = live
         log.info("session created", extra={"event": "session_created", "session": session_id, "profile": name})
         return live
+
+    def _claim_id(self, row: SessionRow, temporary: bool) -> bool:
+        """Take the session's id: a row in the store, or for a temporary session (whose id is kept in
+        memory only) a directory holding the host's mark, so that a killed process's is erased at the
+        next start. False when the id is taken."""
+        if not temporary:
+            return self.store.insert(row)
+        if self.store.elsewhere([row.id]):  # another node's (this node's are all in `sessions`)
+            return False
+        directory = self.sessions_dir / row.id
+        try:
+            directory.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            return False
+        (directory / TEMPORARY_MARK).touch(mode=0o600)
+        return True
 
     def add_copy(self, parent: LiveSession, core: Session) -> LiveSession:
         """A session made as a copy of `parent` by the core (a fork's child): its row, with the
@@ -277,12 +309,20 @@ class SessionManager:
         row = SessionRow(id=core.id, profile=source.profile, created_at=now, last_used_at=now,
                          idle_timeout_s=source.idle_timeout_s, ttl_s=source.ttl_s, metadata=dict(source.metadata),
                          egress=source.egress, tools=source.tools)
-        if core.id in self.sessions or not self.store.insert(row):
+        if core.id in self.sessions or not (self._mark_copy(core.id) if parent.temporary else self.store.insert(row)):
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
-        live = LiveSession(row, core=core)
+        live = LiveSession(row, core=core, temporary=parent.temporary)  # a temporary session's copies are too
         self.sessions[core.id] = live
         log.info("session forked", extra={"event": "session_forked", "session": core.id, "parent": source.id})
         return live
+
+    def _mark_copy(self, session_id: str) -> bool:
+        """A temporary session's copy: its directory (made by the core) gets the host's mark."""
+        directory = self.sessions_dir / session_id
+        if not directory.is_dir():
+            directory.mkdir(parents=True, mode=0o700)
+        (directory / TEMPORARY_MARK).touch(mode=0o600)
+        return True
 
     def get(self, session_id: str) -> LiveSession:
         live = self.sessions.get(session_id) if SESSION_ID.match(session_id) else None
@@ -361,7 +401,10 @@ class SessionManager:
         return WorkspaceFiles(session.workspace.files)
 
     def history(self, live: LiveSession) -> FileHistory:
-        """The session's file history, kept beside its files (outside what the guest sees)."""
+        """The session's file history, kept beside its files (outside what the guest sees); a temporary
+        session keeps none (409)."""
+        if live.temporary:
+            raise temporary_refused("keeps no file history")
         if live.history is None:
             _, session = self.core(live)
             bounds = self.config.history
@@ -399,14 +442,15 @@ class SessionManager:
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None
         ids = self.store.page(after, limit + 1)
-        more = len(ids) > limit
         remote = {row.id: LiveSession(row) for row in self.store.elsewhere([i for i in ids if i not in self.sessions])}
-        page = [live for i in ids[:limit] if (live := self.sessions.get(i) or remote.get(i)) is not None]
-        next_cursor = None
-        if more and ids[:limit]:
-            last = self.sessions.get(ids[limit - 1]) or remote.get(ids[limit - 1])
-            if last is not None:
-                next_cursor = encode_cursor(last.row.created_at, last.row.id)
+        lives = [live for i in ids if (live := self.sessions.get(i) or remote.get(i)) is not None]
+        temporary = [live for live in self.sessions.values() if live.temporary
+                     and (after is None or (live.row.created_at, live.row.id) > after)]
+        if temporary:  # in memory only, not in the store: merged into its order
+            lives = sorted(lives + temporary, key=lambda live: (live.row.created_at, live.row.id))[:limit + 1]
+        more = len(lives) > limit
+        page = lives[:limit]
+        next_cursor = encode_cursor(page[-1].row.created_at, page[-1].row.id) if more and page else None
         return page, next_cursor
 
     def elsewhere(self, session_ids: list[str]) -> list[LiveSession]:
@@ -509,7 +553,8 @@ class SessionManager:
             return
         live.deleted = True
         self.sessions.pop(live.row.id, None)
-        self.store.delete(live.row.id)
+        if not live.temporary:
+            self.store.delete(live.row.id)
         self.cancel(live)
         async with live.lock:  # the cancelled execution has let go
             runner, session = self.core(live)
@@ -519,6 +564,13 @@ class SessionManager:
                 await asyncio.to_thread(discard_tree, workspace.root)
                 if self.disk_for(live.row.id).owned:  # an end user's session root (a member's disk stays)
                     await asyncio.to_thread(discard_tree, workspace.files_dir)
+            if live.temporary:  # whatever the core left (its mark, a folder it never used)
+                await asyncio.to_thread(discard_tree, self.sessions_dir / live.row.id)
+        for observer in self.removal_observers:
+            try:
+                observer(live.row.id)
+            except Exception:
+                log.exception("session removal observer failed", extra={"event": "cleanup_failed"})
         if expired:
             self.metrics.sessions_expired.inc()
         log.info("session removed", extra={"event": "session_expired" if expired else "session_deleted",

@@ -146,13 +146,13 @@ async def test_publish_and_delete_leave_audit_rows(secure):
     assert rows == [("publish", "r.md", sid, key_id), ("delete", "r.md", sid, key_id)]
 
 
-async def test_an_ephemeral_session_publishes_only_when_asked_and_leaves_no_path(secure):
-    sid = await session_with(secure, "a_member", {"tmp.txt": b"t"}, ephemeral=True)
+async def test_a_temporary_session_publishes_nothing(secure):
+    sid = await session_with(secure, "a_member", {"tmp.txt": b"t"}, temporary=True)
+    status, data, _ = await publish(secure, "a_member", sid, path="tmp.txt")
+    assert status == 409 and data["error"]["code"] == "temporary_session", data
     assert (await secure.call("GET", "/v1/artifacts", "a_member"))[1]["artifacts"] == []
-    status, art, _ = await publish(secure, "a_member", sid, path="tmp.txt")
-    assert status == 201 and art["source_path"] is None
     _, page, _ = await secure.call("GET", "/v1/audit?kind=artifact", "a_member")
-    assert [(e["mode"], e["path"]) for e in page["entries"]] == [("publish", None)]
+    assert page["entries"] == []
 
 
 async def test_artifacts_survive_the_session_expiry_and_a_restart(start_secure, tmp_path):

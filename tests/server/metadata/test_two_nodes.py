@@ -104,13 +104,14 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                 nodes = conn.execute("SELECT node, mode FROM audit WHERE kind = 'exec' ORDER BY node").fetchall()
             assert nodes == [("node-a", "session"), ("node-b", "oneshot")]
 
-            # a node that starts (and stops) leaves another node's ephemeral sessions alone
-            ephemeral = await http.post(f"{url_a}/v1/sessions", json={"ephemeral": True}, headers=auth(team))
+            # a node that starts (and stops) leaves another node's temporary sessions alone; a temporary
+            # session is in its node's memory only, so the shared database does not name it to others
+            ephemeral = await http.post(f"{url_a}/v1/sessions", json={"temporary": True}, headers=auth(team))
             assert ephemeral.status_code == 201, ephemeral.text
             dir_c, config_c = _node(tmp_path, postgres_url, "node-c")
             async with serving(dir_c, config=config_c) as (_, url_c):
                 listed = (await http.get(f"{url_c}/v1/sessions", headers=auth(team))).json()["sessions"]
-                assert {s["id"] for s in listed} == {session, ephemeral.json()["id"]}
+                assert {s["id"] for s in listed} == {session}
             kept = await http.post(f"{url_a}/v1/sessions/{ephemeral.json()['id']}/exec", json={"code": "print(2)"},
                                    headers=auth(team))
             assert kept.status_code == 200, kept.text

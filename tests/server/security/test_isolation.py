@@ -31,6 +31,8 @@ NOT_SESSION_SCOPED = {
     "/v1/admin/members", "/v1/admin/members/{member}", "/v1/admin/roles", "/v1/admin/roles/{name}",
     "/v1/starters",  # the server's web starters: no one's data
     "/v1/me",  # the caller itself, nothing of anyone else's (tests/server/security/test_key_members.py)
+    # usage: the caller's workspace (admin: any), budgets: admin keys only (test_usage_metering.py)
+    "/v1/usage", "/v1/admin/workspaces/{workspace}/budgets",
     "/mcp",
     # presigned links: their signature names workspace, session and path
     "/v1/links/{token}/{id}/{path}",

@@ -16,12 +16,13 @@ from wasm_runner_server.security import permissions
 ADMIN_ACTIONS = ("/v1/admin/", "/v1/audit")
 """The routes that are admin actions: the admin API, and the audit log (besides /v1/admin/...)."""
 SAMPLE_PARAMS = {"member": "nobody", "name": "no-such-role", "key": "wr_000000000000", "entry": "999999",
-                 "client": "no-such-app"}
+                 "client": "no-such-app", "workspace": "alpha"}
 HOLDER_BODIES = {
     ("POST", "/v1/admin/keys"): {"name": "made-by-holder", "kind": "app"},
     ("PUT", "/v1/admin/members/{member}"): {"role": "member"},
     ("POST", "/v1/admin/roles"): {"name": "made-by-holder", "permissions": ["audit.own"]},
     ("PUT", "/v1/admin/roles/{name}"): {"permissions": []},
+    ("PUT", "/v1/admin/workspaces/{workspace}/budgets"): {"budgets": {}},
     ("POST", "/v1/admin/oauth/clients"): {"name": "made-by-holder", "redirect_uris": ["http://127.0.0.1:9/cb"],
                                           "scopes": ["files:read"]},
 }

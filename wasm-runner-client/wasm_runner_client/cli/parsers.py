@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable, Sequence
+from datetime import date
 from typing import Any, Protocol, get_args
 
 from wasm_runner_protocol.egress import EgressMode
 from wasm_runner_protocol.execution import Language
+from wasm_runner_protocol.usage import UsageUnit
 
-COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates")
+COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates", "usage")
 """The top-level commands defined here (all of them only call a running service)."""
 
 EPILOG = ("The service is --url (else $WASM_RUNNER_URL, else http://127.0.0.1:8080), the key --api-key "
@@ -78,7 +80,9 @@ def _add_sessions(sub: Subcommands) -> None:
     create.add_argument("--idle-timeout", type=float, metavar="SECONDS", help="drop its kernel after this idle time")
     create.add_argument("--metadata", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="a label (repeatable)")
-    create.add_argument("--ephemeral", action="store_true", help="leave no trace: files removed when it ends")
+    create.add_argument("--temporary", "--ephemeral", dest="temporary", action="store_true",
+                        help="start from nothing and leave no trace: files erased when it ends, no history, "
+                             "no artifacts, code and output kept out of the audit log (--ephemeral: the old name)")
     create.add_argument("--template", help="start from this template of the workspace (files, packages, kernels)")
     create.add_argument("--starter", help="start with this web project, its node_modules ready (vite-react, "
                                           "tanstack-start)")
@@ -120,6 +124,32 @@ def _add_templates(sub: Subcommands) -> None:
                                         "`sessions create --template NAME` starts a session from one.")
     commands = parser.add_subparsers(dest="templates_command", required=True)
     _add_template_commands(commands, publish="publish", listing="list", delete="delete")
+
+
+def _add_usage(sub: Subcommands) -> None:
+    parser = sub.add_parser("usage", help="what a workspace used (executions, seconds, byte-hours, egress) and "
+                                          "its budgets", description="Usage metering: sums per day, paying key or "
+                                          "unit; budgets per workspace and unit for the UTC month (admin keys).")
+    commands = parser.add_subparsers(dest="usage_command", required=True)
+    report = _leaf(commands, "report", "usage of the key's workspace (admin: --workspace any, or all)", "usage",
+                   "report_command", aliases=("show",))
+    report.add_argument("--workspace", help="another workspace (admin keys)")
+    report.add_argument("--member", help="a member's usage (a member key's id)")
+    report.add_argument("--key", help="one API key's usage, by its id")
+    report.add_argument("--unit", choices=get_args(UsageUnit))
+    report.add_argument("--from", dest="since", type=date.fromisoformat, metavar="YYYY-MM-DD",
+                        help="first UTC day included")
+    report.add_argument("--to", dest="until", type=date.fromisoformat, metavar="YYYY-MM-DD",
+                        help="last UTC day included")
+    report.add_argument("--group-by", choices=("day", "key", "unit"), default="day")
+    report.add_argument("--csv", action="store_true", help="print CSV (for a spreadsheet)")
+    budgets = _leaf(commands, "budgets", "show or set a workspace's budgets for the month (admin keys)", "usage",
+                    "budgets_command")
+    budgets.add_argument("workspace")
+    budgets.add_argument("--set", action="append", default=[], type=key_value, metavar="UNIT=AMOUNT",
+                         help="set a budget (repeatable), e.g. executions=10000")
+    budgets.add_argument("--unset", action="append", default=[], choices=get_args(UsageUnit), metavar="UNIT",
+                         help="remove the workspace's own budget of UNIT (the configured default applies)")
 
 
 def _add_exec(sub: Subcommands) -> None:
@@ -223,3 +253,4 @@ def add_service_commands(sub: Subcommands) -> None:
     _add_packages(sub)
     _add_egress(sub)
     _add_templates(sub)
+    _add_usage(sub)

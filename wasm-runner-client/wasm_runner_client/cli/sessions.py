@@ -45,7 +45,7 @@ def create_command(args: argparse.Namespace) -> int:
     egress = policy(args.egress, args.allow)
     with connect(args) as client:
         info = client.create_session(args.id, profile=args.profile, idle_timeout_s=args.idle_timeout,
-                                     ttl_s=args.ttl, metadata=dict(args.metadata), ephemeral=args.ephemeral,
+                                     ttl_s=args.ttl, metadata=dict(args.metadata), temporary=args.temporary,
                                      egress=egress, template=args.template, starter=args.starter)
     if args.json:
         print_json(info)

@@ -179,7 +179,7 @@ def _detect_v1(parent: str | None) -> CgroupSupport | str:
     for mount_point, fs, options in _mounts():
         if fs != "cgroup":
             continue
-        for controller in ("memory", "pids", "cpu"):
+        for controller in ("memory", "pids", "cpu", "cpuacct"):  # cpuacct: the run's CPU time (metering)
             if controller in options and controller not in parents:
                 rel = parent if parent is not None else own.get(controller, "/")
                 parents[controller] = Path(mount_point) / rel.lstrip("/")
@@ -187,7 +187,7 @@ def _detect_v1(parent: str | None) -> CgroupSupport | str:
         return "memory and pids controllers are not both mounted"
     for controller, base in list(parents.items()):
         if not _probe(base):
-            if controller == "cpu":
+            if controller in ("cpu", "cpuacct"):  # optional: without them, no CPU cap or CPU time
                 del parents[controller]
                 continue
             return f"cannot create cgroups under {base}"
@@ -285,6 +285,20 @@ class RunCgroup:
         try:
             return int((self._dir("memory") / name).read_text().split()[0])
         except (OSError, ValueError, IndexError):
+            return None
+
+    def cpu_seconds_used(self) -> float | None:
+        """CPU time (user + system) of every process the run had: the sandbox's own descendants, which
+        a wait on the launcher does not count. None when no CPU accounting is mounted."""
+        try:
+            if self.v2:
+                usage = _read_keyed(self.dirs[""] / "cpu.stat").get("usage_usec")
+                return usage / 1e6 if usage is not None else None
+            directory = self.dirs.get("cpuacct")  # often its own mount, else beside cpu ("cpu,cpuacct")
+            if directory is None:
+                return None
+            return int((directory / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
             return None
 
     def oom_killed(self) -> bool:

@@ -237,6 +237,9 @@ class Run:
             network = self.egress_run.close() if self.egress_run is not None else []
             watcher.unwatch(quota_key)
             memory_peak = self._memory_peak(rusage)
+            cpu_s = self.cgroup.cpu_seconds_used() if self.cgroup is not None else None
+            if cpu_s is None and rusage is not None:  # what the launcher waited for (without a cgroup)
+                cpu_s = rusage.ru_utime + rusage.ru_stime
             oom = self.cgroup.oom_killed() if self.cgroup is not None else False
             pids_hit = self.cgroup.pids_exhausted() if self.cgroup is not None else False
             if self.cgroup is not None:
@@ -272,6 +275,7 @@ class Run:
             limit=limit,
             truncated=[c.stream for c in (self.stdout, self.stderr) if c.truncated],
             duration_ms=round(duration_ms, 3),
+            cpu_ms=round(cpu_s * 1000, 3) if cpu_s is not None else None,
             memory_peak_bytes=memory_peak,
             files=diff(before, self._snapshot_after(before)),
             language=request.language,

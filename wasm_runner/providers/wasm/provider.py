@@ -168,6 +168,7 @@ class WasmProvider(Provider):
         if one_shot and request.language not in self.prewarm_languages + self._also_prewarmed:
             self._also_prewarmed += (request.language,)  # languages are few: a tuple swapped whole
         started = time.perf_counter()
+        cpu_started = time.thread_time()  # the guest runs on this thread (wasmtime calls in)
         answering = guest_installs.serve(job.install)  # the guest's install requests, on this thread
         network = guest_http.GuestNetwork(self.http, request.effective_egress, request.credentials,
                                           time.monotonic() + request.limits.timeout_s)
@@ -177,6 +178,7 @@ class WasmProvider(Provider):
             runtime = self.runtime(request.language)
             runtime.prepare(engine_settings(request.limits))  # compiles on first use only
             started = time.perf_counter()
+            cpu_started = time.thread_time()  # a first use's compile is not the guest's
             job.started_at = time.monotonic()
             network.deadline = job.started_at + request.limits.timeout_s  # from the guest's start, as its own
             kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
@@ -211,6 +213,7 @@ class WasmProvider(Provider):
             self._warm.done()
             watcher.unwatch(quota_key)
         duration_ms = (time.perf_counter() - started) * 1000
+        cpu_ms = (time.thread_time() - cpu_started) * 1000
         entries = None
         disk_over = True
         after = before  # what cannot be measured is reported as unchanged
@@ -255,6 +258,7 @@ class WasmProvider(Provider):
             limit=outcome.limit,
             truncated=truncated,
             duration_ms=round(duration_ms, 3),
+            cpu_ms=round(cpu_ms, 3),
             fuel_used=outcome.fuel_used,
             memory_peak_bytes=outcome.memory_peak_bytes,
             files=diff(before, after),

@@ -102,7 +102,7 @@ async def ndjson_lines(stream: StreamReader, max_bytes: int) -> AsyncIterator[by
 @routes.post("/v1/batch")
 @operation(summary="Run many one-shot requests: NDJSON in, NDJSON results out in completion order",
            tag="execution", body="application/x-ndjson", query=BatchQuery, response="application/x-ndjson",
-           errors=(403, 415, 422, 429, 503),
+           errors=(402, 403, 415, 422, 429, 503),
            description="Each line (at most 4 MiB) is a BatchItem; each output line an ExecResult with the "
                        "item's id. A line that cannot run (malformed, too long) gives a result with error.type "
                        "InvalidRequest; an item the server cannot admit now (all slots busy, workspace quota) "

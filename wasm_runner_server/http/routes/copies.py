@@ -28,7 +28,7 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.policy import POLICY
 from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.sessions.copies import SessionCopies
-from wasm_runner_server.sessions.manager import LiveSession
+from wasm_runner_server.sessions.manager import LiveSession, temporary_refused
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
@@ -64,7 +64,7 @@ async def fork_session(request: web.Request) -> web.Response:
 
 @routes.post("/v1/templates")
 @operation(summary="Publish a session's state (files, packages, kernels) as a template of the workspace",
-           tag="templates", body=TemplateCreate, response=TemplateInfo, status=201, errors=(404, 413, 415, 422, 429),
+           tag="templates", body=TemplateCreate, response=TemplateInfo, status=201, errors=(404, 409, 413, 415, 422, 429),
            description="A template of the same name is replaced. `POST /v1/sessions {\"template\": name}` starts "
                        "a session from it: its first call finds the template's variables, imports and files.")
 async def publishtemplate_of(request: web.Request) -> web.Response:
@@ -72,6 +72,8 @@ async def publishtemplate_of(request: web.Request) -> web.Response:
     body = await read_json(request, TemplateCreate)
     live = service.sessions.get(body.session)
     policy = request.app[POLICY]
+    if live.temporary:
+        raise temporary_refused("publishes no template")
     owner = policy.session_owner(live.row.id)
     await _check_room(request, live, 1, "delete files, sessions or templates first")
     record = await copies_of(request).publish(live, owner, body.name)

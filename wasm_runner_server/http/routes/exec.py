@@ -49,7 +49,7 @@ from wasm_runner_server.sessions.tool_sets import run_allowlist
 log = logging.getLogger("wasm_runner.server")
 routes = web.RouteTableDef()
 
-_EXEC_ERRORS = (403, 404, 409, 413, 415, 429, 503)
+_EXEC_ERRORS = (402, 403, 404, 409, 413, 415, 429, 503)
 
 
 def _code_or_path(body: ExecBody | OneShotBody, files_dir: Path, service: Service) -> tuple[str | None, str | None]:

@@ -184,14 +184,14 @@ async def write_budget(request: web.Request, service: Service, live: LiveSession
 
 async def observe_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str) -> None:
     """Before an API write: keep the file as it is now if the host has not seen it so (history)."""
-    if service.config.history.max_versions:
+    if service.config.history.max_versions and not live.temporary:  # a temporary session keeps none
         await asyncio.to_thread(service.sessions.history(live).observe, files, join(split_path(path)))
 
 
 async def record_version(service: Service, live: LiveSession, files: wf.WorkspaceFiles, path: str,
                          method: str) -> None:
     """After an API write: keep what it left (history)."""
-    if service.config.history.max_versions:
+    if service.config.history.max_versions and not live.temporary:
         await asyncio.to_thread(service.sessions.history(live).record, files, path, method)
 
 

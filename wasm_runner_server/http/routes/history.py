@@ -18,7 +18,7 @@ from wasm_runner_server.http.routes.files import GUEST_CONTENT_CSP
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
-_ERRORS = (400, 404)
+_ERRORS = (400, 404, 409)
 
 
 def _path(raw: str) -> str:

@@ -56,7 +56,7 @@ def _lookup(request: web.Request) -> tuple[Service, LiveSession, BackgroundProce
 
 @routes.post("/v1/sessions/{id}/processes")
 @operation(summary="Start a background process (natively, confined like a native run); returns at once",
-           tag="processes", body=ProcessStart, response=ProcessInfo, status=201, errors=(404, 409, 422))
+           tag="processes", body=ProcessStart, response=ProcessInfo, status=201, errors=(402, 404, 409, 422))
 async def start_process(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     live = service.sessions.get(request.match_info["id"])

@@ -41,10 +41,14 @@ async def create_session(request: web.Request) -> web.Response:
     policy.check_session_disk(request, body)  # e.g. a member's disk needs a key naming its member
     if body.starter is not None:
         check_starter(body.starter, body.template)
+    temporary = body.temporary or body.ephemeral
+    if temporary and body.template is not None:
+        raise ApiError(422, ErrorCode.TEMPORARY_SESSION, "a temporary session starts from nothing, not from a template",
+                       "leave out template, or create a session that is not temporary")
     if body.template is not None:  # before anything is made: an unknown template leaves no session
         template_of(request, policy.caller_workspace(request), body.template)
     live = service.sessions.create(body)
-    policy.claim_session(request, live.row.id, body.ephemeral, body)  # the caller's workspace owns it
+    policy.claim_session(request, live.row.id, temporary, body)  # the caller's workspace owns it
     if body.template is not None:
         try:
             record = await copies_of(request).start(live, policy.session_owner(live.row.id), body.template)

@@ -93,6 +93,7 @@ KEY_ONLY = frozenset({
     "/v1/admin/workspaces", "/v1/admin/keys", "/v1/admin/keys/{key}",
     "/v1/admin/oauth/clients", "/v1/admin/oauth/clients/{client}",
     "/v1/admin/members", "/v1/admin/members/{member}", "/v1/admin/roles", "/v1/admin/roles/{name}",
+    "/v1/admin/workspaces/{workspace}/budgets", "/v1/usage",
     "/v1/oauth/grants", "/v1/oauth/grants/{grant}",
     "/v1/audit", "/v1/audit/{entry}",
     "/v1/shared/files", "/v1/shared/files/{path}",

@@ -33,6 +33,7 @@ from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.http.routes.files import GUEST_CONTENT_CSP
 from wasm_runner_server.security.state import SECURITY, Security
 from wasm_runner_server.sessions.cursor import decode_cursor, encode_cursor
+from wasm_runner_server.sessions.manager import temporary_refused
 from wasm_runner_server.sessions.service import SERVICE
 
 routes = web.RouteTableDef()
@@ -75,6 +76,8 @@ async def publish(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
     live = service.sessions.get(request.match_info["id"])
     body = await read_json(request, ArtifactCreate)
+    if live.temporary:  # nothing of it may outlive it
+        raise temporary_refused("publishes no artifact")
     principal = principal_of(request)
     parts = split_path(body.path)
     path = join(parts)

@@ -219,3 +219,23 @@ class _PeakProcesses:
     @staticmethod
     def _count() -> int:
         return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def _children_cpu_s(stdout: str) -> float:
+    """The children's user + system time from the last line of sh's `times` ("0m0.19s 0m0.01s")."""
+    total = 0.0
+    for part in stdout.strip().splitlines()[-1].split():
+        minutes, _, seconds = part.rstrip("s").partition("m")
+        total += int(minutes) * 60 + float(seconds)
+    return total
+
+
+def test_a_runs_cpu_time_counts_the_processes_the_sandbox_started(native_runner):
+    """What usage metering bills as cpu_seconds: the CPU of every process of the run (here a grandchild
+    busy in a loop), not only of the launcher the host waited for."""
+    loop = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"
+    result = native_runner.run_sync(f"sh -c '{loop}'; times", language="bash")
+    assert result.exit_code == 0, result.stderr
+    children = _children_cpu_s(result.stdout)
+    assert children > 0.05  # the loop did use CPU, as the guest itself measured it
+    assert result.cpu_ms is not None and result.cpu_ms / 1000 >= children - 0.02
