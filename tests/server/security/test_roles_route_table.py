@@ -88,7 +88,9 @@ async def _caller(secure, member: str, role_permissions: frozenset[str]) -> str:
     return body["key"]
 
 
-async def test_each_admin_route_refuses_a_caller_lacking_its_permission_and_admits_one_holding_it(secure):
+async def test_each_admin_route_refuses_a_caller_lacking_its_permission_and_admits_one_holding_it(start_secure):
+    # two callers made and two calls for each route, all with few keys: above the default rate limit
+    secure = await start_secure(auth={"rate_per_s": 1000, "burst": 1000})
     routes = declared(secure.client.app)
     failures = []
     for index, (method, path, permission, own) in enumerate(routes):

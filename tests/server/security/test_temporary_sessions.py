@@ -21,7 +21,10 @@ def _traces(data_dir: Path, *needles: str) -> list[str]:
         if any(n in str(path.relative_to(data_dir)) for n in needles):
             found.append(f"{path}: name")
         if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # removed while the scan ran (a sweep, a journal rotated): nothing left
+                continue
             found += [f"{path}: {n.decode()}" for n in wanted if n in data]
     return found
 
