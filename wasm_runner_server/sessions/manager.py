@@ -49,6 +49,7 @@ from wasm_runner_server.sessions.tool_sets import session_tools
 
 if TYPE_CHECKING:
     from wasm_runner.tools import Approver, Tool, ToolPolicy
+    from wasm_runner_server.cluster.placement import Placement
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -121,6 +122,14 @@ class LiveSession:
     hibernated: bool = False
     """Idle past its idle timeout (its kernels saved and dropped), or restored from the store after a
     restart with nothing in memory; cleared when a call or a background process starts."""
+    epoch: int = 0
+    """The epoch of this node's lease on it (0: no lease, the node's sessions do not move)."""
+    generation: int = 0
+    """Its last generation stored (or reserved) in object storage; the next is one more."""
+    lease_until: float = 0.0
+    """When this node's lease lapses unless renewed (monotonic clock)."""
+    moved: bool = False
+    """Taken over by another node: dropped here, and nothing more of it is stored from here."""
 
     @property
     def busy(self) -> bool:
@@ -159,6 +168,8 @@ class SessionManager:
         """The workspace a session belongs to, by id (its kernel snapshots and templates are that workspace's)."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
+        self.placement: Placement | None = None
+        """Leases and object storage (`cluster.placement`), when sessions are stored beyond this node."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
@@ -195,11 +206,15 @@ class SessionManager:
         for row in expired:
             await asyncio.to_thread(discard_tree, self.sessions_dir / row.id)
             self.store.delete(row.id)
+            if self.placement is not None:
+                self.placement.removed(row.id)
             self.metrics.sessions_expired.inc()
         if self.sessions_dir.is_dir():
             leftovers = [p for p in self.sessions_dir.iterdir() if p.name.startswith(ONESHOT_PREFIX)]
             for path in leftovers:
                 await asyncio.to_thread(discard_tree, path)
+        if self.placement is not None:
+            await self.placement.start()
         log.info("sessions restored", extra={"event": "sessions_restored", "sessions": len(self.sessions),
                                              "expired": len(expired)})
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="wasm-runner-sweep")
@@ -213,6 +228,8 @@ class SessionManager:
         if self._background:
             await asyncio.wait(self._background, timeout=10)
         self.flush()
+        if self.placement is not None:
+            await self.placement.close()
 
     def flush(self) -> None:
         with self._changed() as rows:
@@ -258,6 +275,8 @@ class SessionManager:
                            "use it, delete it first, or let the server choose an id")
         live = LiveSession(row)
         self.sessions[session_id] = live
+        if self.placement is not None:
+            self.placement.created(live)
         log.info("session created", extra={"event": "session_created", "session": session_id, "profile": name})
         return live
 
@@ -273,6 +292,8 @@ class SessionManager:
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
         live = LiveSession(row, core=core)
         self.sessions[core.id] = live
+        if self.placement is not None:
+            self.placement.created(live)
         log.info("session forked", extra={"event": "session_forked", "session": core.id, "parent": source.id})
         return live
 
@@ -287,6 +308,28 @@ class SessionManager:
             self._spawn(self._remove(live, expired=True))
             raise session_not_found(session_id, "it expired at the end of its TTL")
         return live
+
+    def adopted(self, row: SessionRow, node: str) -> LiveSession:
+        """A session taken over from another node, its directory restored: served here from now on (its
+        kernels restore from their stored images on their next call)."""
+        row.node = node
+        live = LiveSession(row, restored_kernels=set(row.kernels), hibernated=True)
+        self.sessions[row.id] = live
+        return live
+
+    async def drop_moved(self, live: LiveSession) -> None:
+        """Drop a session another node took over: its kernels unsaved, its directory here removed, its
+        metadata (the other node's now) untouched."""
+        live.moved = True
+        if self.sessions.get(live.row.id) is live:
+            del self.sessions[live.row.id]
+        self.cancel(live)
+        async with live.lock:
+            core = live.core
+            if core is not None:
+                await asyncio.to_thread(core.destroy)
+            else:
+                await asyncio.to_thread(discard_tree, self.sessions_dir / live.row.id)
 
     def profile_of(self, live: LiveSession) -> Profile:
         profile = self.execution.profiles.get(live.row.profile)
@@ -459,6 +502,8 @@ class SessionManager:
                 # written before the answer: after a crash this session's next turn must say its kernel restarted
                 await asyncio.to_thread(self.store.save_many, [row])
         live.dirty = True
+        if self.placement is not None:  # stored before it is answered (object storage)
+            await self.placement.persist(live)
         return result
 
     def cancel(self, live: LiveSession) -> bool:
@@ -496,6 +541,8 @@ class SessionManager:
         live.deleted = True
         self.sessions.pop(live.row.id, None)
         self.store.delete(live.row.id)
+        if self.placement is not None:
+            self.placement.removed(live.row.id)
         self.cancel(live)
         async with live.lock:  # the cancelled execution has let go
             runner, session = self.core(live)
