@@ -177,7 +177,7 @@ class Placement:
         if live.row.id in held:
             live.lease_until = since + self.lease_s
             return
-        await self._lose(live)
+        self._lose(live)
         raise moved(live.row.id, await self._holder(live.row.id))
 
     async def persist(self, live: LiveSession) -> None:
@@ -222,7 +222,7 @@ class Placement:
                 log.debug("session stored", extra={"event": "session_stored", "session": live.row.id,
                                                    "generation": generation, "bytes": stats.bytes_uploaded})
                 return
-        await self._lose(live)
+        self._lose(live)
         raise moved(live.row.id, await self._holder(live.row.id),
                     ": this node lost its lease before the request's changes were stored, and they are discarded")
 
@@ -232,16 +232,18 @@ class Placement:
         holder = await asyncio.to_thread(self.leases.holder, session_id)
         return holder.node if holder is not None else None
 
-    async def _lose(self, live: LiveSession) -> None:
+    def _lose(self, live: LiveSession) -> None:
         """The session went to another node: drop it here (kernels unsaved, local files removed)."""
         if live.moved:
             return
         live.moved = True
+        if self.manager.sessions.get(live.row.id) is live:  # from now on, requests learn where it went
+            del self.manager.sessions[live.row.id]
         self.lost.inc()
         self.storage.forget(live.row.id)
         log.warning("session lease lost", extra={"event": "session_lease_lost", "session": live.row.id,
                                                  "epoch": live.epoch})
-        await self.manager.drop_moved(live)
+        self.manager.spawn(self.manager.drop_moved(live))  # once the call holding it (if any) has let go
 
     # -- renewal ------------------------------------------------------------------------------
 
@@ -265,4 +267,4 @@ class Placement:
             if session_id in kept:
                 live.lease_until = since + self.lease_s
             elif not live.deleted:
-                await self._lose(live)
+                self._lose(live)

@@ -552,6 +552,10 @@ class SessionManager:
         log.info("session removed", extra={"event": "session_expired" if expired else "session_deleted",
                                            "session": live.row.id})
 
+    def spawn(self, coro) -> None:
+        """Run a coroutine in the background (close() waits for it)."""
+        self._spawn(coro)
+
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
