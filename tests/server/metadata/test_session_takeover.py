@@ -96,8 +96,10 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
 
             # node-2 is paused in the middle of a call that wrote a file; node-3 takes over meanwhile
             stale_file = nodes[1][0] / "sessions" / session / "files" / "stale.txt"
-            pending = asyncio.create_task(http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth, json={
-                "code": "import time\nwith open('stale.txt', 'w') as f:\n    f.write('never acknowledged')\nx = -1\ntime.sleep(4)"}))
+            stale_call = ("import time\nwith open('stale.txt', 'w') as f:\n    f.write('never acknowledged')\n"
+                          "x = -1\ntime.sleep(4)")
+            pending = asyncio.create_task(http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth,
+                                                    json={"code": stale_call}))
             deadline = time.monotonic() + WAIT_S
             while not stale_file.exists():
                 assert time.monotonic() < deadline and not pending.done()
