@@ -48,6 +48,11 @@ class Leases:
         restarted node); the epoch is raised either way. None: another node holds a live lease (or
         the session has no lease)."""
         with self._db.transaction() as conn:
+            # a session of this node made before object storage was configured has no lease yet: its
+            # node (only) may make one; another node's request for it is answered 421 as before
+            conn.execute("INSERT INTO leases (session_id, node, epoch, generation, expires_at) "
+                         "SELECT id, node, 0, 0, 0 FROM sessions WHERE id=%s AND node=%s "
+                         "ON CONFLICT (session_id) DO NOTHING", (session_id, self.node))
             row = conn.execute(
                 f"UPDATE leases SET node=%s, epoch=epoch+1, expires_at={NOW} + %s "
                 f"WHERE session_id=%s AND (expires_at < {NOW} OR node=%s) RETURNING epoch, generation",

@@ -71,3 +71,20 @@ def test_a_claim_moves_the_session_row_to_the_claiming_node(postgres_url):
     finally:
         a.close()
         b.close()
+
+
+def test_a_session_without_a_lease_is_claimed_only_by_its_own_node(postgres_url):
+    """A session made before object storage was configured: its node gets a lease at start, another
+    node cannot take it (its files were never stored)."""
+    a, b = _leases(postgres_url, "node-a", 60), _leases(postgres_url, "node-b", 60)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO sessions (id, node, profile, created_at, last_used_at, idle_timeout_s, ttl_s, "
+                         "expires_at) VALUES ('s4', 'node-a', 'default', 0, 0, 60, 3600, 3600)")
+        assert b.claim("s4") is None
+        mine = a.claim("s4")
+        assert mine is not None and (mine.epoch, mine.generation) == (1, 0)
+        assert b.claim("s4") is None
+    finally:
+        a.close()
+        b.close()
