@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -49,7 +49,6 @@ from wasm_runner_server.sessions.tool_sets import session_tools
 
 if TYPE_CHECKING:
     from wasm_runner.tools import Approver, Tool, ToolPolicy
-    from wasm_runner_server.cluster.placement import Placement
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -136,6 +135,18 @@ class LiveSession:
         return self.lock.locked() or self.waiting > 0
 
 
+class SessionPlacement(Protocol):
+    """What the manager tells the placement of its sessions (`cluster.placement.Placement`: leases and
+    object storage), when sessions are stored beyond this node."""
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def created(self, live: LiveSession) -> None: ...
+    def removed(self, session_id: str) -> None: ...
+    async def persist(self, live: LiveSession) -> None: ...
+    async def adopt(self, session_id: str) -> None: ...
+
+
 def _summed(parts: Iterable[Mapping[Any, int]]) -> dict[tuple[str, ...], float]:
     """One labelled series from the same series of several supervisors."""
     total: dict[tuple[str, ...], float] = {}
@@ -168,7 +179,7 @@ class SessionManager:
         """The workspace a session belongs to, by id (its kernel snapshots and templates are that workspace's)."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
-        self.placement: Placement | None = None
+        self.placement: SessionPlacement | None = None
         """Leases and object storage (`cluster.placement`), when sessions are stored beyond this node."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))

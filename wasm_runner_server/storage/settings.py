@@ -54,9 +54,10 @@ class StorageSettings(ConfigModel):
     @field_validator("prefix")
     @classmethod
     def _a_prefix(cls, value: str) -> str:
-        if value and not re.fullmatch(r"([A-Za-z0-9._-]+/)+", value):
-            raise ValueError('storage.prefix is empty or folder names of letters, digits, ".", "-", "_", each '
-                             'ending with "/"')
+        if value and (not re.fullmatch(r"([A-Za-z0-9._-]+/)+", value)
+                      or any(part in (".", "..") for part in value.split("/"))):
+            raise ValueError('storage.prefix is empty or folder names of letters, digits, ".", "-", "_" (not "." '
+                             'or ".."), each ending with "/"')
         return value
 
     @field_validator("endpoint")
