@@ -63,7 +63,9 @@ def s3_server() -> Iterator[S3Server]:
     process = subprocess.Popen(
         [weed, "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
          f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}", "-master.volumeSizeLimitMB=64",
-         "-volume.max=8"],
+         "-volume.max=8",
+         # the catalogs and IAM listen on fixed ports by default: off, so that several servers can run
+         "-s3.port.iceberg=0", "-s3.port.lance=0", "-iam=false"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = f"http://127.0.0.1:{s3}"
     try:
