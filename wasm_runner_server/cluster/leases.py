@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from wasm_runner_server.metadata import postgres
 from wasm_runner_server.metadata.settings import StoreSettings
+from wasm_runner_server.sessions.store import COLUMNS, SessionRow, row_of
 
 NOW = "extract(epoch from clock_timestamp())"
 
@@ -61,6 +62,15 @@ class Leases:
                 return None
             conn.execute("UPDATE sessions SET node=%s WHERE id=%s", (self.node, session_id))
         return Lease(int(row[0]), int(row[1]))
+
+    def session(self, session_id: str) -> SessionRow | None:
+        """The session's row, whichever node it names (a takeover's starting point)."""
+        values = self._db.fetchone(f"SELECT {COLUMNS}, node FROM sessions WHERE id=%s", (session_id,))
+        if values is None:
+            return None
+        row = row_of(values[:-1])
+        row.node = values[-1]
+        return row
 
     def holder(self, session_id: str) -> Holder | None:
         row = self._db.fetchone(f"SELECT node, expires_at - {NOW} FROM leases WHERE session_id=%s", (session_id,))

@@ -146,9 +146,10 @@ class Placement:
     async def _take_over(self, session_id: str) -> None:
         leases, manager = self.leases, self.manager
         assert leases is not None
-        rows = await asyncio.to_thread(manager.store.elsewhere, [session_id])
-        if not rows or time.time() >= rows[0].expires_at:
-            return  # not a session of another node (or an expired one): the route answers as usual
+        # whichever node the row names: this one too, when an earlier takeover's restore failed
+        row = await asyncio.to_thread(leases.session, session_id)
+        if row is None or time.time() >= row.expires_at:
+            return  # not a session (or an expired one): the route answers as usual
         since = time.monotonic()
         lease = await asyncio.to_thread(leases.claim, session_id)
         if lease is None:
@@ -161,7 +162,7 @@ class Placement:
             self.storage_errors.inc()
             log.exception("session restore failed", extra={"event": "session_restore_failed", "session": session_id})
             raise storage_unavailable(session_id, exc) from None
-        live = manager.adopted(rows[0], leases.node)
+        live = manager.adopted(row, leases.node)
         # the generation after the last committed one may still be written by the node this one replaced
         self._hold(live, lease.epoch, lease.generation + 1, since)
         self.takeovers.inc()

@@ -88,3 +88,16 @@ def test_a_session_without_a_lease_is_claimed_only_by_its_own_node(postgres_url)
     finally:
         a.close()
         b.close()
+
+
+def test_a_takeover_reads_the_session_whichever_node_holds_it(postgres_url):
+    a = _leases(postgres_url, "node-a", 60)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO sessions (id, node, profile, created_at, last_used_at, idle_timeout_s, ttl_s, "
+                         "expires_at, kernels) VALUES ('s5', 'node-b', 'default', 1, 2, 60, 3600, 3601, '[\"python\"]')")
+        row = a.session("s5")
+        assert row is not None and (row.node, row.kernels, row.ttl_s) == ("node-b", ["python"], 3600)
+        assert a.session("missing") is None
+    finally:
+        a.close()
