@@ -129,6 +129,9 @@ class LiveSession:
     """When this node's lease lapses unless renewed (monotonic clock)."""
     moved: bool = False
     """Taken over by another node: dropped here, and nothing more of it is stored from here."""
+    lost_kernel_reason: str = ("the service restarted since this session's last call, and its kernel's state had "
+                               "not been saved")
+    """What a call says of a kernel in `restored_kernels` that did not come back."""
 
     @property
     def busy(self) -> bool:
@@ -324,7 +327,10 @@ class SessionManager:
         """A session taken over from another node, its directory restored: served here from now on (its
         kernels restore from their stored images on their next call)."""
         row.node = node
-        live = LiveSession(row, restored_kernels=set(row.kernels), hibernated=True)
+        live = LiveSession(row, restored_kernels=set(row.kernels), hibernated=True,
+                           lost_kernel_reason="this session moved to this node after its node stopped answering, "
+                                              "and its kernel's state had not been stored (a kernel holding a file "
+                                              "open cannot be)")
         self.sessions[row.id] = live
         return live
 
@@ -505,8 +511,7 @@ class SessionManager:
                 live.restored_kernels.discard(request.language)
                 if not result.kernel_restored and not result.kernel_restarted:  # else the core said what happened
                     result.kernel_restarted = True
-                    result.restart_reason = ("the service restarted since this session's last call, and its "
-                                             "kernel's state had not been saved")
+                    result.restart_reason = live.lost_kernel_reason
             kernels = session.kernels
             if not set(kernels) <= set(row.kernels):
                 row.kernels = sorted({*row.kernels, *kernels})

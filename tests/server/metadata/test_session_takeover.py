@@ -55,7 +55,7 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
     nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2", "node-3")]
     async with contextlib.AsyncExitStack() as stack:
         served = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c)) for d, c in nodes))
-        (proc_1, url_1), (proc_2, url_2), (_, url_3) = served
+        (proc_1, url_1), (proc_2, url_2), (proc_3, url_3) = served
 
         config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
         tenants = stores.tenant_store(config, nodes[0][0])
@@ -82,9 +82,14 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             # node-1 dies: after its lease, node-2 takes the session over with its files and its kernel
             proc_1.kill()
             await proc_1.wait()
+            deadline = time.monotonic() + WAIT_S
+            while _holder(postgres_url, session)[2] > 0:  # node-1's lease runs out
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
             rival_auth = {"Authorization": f"Bearer {rival}"}
             hidden = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "1"}, headers=rival_auth)
             assert hidden.status_code == 404  # another workspace's request takes nothing over
+            assert _holder(postgres_url, session)[:2] == ("node-1", 1)
             taken = await _until_served(http, url_2, session, "with open('data.txt') as f:\n    print(x, f.read())", auth)
             assert taken.status_code == 200, taken.text
             assert taken.json()["stdout"] == "42 written by a call\n", taken.text
@@ -127,3 +132,15 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             final = await http.post(f"{url_3}/v1/sessions/{session}/exec", headers=auth,
                                     json={"code": "import os\nprint(x, y, os.path.exists('stale.txt'))"})
             assert final.status_code == 200 and final.json()["stdout"] == "42 7 False\n", final.text
+
+            # a kernel holding a file open cannot be stored: a takeover says its state is gone, and why
+            held = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "f = open('data.txt')"},
+                                   headers=auth)
+            assert held.status_code == 200, held.text
+            proc_3.kill()
+            await proc_3.wait()
+            fresh = await _until_served(http, url_2, session, "print('z' in globals())\nz = 1", auth)
+            assert fresh.status_code == 200 and fresh.json()["stdout"] == "False\n", fresh.text
+            assert fresh.json()["kernel_restarted"] and "moved to this node" in fresh.json()["restart_reason"]
+            with_file = await http.get(f"{url_2}/v1/sessions/{session}/files/data.txt", headers=auth)
+            assert with_file.content == b"written by a call"  # the files are there all the same
