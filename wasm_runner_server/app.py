@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from wasm_runner_server.cluster.middleware import placement_middleware
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.console import routes as console
 from wasm_runner_server.e2b.app import e2b_app
@@ -127,7 +128,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     previews = PreviewOrigins(config.previews)
     app = web.Application(client_max_size=config.server.max_body_bytes,
                           middlewares=[observe_middleware, error_middleware, preview_host_middleware(previews),
-                                       refuse_service_worker, policy.middleware])
+                                       refuse_service_worker, policy.middleware, placement_middleware])
     app[CONFIG] = config
     app[POLICY] = policy
     app[PREVIEWS] = previews

@@ -57,6 +57,7 @@ from wasm_runner_server.e2b.settings import E2bSettings
 from wasm_runner_server.mcp.settings import McpSettings
 from wasm_runner_server.metadata.settings import StoreSettings
 from wasm_runner_server.security.settings import AuthSettings
+from wasm_runner_server.storage.settings import StorageSettings
 
 
 class SessionPolicy(ConfigModel):
@@ -285,6 +286,8 @@ class ServiceConfig(ProfilesConfig):
     """A Ray cluster for batches."""
     store: StoreSettings = StoreSettings()
     """Where the metadata lives: SQLite in the data directory, or a PostgreSQL database shared by nodes."""
+    storage: StorageSettings = StorageSettings()
+    """Where sessions' files and kernel images are kept besides the node's disk (object storage)."""
     previews: PreviewSettings = PreviewSettings()
     """The origin previews are served on (a listener of their own, or a preview domain)."""
     e2b: E2bSettings = E2bSettings()

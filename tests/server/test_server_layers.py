@@ -1,6 +1,6 @@
 """The service's import graph, read from its source with `ast` (no import runs, no runtime needed).
 
-Layers, lowest first: the service's own basics (config, errors, metrics, data_dir), sessions/,
+Layers, lowest first: the service's own basics (config, errors, metrics, data_dir, storage), sessions/ and cluster/,
 http/, security/, mcp/, then the composition root (app) and the command line. A module imports
 only its own layer and those below, so security builds on http and sessions and never the
 reverse; there is no cycle even through function-level or TYPE_CHECKING imports; and no private
@@ -16,8 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "wasm_runner_server"
-RANKS = {"sessions": 1, "http": 2, "console": 2, "security": 3, "mcp": 4, "app": 5, "cli": 6, "__main__": 7}
-"""A module's layer by its first component under the package; anything else is the basics (0)."""
+RANKS = {"sessions": 1, "cluster": 1, "http": 2, "console": 2, "security": 3, "mcp": 4, "app": 5, "cli": 6, "__main__": 7}
+"""A module's layer by its first component under the package; anything else is the basics (0). cluster/
+(leases, takeovers) is the sessions' own layer: the manager opens it, and it moves the manager's sessions."""
 
 KNOWN_UPWARD = {
     # AuthSettings and McpSettings are the [auth] and [mcp] tables of the configuration file, leaf pydantic models.

@@ -107,6 +107,7 @@ class ErrorCode(StrEnum):
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CLUSTER_UNAVAILABLE = "cluster_unavailable"
     METADATA_UNAVAILABLE = "metadata_unavailable"
+    STORAGE_UNAVAILABLE = "storage_unavailable"
     # -- files (the core's FileOpError family, and the service's own) ------------------------
     FILE_ERROR = "file_error"
     INVALID_PATH = "invalid_path"

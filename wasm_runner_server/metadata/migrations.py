@@ -218,6 +218,17 @@ STEPS: tuple[str, ...] = (
         PRIMARY KEY (workspace, unit)
     );
     """,
+    # 8: sessions' leases (with object storage): which node serves a session, under which epoch, until when
+    """
+    CREATE TABLE leases (
+        session_id TEXT PRIMARY KEY,
+        node TEXT NOT NULL,
+        epoch BIGINT NOT NULL,            -- raised by every claim: a write carrying an older one is refused
+        generation BIGINT NOT NULL DEFAULT 0,  -- the session's last stored generation (0: none yet)
+        expires_at DOUBLE PRECISION NOT NULL   -- Unix time, by the database's clock
+    );
+    CREATE INDEX leases_by_node ON leases (node);
+    """,
 )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -128,10 +128,33 @@ class LiveSession:
     hibernated: bool = False
     """Idle past its idle timeout (its kernels saved and dropped), or restored from the store after a
     restart with nothing in memory; cleared when a call or a background process starts."""
+    epoch: int = 0
+    """The epoch of this node's lease on it (0: no lease, the node's sessions do not move)."""
+    generation: int = 0
+    """Its last generation stored (or reserved) in object storage; the next is one more."""
+    lease_until: float = 0.0
+    """When this node's lease lapses unless renewed (monotonic clock)."""
+    moved: bool = False
+    """Taken over by another node: dropped here, and nothing more of it is stored from here."""
+    lost_kernel_reason: str = ("the service restarted since this session's last call, and its kernel's state had "
+                               "not been saved")
+    """What a call says of a kernel in `restored_kernels` that did not come back."""
 
     @property
     def busy(self) -> bool:
         return self.lock.locked() or self.waiting > 0
+
+
+class SessionPlacement(Protocol):
+    """What the manager tells the placement of its sessions (`cluster.placement.Placement`: leases and
+    object storage), when sessions are stored beyond this node."""
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def created(self, live: LiveSession) -> None: ...
+    def removed(self, session_id: str) -> None: ...
+    async def persist(self, live: LiveSession) -> None: ...
+    async def adopt(self, session_id: str) -> None: ...
 
 
 def _summed(parts: Iterable[Mapping[Any, int]]) -> dict[tuple[str, ...], float]:
@@ -177,6 +200,8 @@ class SessionManager:
         """Told the id of each session removed (deleted or expired), once its files are gone."""
         self.rooms = rooms
         """Reserves each run's room under its workspace's disk quota (None: only the run's limits apply)."""
+        self.placement: SessionPlacement | None = None
+        """Leases and object storage (`cluster.placement`), when sessions are stored beyond this node."""
         metrics.gauge("wasm_runner_sessions_active", "Sessions that exist (not expired or deleted).",
                       lambda: len(self.sessions))
         metrics.gauge("wasm_runner_kernels_live", "Live kernels (interpreters holding session state).",
@@ -216,6 +241,8 @@ class SessionManager:
             if disk.files is not None and disk.owned:  # an end user's session root goes with it
                 await asyncio.to_thread(discard_tree, disk.files)
             self.store.delete(row.id)
+            if self.placement is not None:
+                self.placement.removed(row.id)
             self.metrics.sessions_expired.inc()
         if self.sessions_dir.is_dir():
             # one-shot scratch directories, and temporary sessions' files left by a process that was killed
@@ -223,6 +250,8 @@ class SessionManager:
                          or (p.name not in self.sessions and (p / TEMPORARY_MARK).is_file())]
             for path in leftovers:
                 await asyncio.to_thread(discard_tree, path)
+        if self.placement is not None:
+            await self.placement.start()
         log.info("sessions restored", extra={"event": "sessions_restored", "sessions": len(self.sessions),
                                              "expired": len(expired)})
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="wasm-runner-sweep")
@@ -236,6 +265,8 @@ class SessionManager:
         if self._background:
             await asyncio.wait(self._background, timeout=10)
         self.flush()
+        if self.placement is not None:
+            await self.placement.close()
 
     def flush(self) -> None:
         with self._changed() as rows:
@@ -282,6 +313,8 @@ class SessionManager:
                            "use it, delete it first, or let the server choose an id")
         live = LiveSession(row, temporary=temporary)
         self.sessions[session_id] = live
+        if self.placement is not None:
+            self.placement.created(live)
         log.info("session created", extra={"event": "session_created", "session": session_id, "profile": name})
         return live
 
@@ -313,6 +346,8 @@ class SessionManager:
             raise ApiError(409, ErrorCode.SESSION_EXISTS, f"a session {core.id!r} already exists")
         live = LiveSession(row, core=core, temporary=parent.temporary)  # a temporary session's copies are too
         self.sessions[core.id] = live
+        if self.placement is not None:
+            self.placement.created(live)
         log.info("session forked", extra={"event": "session_forked", "session": core.id, "parent": source.id})
         return live
 
@@ -335,6 +370,31 @@ class SessionManager:
             self._spawn(self._remove(live, expired=True))
             raise session_not_found(session_id, "it expired at the end of its TTL")
         return live
+
+    def adopted(self, row: SessionRow, node: str) -> LiveSession:
+        """A session taken over from another node, its directory restored: served here from now on (its
+        kernels restore from their stored images on their next call)."""
+        row.node = node
+        live = LiveSession(row, restored_kernels=set(row.kernels), hibernated=True,
+                           lost_kernel_reason="this session moved to this node after its node stopped answering, "
+                                              "and its kernel's state had not been stored (a kernel holding a file "
+                                              "open cannot be)")
+        self.sessions[row.id] = live
+        return live
+
+    async def drop_moved(self, live: LiveSession) -> None:
+        """Drop a session another node took over: its kernels unsaved, its directory here removed, its
+        metadata (the other node's now) untouched."""
+        live.moved = True
+        if self.sessions.get(live.row.id) is live:
+            del self.sessions[live.row.id]
+        self.cancel(live)
+        async with live.lock:
+            core = live.core
+            if core is not None:
+                await asyncio.to_thread(core.destroy)
+            else:
+                await asyncio.to_thread(discard_tree, self.sessions_dir / live.row.id)
 
     def profile_of(self, live: LiveSession) -> Profile:
         profile = self.execution.profiles.get(live.row.profile)
@@ -509,14 +569,15 @@ class SessionManager:
                 live.restored_kernels.discard(request.language)
                 if not result.kernel_restored and not result.kernel_restarted:  # else the core said what happened
                     result.kernel_restarted = True
-                    result.restart_reason = ("the service restarted since this session's last call, and its "
-                                             "kernel's state had not been saved")
+                    result.restart_reason = live.lost_kernel_reason
             kernels = session.kernels
             if not set(kernels) <= set(row.kernels):
                 row.kernels = sorted({*row.kernels, *kernels})
                 # written before the answer: after a crash this session's next turn must say its kernel restarted
                 await asyncio.to_thread(self.store.save_many, [row])
         live.dirty = True
+        if self.placement is not None:  # stored before it is answered (object storage)
+            await self.placement.persist(live)
         return result
 
     def cancel(self, live: LiveSession) -> bool:
@@ -555,6 +616,8 @@ class SessionManager:
         self.sessions.pop(live.row.id, None)
         if not live.temporary:
             self.store.delete(live.row.id)
+        if self.placement is not None:
+            self.placement.removed(live.row.id)
         self.cancel(live)
         async with live.lock:  # the cancelled execution has let go
             runner, session = self.core(live)
@@ -575,6 +638,10 @@ class SessionManager:
             self.metrics.sessions_expired.inc()
         log.info("session removed", extra={"event": "session_expired" if expired else "session_deleted",
                                            "session": live.row.id})
+
+    def spawn(self, coro) -> None:
+        """Run a coroutine in the background (close() waits for it)."""
+        self._spawn(coro)
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)

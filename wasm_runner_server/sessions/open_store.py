@@ -9,7 +9,9 @@ from wasm_runner_server.metadata.settings import StoreSettings
 from wasm_runner_server.sessions.store import SessionMetadata, SessionStore
 
 if TYPE_CHECKING:
+    from wasm_runner_server.cluster.placement import Placement
     from wasm_runner_server.config import ServiceConfig
+    from wasm_runner_server.sessions.manager import SessionManager
 
 SESSIONS_DB = "server.sqlite3"
 
@@ -27,3 +29,19 @@ def session_store(config: ServiceConfig) -> SessionMetadata:
     from wasm_runner_server.sessions.store_pg import PostgresSessionStore
 
     return PostgresSessionStore(settings, settings.node_name(data_dir))
+
+
+def open_placement(config: ServiceConfig, manager: SessionManager) -> Placement | None:
+    """Leases and object storage for the manager's sessions, when `[storage]` stores them beyond the node
+    (leases with a PostgreSQL `[store]` only: on SQLite the node is alone, and its sessions never move)."""
+    if not config.storage.objects:
+        return None
+    from wasm_runner_server.cluster.leases import Leases
+    from wasm_runner_server.cluster.placement import Placement
+    from wasm_runner_server.storage import open_storage
+
+    settings = store_settings(config)
+    leases = None
+    if settings.postgres:
+        leases = Leases(settings, settings.node_name(Path(config.server.data_dir)), config.storage.lease_s)
+    return Placement(manager, open_storage(config.storage), leases)

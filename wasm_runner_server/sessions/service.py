@@ -21,7 +21,7 @@ from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
-from wasm_runner_server.sessions.open_store import session_store
+from wasm_runner_server.sessions.open_store import open_placement, session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
@@ -83,6 +83,7 @@ class Service:
         ledger = DiskLedger()
         rooms = RunRooms(ledger, quota_of, disk_changed) if quota_of is not None else None
         sessions = SessionManager(config, store, pool, execution, metrics, mounts_for, rooms, owner_for, disk_for)
+        sessions.placement = open_placement(config, sessions)
         metrics.gauge("wasm_runner_exec_queue_depth", "Executions waiting for a slot.", lambda: gate.queued)
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)

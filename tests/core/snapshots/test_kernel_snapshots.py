@@ -162,3 +162,24 @@ def test_a_restored_kernel_behaves_as_its_original(runner):
     again = original.run_sync("print(next(gen), len(warm), depth(50))")
     assert again.stdout == "2 10000 50\n"
     original.destroy()
+
+
+def test_a_kernel_restored_in_another_directory_can_be_saved_after_using_a_file(tmp_path, isolation):
+    """A session moved (copied to another data directory: another node, a fork): its restored kernel
+    opens and closes a file, and its state can still be saved and restored again."""
+    import shutil
+
+    with Runner(tmp_path / "a", isolation=isolation, kernel_workers=1) as runner:
+        session = runner.session("moves")
+        assert session.run_sync("x = 42\nwith open('d.txt', 'w') as f:\n    f.write('data')").error is None
+        assert session.save_kernels() == {}
+    shutil.copytree(tmp_path / "a" / "sessions" / "moves", tmp_path / "b" / "sessions" / "moves")
+    with Runner(tmp_path / "b", isolation=isolation, kernel_workers=1) as runner:
+        session = runner.session("moves")
+        used = session.run_sync("with open('d.txt') as f:\n    y = f.read()\nprint(x, y)")
+        assert used.stdout == "42 data\n" and used.kernel_restored
+        assert session.save_kernels() == {}  # no descriptor is held: the capture is not refused
+    shutil.copytree(tmp_path / "b" / "sessions" / "moves", tmp_path / "c" / "sessions" / "moves")
+    with Runner(tmp_path / "c", isolation=isolation, kernel_workers=1) as runner:
+        again = runner.session("moves").run_sync("print(x, y)")
+        assert again.stdout == "42 data\n" and again.kernel_restored, again

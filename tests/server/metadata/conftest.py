@@ -1,5 +1,6 @@
 import pytest
 from postgres_server import PostgresServer, postgres_server
+from s3_server import S3Server, s3_server
 
 
 @pytest.fixture(scope="session")
@@ -12,3 +13,10 @@ def postgres() -> PostgresServer:
 def postgres_url(postgres: PostgresServer) -> str:
     """A fresh database on the test run's PostgreSQL server."""
     return postgres.new_database()
+
+
+@pytest.fixture(scope="session")
+def s3() -> S3Server:
+    """The test run's S3 server (SeaweedFS); each test takes a prefix of its own (`S3Server.settings`)."""
+    with s3_server() as server:
+        yield server

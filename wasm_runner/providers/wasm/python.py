@@ -533,6 +533,14 @@ class PythonKernel(Kernel):
         self._located.restore(image.pages, image.data)
         self._runtime.restores_laid(self.settings, image.pages)
         self._located.adopt_checkpoint(self._located.current_size(), image.pages, image.data)
+        # The pages hold the original's record of its preopens (their host inodes): in another directory
+        # (a fork's, a session moved to another node) they differ, and the first file a cell opened would
+        # make every later capture refused as "a preopen was closed". The warm-up's first step takes that
+        # record again, from this instance's own descriptors (its handles are the ones obtained already),
+        # after the checkpoint is adopted, so that the pages it writes count as written since.
+        self.interrupt.arm(self.store, 10.0)
+        self._run(self.store, json.dumps({"warm": True, "handles_only": True, "fd_base": self._fd_base}))
+        self._run.post_return(self.store)
         self._probe_due = False  # the image was taken with none held
         self._reseed = True
 

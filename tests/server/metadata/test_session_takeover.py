@@ -1,0 +1,146 @@
+"""Three service processes on one PostgreSQL and one S3 server: a session outlives its node (kill -9), and a
+node paused past its lease (SIGSTOP) acknowledges nothing once another node took the session over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+from service_process import serving
+
+from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.security import stores
+
+LEASE_S = 2.0
+WAIT_S = 60.0
+
+
+def _node(tmp_path: Path, url: str, name: str, storage: dict[str, object]) -> tuple[Path, Path]:
+    data_dir = tmp_path / name
+    config = tmp_path / f"{name}.toml"
+    section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in {**storage, "lease_s": LEASE_S}.items())
+    config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n'
+                      f"[storage]\n{section}\n")
+    return data_dir, config
+
+
+def _holder(url: str, session: str) -> tuple[str, int, float]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT node, epoch, expires_at - extract(epoch from clock_timestamp()) FROM leases "
+                           "WHERE session_id = %s", (session,)).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+async def _until_served(http: httpx.AsyncClient, url: str, session: str, code: str, headers) -> httpx.Response:
+    """Call through `url` until it stops answering 421 (the owner's lease still live), within a bound."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        answer = await http.post(f"{url}/v1/sessions/{session}/exec", json={"code": code}, headers=headers)
+        if answer.status_code != 421:
+            return answer
+        assert time.monotonic() < deadline, answer.text
+        await asyncio.sleep(0.1)
+
+
+async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothing(postgres_url, s3, tmp_path):
+    storage = s3.settings()
+    nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2", "node-3")]
+    async with contextlib.AsyncExitStack() as stack:
+        served = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c)) for d, c in nodes))
+        (proc_1, url_1), (proc_2, url_2), (proc_3, url_3) = served
+
+        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
+        tenants = stores.tenant_store(config, nodes[0][0])
+        team, _ = tenants.create_key("team", "dev", "admin")
+        rival, _ = tenants.create_key("rival", "x", "admin")
+        tenants.close()
+        auth = {"Authorization": f"Bearer {team}"}
+
+        async with httpx.AsyncClient(timeout=120) as http:
+            created = await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)
+            assert created.status_code == 201, created.text
+            session = created.json()["id"]
+            ran = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={
+                "code": "x = 42\nwith open('data.txt', 'w') as f:\n    f.write('written by a call')\nprint(x)"})
+            assert ran.status_code == 200 and ran.json()["stdout"] == "42\n", ran.text
+            put = await http.put(f"{url_1}/v1/sessions/{session}/files/notes/api.txt", content=b"written by the API",
+                                 headers=auth)
+            assert put.status_code == 201, put.text
+
+            # node-1's lease is live: the others say where the session is
+            elsewhere = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "1"}, headers=auth)
+            assert elsewhere.status_code == 421 and "node-1" in elsewhere.json()["error"]["message"]
+
+            # node-1 dies: after its lease, node-2 takes the session over with its files and its kernel
+            proc_1.kill()
+            await proc_1.wait()
+            deadline = time.monotonic() + WAIT_S
+            while _holder(postgres_url, session)[2] > 0:  # node-1's lease runs out
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            rival_auth = {"Authorization": f"Bearer {rival}"}
+            hidden = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "1"}, headers=rival_auth)
+            assert hidden.status_code == 404  # another workspace's request takes nothing over
+            assert _holder(postgres_url, session)[:2] == ("node-1", 1)
+            taken = await _until_served(http, url_2, session, "with open('data.txt') as f:\n    print(x, f.read())", auth)
+            assert taken.status_code == 200, taken.text
+            assert taken.json()["stdout"] == "42 written by a call\n", taken.text
+            assert not taken.json().get("kernel_restarted"), taken.text
+            read = await http.get(f"{url_2}/v1/sessions/{session}/files/notes/api.txt", headers=auth)
+            assert read.status_code == 200 and read.content == b"written by the API"
+            node, epoch_2, _ = _holder(postgres_url, session)
+            assert (node, epoch_2) == ("node-2", 2)
+
+            # node-2 is paused in the middle of a call that wrote a file; node-3 takes over meanwhile
+            stale_file = nodes[1][0] / "sessions" / session / "files" / "stale.txt"
+            stale_call = ("import time\nwith open('stale.txt', 'w') as f:\n    f.write('never acknowledged')\n"
+                          "x = -1\ntime.sleep(4)")
+            pending = asyncio.create_task(http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth,
+                                                    json={"code": stale_call}))
+            deadline = time.monotonic() + WAIT_S
+            while not stale_file.exists():
+                assert time.monotonic() < deadline and not pending.done()
+                await asyncio.sleep(0.02)
+            os.kill(proc_2.pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while _holder(postgres_url, session)[2] > 0:  # node-2's lease runs out (the database's clock)
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+                moved = await _until_served(http, url_3, session,
+                                            "import os\nprint(x, os.path.exists('stale.txt'))\ny = 7", auth)
+                assert moved.status_code == 200 and moved.json()["stdout"] == "42 False\n", moved.text
+            finally:
+                os.kill(proc_2.pid, signal.SIGCONT)
+
+            # back, node-2 finishes its call, but cannot store it: the client gets an error, not a 200
+            refused = await pending
+            assert refused.status_code == 421, refused.text
+            assert "node-3" in refused.json()["error"]["message"]
+            again = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "x = 0"}, headers=auth)
+            assert again.status_code == 421 and "node-3" in again.json()["error"]["message"], again.text
+            assert _holder(postgres_url, session)[:2] == ("node-3", epoch_2 + 1)
+
+            final = await http.post(f"{url_3}/v1/sessions/{session}/exec", headers=auth,
+                                    json={"code": "import os\nprint(x, y, os.path.exists('stale.txt'))"})
+            assert final.status_code == 200 and final.json()["stdout"] == "42 7 False\n", final.text
+
+            # a kernel holding a file open cannot be stored: a takeover says its state is gone, and why
+            held = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "f = open('data.txt')"},
+                                   headers=auth)
+            assert held.status_code == 200, held.text
+            proc_3.kill()
+            await proc_3.wait()
+            fresh = await _until_served(http, url_2, session, "print('z' in globals())\nz = 1", auth)
+            assert fresh.status_code == 200 and fresh.json()["stdout"] == "False\n", fresh.text
+            assert fresh.json()["kernel_restarted"] and "moved to this node" in fresh.json()["restart_reason"]
+            with_file = await http.get(f"{url_2}/v1/sessions/{session}/files/data.txt", headers=auth)
+            assert with_file.content == b"written by a call"  # the files are there all the same

@@ -1,0 +1,1 @@
+"""A service node among others: sessions' leases and their moves between nodes."""

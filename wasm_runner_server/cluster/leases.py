@@ -1,0 +1,100 @@
+"""Sessions' leases in the shared PostgreSQL database: which node serves a session, under which epoch.
+
+A lease row names the owner node, an epoch and an expiry (by the database's clock, so that the nodes'
+clocks do not matter). The owner renews its leases; once one has expired, any node may claim it,
+which raises the epoch and makes the claimer the session's node (the `sessions` row too, in the same
+transaction). Every generation a node stores is committed here with the epoch it holds (`commit`):
+a node whose lease was claimed by another (it was paused, or cut off) finds its epoch gone and its
+write refused, so it acknowledges nothing from then on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wasm_runner_server.metadata import postgres
+from wasm_runner_server.metadata.settings import StoreSettings
+from wasm_runner_server.sessions.store import COLUMNS, SessionRow, row_of
+
+NOW = "extract(epoch from clock_timestamp())"
+
+
+@dataclass(frozen=True)
+class Lease:
+    epoch: int
+    generation: int
+    """The last generation stored under any epoch (0: none)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    node: str
+    expires_in_s: float
+
+
+class Leases:
+    def __init__(self, settings: StoreSettings, node: str, lease_s: float) -> None:
+        self.node = node
+        self.lease_s = lease_s
+        self._db = postgres.acquire(settings)
+
+    def create(self, session_id: str) -> Lease:
+        """The first lease of a new session: this node's, epoch 1."""
+        self._db.execute(f"INSERT INTO leases (session_id, node, epoch, generation, expires_at) "
+                         f"VALUES (%s, %s, 1, 0, {NOW} + %s)", (session_id, self.node, self.lease_s))
+        return Lease(1, 0)
+
+    def claim(self, session_id: str) -> Lease | None:
+        """Take the session: allowed once its lease expired, or when this node holds it already (a
+        restarted node); the epoch is raised either way. None: another node holds a live lease (or
+        the session has no lease)."""
+        with self._db.transaction() as conn:
+            # a session of this node made before object storage was configured has no lease yet: its
+            # node (only) may make one; another node's request for it is answered 421 as before
+            conn.execute("INSERT INTO leases (session_id, node, epoch, generation, expires_at) "
+                         "SELECT id, node, 0, 0, 0 FROM sessions WHERE id=%s AND node=%s "
+                         "ON CONFLICT (session_id) DO NOTHING", (session_id, self.node))
+            row = conn.execute(
+                f"UPDATE leases SET node=%s, epoch=epoch+1, expires_at={NOW} + %s "
+                f"WHERE session_id=%s AND (expires_at < {NOW} OR node=%s) RETURNING epoch, generation",
+                (self.node, self.lease_s, session_id, self.node)).fetchone()
+            if row is None:
+                return None
+            conn.execute("UPDATE sessions SET node=%s WHERE id=%s", (self.node, session_id))
+        return Lease(int(row[0]), int(row[1]))
+
+    def session(self, session_id: str) -> SessionRow | None:
+        """The session's row, whichever node it names (a takeover's starting point)."""
+        values = self._db.fetchone(f"SELECT {COLUMNS}, node FROM sessions WHERE id=%s", (session_id,))
+        if values is None:
+            return None
+        row = row_of(values[:-1])
+        row.node = values[-1]
+        return row
+
+    def holder(self, session_id: str) -> Holder | None:
+        row = self._db.fetchone(f"SELECT node, expires_at - {NOW} FROM leases WHERE session_id=%s", (session_id,))
+        return None if row is None else Holder(row[0], float(row[1]))
+
+    def renew(self, held: dict[str, int]) -> set[str]:
+        """Extend the leases this node holds under these epochs; the sessions whose lease it still holds."""
+        if not held:
+            return set()
+        rows = self._db.fetchall(
+            f"UPDATE leases SET expires_at={NOW} + %s WHERE node=%s AND session_id = ANY(%s) "
+            "RETURNING session_id, epoch", (self.lease_s, self.node, list(held)))
+        return {session_id for session_id, epoch in rows if held.get(session_id) == epoch}
+
+    def commit(self, session_id: str, epoch: int, generation: int) -> bool:
+        """Record `generation` as the session's last, if this node still holds it under `epoch` (the
+        lease renewed too); False: the session went to another node, and the generation counts for nothing."""
+        return self._db.execute(
+            f"UPDATE leases SET generation=%s, expires_at={NOW} + %s "
+            "WHERE session_id=%s AND node=%s AND epoch=%s AND generation < %s",
+            (generation, self.lease_s, session_id, self.node, epoch, generation)) == 1
+
+    def delete(self, session_id: str) -> None:
+        self._db.execute("DELETE FROM leases WHERE session_id=%s", (session_id,))
+
+    def close(self) -> None:
+        postgres.release(self._db)

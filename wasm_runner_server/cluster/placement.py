@@ -1,0 +1,272 @@
+"""Where a session is served, and what survives its node: leases, takeovers, stored calls.
+
+With object storage (`[storage] kind = "s3"`), what a request to a session changed (its files and
+its kernels' images) is stored before the request is answered (`persist`): uploaded as a new
+generation, then committed in PostgreSQL under the node's lease epoch (`Leases.commit`). A request
+for a session another node holds is answered 421 while that node's lease is live; once it expired,
+the node the request reached claims the lease (epoch + 1), restores the last committed generation
+and serves the request (`adopt`). A node that lost a session (paused past its lease, then back)
+finds its commit refused: the request's changes are discarded, the session is dropped here, and the
+client gets 421 naming the new node, never a success.
+
+A taker skips one generation: the one a paused owner may still be writing when it comes back (its
+manifest may land, its commit cannot), so the taker's own manifests never collide with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.cluster.leases import Leases
+from wasm_runner_server.errors import ApiError
+from wasm_runner_server.metrics import Counter
+from wasm_runner_server.storage import GenerationTaken, SessionStorage, StorageError
+
+if TYPE_CHECKING:
+    from wasm_runner_server.sessions.manager import LiveSession, SessionManager
+
+log = logging.getLogger("wasm_runner.server")
+
+
+def moved(session_id: str, node: str | None, what: str = "") -> ApiError:
+    where = f"node {node!r}" if node else "another node"
+    return ApiError(421, ErrorCode.SESSION_ON_OTHER_NODE,
+                    f"session {session_id!r} moved to {where}{what}",
+                    f"send its calls to {where}")
+
+
+def storage_unavailable(session_id: str, exc: Exception) -> ApiError:
+    return ApiError(503, ErrorCode.STORAGE_UNAVAILABLE,
+                    f"the session storage failed for session {session_id!r}: {exc}; this request's changes were "
+                    "not stored", "retry after the number of seconds in Retry-After", {"Retry-After": "1"})
+
+
+class Placement:
+    """The sessions of one node under leases, stored in object storage (see the module's docstring)."""
+
+    def __init__(self, manager: SessionManager, storage: SessionStorage, leases: Leases | None) -> None:
+        self.manager = manager
+        self.storage = storage
+        self.leases = leases
+        """None: a node alone (SQLite), whose sessions never move; its calls are still stored."""
+        self._adopting: dict[str, asyncio.Lock] = {}
+        self._renewer: asyncio.Task | None = None
+        metrics = manager.metrics
+        self.takeovers = Counter("wasm_runner_session_takeovers_total",
+                                 "Sessions this node took over from a node whose lease had expired.")
+        self.lost = Counter("wasm_runner_session_leases_lost_total",
+                            "Sessions this node found taken over by another (its writes refused).")
+        self.stored = Counter("wasm_runner_session_generations_stored_total",
+                              "Generations of sessions stored in object storage.")
+        self.storage_errors = Counter("wasm_runner_storage_errors_total", "Failed saves or restores of sessions.")
+        for counter in (self.takeovers, self.lost, self.stored, self.storage_errors):
+            metrics.gauges.append(counter)
+        metrics.gauge("wasm_runner_session_leases_held", "Sessions whose lease this node holds.",
+                      lambda: sum(1 for live in manager.sessions.values() if live.epoch))
+
+    @property
+    def lease_s(self) -> float:
+        return self.leases.lease_s if self.leases is not None else 0.0
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Claim this node's sessions again (a restart: a new epoch; their directories restored from
+        storage where this node lost them), then renew the leases every third of their length."""
+        leases = self.leases
+        if leases is None:
+            return
+        manager = self.manager
+        for live in list(manager.sessions.values()):
+            lease = await asyncio.to_thread(leases.claim, live.row.id)
+            if lease is None:  # another node holds it now
+                manager.sessions.pop(live.row.id, None)
+                continue
+            self._hold(live, lease.epoch, lease.generation + 1, time.monotonic())
+            root = manager.sessions_dir / live.row.id
+            if lease.generation and not root.exists():
+                await asyncio.to_thread(self.storage.restore, live.row.id, root, lease.generation)
+        self._renewer = asyncio.create_task(self._renew_forever(), name="wasm-runner-leases")
+
+    async def close(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        if self.leases is not None:
+            self.leases.close()
+        await asyncio.to_thread(self.storage.close)
+
+    # -- a session's life ---------------------------------------------------------------------
+
+    def created(self, live: LiveSession) -> None:
+        """A session made on this node: its first lease (before its creation is answered). A temporary
+        session has none: it lives in this node's memory only and is never stored."""
+        if self.leases is not None and not live.temporary:
+            lease = self.leases.create(live.row.id)
+            self._hold(live, lease.epoch, lease.generation, time.monotonic())
+
+    def removed(self, session_id: str) -> None:
+        """A session deleted or expired: its lease and its stored generations go too (the latter on a thread)."""
+        if self.leases is not None:
+            self.leases.delete(session_id)
+        if self.storage.durable:
+            self.manager.spawn_blocking(self.storage.remove, session_id)
+
+    def _hold(self, live: LiveSession, epoch: int, generation: int, since: float) -> None:
+        live.epoch, live.generation, live.lease_until = epoch, generation, since + self.lease_s
+
+    # -- serving ------------------------------------------------------------------------------
+
+    async def adopt(self, session_id: str) -> None:
+        """Before a request for `session_id` is served here: if another node's lease on it expired, take
+        it over (claim, restore, serve); if this node's own lease may have lapsed, confirm it (421 if it
+        was taken meanwhile). Nothing to do for a session this node holds, or one that is not there."""
+        leases, manager = self.leases, self.manager
+        if leases is None:
+            return
+        live = manager.sessions.get(session_id)
+        if live is not None:
+            if not live.deleted and time.monotonic() >= live.lease_until - self.lease_s / 3:
+                await self._confirm(live)
+            return
+        lock = self._adopting.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                if session_id not in manager.sessions:
+                    await self._take_over(session_id)
+        finally:
+            if not lock.locked() and self._adopting.get(session_id) is lock:
+                del self._adopting[session_id]
+
+    async def _take_over(self, session_id: str) -> None:
+        leases, manager = self.leases, self.manager
+        assert leases is not None
+        # whichever node the row names: this one too, when an earlier takeover's restore failed
+        row = await asyncio.to_thread(leases.session, session_id)
+        if row is None or time.time() >= row.expires_at:
+            return  # not a session (or an expired one): the route answers as usual
+        since = time.monotonic()
+        lease = await asyncio.to_thread(leases.claim, session_id)
+        if lease is None:
+            return  # its node's lease is live: the route answers 421 naming it
+        started = time.perf_counter()
+        try:
+            stats = await asyncio.to_thread(self.storage.restore, session_id, manager.sessions_dir / session_id,
+                                            lease.generation)
+        except (StorageError, OSError, ValueError) as exc:
+            self.storage_errors.inc()
+            log.exception("session restore failed", extra={"event": "session_restore_failed", "session": session_id})
+            raise storage_unavailable(session_id, exc) from None
+        live = manager.adopted(row, leases.node)
+        # the generation after the last committed one may still be written by the node this one replaced
+        self._hold(live, lease.epoch, lease.generation + 1, since)
+        self.takeovers.inc()
+        log.info("session taken over", extra={
+            "event": "session_taken_over", "session": session_id, "epoch": lease.epoch,
+            "generation": lease.generation, "files": stats.files, "bytes": stats.bytes_uploaded,
+            "ms": round((time.perf_counter() - started) * 1000, 3)})
+
+    async def _confirm(self, live: LiveSession) -> None:
+        assert self.leases is not None
+        since = time.monotonic()
+        held = await asyncio.to_thread(self.leases.renew, {live.row.id: live.epoch})
+        if live.row.id in held:
+            live.lease_until = since + self.lease_s
+            return
+        self._lose(live)
+        raise moved(live.row.id, await self._holder(live.row.id))
+
+    async def persist(self, live: LiveSession) -> None:
+        """Store what the last request changed before it is answered (the session's files and its live
+        kernels' images): a new generation, committed under this node's epoch. 421 if the session was
+        taken over meanwhile (the changes are discarded), 503 if the storage failed."""
+        if not self.storage.durable or live.deleted or live.temporary:  # a temporary session leaves no trace
+            return
+        manager = self.manager
+        async with live.lock:  # no call changes the directory while it is stored
+            if live.deleted:
+                return
+            if live.moved:
+                raise moved(live.row.id, await self._holder(live.row.id))
+            session = live.core
+            if session is None:
+                return  # nothing was loaded, so nothing changed
+            generation = live.generation + 1
+            try:
+                refused = await asyncio.to_thread(session.save_kernels)
+                if refused:
+                    log.info("kernel not stored", extra={"event": "kernel_not_stored", "session": live.row.id,
+                                                         "why": refused})
+                stats = await asyncio.to_thread(self.storage.save, live.row.id, session.workspace.root,
+                                                generation=generation, epoch=live.epoch, node=manager.store.node)
+            except GenerationTaken:
+                committed = False
+            except (StorageError, OSError) as exc:
+                self.storage_errors.inc()
+                log.exception("session store failed", extra={"event": "session_store_failed",
+                                                             "session": live.row.id})
+                raise storage_unavailable(live.row.id, exc) from None
+            else:
+                since = time.monotonic()
+                committed = self.leases is None or await asyncio.to_thread(
+                    self.leases.commit, live.row.id, live.epoch, generation)
+            if committed:
+                live.generation = generation
+                if self.leases is not None:
+                    live.lease_until = since + self.lease_s
+                self.stored.inc()
+                log.debug("session stored", extra={"event": "session_stored", "session": live.row.id,
+                                                   "generation": generation, "bytes": stats.bytes_uploaded})
+                return
+        self._lose(live)
+        raise moved(live.row.id, await self._holder(live.row.id),
+                    ": this node lost its lease before the request's changes were stored, and they are discarded")
+
+    async def _holder(self, session_id: str) -> str | None:
+        if self.leases is None:
+            return None
+        holder = await asyncio.to_thread(self.leases.holder, session_id)
+        return holder.node if holder is not None else None
+
+    def _lose(self, live: LiveSession) -> None:
+        """The session went to another node: drop it here (kernels unsaved, local files removed)."""
+        if live.moved:
+            return
+        live.moved = True
+        if self.manager.sessions.get(live.row.id) is live:  # from now on, requests learn where it went
+            del self.manager.sessions[live.row.id]
+        self.lost.inc()
+        self.storage.forget(live.row.id)
+        log.warning("session lease lost", extra={"event": "session_lease_lost", "session": live.row.id,
+                                                 "epoch": live.epoch})
+        self.manager.spawn(self.manager.drop_moved(live))  # once the call holding it (if any) has let go
+
+    # -- renewal ------------------------------------------------------------------------------
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.renew()
+            except Exception:
+                log.exception("lease renewal failed", extra={"event": "lease_renewal_failed"})
+
+    async def renew(self) -> None:
+        assert self.leases is not None
+        held = {live.row.id: live.epoch for live in self.manager.sessions.values() if live.epoch and not live.moved}
+        since = time.monotonic()
+        kept = await asyncio.to_thread(self.leases.renew, held)
+        for session_id in held:
+            live = self.manager.sessions.get(session_id)
+            if live is None:
+                continue
+            if session_id in kept:
+                live.lease_until = since + self.lease_s
+            elif not live.deleted:
+                self._lose(live)

@@ -1,0 +1,78 @@
+"""The object store's few operations the session storage needs, over obstore's S3 client.
+
+obstore (the Rust `object_store` crate) is called synchronously, from the threads the storage runs
+on; its calls release the GIL. A put of a new object is conditional (`If-None-Match: *`): the store
+refuses to replace an object that exists (412), which is how two writers of one manifest generation
+cannot both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.store import S3Store
+
+from wasm_runner_server.storage.errors import AlreadyExists, ObjectMissing, StorageError
+from wasm_runner_server.storage.settings import StorageSettings
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig  # a typing-only name
+
+__all__ = ["S3Objects"]
+
+
+class S3Objects:
+    """One bucket (and prefix) of an S3-compatible store."""
+
+    def __init__(self, settings: StorageSettings) -> None:
+        if not settings.bucket:
+            raise ValueError('storage.bucket is required with storage.kind = "s3"')
+        self.prefix = settings.prefix
+        options: dict[str, Any] = {"region": settings.region}
+        if settings.endpoint is not None:
+            options["endpoint"] = settings.endpoint
+            options["virtual_hosted_style_request"] = False  # path-style: what self-hosted stores serve
+        if settings.access_key_id is not None:
+            options["access_key_id"] = settings.access_key_id
+        if settings.secret_access_key is not None:
+            options["secret_access_key"] = settings.secret_access_key.get_secret_value()
+        client: ClientConfig = {"allow_http": bool(settings.endpoint and settings.endpoint.startswith("http://")),
+                  "timeout": "60s", "connect_timeout": "5s"}
+        self._store = S3Store(settings.bucket, client_options=client, **options)
+
+    def put_new(self, key: str, data: bytes | memoryview) -> None:
+        """Write `key` unless it exists (AlreadyExists then)."""
+        try:
+            obstore.put(self._store, self.prefix + key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            raise AlreadyExists(key) from None
+        except Exception as exc:
+            raise StorageError(f"storing {key!r} failed: {type(exc).__name__}") from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            return bytes(obstore.get(self._store, self.prefix + key).bytes())
+        except NotFoundError:
+            raise ObjectMissing(key) from None
+        except Exception as exc:
+            raise StorageError(f"reading {key!r} failed: {type(exc).__name__}") from exc
+
+    def keys(self, prefix: str) -> Iterator[str]:
+        """The keys under `prefix` (without this store's own prefix)."""
+        try:
+            for batch in obstore.list(self._store, self.prefix + prefix, chunk_size=1000):
+                for meta in batch:
+                    yield meta["path"][len(self.prefix):]
+        except Exception as exc:
+            raise StorageError(f"listing {prefix!r} failed: {type(exc).__name__}") from exc
+
+    def delete(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        try:
+            obstore.delete(self._store, [self.prefix + key for key in keys])
+        except Exception as exc:
+            raise StorageError(f"deleting {len(keys)} objects failed: {type(exc).__name__}") from exc
