@@ -65,6 +65,8 @@ class Worker:
         Runner's settings its providers use; `options` go to the worker's configuration
         (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
+        self.epoch_free = bool(options.get("epoch_free"))
+        """Its guests run without epoch checks: a stop ends the process (it answers first)."""
         config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts],
                   "egress": egress.to_config() if egress is not None else None,
                   "packages": packages.to_config() if packages is not None else None, **options}
@@ -182,7 +184,9 @@ class WorkerPool:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages)
+        # Their guests run without epoch checks: the worker's supervisor ends the process at
+        # a guest's deadline or stop, and the Runner starts another (decision 0011).
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages, epoch_free=True)
                   for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
@@ -282,8 +286,12 @@ class ProcessLanes:
                 self._fall_back_to_threads()
             return
         if worker.in_flight:
-            lost, *after = worker.in_flight.values()
-            if not batch.stopped:
+            # A worker that retired after answering for its stopped guest started none of them.
+            if worker.proc.returncode == RETIRED_EXIT_CODE:
+                lost, after = None, list(worker.in_flight.values())
+            else:
+                lost, *after = worker.in_flight.values()
+            if lost is not None and not batch.stopped:
                 batch.deliver(lost_result(lost, worker.proc.returncode))
             batch.pending.extendleft(reversed(after))
             worker.in_flight.clear()
