@@ -3,7 +3,9 @@
     python benchmarks/bench_core.py [--seconds 10] [--samples 200]
 
 Fresh-instance latency for Python, JavaScript and TypeScript, kernel-turn latency, the cost of
-printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
+printing line by line, a CPU-bound loop in the sandbox against native CPython (and, as
+`cpu_engines`, the loop, fib and dict/string work on the epoch engine beside the epoch-free one
+worker processes use, and native; `--engines-only` measures just that), fresh
 Python runs per second with two worker threads, resident memory per idle kernel, and the
 start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`, and what
 the default isolation (guests on worker processes) adds to a fresh run and a kernel turn beside
@@ -34,7 +36,7 @@ CPU_LOOP = "def work(n):\n    total = 0\n    for i in range(n):\n        total +
 
 CPU_WORKLOADS = {
     "loop": CPU_LOOP.replace("work(3_000_000)", "run = lambda: work(3_000_000)"),
-    "fib": "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nrun = lambda: fib(25)",
+    "fib": "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nrun = lambda: fib(27)",
     "dict_str": ("def work():\n    d = {}\n    for i in range(200_000):\n        k = 'key%d' % (i % 5000)\n"
                  "        d[k] = d.get(k, '') [-20:] + str(i)\n    return len(','.join(sorted(d)))\nrun = work"),
 }
@@ -150,7 +152,7 @@ def cpu_child(mode: str, options: dict[str, object]) -> None:
             return config
 
         tag = "-".join(f"{k}{v}" for k, v in sorted(options.items()))
-        engines.wasmtime.Config = tuned_config  # type: ignore[assignment]
+        engines.wasmtime.Config = tuned_config  # type: ignore[assignment,misc]
         engines.EngineSettings.cache_key = lambda self: f"{plain_key(self)}-{tag}"  # type: ignore[method-assign]
     with Runner(isolation="in-process", concurrency=1) as runner:
         runner.run_sync("print(1)", limits=Limits(timeout_s=600))  # compiles this variant once
@@ -327,7 +329,7 @@ def startup(runs: int = 11) -> dict:
     With bytecode compiled first: an install compiles it (scripts/install), and without it
     every start compiles the modules it imports."""
     for package in (wasm_runner, wasm_runner_server, wasm_runner_protocol):
-        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1, rx=re.compile("/_runtimes/[^/]+/"))
+        compileall.compile_dir(str(Path(str(package.__file__)).parent), quiet=1, rx=re.compile("/_runtimes/[^/]+/"))
     commands = {"run": [sys.executable, "-m", "wasm_runner_server.cli.console", "run", "-c", "print(1)"],
                 "python": [sys.executable, "-c", "print(1)"]}
     times: dict[str, list[float]] = {name: [] for name in commands}

@@ -26,7 +26,19 @@ from wasm_runner.execution.scratch import ScratchPool
 from wasm_runner.providers.base import Provider
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["WorkerRunner", "reset_signals", "serve", "take_pipes"]
+__all__ = ["EPOCH_FREE_MIN_TIMEOUT_S", "WorkerRunner", "keeps_epoch_checks", "reset_signals", "serve", "take_pipes"]
+
+
+EPOCH_FREE_MIN_TIMEOUT_S = 0.5
+"""Items with a shorter deadline keep epoch checks: ending and replacing a worker costs about
+0.35 s of CPU, which a flood of looping 1 ms runs would otherwise multiply."""
+
+
+def keeps_epoch_checks(request: ExecRequest) -> bool:
+    """Whether an item runs on an engine with epoch checks in an epoch-free worker: one whose
+    stop ending the process would cost more than it saves (a short deadline), or would cut
+    short the item's other parts (the io harness's other cases)."""
+    return request.harness == "io" or request.limits.timeout_s < EPOCH_FREE_MIN_TIMEOUT_S
 
 
 class WorkerRunner(Protocol):
@@ -162,7 +174,7 @@ def serve(runner: WorkerRunner, source: BinaryIO, out: BinaryIO, open_session: O
         if lane.stop_requested:  # cancelled before it started: nobody waits for it
             answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
             continue
-        if order.request.harness == "io":  # a kill would cut the item's other cases short
+        if keeps_epoch_checks(order.request):
             with epoch_checks():
                 result = lane.run(order.request)
         else:

@@ -3,6 +3,7 @@ disk) ends the worker, which answers for its item first, and the Runner starts a
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +52,13 @@ def test_an_endless_loop_on_a_worker_times_out_and_the_next_run_gets_a_fresh_wor
     assert result.duration_ms >= 500 and result.language == "python"
     assert runner.run_sync("print('next')").stdout == "next\n"
     assert _one_shot_pids(runner).isdisjoint(before)  # the looping worker was ended
+
+
+def test_a_loop_with_a_short_deadline_is_stopped_by_epoch_checks_and_keeps_its_worker(runner):
+    before = _one_shot_pids(runner)
+    result = runner.run_sync(LOOP, limits=Limits(timeout_s=0.1))  # a restart would cost more
+    assert (result.limit, result.stdout) == ("timeout", "before the loop\n")
+    assert runner.run_sync("print('next')").stdout == "next\n" and _one_shot_pids(runner) == before
 
 
 def test_output_and_disk_limits_stop_a_worker_guest_as_exactly_as_before(runner):
@@ -106,3 +114,14 @@ def test_a_process_chooses_epoch_free_engines_and_a_thread_may_keep_checks():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split("\n") == ["True epoch", "False noepoch", "True", "True", ""]
+
+
+def test_a_worker_that_cannot_answer_for_its_looping_guest_is_ended_by_the_runner(runner):
+    [worker] = runner.one_shot_workers.workers
+    pending = runner.one_shot_workers.submit(ExecRequest(code=LOOP, limits=Limits(timeout_s=0.5)), wait=True)
+    assert pending is not None and len(worker.in_flight) == 1
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # its own supervisor cannot answer now
+    result = pending[2].result(timeout=60)
+    assert (result.limit, result.exit_code) == ("timeout", 137) and "was ended" in result.error.message
+    assert worker.proc.returncode == -signal.SIGKILL
+    assert runner.run_sync("print('next')").stdout == "next\n"
