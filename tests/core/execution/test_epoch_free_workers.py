@@ -72,6 +72,13 @@ def test_output_and_disk_limits_stop_a_worker_guest_as_exactly_as_before(runner)
     assert runner.run_sync("print(2)").stdout == "2\n"
 
 
+def test_fuel_still_stops_a_worker_guest_by_itself(runner):
+    before = _one_shot_pids(runner)
+    result = runner.run_sync(LOOP, limits=Limits(timeout_s=60, fuel=50_000_000))
+    assert (result.limit, result.stdout) == ("fuel", "before the loop\n")
+    assert _one_shot_pids(runner) == before  # a trap: no worker was ended for it
+
+
 def test_a_cancelled_endless_loop_on_a_worker_ends_and_the_runner_goes_on(runner):
     async def cancel_one() -> str:
         task = asyncio.create_task(runner.run(ExecRequest(code=LOOP, limits=Limits(timeout_s=60))))

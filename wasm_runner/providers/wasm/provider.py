@@ -97,11 +97,14 @@ class WasmProvider(Provider):
             return self._runtimes[language]
 
     def prepare(self, fuel: bool = True) -> None:
+        """Compile every runtime for each engine it may run on: with epoch checks (in-process
+        guests) and without (worker processes, decision 0012), with fuel metering and without."""
         for language in sorted(self.languages):
             runtime = self.runtime(language)
-            runtime.prepare(EngineSettings(fuel=False))
-            if fuel:
-                runtime.prepare(EngineSettings(fuel=True))
+            for epoch in (True, False):
+                runtime.prepare(EngineSettings(fuel=False, epoch=epoch))
+                if fuel:
+                    runtime.prepare(EngineSettings(fuel=True, epoch=epoch))
 
     def _check(self, kernel: Kernel, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
         """Run the program, then its tests in the same new instance, within one deadline.
