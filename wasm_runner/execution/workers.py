@@ -166,12 +166,16 @@ class Worker:
 
     def running_overdue(self, now: float) -> int | None:
         """The item it runs (the oldest unanswered; it runs items in turn), if past its deadline,
-        the worker's own watchdog's grace and `BACKSTOP_S`: the worker failed to answer for it."""
+        the worker's own watchdog's grace and `BACKSTOP_S`: the worker failed to answer for it.
+        Not before its first answer: its first item may compile a runtime, before the guest's clock
+        starts (its own watchdog still answers for it)."""
+        if self.ready_at is None or not self._answered_at:
+            return None
         try:
             seq, request = next(iter(self.in_flight.items()))
         except (StopIteration, RuntimeError):  # none, or changed meanwhile: the next look decides
             return None
-        started = max(self._sent_at.get(seq, now), self._answered_at)
+        started = max(self._sent_at.get(seq, now), self._answered_at, self.ready_at)
         limit = request.limits.timeout_s + WATCHDOG_GRACE_S + BACKSTOP_S
         return seq if now - started > limit else None
 
