@@ -384,12 +384,10 @@ def main() -> None:
         report["python_printing"] = printing(runner, "python")
         report["javascript_printing"] = printing(runner, "javascript")
         report["cpu_loop"] = cpu_ratio(runner)
-    report["cpu_engines"] = engine_modes()  # epoch beside epoch-free (worker processes), and native
-    with Runner(isolation="in-process", concurrency=2) as runner:
-        runner.prepare()
         report["python_fresh_throughput"] = throughput(runner, args.seconds)
         report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")
         report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
+    report["cpu_engines"] = engine_modes()  # epoch beside epoch-free (worker processes), and native
     report["kernel_workers"] = kernels_on_workers(args.samples)
     report["isolation"] = isolation_cost(args.samples)
     print(json.dumps(report, indent=2))
