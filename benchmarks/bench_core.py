@@ -3,7 +3,9 @@
     python benchmarks/bench_core.py [--seconds 10] [--samples 200]
 
 Fresh-instance latency for Python, JavaScript and TypeScript, kernel-turn latency, the cost of
-printing line by line, a CPU-bound loop in the sandbox against native CPython, fresh
+printing line by line, a CPU-bound loop in the sandbox against native CPython (and, as
+`cpu_engines`, the loop, fib and dict/string work on the epoch engine beside the epoch-free one
+worker processes use, and native; `--engines-only` measures just that), fresh
 Python runs per second with two worker threads, resident memory per idle kernel, and the
 start-up of `wasm-runner run -c 'print(1)'` beside a plain `python -c 'print(1)'`, and what
 the default isolation (guests on worker processes) adds to a fresh run and a kernel turn beside
@@ -31,6 +33,16 @@ import wasm_runner_server
 from wasm_runner import Limits, Runner
 
 CPU_LOOP = "def work(n):\n    total = 0\n    for i in range(n):\n        total += i * i % 7\n    return total\nwork(3_000_000)"
+
+CPU_WORKLOADS = {
+    "loop": CPU_LOOP.replace("work(3_000_000)", "run = lambda: work(3_000_000)"),
+    "fib": "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nrun = lambda: fib(27)",
+    "dict_str": ("def work():\n    d = {}\n    for i in range(200_000):\n        k = 'key%d' % (i % 5000)\n"
+                 "        d[k] = d.get(k, '') [-20:] + str(i)\n    return len(','.join(sorted(d)))\nrun = work"),
+}
+"""CPU-bound guests: a plain loop, recursive calls, dict and string work. Each prints its own
+duration (timed inside the guest, so start-up is not in it)."""
+ENGINE_MODES = ("epoch", "epoch-free")
 
 
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
@@ -106,6 +118,89 @@ def cpu_ratio(runner: Runner, repeats: int = 5) -> dict:
     s, n = statistics.median(sandbox), statistics.median(native)
     return {"sandbox_ms": round(s, 1), "native_ms": round(n, 1), "ratio": round(s / n, 2),
             "native_python": sys.version.split()[0], "sandbox_python": "3.14 (wasm32-wasip2, epoch deadline on)"}
+
+
+def timed_workload(name: str) -> str:
+    return "import time\n" + CPU_WORKLOADS[name] + "\nt = time.perf_counter(); run(); print((time.perf_counter() - t) * 1000)"
+
+
+CONFIG_VARIANTS: dict[str, dict] = {
+    "epoch-free opt speed_and_size": {"mode": "epoch-free", "options": {"cranelift_opt_level": "speed_and_size"}},
+    "epoch-free nan canonicalization on": {"mode": "epoch-free", "options": {"cranelift_nan_canonicalization": True}},
+    "epoch-free no guard (bounds checks)": {"mode": "epoch-free", "options": {"memory_guard_size": 0,
+                                                                             "memory_reservation": 1 << 20}},
+}
+"""wasmtime `Config` settings beside the defaults (opt level `speed`, NaN canonicalization off, a
+4 GiB reservation with guard pages, so bounds checks are elided): measured, each its own compile."""
+
+
+def cpu_child(mode: str, options: dict[str, object]) -> None:
+    """A process running the CPU workloads on demand (a workload's name on each stdin line, its
+    duration in ms on stdout): in-process guests on engines with epoch interruption or
+    without (as worker processes run them), and with any extra wasmtime `Config` options."""
+    from wasm_runner.engine import engines
+
+    if mode == "epoch-free":
+        engines.use_epoch_free_engines()
+    if options:  # a benchmark-only variant: every engine gets these options, and its own cache key
+        plain_config, plain_key = engines.wasmtime.Config, engines.EngineSettings.cache_key
+
+        def tuned_config() -> object:
+            config = plain_config()
+            for key, value in options.items():
+                setattr(config, key, value)
+            return config
+
+        tag = "-".join(f"{k}{v}" for k, v in sorted(options.items()))
+        engines.wasmtime.Config = tuned_config  # type: ignore[assignment,misc]
+        engines.EngineSettings.cache_key = lambda self: f"{plain_key(self)}-{tag}"  # type: ignore[method-assign]
+    with Runner(isolation="in-process", concurrency=1) as runner:
+        runner.run_sync("print(1)", limits=Limits(timeout_s=600))  # compiles this variant once
+        print("ready", flush=True)
+        for line in sys.stdin:
+            result = runner.run_sync(timed_workload(line.strip()), limits=Limits(timeout_s=120))
+            assert result.error is None, result.error
+            print(result.stdout.strip(), flush=True)
+
+
+def engine_modes(rounds: int = 5, variants: dict[str, dict] | None = None) -> dict:
+    """The CPU workloads on the epoch engine, the epoch-free one (and any `Config` variants of
+    it), and native CPython, samples interleaved round by round in one run: medians, ratios and
+    the machine's load."""
+    variants = {"epoch": {"mode": "epoch"}, "epoch-free": {"mode": "epoch-free"}, **(variants or {})}
+    load_before = os.getloadavg()
+    children = {}
+    for name, spec in variants.items():
+        children[name] = subprocess.Popen(
+            [sys.executable, __file__, "--cpu-child", spec["mode"], "--cpu-options", json.dumps(spec.get("options", {}))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for child in children.values():
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    samples: dict[str, dict[str, list[float]]] = {v: {w: [] for w in CPU_WORKLOADS} for v in [*variants, "native"]}
+    for _ in range(rounds):
+        for workload in CPU_WORKLOADS:
+            for name, child in children.items():
+                assert child.stdin is not None and child.stdout is not None
+                child.stdin.write(workload + "\n")
+                child.stdin.flush()
+                samples[name][workload].append(float(child.stdout.readline()))
+            out = subprocess.run([sys.executable, "-c", timed_workload(workload)], check=True, capture_output=True, text=True)
+            samples["native"][workload].append(float(out.stdout))
+    for child in children.values():
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    medians = {v: {w: round(statistics.median(x), 1) for w, x in by.items()} for v, by in samples.items()}
+    report: dict = {"median_ms": medians, "rounds": rounds,
+                    "native_python": sys.version.split()[0], "sandbox_python": "3.14 (wasm32-wasip2)",
+                    "variants": {name: spec for name, spec in variants.items()}}
+    report["ratio_to_native"] = {v: {w: round(medians[v][w] / medians["native"][w], 2) for w in CPU_WORKLOADS}
+                                 for v in variants}
+    report["epoch_over_epoch_free"] = {w: round(medians["epoch"][w] / medians["epoch-free"][w], 2)
+                                       for w in CPU_WORKLOADS}
+    report["loadavg_before"] = [round(x, 2) for x in load_before]
+    report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return report
 
 
 def throughput(runner: Runner, seconds: float, threads: int = 2) -> dict:
@@ -234,7 +329,7 @@ def startup(runs: int = 11) -> dict:
     With bytecode compiled first: an install compiles it (scripts/install), and without it
     every start compiles the modules it imports."""
     for package in (wasm_runner, wasm_runner_server, wasm_runner_protocol):
-        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1, rx=re.compile("/_runtimes/[^/]+/"))
+        compileall.compile_dir(str(Path(str(package.__file__)).parent), quiet=1, rx=re.compile("/_runtimes/[^/]+/"))
     commands = {"run": [sys.executable, "-m", "wasm_runner_server.cli.console", "run", "-c", "print(1)"],
                 "python": [sys.executable, "-c", "print(1)"]}
     times: dict[str, list[float]] = {name: [] for name in commands}
@@ -255,10 +350,24 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--isolation-only", action="store_true", help="measure only the default isolation's cost")
+    parser.add_argument("--engines-only", action="store_true",
+                        help="measure only the CPU workloads on the epoch and epoch-free engines against native")
+    parser.add_argument("--config-variants", action="store_true",
+                        help="with --engines-only: also epoch-free engines with other wasmtime Config settings")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cpu-child", choices=ENGINE_MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--cpu-options", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpu_child:
+        cpu_child(args.cpu_child, json.loads(args.cpu_options))
+        return
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
     if args.isolation_only:
         print(json.dumps({**report, "isolation": isolation_cost(args.samples)}, indent=2))
+        return
+    if args.engines_only:
+        variants = CONFIG_VARIANTS if args.config_variants else None
+        print(json.dumps({**report, "cpu_engines": engine_modes(args.rounds, variants)}, indent=2))
         return
     report["startup"] = startup()  # first: a Runner of this process would take CPU from the processes timed
     with Runner(isolation="in-process", concurrency=2) as runner:
@@ -278,6 +387,7 @@ def main() -> None:
         report["python_fresh_throughput"] = throughput(runner, args.seconds)
         report["python_rss_per_kernel"] = rss_per_kernel(runner, "python")
         report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
+    report["cpu_engines"] = engine_modes()  # epoch beside epoch-free (worker processes), and native
     report["kernel_workers"] = kernels_on_workers(args.samples)
     report["isolation"] = isolation_cost(args.samples)
     print(json.dumps(report, indent=2))

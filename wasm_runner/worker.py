@@ -11,6 +11,7 @@ import json
 import sys
 
 from wasm_runner.egress.settings import EgressSettings
+from wasm_runner.engine import use_epoch_free_engines
 from wasm_runner.execution.kernel_host import WorkerSession
 from wasm_runner.execution.scratch import READY_SCRATCH
 from wasm_runner.execution.worker_main import reset_signals, serve, take_pipes
@@ -30,6 +31,10 @@ def main() -> None:
     hosts_kernels = bool(config.get("kernels"))
     concurrency = int(config.get("concurrency", 1))
     packages = PackageSettings.from_config(config["packages"]) if config.get("packages") else None
+    if config.get("epoch_free") and not hosts_kernels:
+        # Its guests are stopped by ending the process (worker_main's supervisor): no epoch
+        # check at every loop back-edge. A session's kernel keeps them (its state would be lost).
+        use_epoch_free_engines()
     # This process is the worker: its guests run here, on its threads.
     with Runner(config["data_dir"], isolation="in-process", concurrency=concurrency, mounts=mounts, egress=egress,
                 packages=packages, ready_scratch=0 if hosts_kernels else READY_SCRATCH) as runner:

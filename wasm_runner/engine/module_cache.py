@@ -46,16 +46,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def compiled_path(sha256: str, kind: Kind, settings: EngineSettings = EngineSettings()) -> Path:
+def compiled_path(sha256: str, kind: Kind, settings: EngineSettings | None = None) -> Path:
+    settings = settings or EngineSettings()
     """Where the compiled form of the artifact with this hash is cached (and mapped from)."""
     return cache_dir() / f"{sha256[:32]}-{kind}-wasmtime{WASMTIME_VERSION}-{settings.cache_key()}.cwasm"
 
 
-def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings = EngineSettings()) -> Compiled:
+def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings | None = None) -> Compiled:
     """Return the compiled form of `wasm` for the engine of `settings`, compiling at most once.
 
     `sha256` is the pinned hash of `wasm`; a mismatch raises before anything runs.
     """
+    settings = settings or EngineSettings()
     key = (sha256, settings)
     with _lock:
         if key in _loaded:
@@ -70,9 +72,10 @@ def load_compiled(wasm: Path, sha256: str, kind: Kind, settings: EngineSettings 
         return compiled
 
 
-def load_file(cwasm: Path, kind: Kind, settings: EngineSettings = EngineSettings()) -> Compiled:
+def load_file(cwasm: Path, kind: Kind, settings: EngineSettings | None = None) -> Compiled:
     """A compiled file this wasmtime made for the engine of `settings` (a derived copy of one
     `load_compiled` made), mapped once per process."""
+    settings = settings or EngineSettings()
     key = (str(cwasm), settings)
     with _lock:
         if key not in _loaded:

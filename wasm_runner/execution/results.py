@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from wasm_runner.egress.redaction import redact_result
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError
 
-__all__ = ["host_error_result", "invalid_request_result", "lost_result", "no_worker_result", "stuck_result"]
+__all__ = ["host_error_result", "invalid_request_result", "killed_at_deadline_result", "lost_result", "no_worker_result",
+           "stuck_result"]
 
 
 def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> ExecResult:
@@ -17,6 +18,15 @@ def stuck_result(request: ExecRequest, stdout: str = "", stderr: str = "") -> Ex
         error=GuestError(type="LimitExceeded", message="stopped at the wall-clock deadline "
                          "(the guest was blocked in a host call)"),
     ))
+
+
+def killed_at_deadline_result(request: ExecRequest) -> ExecResult:
+    """The worker process running it did not answer past its deadline and was ended (what it
+    printed went with the process)."""
+    return ExecResult(exit_code=137, limit="timeout", language=request.language, id=request.id, group=request.group,
+                      verdict="timeout" if request.harness == "check" else None,
+                      error=GuestError(type="LimitExceeded", message=f"{LIMIT_MESSAGES['timeout']} (its worker "
+                                       "process did not answer and was ended)"))
 
 
 def lost_result(request: ExecRequest, exit_code: int | None, why: str = "") -> ExecResult:

@@ -17,6 +17,7 @@ from typing import BinaryIO, Protocol
 
 import msgspec
 
+from wasm_runner.engine.engines import EPOCH_TICK_S, epoch_checks
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue
 from wasm_runner.execution.kernel_host import KernelHost, OpenSession
 from wasm_runner.execution.lanes import ItemLane
@@ -25,7 +26,19 @@ from wasm_runner.execution.scratch import ScratchPool
 from wasm_runner.providers.base import Provider
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
 
-__all__ = ["WorkerRunner", "reset_signals", "serve", "take_pipes"]
+__all__ = ["EPOCH_FREE_MIN_TIMEOUT_S", "WorkerRunner", "keeps_epoch_checks", "reset_signals", "serve", "take_pipes"]
+
+
+EPOCH_FREE_MIN_TIMEOUT_S = 0.5
+"""Items with a shorter deadline keep epoch checks: ending and replacing a worker costs about
+0.35 s of CPU, which a flood of looping 1 ms runs would otherwise multiply."""
+
+
+def keeps_epoch_checks(request: ExecRequest) -> bool:
+    """Whether an item runs on an engine with epoch checks in an epoch-free worker: one whose
+    stop ending the process would cost more than it saves (a short deadline), or would cut
+    short the item's other parts (the io harness's other cases)."""
+    return request.harness == "io" or request.limits.timeout_s < EPOCH_FREE_MIN_TIMEOUT_S
 
 
 class WorkerRunner(Protocol):
@@ -119,11 +132,30 @@ def serve(runner: WorkerRunner, source: BinaryIO, out: BinaryIO, open_session: O
     if kernels is not None:  # compiled modules mapped before the first turn's clock starts
         runner.prepare()
 
-    def watch() -> None:  # a guest stuck in a host call: answer for it, and end the process
+    def answer_and_exit(seq: int, result: ExecResult) -> None:
+        """Answer for a guest nothing else can stop, and end the process with it (the parent
+        replaces the worker); not if the item was answered meanwhile."""
+        with write_lock:
+            if running[0] == seq and not running[1]:
+                running[1] = True
+                write_frame(out, encode(Answer(seq, result)))
+                out.flush()
+                os._exit(RETIRED_EXIT_CODE)
+
+    def watch() -> None:
+        """A guest on an engine without epoch checks (`Job.stop_due`): at its deadline or a stop
+        (output, disk, cancel), answer for it and end the process, every tick. A guest stuck in a
+        host call: answer for it, and end the process."""
         while True:
-            time.sleep(WATCHDOG_POLL_S)
             job, seq = lane.job, running[0]
-            if job is not None and is_overdue(job):
+            due = job.stop_due if job is not None else None
+            time.sleep(EPOCH_TICK_S if due is not None else WATCHDOG_POLL_S)
+            if job is None or job is not lane.job:
+                continue
+            limit = due() if due is not None else None
+            if limit is not None and job.stopped_result is not None:
+                answer_and_exit(seq, job.stopped_result(limit))
+            elif is_overdue(job):
                 job.cancel()
                 answer(seq, runner.executor.replace_stuck_worker(job))
                 os._exit(RETIRED_EXIT_CODE)
@@ -142,6 +174,11 @@ def serve(runner: WorkerRunner, source: BinaryIO, out: BinaryIO, open_session: O
         if lane.stop_requested:  # cancelled before it started: nobody waits for it
             answer(order.seq, ExecResult(exit_code=130, id=order.request.id))
             continue
-        answer(order.seq, lane.run(order.request))
+        if keeps_epoch_checks(order.request):
+            with epoch_checks():
+                result = lane.run(order.request)
+        else:
+            result = lane.run(order.request)
+        answer(order.seq, result)
         lane.finish()
     lane.close()

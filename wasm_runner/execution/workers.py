@@ -36,9 +36,10 @@ import msgspec
 import wasm_runner_protocol
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.execution.containment import Containment
+from wasm_runner.execution.executor import WATCHDOG_GRACE_S, WATCHDOG_POLL_S
 from wasm_runner.execution.lanes import Batch, Lanes
 from wasm_runner.execution.pipe import READY, RETIRED_EXIT_CODE, Answer, Order, read_frame, write_frame
-from wasm_runner.execution.results import lost_result, no_worker_result
+from wasm_runner.execution.results import killed_at_deadline_result, lost_result, no_worker_result
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
@@ -46,6 +47,8 @@ from wasm_runner_protocol.execution import ExecRequest, ExecResult
 log = logging.getLogger("wasm_runner")
 
 DEPTH = 2
+BACKSTOP_S = 1.0
+"""How long after its own watchdog should have answered for an item the supervisor ends a worker."""
 """Items handed to a worker at once: the one it runs and the next."""
 PACKAGE_ROOTS = tuple(dict.fromkeys(str(Path(f).resolve().parents[i]) for f, i in
                                     ((__file__, 2), (wasm_runner_protocol.__file__, 1))))
@@ -65,6 +68,8 @@ class Worker:
         Runner's settings its providers use; `options` go to the worker's configuration
         (`worker_main`: e.g. kernel hosting)."""
         self.data_dir = scratch_dir / f"worker-{uuid.uuid4().hex}"
+        self.epoch_free = bool(options.get("epoch_free"))
+        """Its guests run without epoch checks: a stop ends the process (it answers first)."""
         config = {"data_dir": str(self.data_dir), "mounts": [m.to_config() for m in mounts],
                   "egress": egress.to_config() if egress is not None else None,
                   "packages": packages.to_config() if packages is not None else None, **options}
@@ -84,6 +89,10 @@ class Worker:
         self.in_flight: dict[int, ExecRequest] = {}
         """Items sent and not answered, oldest (the one running) first."""
         self._seq = 0
+        self._sent_at: dict[int, float] = {}
+        self._answered_at = 0.0
+        self.overdue: int | None = None
+        """The item past its deadline and grace when the supervisor ended the worker (a timeout, not a loss)."""
         self.on_result: Callable[[Worker, int, ExecResult], None] | None = None
         self.on_exit: Callable[[Worker], None] | None = None
         """Set by the user of the worker (a batch, or the one-shot runs); called on the reader thread."""
@@ -98,6 +107,7 @@ class Worker:
 
     def send(self, request: ExecRequest) -> int:
         self._seq += 1
+        self._sent_at[self._seq] = time.monotonic()
         self.in_flight[self._seq] = request
         self._order(Order(self._seq, request))
         return self._seq
@@ -131,6 +141,9 @@ class Worker:
                 self.ready.set()
                 while (frame := read_frame(self._answers_in)) is not None:
                     answer = self._decode(frame)
+                    if answer.result is not None:
+                        self._answered_at = time.monotonic()
+                        self._sent_at.pop(answer.seq, None)
                     if self.on_answer is not None:
                         self.on_answer(self, answer)
                     elif self.on_result is not None and answer.result is not None:
@@ -150,6 +163,21 @@ class Worker:
                 on_exit = self.on_exit
             if on_exit is not None:
                 on_exit(self)
+
+    def running_overdue(self, now: float) -> int | None:
+        """The item it runs (the oldest unanswered; it runs items in turn), if past its deadline,
+        the worker's own watchdog's grace and `BACKSTOP_S`: the worker failed to answer for it.
+        Not before its first answer: its first item may compile a runtime, before the guest's clock
+        starts (its own watchdog still answers for it)."""
+        if self.ready_at is None or not self._answered_at:
+            return None
+        try:
+            seq, request = next(iter(self.in_flight.items()))
+        except (StopIteration, RuntimeError):  # none, or changed meanwhile: the next look decides
+            return None
+        started = max(self._sent_at.get(seq, now), self._answered_at, self.ready_at)
+        limit = request.limits.timeout_s + WATCHDOG_GRACE_S + BACKSTOP_S
+        return seq if now - started > limit else None
 
     def watch(self, on_result: Callable[[Worker, int, ExecResult], None] | None,
               on_exit: Callable[[Worker], None] | None) -> bool:
@@ -177,15 +205,36 @@ class WorkerPool:
         self.broken = False
         """A worker could not start: batches run their lanes as threads."""
         self.closed = False
+        self._supervising = False
+
+    def _supervise(self) -> None:
+        """End workers that left an item unanswered past its deadline and grace: their own
+        supervisor (worker_main) answers and exits first, unless the process cannot (stopped, hung)."""
+        while not self.closed:
+            time.sleep(WATCHDOG_POLL_S)
+            now = time.monotonic()
+            with self.lock:
+                workers = list(self.lent)
+            for worker in workers:
+                seq = worker.running_overdue(now)
+                if seq is not None and worker.proc.poll() is None:
+                    log.warning("worker process %d left an item unanswered past its deadline; ending it", worker.proc.pid)
+                    worker.overdue = seq
+                    worker.kill()
 
     def take(self, count: int) -> list[Worker]:
         with self.lock:
             alive = [w for w in self.idle if not w.exited.is_set()]
             taken, self.idle = alive[:count], alive[count:]
-        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages)
+        # Their guests run without epoch checks: the worker's supervisor ends the process at
+        # a guest's deadline or stop, and the Runner starts another (decision 0011).
+        taken += [Worker(self.scratch_dir, self.mounts, self.containment, self.egress, self.packages, epoch_free=True)
                   for _ in range(count - len(taken))]
         with self.lock:
             self.lent.update(taken)
+            start, self._supervising = not self._supervising, True
+        if start:
+            threading.Thread(target=self._supervise, name="wasm-worker-supervisor", daemon=True).start()
         return taken
 
     def give_back(self, worker: Worker) -> None:
@@ -282,9 +331,13 @@ class ProcessLanes:
                 self._fall_back_to_threads()
             return
         if worker.in_flight:
-            lost, *after = worker.in_flight.values()
-            if not batch.stopped:
-                batch.deliver(lost_result(lost, worker.proc.returncode))
+            # A worker that retired after answering for its stopped guest started none of them.
+            (head, lost), *rest = worker.in_flight.items()
+            after = [request for _, request in rest]
+            if worker.proc.returncode == RETIRED_EXIT_CODE:
+                after.insert(0, lost)
+            elif not batch.stopped:
+                batch.deliver(ended_result(worker, head, lost))
             batch.pending.extendleft(reversed(after))
             worker.in_flight.clear()
         if not batch.stopped:
@@ -383,7 +436,7 @@ class OneShotWorkers:
             log.error("a worker process could not start (exit code %s); one-shot runs cannot run on one",
                       worker.proc.returncode)
             self.pool.broken = True
-        lost: list[tuple[concurrent.futures.Future[ExecResult] | None, ExecRequest]] = []
+        lost: list[tuple[concurrent.futures.Future[ExecResult] | None, int, ExecRequest]] = []
         with self.lock:
             if worker in self.workers:
                 self.workers.remove(worker)
@@ -394,12 +447,20 @@ class OneShotWorkers:
                 future = self.waiting.pop((worker, seq), None)
                 if i >= started and future is not None and self._send(request, future, wait=True) is not None:
                     continue
-                lost.append((future, request))
+                lost.append((future, seq, request))
             worker.in_flight.clear()
-        for future, request in lost:
+        for future, seq, request in lost:
             if future is not None and not future.done():
                 started = worker.ready.is_set()
-                future.set_result(lost_result(request, worker.proc.returncode) if started else no_worker_result(request))
+                future.set_result(ended_result(worker, seq, request) if started else no_worker_result(request))
+
+
+def ended_result(worker: Worker, seq: int, request: ExecRequest) -> ExecResult:
+    """The result of item `seq`, which a worker was running when it ended: a timeout if the
+    supervisor ended it past the item's deadline, else lost (it may be run again)."""
+    if worker.overdue == seq:
+        return killed_at_deadline_result(request)
+    return lost_result(request, worker.proc.returncode)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:

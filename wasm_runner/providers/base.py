@@ -16,7 +16,7 @@ from wasm_runner.egress.redaction import RunRedactor
 from wasm_runner.guest import Mount
 from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.workspace.layout import Workspace
-from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, GuestError
+from wasm_runner_protocol.execution import Diagnostic, ExecRequest, ExecResult, GuestError, LimitName
 
 if TYPE_CHECKING:
     from wasm_runner.snapshots.store import KernelImages
@@ -56,6 +56,13 @@ class Job:
     printed: Callable[[], tuple[str, str]] | None = None
     """Set by the provider: the (stdout, stderr) the guest printed so far, for the result given
     for a guest still blocked in a host call past its deadline."""
+    stop_due: Callable[[], LimitName | None] | None = None
+    """Set by a provider whose guest no epoch check can stop (an epoch-free engine): the limit
+    that should stop it now (its deadline passed, or a stop was asked: output, disk, cancel),
+    else None. The worker process's supervisor polls it, and ends the process."""
+    stopped_result: Callable[[LimitName], ExecResult] | None = None
+    """Set with `stop_due`: the result for the guest stopped by that limit (what it printed and
+    changed so far), given by whoever ends it."""
     _stoppers: list = field(default_factory=list)
 
     def on_cancel(self, stop) -> None:

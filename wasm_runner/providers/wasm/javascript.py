@@ -209,7 +209,9 @@ def _page_array(base: int, size: int):
 class _Prepared:
     """A compiled module linked with WASI (and the host's `poll_oneoff`), for one engine."""
 
-    def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, layout: _Layout | None) -> None:
+    def __init__(self, settings: EngineSettings, module: wasmtime.Module, layout: _Layout | None) -> None:
+        self.settings = settings
+        engine = get_engine(settings)
         self.module = module
         self.layout = layout
         self.linker = wasmtime.Linker(engine)
@@ -299,8 +301,8 @@ class JavaScriptRuntime(Runtime):
                 "reinstall it with `wasm-runner prepare`"
             )
         derived, where = derive_module(original)
-        engine = get_engine(EngineSettings())
-        builder = _Prepared(engine, wasmtime.Module(engine, derived), None)
+        settings = EngineSettings()
+        builder = _Prepared(settings, wasmtime.Module(get_engine(settings), derived), None)
         guest = _Guest(builder, None, Limits(), {})
         try:
             layout = guest.boot(driver, where["tracker_slot"])
@@ -319,14 +321,15 @@ class JavaScriptRuntime(Runtime):
         tmp.write_text(json.dumps(fields))
         os.replace(tmp, meta)
 
-    def prepare(self, settings: EngineSettings = EngineSettings()) -> _Prepared:
+    def prepare(self, settings: EngineSettings | None = None) -> _Prepared:
+        settings = settings or EngineSettings()
         with self._lock:
             ready = self._prepared.get(settings)
         if ready is not None:
             return ready
         wasm, sha, layout = self.snapshot()
         module = load_compiled(wasm, sha, "module", settings)
-        prepared = _Prepared(get_engine(settings), module, layout)
+        prepared = _Prepared(settings, module, layout)
         with self._lock:
             return self._prepared.setdefault(settings, prepared)
 
@@ -439,7 +442,7 @@ class _Guest:
                  stdin: bytes = b"") -> None:
         self.prepared = prepared
         self.limits = limits
-        self.store, self.interrupt = new_store(limits)
+        self.store, self.interrupt = new_store(limits, prepared.settings)
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["qjs"]
         wasi.env = list(guest_env(env).items())

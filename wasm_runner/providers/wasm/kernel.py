@@ -72,7 +72,7 @@ class Runtime(ABC):
     """One-shot runs go to an instance made ahead and reset after (else a fresh one each)."""
 
     @abstractmethod
-    def prepare(self, settings: EngineSettings = EngineSettings()) -> object:
+    def prepare(self, settings: EngineSettings | None = None) -> object:
         """Build and compile the runtime for these engine settings (once; later calls are cheap)."""
 
     @abstractmethod

@@ -8,10 +8,12 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import msgspec
 
 from wasm_runner.egress.host_client import HostClient
+from wasm_runner.egress.redaction import redact_result
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.engine import EngineSettings, StopReason
 from wasm_runner.errors import NoProviderError
@@ -26,7 +28,7 @@ from wasm_runner.providers.wasm.sandbox import Call, Outcome, View, engine_setti
 from wasm_runner.providers.wasm.warm_pool import WarmPool
 from wasm_runner.workspace.layout import Workspace, diff
 from wasm_runner.workspace.quota import RunDisk, watcher
-from wasm_runner_protocol.execution import ExecRequest, ExecResult, GuestError, Limits, Verdict
+from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, GuestError, LimitName, Limits, Verdict
 
 log = logging.getLogger("wasm_runner")
 
@@ -95,11 +97,14 @@ class WasmProvider(Provider):
             return self._runtimes[language]
 
     def prepare(self, fuel: bool = True) -> None:
+        """Compile every runtime for each engine it may run on: with epoch checks (in-process
+        guests) and without (worker processes, decision 0012), with fuel metering and without."""
         for language in sorted(self.languages):
             runtime = self.runtime(language)
-            runtime.prepare(EngineSettings(fuel=False))
-            if fuel:
-                runtime.prepare(EngineSettings(fuel=True))
+            for epoch in (True, False):
+                runtime.prepare(EngineSettings(fuel=False, epoch=epoch))
+                if fuel:
+                    runtime.prepare(EngineSettings(fuel=True, epoch=epoch))
 
     def _check(self, kernel: Kernel, program: Call, request: ExecRequest) -> tuple[Outcome, Call]:
         """Run the program, then its tests in the same new instance, within one deadline.
@@ -176,10 +181,14 @@ class WasmProvider(Provider):
         calling = guest_tools.serve(job.tools)  # and its tool calls
         try:
             runtime = self.runtime(request.language)
-            runtime.prepare(engine_settings(request.limits))  # compiles on first use only
+            settings = engine_settings(request.limits)
+            runtime.prepare(settings)  # compiles on first use only
             started = time.perf_counter()
             cpu_started = time.thread_time()  # a first use's compile is not the guest's
             job.started_at = time.monotonic()
+            if not settings.epoch:  # no epoch check stops this guest: the process's supervisor does
+                job.stop_due = _stop_due(call, job.started_at + request.limits.timeout_s)
+                job.stopped_result = _stopped_result(job, call, before, disk, started)
             network.deadline = job.started_at + request.limits.timeout_s  # from the guest's start, as its own
             kernel = self._warm.take(request.language, view, request.limits) if one_shot else None
             if kernel is None and (request.harness == "check" or (one_shot and runtime.reuses_instances)):
@@ -300,6 +309,50 @@ def _printed(call: Call) -> tuple[str, str]:
         call.collect()
     assert call.stdout is not None and call.stderr is not None
     return call.stdout.text(), call.stderr.text()
+
+
+def _last(call: Call) -> Call:
+    while call.successor is not None:
+        call = call.successor
+    return call
+
+
+def _stop_due(call: Call, deadline: float) -> Callable[[], LimitName | None]:
+    """The limit that stops an execution now, on an engine without epoch checks."""
+
+    def due() -> LimitName | None:
+        stopped = _last(call).stopped
+        if stopped is not None:
+            return stopped.value  # the stop reasons are limit names
+        return "timeout" if time.monotonic() >= deadline else None
+
+    return due
+
+
+def _stopped_result(job: Job, call: Call, before: dict, disk: RunDisk,
+                    started: float) -> Callable[[LimitName], ExecResult]:
+    """The result of an execution its supervisor stops by ending the process: the fields an
+    epoch trap's result has (what it printed, its files, its verdict), its secrets masked."""
+
+    def result(limit: LimitName) -> ExecResult:
+        request = job.request
+        stdout, stderr = _printed(call)
+        last = _last(call)
+        files = diff(before, before)
+        try:
+            files = diff(before, job.workspace.scan()[0])
+        except OSError:
+            log.warning("could not list the files of a stopped run", exc_info=True)
+        message = disk.message() if limit == "disk" else LIMIT_MESSAGES[limit]
+        outcome = Outcome(exit_code=137, limit=limit, error=GuestError(type="LimitExceeded", message=message))
+        return redact_result(request, ExecResult(
+            stdout=stdout, stderr=stderr, exit_code=137, error=outcome.error, limit=limit,
+            truncated=[c.stream for c in (last.stdout, last.stderr) if c.truncated],
+            duration_ms=round((time.perf_counter() - started) * 1000, 3), files=files,
+            verdict=_verdict(outcome) if request.harness == "check" else None,
+            language=request.language, isolation="wasm", id=request.id, group=request.group))
+
+    return result
 
 
 def _verdict(outcome: Outcome) -> Verdict:

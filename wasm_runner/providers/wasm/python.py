@@ -138,8 +138,9 @@ class PythonRuntime(Runtime):
         # Builds are not byte-identical: the hash of *this* build pins what gets compiled.
         sha_file.write_text(sha256_file(out))
 
-    def prepare(self, settings: EngineSettings = EngineSettings()) -> tuple[component.Linker, component.Component, Path]:
+    def prepare(self, settings: EngineSettings | None = None) -> tuple[component.Linker, component.Component, Path]:
         """The linker, the compiled component and the file it is mapped from."""
+        settings = settings or EngineSettings()
         with self._lock:
             ready = self._linkers.get(settings)
         if ready is not None:
@@ -171,7 +172,7 @@ class PythonRuntime(Runtime):
     def new_instance(self, settings: EngineSettings) -> Unbound:
         """A new instance, located, with no view yet (see `spare_instances`)."""
         linker, compiled, mapped_from = self.prepare(settings)
-        store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
+        store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits(), settings)
         try:
             store.set_wasi(wasmtime.WasiConfig())
             interrupt.arm(store, 60.0)  # instantiation runs guest code too
@@ -251,7 +252,7 @@ def _ask_new_instance(linker: component.Linker, compiled: component.Component, m
     """The answer of a new instance, before any user code could run in it, to one call, and
     where its memory image lies (None where it is not located). Instantiated as every instance
     of the file is (`instantiate_located`), so that the others are still told apart."""
-    store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits())
+    store, interrupt = new_store(Limits(fuel=1 << 40) if settings.fuel else Limits(), settings)
     try:
         store.set_wasi(wasmtime.WasiConfig())
         interrupt.arm(store, 60.0)

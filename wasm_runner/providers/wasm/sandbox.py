@@ -201,8 +201,11 @@ def engine_settings(limits: Limits) -> EngineSettings:
     return EngineSettings(fuel=limits.fuel is not None)
 
 
-def new_store(limits: Limits) -> tuple[wasmtime.Store, Interrupt]:
-    store = wasmtime.Store(get_engine(engine_settings(limits)))
+def new_store(limits: Limits, settings: EngineSettings | None = None) -> tuple[wasmtime.Store, Interrupt]:
+    """A store with the limits set, on the engine of `settings` (by default: the limits' own,
+    with this thread's epoch choice), and its interrupt."""
+    settings = settings or engine_settings(limits)
+    store = wasmtime.Store(get_engine(settings))
     store.set_limits(memory_size=limits.memory_bytes)
     if limits.fuel is not None:
         store.set_fuel(limits.fuel)
