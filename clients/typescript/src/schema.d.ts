@@ -40,6 +40,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/oauth/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** OAuth authorization: the consent page a signed-in member approves or denies (or, within scopes already given, a redirect with a code at once) */
+        get: operations["get_oauth_authorize"];
+        put?: never;
+        /** OAuth authorization: the member's decision (the consent page's form); redirects to the app with a code, or with error=access_denied */
+        post: operations["post_oauth_authorize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** OAuth token revocation (RFC 7009): a refresh token ends its whole grant, an access token itself */
+        post: operations["post_oauth_revoke"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth/token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** OAuth token endpoint (form-encoded): grant_type=authorization_code (with the PKCE code_verifier) or refresh_token (each use answers a new refresh token) */
+        post: operations["post_oauth_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/readyz": {
         parameters: {
             query?: never;
@@ -133,6 +185,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/oauth/clients": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List OAuth apps (never their secrets) */
+        get: operations["get_v1_admin_oauth_clients"];
+        put?: never;
+        /** Register an OAuth app; a confidential app's secret is in this response only */
+        post: operations["post_v1_admin_oauth_clients"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/oauth/clients/{client}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete an OAuth app: every grant and token it holds ends at once */
+        delete: operations["delete_v1_admin_oauth_clients_client"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/roles": {
         parameters: {
             query?: never;
@@ -179,6 +266,24 @@ export interface paths {
         /** Workspaces and their active key counts (the operator: all; others: their own) */
         get: operations["get_v1_admin_workspaces"];
         put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/workspaces/{workspace}/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A workspace's budgets for the month and what it used of them */
+        get: operations["get_v1_admin_workspaces_workspace_budgets"];
+        /** Set a workspace's budgets per unit for the month; null removes one */
+        put: operations["put_v1_admin_workspaces_workspace_budgets"];
         post?: never;
         delete?: never;
         options?: never;
@@ -396,6 +501,40 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/oauth/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The apps the calling member has authorized (their live grants) */
+        get: operations["get_v1_oauth_grants"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/oauth/grants/{grant}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Revoke one of the calling member's grants: its tokens stop at once, and the app must ask for consent again */
+        delete: operations["delete_v1_oauth_grants_grant"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1039,6 +1178,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/starters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the web starters a session can start with, and whether each is installed here */
+        get: operations["get_v1_starters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/templates": {
         parameters: {
             query?: never;
@@ -1073,6 +1229,26 @@ export interface paths {
         post?: never;
         /** Delete a template (sessions started from it keep their copies) */
         delete: operations["delete_v1_templates_name"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage of the caller's workspace (admin: any): executions, CPU/wall/process seconds, byte-hours, egress bytes, per day, payer or unit
+         * @description `?format=csv` answers the same rows as text/csv. With `usage.read` every payer of the workspace; with `usage.own`, what the caller's own calls used (a member: their own).
+         */
+        get: operations["get_v1_usage"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1180,6 +1356,8 @@ export interface components {
                 [key: string]: string;
             };
             /** @default false */
+            temporary?: boolean;
+            /** @default false */
             ephemeral?: boolean;
             /** @default null */
             packages?: components["schemas"]["PackageRequest"] | null;
@@ -1191,6 +1369,10 @@ export interface components {
             tools?: string[] | null;
             /** @default null */
             starter?: string | null;
+            /** @default null */
+            agent?: string | null;
+            /** @default null */
+            end_user?: string | null;
         };
         /**
          * PackageRequest
@@ -1253,6 +1435,8 @@ export interface components {
             egress: components["schemas"]["EgressPolicy"];
             /** @default null */
             tools: string[] | null;
+            /** @default /workspace */
+            cwd: string;
         };
         /** SessionList */
         SessionList: {
@@ -1322,6 +1506,21 @@ export interface components {
         /** TemplateList */
         TemplateList: {
             templates: components["schemas"]["TemplateInfo"][];
+        };
+        /** StarterList */
+        StarterList: {
+            starters: components["schemas"]["StarterInfo"][];
+        };
+        /**
+         * StarterInfo
+         * @description A web starter a session can start with (`POST /v1/sessions {"starter": name}`).
+         */
+        StarterInfo: {
+            name: string;
+            description: string;
+            dev_command: string[];
+            port: number;
+            ready: boolean;
         };
         /**
          * ExecBody
@@ -1418,6 +1617,8 @@ export interface components {
             fuel_used: number | null;
             /** @default null */
             memory_peak_bytes: number | null;
+            /** @default null */
+            cpu_ms: number | null;
             files: components["schemas"]["FileChanges"];
             /** @default [] */
             outputs: components["schemas"]["RichOutput"][];
@@ -1723,6 +1924,8 @@ export interface components {
             fuel_used: number | null;
             /** @default null */
             memory_peak_bytes: number | null;
+            /** @default null */
+            cpu_ms: number | null;
             files: components["schemas"]["FileChanges"];
             /** @default [] */
             outputs: components["schemas"]["RichOutput"][];
@@ -2326,6 +2529,8 @@ export interface components {
             /** @default null */
             member: string | null;
             /** @default null */
+            scopes: string[] | null;
+            /** @default null */
             role: string | null;
             /** @default false */
             operator: boolean;
@@ -2343,6 +2548,129 @@ export interface components {
             kind: string;
             csrf_token: string;
             expires_at: number;
+        };
+        /**
+         * TokenResponse
+         * @description RFC 6749 5.1 (Authlib's answer).
+         */
+        TokenResponse: {
+            token_type: string;
+            access_token: string;
+            /** @default null */
+            refresh_token?: string | null;
+            /** @default null */
+            expires_in?: number | null;
+            /** @default null */
+            scope?: string | null;
+        };
+        /**
+         * OAuthErrorBody
+         * @description RFC 6749 5.2's error (`error` a string such as invalid_grant), or the service's own error shape
+         *     (`error` an object) for what is refused before OAuth is reached (plain http off loopback).
+         */
+        OAuthErrorBody: {
+            error: string | Record<string, unknown>;
+            /** @default null */
+            error_description?: string | null;
+            /** @default null */
+            error_uri?: string | null;
+            /** @default null */
+            state?: string | null;
+        };
+        /**
+         * Revoked
+         * @description RFC 7009 2.2: an empty object, for a token revoked and for one that was not valid.
+         */
+        Revoked: Record<string, unknown>;
+        /** ClientCreate */
+        ClientCreate: {
+            name: string;
+            redirect_uris: string[];
+            scopes: ("exec" | "files:read" | "files:write" | "processes" | "sessions:read" | "sessions:write")[];
+            /** @default false */
+            public?: boolean;
+            /** @default null */
+            workspace?: string | null;
+        };
+        /** NewClient */
+        NewClient: {
+            client_id: string;
+            workspace: string;
+            name: string;
+            redirect_uris: string[];
+            scopes: string[];
+            public: boolean;
+            created_at: string;
+            /** @default null */
+            client_secret: string | null;
+        };
+        /** ClientList */
+        ClientList: {
+            clients: components["schemas"]["ClientInfo"][];
+        };
+        /** ClientInfo */
+        ClientInfo: {
+            client_id: string;
+            workspace: string;
+            name: string;
+            redirect_uris: string[];
+            scopes: string[];
+            public: boolean;
+            created_at: string;
+        };
+        /** GrantList */
+        GrantList: {
+            grants: components["schemas"]["GrantInfo"][];
+        };
+        /** GrantInfo */
+        GrantInfo: {
+            id: string;
+            client_id: string;
+            app: string;
+            scopes: string[];
+            created_at: string;
+        };
+        /** UsageReport */
+        UsageReport: {
+            /** @enum {unknown} */
+            group_by: "day" | "key" | "unit";
+            entries: components["schemas"]["UsageEntry"][];
+        };
+        /** UsageEntry */
+        UsageEntry: {
+            workspace: string;
+            /** @enum {unknown} */
+            unit: "byte_hours" | "cpu_seconds" | "egress_bytes" | "executions" | "process_seconds" | "wall_seconds";
+            amount: number;
+            /** @default null */
+            day?: string | null;
+            /** @default null */
+            payer_kind?: string | null;
+            /** @default null */
+            payer_id?: string | null;
+            /** @default null */
+            key_kind?: string | null;
+        };
+        /** WorkspaceBudgets */
+        WorkspaceBudgets: {
+            workspace: string;
+            since: string;
+            budgets: components["schemas"]["BudgetState"][];
+        };
+        /** BudgetState */
+        BudgetState: {
+            /** @enum {unknown} */
+            unit: "byte_hours" | "cpu_seconds" | "egress_bytes" | "executions" | "process_seconds" | "wall_seconds";
+            budget: number;
+            used: number;
+            /** @enum {unknown} */
+            source: "config" | "workspace";
+        };
+        /** BudgetsUpdate */
+        BudgetsUpdate: {
+            budgets: {
+                [key: string]: number | null;
+            };
         };
     };
     responses: never;
@@ -2407,6 +2735,245 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_oauth_authorize: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description OK */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    post_oauth_authorize: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    post_oauth_revoke: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": string;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Revoked"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+        };
+    };
+    post_oauth_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": string;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenResponse"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Error */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthErrorBody"];
                 };
             };
         };
@@ -2828,6 +3395,174 @@ export interface operations {
             };
         };
     };
+    get_v1_admin_oauth_clients: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientList"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    post_v1_admin_oauth_clients: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ClientCreate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NewClient"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    delete_v1_admin_oauth_clients_client: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                client: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientInfo"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     get_v1_admin_roles: {
         parameters: {
             query?: {
@@ -3130,6 +3865,110 @@ export interface operations {
             };
             /** @description Not allowed */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_admin_workspaces_workspace_budgets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceBudgets"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    put_v1_admin_workspaces_workspace_budgets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetsUpdate"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceBudgets"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3537,6 +4376,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description A budget of the workspace is spent */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Not allowed */
             403: {
                 headers: {
@@ -3732,6 +4580,15 @@ export interface operations {
             };
             /** @description Bad request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A budget of the workspace is spent */
+            402: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3968,6 +4825,94 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Caller"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_oauth_grants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GrantList"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    delete_v1_oauth_grants_grant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a path inside the workspace */
+                grant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GrantInfo"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             /** @description Error */
@@ -4621,6 +5566,15 @@ export interface operations {
             };
             /** @description Bad request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A budget of the workspace is spent */
+            402: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5529,6 +6483,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Invalid request */
             422: {
                 headers: {
@@ -5584,6 +6547,15 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5648,6 +6620,15 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6209,6 +7190,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description A budget of the workspace is spent */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             /** @description Not allowed */
             403: {
                 headers: {
@@ -6360,6 +7350,15 @@ export interface operations {
             };
             /** @description Bad request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A budget of the workspace is spent */
+            402: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7394,6 +8393,35 @@ export interface operations {
             };
         };
     };
+    get_v1_starters: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StarterList"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     get_v1_templates: {
         parameters: {
             query?: never;
@@ -7456,6 +8484,15 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7572,6 +8609,81 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_v1_usage: {
+        parameters: {
+            query?: {
+                workspace?: string | null;
+                member?: string | null;
+                key?: string | null;
+                unit?: ("byte_hours" | "cpu_seconds" | "egress_bytes" | "executions" | "process_seconds" | "wall_seconds") | null;
+                from?: string | null;
+                to?: string | null;
+                group_by?: "day" | "key" | "unit";
+                format?: "csv" | "json";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                    "text/csv": string;
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Invalid request */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
