@@ -21,6 +21,9 @@ Handler = Callable[[argparse.Namespace], int]
 class Subcommands(Protocol):
     """What `ArgumentParser.add_subparsers()` returns, as the commands use it."""
 
+    choices: dict[str, argparse.ArgumentParser]
+    """The parsers added so far, by command name."""
+
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
 
 

@@ -25,6 +25,15 @@ ENVIRONMENT = {
 """Environment variables for the serve settings."""
 
 
+def extend_doctor_command(subparsers: Subcommands) -> argparse.ArgumentParser:
+    """The core's `doctor`, which also checks the cluster's parts a service config names."""
+    doctor = subparsers.choices["doctor"]
+    doctor.add_argument("--config", type=Path, help="a service config: also check its PostgreSQL [store] (reachable, "
+                                                    "schema, clock) and S3 [storage] (write, read, delete)")
+    doctor.set_defaults(handler=LazyHandler("wasm_runner_server.cli.doctor", "doctor_command"))
+    return doctor
+
+
 def add_serve_command(subparsers: Subcommands) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve", help="run the HTTP service",

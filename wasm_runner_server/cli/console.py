@@ -37,10 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_oauth_command,
         add_roles_command,
         add_serve_command,
+        extend_doctor_command,
     )
 
     parser, sub = build_parser()
     add_commands(sub)
+    extend_doctor_command(sub)
     add_serve_command(sub)
     add_mcp_command(sub)
     add_keys_command(sub)
