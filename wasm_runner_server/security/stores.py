@@ -1,10 +1,11 @@
-"""The tenant store and the audit log `[store]` configures: SQLite files in the data directory (the
-default), or the PostgreSQL database a cluster's nodes share (the `cluster` extra)."""
+"""The tenant, OAuth and usage stores, the audit log and the rate limiter `[store]` configures: SQLite
+files in the data directory (the default), or the PostgreSQL database a cluster's nodes share (the
+`cluster` extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.oauth.store import OAuthStore
@@ -15,40 +16,36 @@ from wasm_runner_server.sessions.open_store import store_settings
 
 if TYPE_CHECKING:
     from wasm_runner_server.config import ServiceConfig
-def tenant_store(config: ServiceConfig | None, data_dir: Path) -> TenantStore:
-    """The tenants and keys (`config` None: the SQLite file in `data_dir`, as the CLI finds it)."""
+
+StoreT = TypeVar("StoreT", TenantStore, OAuthStore, UsageLedger)
+
+
+def _opened(kind: type[StoreT], config: ServiceConfig | None, data_dir: Path) -> StoreT:
+    """A store of `kind`: its SQLite file in `data_dir` (`config` None: as the CLI finds it), or on the
+    shared PostgreSQL database, released when the store closes."""
     settings = store_settings(config)
     if not settings.postgres:
-        return TenantStore.in_data_dir(data_dir)
+        return kind.in_data_dir(data_dir)
     from wasm_runner_server.metadata import postgres
     from wasm_runner_server.metadata.sql import PostgresSql
 
     db = postgres.acquire(settings)
-    return TenantStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+    return kind(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+
+
+def tenant_store(config: ServiceConfig | None, data_dir: Path) -> TenantStore:
+    """The tenants and keys."""
+    return _opened(TenantStore, config, data_dir)
 
 
 def oauth_store(config: ServiceConfig | None, data_dir: Path) -> OAuthStore:
-    """The OAuth apps, grants and tokens (`config` None: the SQLite file in `data_dir`)."""
-    settings = store_settings(config)
-    if not settings.postgres:
-        return OAuthStore.in_data_dir(data_dir)
-    from wasm_runner_server.metadata import postgres
-    from wasm_runner_server.metadata.sql import PostgresSql
-
-    db = postgres.acquire(settings)
-    return OAuthStore(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+    """The OAuth apps, grants and tokens."""
+    return _opened(OAuthStore, config, data_dir)
 
 
 def usage_ledger(config: ServiceConfig | None, data_dir: Path) -> UsageLedger:
-    """The usage ledger and budgets (`config` None: the SQLite file in `data_dir`)."""
-    settings = store_settings(config)
-    if not settings.postgres:
-        return UsageLedger.in_data_dir(data_dir)
-    from wasm_runner_server.metadata import postgres
-    from wasm_runner_server.metadata.sql import PostgresSql
-
-    db = postgres.acquire(settings)
-    return UsageLedger(sql=PostgresSql(db), on_close=lambda: postgres.release(db))
+    """The usage ledger and budgets."""
+    return _opened(UsageLedger, config, data_dir)
 
 
 def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = True, **kwargs: Any) -> AuditLog:
