@@ -42,9 +42,10 @@ CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/
                       "/v1/sessions/{id}/processes", "/v1/sessions/{id}/packages", "/v1/templates")
 """Route prefixes (canonical) on which the console cookie authenticates, besides the exact routes below."""
 CONSOLE_EXACT_ROUTES = frozenset({"/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}:fork",
-                                  "/v1/sessions/{id}/ports/{port}:presign"})
+                                  "/v1/sessions/{id}/ports/{port}:presign", "/v1/starters"})
 """The session list, a session (its page shows it, switches its network policy and deletes it), its forks,
-and a preview link (never the preview itself: its proxy routes stay off the cookie)."""
+a preview link (never the preview itself: its proxy routes stay off the cookie), and the web starters a
+new session may start from."""
 
 
 @dataclass(frozen=True)

@@ -685,3 +685,18 @@ async def test_a_running_server_is_listed_with_a_preview_link_on_an_origin_of_it
     assert urlsplit(href).scheme == "http" and urlsplit(href).netloc != urlsplit(console.base).netloc
     assert await link.get_attribute("rel") == "noopener noreferrer"
     assert console.problems == []
+
+
+async def test_a_new_session_starts_from_a_web_starter_chosen_on_the_sessions_page(console):
+    page = console.page
+    await console.go("#/sessions")
+    options = await page.locator("#start-from option").evaluate_all("os => os.map(o => o.value)")
+    installed = [s["name"] for s in (await console.api("GET", "/v1/starters"))["starters"] if s["ready"]]
+    assert options == ["", *installed] and "vite-react" in installed
+    await page.select_option("#start-from", "vite-react")
+    await page.click("#new-session")
+    await page.wait_for_function("() => (document.getElementById('view').dataset.ready || '').startsWith('#/session/')")
+    sid = page.url.split("#/session/")[1]
+    listing = await console.api("GET", f"/v1/sessions/{sid}/files?recursive=true")
+    assert {"package.json", "src/App.tsx"} <= {e["path"] for e in listing["entries"]}
+    assert console.problems == []

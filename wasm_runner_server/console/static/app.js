@@ -49,10 +49,15 @@ function when(iso) {
 }
 
 async function sessionsView() {
-  const { sessions } = await api("/v1/sessions?limit=500");
+  const [{ sessions }, { starters }] = await Promise.all([api("/v1/sessions?limit=500"), api("/v1/starters")]);
+  // a new session starts empty, or from a web starter installed on this server (its node_modules ready)
+  const startFrom = el("select", { id: "start-from", title: "what the new session starts with" },
+    el("option", { value: "" }, "Empty workspace"),
+    ...starters.filter((s) => s.ready).map((s) => el("option", { value: s.name, title: s.description },
+                                                     `${s.name} (dev server on ${s.port})`)));
   const create = el("button", { type: "button", id: "new-session", class: "btn primary" }, "+ New session");
   create.addEventListener("click", async () => {
-    const info = await api("/v1/sessions", { method: "POST", json: {} });
+    const info = await api("/v1/sessions", { method: "POST", json: startFrom.value ? { starter: startFrom.value } : {} });
     location.hash = `#/session/${encodeURIComponent(info.id)}`;
   });
   const rows = sessions.map((s) => el("tr", { "data-session": s.id },
@@ -61,7 +66,7 @@ async function sessionsView() {
     el("td", { class: "num" }, String(s.executions)), el("td", {}, when(s.created_at)), el("td", {}, when(s.expires_at))));
   view.replaceChildren(
     el("div", { class: "page-head" }, el("h2", {}, "Sessions"),
-       el("span", { class: "sub" }, `${sessions.length} in this workspace`), el("span", { class: "spacer" }), create),
+       el("span", { class: "sub" }, `${sessions.length} in this workspace`), el("span", { class: "spacer" }), startFrom, create),
     sessions.length
       ? el("div", { class: "table-wrap" }, el("table", { class: "sessions" },
           el("thead", {}, el("tr", {}, ...["Session", "Profile", "State", "Network", "Runs", "Created", "Expires"]
