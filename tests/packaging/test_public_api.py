@@ -95,7 +95,8 @@ def test_wasm_runner_client_cli():
     import wasm_runner_client.cli as cli
 
     assert exported(cli) == ["COMMANDS", "add_service_commands", "main"]
-    assert cli.COMMANDS == ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates")
+    assert cli.COMMANDS == ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates",
+                            "usage")
 
 
 @pytest.mark.parametrize("package", ["wasm_runner", "wasm_runner_client", "wasm_runner_protocol", "wasm_runner_server"])
