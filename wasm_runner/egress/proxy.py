@@ -30,7 +30,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -94,6 +95,28 @@ class ProxyRun:
     """A loopback run's proxy URL, with its credentials (for the tool's HTTP(S)_PROXY)."""
     authorization: bytes | None = None
     """The Proxy-Authorization every request must carry (a loopback run: other local processes can connect)."""
+    forwarding: int = 0
+    """Plain-HTTP requests being relayed (their decision is recorded as each one ends)."""
+    idle: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextmanager
+    def relaying(self) -> Iterator[None]:
+        """Count one plain-HTTP request for `settle` while it is relayed."""
+        with self.idle:
+            self.forwarding += 1
+        try:
+            yield
+        finally:
+            with self.idle:
+                self.forwarding -= 1
+                self.idle.notify_all()
+
+    def settle(self, timeout: float) -> None:
+        """Wait (up to `timeout` s) for the plain-HTTP requests in flight to be recorded: a guest can
+        read a response's last byte before the proxy's thread records it. Tunnels are not waited
+        for: one kept alive across a kernel's calls would hold every call."""
+        with self.idle:
+            self.idle.wait_for(lambda: self.forwarding == 0, timeout)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -294,7 +317,9 @@ class Exchange:
                 if event.method == b"CONNECT":
                     await self.tunnel(event)
                     break
-                if not await self.forward(event):
+                with self.run.relaying():
+                    forwarded = await self.forward(event)
+                if not forwarded:
                     break
                 if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
                     break

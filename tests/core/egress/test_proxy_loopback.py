@@ -33,3 +33,33 @@ def test_a_loopback_run_needs_its_credentials_and_follows_its_policy(tmp_path):
         finally:
             events = proxy.close(run)
     assert [(e.allowed, e.port) for e in events] == [(True, int(index.url.rsplit(":", 1)[1])), (False, forbidden.port)]
+
+
+def test_settle_waits_for_a_request_in_flight_to_be_recorded():
+    """A guest can read a response's last byte before the proxy records its decision: a kernel call's
+    end settles the run first, so the call's decisions include every request it made."""
+    import threading
+
+    from wasm_runner_protocol.egress import NetworkEvent
+
+    proxy = EgressProxy()
+    run = proxy.open_loopback(EgressRules(EgressPolicy(mode="allowlist", allow=("example.test:80",))),
+                              time.monotonic() + 30)
+    try:
+        entered = threading.Event()
+
+        def relay() -> None:
+            with run.relaying():
+                entered.set()
+                time.sleep(0.3)
+                run.record(time.monotonic(), NetworkEvent(allowed=True, host="example.test", port=80, scheme="http"))
+
+        thread = threading.Thread(target=relay)
+        thread.start()
+        entered.wait(5)
+        assert run.network() == []
+        run.settle(10)
+        assert [e.host for e in run.network()] == ["example.test"]
+        thread.join()
+    finally:
+        proxy.close(run)

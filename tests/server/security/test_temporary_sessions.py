@@ -5,6 +5,7 @@ not in a file, a SQLite database, its WAL or a journal."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -17,10 +18,15 @@ def _traces(data_dir: Path, *needles: str) -> list[str]:
     in its name or its bytes."""
     found = []
     wanted = [n.encode() for n in needles]
-    for path in data_dir.rglob("*"):
-        if any(n in str(path.relative_to(data_dir)) for n in needles):
-            found.append(f"{path}: name")
-        if path.is_file() and not path.is_symlink():
+    for root, dirs, files in os.walk(data_dir):  # os.walk skips what a sweep removes while it runs
+        for name in dirs + files:
+            path = Path(root, name)
+            if any(n in str(path.relative_to(data_dir)) for n in needles):
+                found.append(f"{path}: name")
+        for name in files:
+            path = Path(root, name)
+            if path.is_symlink():
+                continue
             try:
                 data = path.read_bytes()
             except FileNotFoundError:  # removed while the scan ran (a sweep, a journal rotated): nothing left

@@ -48,6 +48,8 @@ MAX_SOCKET_PATH = 107
 """A Unix socket's path must fit sun_path (108 bytes with its NUL): when a run's socket under the
 given directory would be longer, the system's temporary directory holds its directory instead
 (removed all the same)."""
+SETTLE_S = 1.0
+"""How long a kernel call's end waits for its plain-HTTP requests in flight to be recorded."""
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
                 "NODE_EXTRA_CA_CERTS")
 
@@ -185,7 +187,10 @@ class RunEgress:
 
     def decisions(self) -> list[NetworkEvent]:
         """The decisions since the socket opened or was last renewed (all of them once closed)."""
-        return self.events if self.events is not None else self.run.network()
+        if self.events is not None:
+            return self.events
+        self.run.settle(SETTLE_S)
+        return self.run.network()
 
     def take_decisions(self) -> list[NetworkEvent]:
         """The decisions made since the last take (each given once), for an owner that runs for long."""
