@@ -32,8 +32,6 @@ class ProcessStartError(WasmRunnerError, RuntimeError):
 class BackgroundStart(Run):
     """The set-up of a background process: a native run's confinement, handed to a SandboxProcess."""
 
-    PROXY_UNDER_DENY = False  # it outlives the call: under deny it keeps no socket at all
-
     def start(self, cwd: str, stdin: bool, pty: tuple[int, int] | None) -> SandboxProcess:
         try:
             self._normalize(before_run=True)

@@ -45,8 +45,6 @@ class KernelCall(Run):
     """One call in a session's native kernel: the same confinement and accounting as a run,
     with the sandbox kept between calls (see kernel.py)."""
 
-    PROXY_UNDER_DENY = False  # it outlives the call: under deny it keeps no socket at all
-
     def execute(self, slot: NativeKernelSlot | None = None, pool: KernelPool | None = None) -> ExecResult:
         assert slot is not None
         request = self.request
@@ -77,8 +75,8 @@ class KernelCall(Run):
                 packages = [m for m in self.job.mounts if m.guest == PACKAGES_GUEST_PATH and not m.writable]
                 others = [m for m in self.job.mounts if m not in packages]
                 venv = [b.host for b in self.tools.binds if b.guest == GUEST_VENV]
-                if pool is not None and not others and len(venv) == len(self.tools.binds) and self.egress is None:
-                    taken = pool.take(kernel_key(self.limits, ()), self.workspace,
+                if pool is not None and not others and len(venv) == len(self.tools.binds):
+                    taken = pool.take(kernel_key(self.limits, (), network=self.egress is not None), self.workspace,
                                       packages[0].host if packages else None, venv[0] if venv else None)
                     if taken is not None:
                         taken.key = key  # its sandbox shows this session's mounts now

@@ -31,7 +31,7 @@ from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.background import BackgroundStart, ProcessStartError
-from wasm_runner.providers.native.egress import NativeEgress
+from wasm_runner.providers.native.egress import EgressUnavailable, NativeEgress
 from wasm_runner.providers.native.identity import SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import ensure_js_toolchain, find_js_toolchain
 from wasm_runner.providers.native.kernel import KernelError, NativeKernel, slot_of
@@ -185,7 +185,7 @@ class NativeProvider(Provider):
         if self.prepare_error is None:
             pool = self.kernel_pool()
             if pool is not None:
-                pool.fill(kernel_key(Limits(), ()))
+                pool.fill(kernel_key(Limits(), (), network=True))
 
     def kernel_pool(self) -> KernelPool | None:
         """The kernels made ahead, where they can be (a root service with a usable sandbox)."""
@@ -205,7 +205,7 @@ class NativeProvider(Provider):
         bwrap_path, problem, support = self.environment()
         if bwrap_path is None or problem is not None:
             raise KernelError(problem or "bubblewrap is unavailable")
-        memory_bytes, disk_bytes = key[0], key[1]  # made ahead only without mounts (but packages) or network
+        memory_bytes, disk_bytes, network = key[0], key[1], key[3]  # made ahead only without mounts (but packages)
         request = ExecRequest(language="python", provider="native",
                               limits=Limits(memory_bytes=memory_bytes, disk_bytes=disk_bytes))
         try:
@@ -215,9 +215,11 @@ class NativeProvider(Provider):
         job = Job(request, workspace, mounts=(SessionPackages(workspace.root).mount(),))
         venv = PackageTools(binds=(Mount(workspace.internal / VENV_NAME, GUEST_VENV, writable=True),))
         call = KernelCall(self.policy, request, workspace, job, support, program, bwrap_path,
-                           self.identity, self.seccomp_program, tools=venv)
-        try:
+                           self.identity, self.seccomp_program, self.egress if network else None, venv)
+        try:  # its proxy socket refuses everything until a session's call renews it with that call's policy
             return call.start_kernel(key, holder, on_close)
+        except EgressUnavailable as exc:
+            raise KernelError(str(exc)) from None
         finally:
             call.close_wake()
 

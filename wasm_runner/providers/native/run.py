@@ -109,11 +109,6 @@ class Stop:
 class Run:
     """Spawns one sandbox, pumps its output, enforces its deadline and tears it down."""
 
-    PROXY_UNDER_DENY = True
-    """A one-shot run gets its proxy socket under deny too: the proxy refuses everything, so curl,
-    pip, npm and git meet a refusal that names the policy (and the run lists it in `network`)
-    instead of a bare resolver error. A kernel or background process keeps no socket under deny."""
-
     def __init__(self, policy: sandbox.SandboxPolicy, request: ExecRequest, workspace: Workspace, job: Job,
                  support: CgroupSupport, program: Program, bwrap_path: str | None,
                  identity: SandboxIdentity | None = None, seccomp_program: Path | None = None,
@@ -146,8 +141,10 @@ class Run:
         self._next_full_count = 0.0
         self.holder: MountHolder | None = None
         """The mount namespace a kernel made ahead is launched in (see kernel_pool.py)."""
-        opens = request.effective_egress.mode != "deny" or self.PROXY_UNDER_DENY
-        self.egress = egress if opens and bwrap_path is not None else None
+        # Under deny too: the proxy refuses everything, so curl, pip, npm and git meet a refusal that
+        # names the policy (listed in `network`) instead of a bare resolver error, and a kernel or
+        # background process follows the session when its policy is switched on.
+        self.egress = egress if bwrap_path is not None else None
         self.egress_run: RunEgress | None = None
         self.tools = tools or PackageTools()
         """Where the run's pip, uv, npm and bun install to and from (package_env.py)."""

@@ -329,7 +329,7 @@ def test_git_clones_over_http_from_an_allowed_host_and_not_from_a_denied_one(wor
     assert denied.error is not None and denied.error.type == "NetworkDenied"
 
 
-def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_its_state(world, monkeypatch):
+def test_a_native_kernel_follows_each_calls_policy_deny_included_and_keeps_its_state(world, monkeypatch):
     runner, plain, _, _ = world
     monkeypatch.setenv("TEST_EGRESS_TOKEN", SECRET)
     session = runner.session()
@@ -358,8 +358,11 @@ def test_a_native_kernel_reaches_the_network_under_each_calls_policy_and_keeps_i
     assert not narrowed.kernel_restarted
     assert narrowed.error is not None and narrowed.error.type == "NetworkDenied"
     assert [(e.allowed, e.host) for e in narrowed.network] == [(False, "api.allowed.test")]
-    after = session.run_sync("calls", language="python", provider="native", limits=LIMITS)  # deny: no proxy
-    assert after.kernel_restarted and after.error is not None  # a kernel without a way out: state gone
+    denied = session.run_sync(fetch, language="python", provider="native", limits=LIMITS)  # the default: deny
+    assert not denied.kernel_restarted  # the kernel keeps its socket: switching the network off keeps its state
+    assert denied.error is not None and denied.error.type == "NetworkDenied" and "deny" in denied.error.message
+    assert [(e.allowed, e.host) for e in denied.network] == [(False, "api.allowed.test")]
+    assert call(ALLOW).value.startswith("(3, ")  # and switching it on again reaches the network, state intact
 
 
 def test_a_background_process_has_the_cap_per_connection_follows_a_changed_policy_and_keeps_its_decisions(world):
@@ -394,6 +397,26 @@ def test_a_background_process_has_the_cap_per_connection_follows_a_changed_polic
     [late] = process.take_network()
     assert not late.allowed and late.host == "api.allowed.test" and "not in the allowlist" in (late.reason or "")
     assert process.take_network() == []  # each decision is given once
+
+
+def test_a_background_process_started_under_deny_is_refused_by_name_and_follows_the_network_switched_on(world):
+    runner, plain, _, _ = world
+    session = runner.session()  # deny, the default
+    fetch = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' http://api.allowed.test:{plain.port}/small"
+    process = session.start_process(code=f"{fetch}\nwhile [ ! -e /workspace/go ]; do sleep 0.05; done\n{fetch}\n")
+    deadline = time.monotonic() + 30
+    while not process.text() and process.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.text().splitlines() == ["403"], process.text("stderr")
+    [refused] = process.take_network()
+    assert not refused.allowed and refused.host == "api.allowed.test"
+    session.set_egress(ALLOW)
+    seen = len(plain.requests)
+    (session.path / "go").touch()
+    assert process.wait(30) == 0, process.text("stderr")
+    assert process.text().splitlines() == ["403", "200"]
+    assert len(plain.requests) == seen + 1
+    assert [e.allowed for e in process.take_network()] == [True]
 
 
 def test_a_running_process_hands_its_decisions_over_in_batches_and_the_rest_at_its_end(world, monkeypatch):
