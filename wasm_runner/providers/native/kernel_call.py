@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from wasm_runner.hints import native_network_error
+from wasm_runner.hints import native_network_error, refusal_note
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.egress import EgressUnavailable
 from wasm_runner.providers.native.kernel import (
@@ -143,7 +143,7 @@ class KernelCall(Run):
                 error = native_network_error(network, request.effective_egress, self.stderr.text()) or reply.error
         return ExecResult(
             stdout=self.stdout.text(),
-            stderr=self.stderr.text(),
+            stderr=self.stderr.text() + refusal_note(network, request.effective_egress.mode),
             exit_code=reply.exit_code if limit is None else 137,
             value=reply.value if limit is None else None,
             outputs=reply.outputs,

@@ -19,7 +19,7 @@ from loopback_origin import BIG_BYTES, SMALL_BODY, Origin, TestCA
 from wasm_runner import Limits, Runner
 from wasm_runner.egress.resolver import Resolver
 from wasm_runner.egress.settings import EgressSettings
-from wasm_runner.hints import NATIVE_DENY_HINT
+from wasm_runner.hints import NATIVE_DENY_HINT, TURN_ON
 from wasm_runner.processes import manager as process_manager
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native import egress as native_egress
@@ -362,6 +362,8 @@ def test_a_native_kernel_follows_each_calls_policy_deny_included_and_keeps_its_s
     assert not denied.kernel_restarted  # the kernel keeps its socket: switching the network off keeps its state
     assert denied.error is not None and denied.error.type == "NetworkDenied" and "deny" in denied.error.message
     assert [(e.allowed, e.host) for e in denied.network] == [(False, "api.allowed.test")]
+    assert denied.stderr.endswith(f"[wasm-runner] network policy deny: http://api.allowed.test:{plain.port} "
+                                  "is not allowed; " + TURN_ON + "\n")
     assert call(ALLOW).value.startswith("(3, ")  # and switching it on again reaches the network, state intact
 
 
