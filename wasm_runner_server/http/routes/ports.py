@@ -16,8 +16,6 @@ host or naming the console's cookie.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
 
@@ -32,6 +30,14 @@ from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE
 from wasm_runner_server.http.policy import principal_of
 from wasm_runner_server.http.preview_origins import PREVIEWS
+from wasm_runner_server.http.relay import (
+    HOP_BY_HOP,
+    WEBSOCKET_HEADERS,
+    bridge,
+    is_websocket,
+    requested_protocols,
+    send_back,
+)
 from wasm_runner_server.sessions.manager import LiveSession
 from wasm_runner_server.sessions.processes import not_listening
 from wasm_runner_server.sessions.service import CONFIG, SERVICE
@@ -39,9 +45,7 @@ from wasm_runner_server.sessions.service import CONFIG, SERVICE
 routes = web.RouteTableDef()
 log = logging.getLogger("wasm_runner.server")
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
-NOT_FORWARDED = HOP_BY_HOP | {"authorization"}
+NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "authorization"}
 """The caller's key never reaches the sandbox."""
 NOT_RETURNED = frozenset({"service-worker-allowed"})
 """A preview's service worker never gets a scope wider than its script's directory."""
@@ -55,8 +59,6 @@ def without_console_cookie(cookie: str) -> str:
 
 def sets_console_cookie(set_cookie: str) -> bool:
     return set_cookie.split("=", 1)[0].strip().lower() in (CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE)
-WEBSOCKET_HEADERS = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                               "sec-websocket-protocol", "sec-websocket-accept"})
 _API_PATH = re.compile(r"/v1/sessions/[^/]+/ports/[0-9]+(?P<rest>/.*)?")
 
 
@@ -113,7 +115,7 @@ async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed
     headers["Host"] = f"127.0.0.1:{port}"
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
-    if request.headers.get("Upgrade", "").lower() == "websocket":
+    if is_websocket(request):
         return await _websocket(request, service.processes.client(live, process), target, headers, live, port)
     body = request.content if request.body_exists else None
     for retry in (True, False):
@@ -128,43 +130,26 @@ async def proxy(request: web.Request, live: LiveSession, port: int, *, sandboxed
                 process = await service.processes.listener(live, port, fresh=True)
                 continue
             raise unreachable(live, port, exc) from None
+    own_host = request.host.rsplit(":", 1)[0].lower()
+
+    def keep(name: str, value: str) -> bool:
+        if name in NOT_RETURNED:
+            return False
+        if name == "set-cookie" and (sets_console_cookie(value) or not cookie_stays_on(value, own_host)):
+            log.info("a preview's cookie for another host was dropped",
+                     extra={"event": "preview_cookie_dropped", "session": live.row.id, "port": port})
+            return False
+        return not (opaque and name in ("access-control-allow-origin", "access-control-allow-credentials"))
+
+    def cut(exc: Exception) -> None:
+        log.info("a preview's upstream ended mid-body", extra={"event": "preview_body_cut", "session": live.row.id,
+                                                               "port": port, "error": str(exc)})
+
+    # A sandboxed page's module scripts and fetches are cross-origin to its own server: the preview's
+    # host (its capability) is what admits them, so any reader may have them.
+    opaque = sandboxed and request.headers.get("Origin") == "null"
     try:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        own_host = request.host.rsplit(":", 1)[0].lower()
-        for name, value in upstream.headers.items():
-            lower = name.lower()
-            if (lower in HOP_BY_HOP and lower != "content-length") or lower in NOT_RETURNED:
-                continue
-            if lower == "set-cookie" and (sets_console_cookie(value) or not cookie_stays_on(value, own_host)):
-                log.info("a preview's cookie for another host was dropped",
-                         extra={"event": "preview_cookie_dropped", "session": live.row.id, "port": port})
-                continue
-            response.headers.add(name, value)
-        if sandboxed and request.headers.get("Origin") == "null":
-            # A sandboxed page's module scripts and fetches are cross-origin to its own server:
-            # the preview's host (its capability) is what admits them, so any reader may have them.
-            response.headers["Access-Control-Allow-Origin"] = "*"
-            response.headers.popall("Access-Control-Allow-Credentials", None)
-        if request.method == "HEAD" or upstream.status in (204, 304) or "Content-Length" in upstream.headers:
-            pass  # sized (or bodiless): the length is passed on as it is
-        else:
-            response.headers.popall("Content-Length", None)
-            response.enable_chunked_encoding()
-        try:
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-        except aiohttp.ClientPayloadError as exc:
-            # The headers are out: an error answer is no longer possible. The body ends short,
-            # and the caller's connection is closed so that it cannot take it for a whole one.
-            log.info("a preview's upstream ended mid-body", extra={"event": "preview_body_cut",
-                                                                   "session": live.row.id, "port": port,
-                                                                   "error": str(exc)})
-            if request.transport is not None:
-                request.transport.close()
-            return response
-        await response.write_eof()
-        return response
+        return await send_back(request, upstream, keep, cut, {"Access-Control-Allow-Origin": "*"} if opaque else None)
     finally:
         await upstream_cm.__aexit__(None, None, None)
 
@@ -188,7 +173,7 @@ def _refused(exc: BaseException) -> bool:
 
 async def _websocket(request: web.Request, client: aiohttp.ClientSession, target: URL, headers: CIMultiDict,
                      live: LiveSession, port: int) -> web.StreamResponse:
-    protocols = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    protocols = requested_protocols(request)
     forwarded = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in WEBSOCKET_HEADERS)
     try:
         upstream = await client.ws_connect(target, headers=forwarded, protocols=protocols, autoping=False,
@@ -198,35 +183,7 @@ async def _websocket(request: web.Request, client: aiohttp.ClientSession, target
                        f"upgrade ({exc.status} {exc.message})", "check the path the server expects") from None
     except (aiohttp.ClientConnectorError, ConnectionError) as exc:
         raise unreachable(live, port, exc) from None
-    downstream = web.WebSocketResponse(protocols=[upstream.protocol] if upstream.protocol else (), autoping=False,
-                                       max_msg_size=0, compress=False)
-    await downstream.prepare(request)
-
-    async def relay(source, sink) -> None:
-        async for message in source:
-            if message.type == aiohttp.WSMsgType.TEXT:
-                await sink.send_str(message.data)
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                await sink.send_bytes(message.data)
-            elif message.type == aiohttp.WSMsgType.PING:
-                await sink.ping(message.data)
-            elif message.type == aiohttp.WSMsgType.PONG:
-                await sink.pong(message.data)
-            else:
-                break
-        with contextlib.suppress(Exception):
-            await sink.close(code=source.close_code or aiohttp.WSCloseCode.OK)
-
-    tasks = [asyncio.ensure_future(relay(downstream, upstream)), asyncio.ensure_future(relay(upstream, downstream))]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await upstream.close()
-        await downstream.close()
-    return downstream
+    return await bridge(request, upstream)
 
 
 def unreachable(live: LiveSession, port: int, exc: BaseException) -> ApiError:
