@@ -8,6 +8,8 @@ processes. Measures, as a client sees it:
 - the cost of `call` durability: the latency of a small call (a variable and a small file changed)
   and of a call writing 10 MB, on a node with local storage against a node storing every call in S3
   (kernel image and changed chunks uploaded, the generation committed in PostgreSQL) before it answers;
+- forwarding: a small call through a node that does not hold the session (it relays the request to the
+  node that does) against the same call sent to that node, interleaved;
 - takeover after `kill -9` of a session's node, for a small workspace and one of about 50 MB: the time
   from the kill until a call through another (warm) node is answered with the session's state, with the
   lease time it includes (the lease must run out first), and the answering call alone (claim, restore of
@@ -102,6 +104,35 @@ async def durability(tmp: Path, db: str, storage: dict, samples: int) -> dict:
     return report
 
 
+async def forwarding(tmp: Path, db: str, samples: int) -> dict:
+    """A call and a file read sent to the session's node, and the same through another node, interleaved."""
+    configs = {name: _config(tmp / f"fwd-{name}.toml", f"fwd-{name}", db, None) for name in ("a", "b")}
+    for config in configs.values():  # back-to-back calls: past the default 50 requests per second per key
+        config.write_text(config.read_text() + "[auth]\nrate_per_s = 100000\nburst = 100000\n")
+    key = _key(tmp / "fwd-a", db)
+    auth = {"Authorization": f"Bearer {key}"}
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(timeout=120) as http:
+        (_, url_a), (_, url_b) = await asyncio.gather(
+            *(stack.enter_async_context(serving(tmp / f"fwd-{name}", config=config)) for name, config in configs.items()))
+        session = (await http.post(f"{url_a}/v1/sessions", json={}, headers=auth)).json()["id"]
+        await http.put(f"{url_a}/v1/sessions/{session}/files/f.txt", content=b"x" * 1000, headers=auth)
+        timings: dict[str, list[float]] = {"call_direct": [], "call_forwarded": [], "read_direct": [],
+                                           "read_forwarded": []}
+        for round_ in range(samples * 4 + 5):
+            for kind, url in (("direct", url_a), ("forwarded", url_b)):
+                called = await _call(http, url, session, "x = 1", auth)
+                start = time.perf_counter()
+                read = await http.get(f"{url}/v1/sessions/{session}/files/f.txt", headers=auth)
+                assert read.status_code == 200, read.text
+                if round_ >= 5:  # the kernel, the connections and the forwarding client warm
+                    timings[f"call_{kind}"].append(called)
+                    timings[f"read_{kind}"].append((time.perf_counter() - start) * 1000)
+    report: dict[str, object] = {name: _summary(values) for name, values in timings.items()}
+    report["added_p50_ms"] = {what: round(report[f"{what}_forwarded"]["p50"] - report[f"{what}_direct"]["p50"], 2)
+                              for what in ("call", "read")}
+    return report
+
+
 async def takeover(tmp: Path, db: str, storage: dict, name: str, setup: str) -> dict:
     node_b_dir = tmp / f"{name}-b"
     config_b = _config(tmp / f"{name}-b.toml", f"{name}-b", db, storage)
@@ -123,7 +154,7 @@ async def takeover(tmp: Path, db: str, storage: dict, name: str, setup: str) -> 
         while True:
             start = time.perf_counter()
             answer = await http.post(f"{url_b}/v1/sessions/{session}/exec", json={"code": "print(x)"}, headers=auth)
-            if answer.status_code != 421:
+            if answer.status_code not in (421, 503):  # node A's lease still live (503: it does not answer)
                 break
             await asyncio.sleep(0.02)
         done = time.perf_counter()
@@ -145,6 +176,7 @@ async def main() -> None:
         report = {
             "load_avg": os.getloadavg(),
             "cpus": os.cpu_count(),
+            "forwarding": await forwarding(tmp, pg.new_database(), args.samples),
             "durability": await durability(tmp, pg.new_database(), s3.settings(), args.samples),
             "takeover_small": await takeover(tmp, pg.new_database(), s3.settings(), "small", "pass"),
             "takeover_50mb": await takeover(tmp, pg.new_database(), s3.settings(), "big", FIFTY_MB),

@@ -33,6 +33,7 @@ from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.console import routes as console
 from wasm_runner_server.e2b.app import e2b_app
 from wasm_runner_server.errors import error_middleware
+from wasm_runner_server.http.forwarding import forwarding_context, forwarding_middleware
 from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
@@ -128,7 +129,8 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     previews = PreviewOrigins(config.previews)
     app = web.Application(client_max_size=config.server.max_body_bytes,
                           middlewares=[observe_middleware, error_middleware, preview_host_middleware(previews),
-                                       refuse_service_worker, policy.middleware, placement_middleware])
+                                       refuse_service_worker, forwarding_middleware, policy.middleware,
+                                       placement_middleware])
     app[CONFIG] = config
     app[POLICY] = policy
     app[PREVIEWS] = previews
@@ -139,6 +141,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app.on_response_prepare.append(console.add_security_headers)
     app.add_routes(policy.routes())
     app.cleanup_ctx.append(service_context)
+    app.cleanup_ctx.append(forwarding_context)  # after the service's: its counter joins the service's metrics
     app.cleanup_ctx.append(policy.context)  # after the service's: it needs app[SERVICE]
     app.cleanup_ctx.append(preview_listener)  # the last: no preview is served once the service closes
     app.on_startup.append(routes_meta.build_openapi)

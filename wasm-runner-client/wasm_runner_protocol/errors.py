@@ -84,6 +84,7 @@ class ErrorCode(StrEnum):
     TEMPORARY_SESSION = "temporary_session"
     """409/422: a temporary session keeps no history, publishes no artifact or template, starts from none."""
     SESSION_ON_OTHER_NODE = "session_on_other_node"
+    SESSION_NODE_UNAVAILABLE = "session_node_unavailable"
     INVALID_SESSION_ID = "invalid_session_id"
     PROFILE_INCOMPATIBLE = "profile_incompatible"
     UNKNOWN_PROFILE = "unknown_profile"

@@ -31,6 +31,7 @@ from wasm_runner_server.app import create_app
 from wasm_runner_server.cli.commands import ENVIRONMENT, add_serve_command
 from wasm_runner_server.config import ServiceConfig, load_config
 from wasm_runner_server.http.service_runner import ServiceRunner
+from wasm_runner_server.sessions.service import SERVICE
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -93,6 +94,7 @@ async def serve(config: ServiceConfig, *, stop: asyncio.Event | None = None) -> 
     for host, port, *_ in runner.addresses:
         log.info("listening", extra={"event": "listening", "host": host, "port": port,
                                      "url": f"http://{host}:{port}", "event_loop": type(loop).__module__.split(".")[0]})
+    await advertise(app, config, runner.addresses)
     # What start-up built (modules, models, schemas: about 120 000 objects) lives as long as
     # the process. Left to the collector, every full collection walked it and stalled all
     # requests for 90-130 ms here; frozen, a full collection takes under 1 ms.
@@ -109,6 +111,25 @@ async def serve(config: ServiceConfig, *, stop: asyncio.Event | None = None) -> 
     finally:
         log.info("shutting down", extra={"event": "shutting_down"})
         await runner.cleanup()
+
+
+async def advertise(app: web.Application, config: ServiceConfig, addresses: list) -> None:
+    """Tell a cluster's other nodes where this one is reached: `[store] advertise_url`, else the address
+    it listens on (none when that is every address: the other nodes could not tell which)."""
+    service = app.get(SERVICE)
+    if service is None or service.nodes is None:
+        return
+    url = config.store.advertise_url
+    if url is None and addresses:
+        host, port = addresses[0][:2]
+        if host not in ("0.0.0.0", "::", ""):
+            url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    if url is None:
+        log.warning("this node listens on every address and does not say where it is reached: the other nodes "
+                    "answer 421 for its sessions instead of forwarding them (set [store] advertise_url)",
+                    extra={"event": "node_not_advertised"})
+        return
+    await service.advertise(url)
 
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}

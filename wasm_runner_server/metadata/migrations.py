@@ -229,6 +229,14 @@ STEPS: tuple[str, ...] = (
     );
     CREATE INDEX leases_by_node ON leases (node);
     """,
+    # 9: where each node is reached by the others (a request for a session another node holds is forwarded there)
+    """
+    CREATE TABLE nodes (
+        node TEXT PRIMARY KEY,
+        url TEXT NOT NULL,                -- http://host:port, as the other nodes reach it
+        seen_at DOUBLE PRECISION NOT NULL -- Unix time of its last start, by the database's clock
+    );
+    """,
 )
 
 

@@ -24,6 +24,7 @@ from wasm_runner.profiles import ConfigModel
 from wasm_runner_server.data_dir import FILE_MODE, private_directory
 
 URL_VARIABLE = "WASM_RUNNER_STORE_URL"
+ADVERTISE_VARIABLE = "WASM_RUNNER_ADVERTISE_URL"
 NODE_FILE = "node-name"
 NODE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
@@ -65,6 +66,10 @@ class StoreSettings(ConfigModel):
     """PostgreSQL connections this node holds at most."""
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     """How long start-up waits for the database before it fails."""
+    advertise_url: str | None = None
+    """The URL the other nodes reach this node at (`http://10.0.0.5:8080`; `WASM_RUNNER_ADVERTISE_URL`):
+    a request for a session this node holds is forwarded here by the node it reached. Default: the
+    address the service listens on, unless that is every address (0.0.0.0 or ::)."""
 
     @field_validator("node")
     @classmethod
@@ -72,6 +77,20 @@ class StoreSettings(ConfigModel):
         if value is not None and not re.fullmatch(NODE_PATTERN, value):
             raise ValueError("store.node is 1-63 letters, digits, '.', '-' or '_'")
         return value
+
+    @field_validator("advertise_url")
+    @classmethod
+    def _a_base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = URL(value)
+        except ValueError:
+            url = None
+        if url is None or url.scheme not in ("http", "https") or not url.host or url.query_string or url.fragment:
+            raise ValueError("store.advertise_url is an http:// or https:// URL with a host (and a port), "
+                             "e.g. http://10.0.0.5:8080")
+        return value.rstrip("/")
 
     @property
     def postgres(self) -> bool:
@@ -101,11 +120,13 @@ class StoreSettings(ConfigModel):
         return name
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> StoreSettings:
-        """These settings with `WASM_RUNNER_STORE_URL` applied."""
-        url = environ.get(URL_VARIABLE)
-        if not url:
+        """These settings with `WASM_RUNNER_STORE_URL` and `WASM_RUNNER_ADVERTISE_URL` applied."""
+        changes = {key: environ[variable] for key, variable in (("url", URL_VARIABLE),
+                                                                ("advertise_url", ADVERTISE_VARIABLE))
+                   if environ.get(variable)}
+        if not changes:
             return self
-        return StoreSettings.model_validate({**self.model_dump(), "url": url})
+        return StoreSettings.model_validate({**self.model_dump(), **changes})
 
 
 def redact(url: str) -> str:

@@ -9,6 +9,7 @@ from wasm_runner_server.metadata.settings import StoreSettings
 from wasm_runner_server.sessions.store import SessionMetadata, SessionStore
 
 if TYPE_CHECKING:
+    from wasm_runner_server.cluster.nodes import NodeDirectory
     from wasm_runner_server.cluster.placement import Placement
     from wasm_runner_server.config import ServiceConfig
     from wasm_runner_server.sessions.manager import SessionManager
@@ -45,3 +46,13 @@ def open_placement(config: ServiceConfig, manager: SessionManager) -> Placement 
     if settings.postgres:
         leases = Leases(settings, settings.node_name(Path(config.server.data_dir)), config.storage.lease_s)
     return Placement(manager, open_storage(config.storage), leases)
+
+
+def open_nodes(config: ServiceConfig) -> NodeDirectory | None:
+    """The cluster's node directory, on a PostgreSQL `[store]` (on SQLite the node is alone)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return None
+    from wasm_runner_server.cluster.nodes import NodeDirectory
+
+    return NodeDirectory(settings, settings.node_name(Path(config.server.data_dir)))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -21,12 +22,15 @@ from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
-from wasm_runner_server.sessions.open_store import open_placement, session_store
+from wasm_runner_server.sessions.open_store import open_nodes, open_placement, session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
 from wasm_runner_server.sessions.session_disk import OWN_DIRECTORY, SessionDisk
 from wasm_runner_server.sessions.store import SessionMetadata
+
+if TYPE_CHECKING:
+    from wasm_runner_server.cluster.nodes import NodeDirectory
 
 log = logging.getLogger("wasm_runner.server")
 
@@ -52,6 +56,8 @@ class Service:
     """Guests' calls of caller-side tools waiting for the caller's answer (code mode over HTTP)."""
     approvals: Approvals = field(default_factory=Approvals)
     """Guests' calls of tools that need approval, waiting for the session owner's decision."""
+    nodes: NodeDirectory | None = None
+    """The cluster's nodes (a shared PostgreSQL store): where a session another node holds is served."""
     profile_tools: ProfileTools = field(default_factory=ProfileTools)
     """The tools of the profiles' MCP servers (code mode)."""
     _warmup: asyncio.Task | None = None
@@ -88,7 +94,7 @@ class Service:
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
         service = cls(config, store, pool, gate, metrics, execution, sessions, processes,
-                      copies=SessionCopies(sessions, data_dir), disk=ledger)
+                      copies=SessionCopies(sessions, data_dir), disk=ledger, nodes=open_nodes(config))
         await service.start()
         return service
 
@@ -146,7 +152,15 @@ class Service:
         except TimeoutError:
             log.warning("runners did not close within 10 s", extra={"event": "close_timeout"})
         self.store.close()
+        if self.nodes is not None:
+            self.nodes.close()
         log.info("stopped", extra={"event": "stopped"})
+
+    async def advertise(self, url: str) -> None:
+        """Tell the cluster's other nodes where this one is reached (they forward its sessions' requests)."""
+        if self.nodes is not None:
+            await asyncio.to_thread(self.nodes.advertise, url)
+            log.info("advertised", extra={"event": "node_advertised", "node": self.nodes.node, "url": url})
 
 
 SERVICE = web.AppKey("service", Service)

@@ -40,12 +40,14 @@ def _holder(url: str, session: str) -> tuple[str, int, float]:
 
 
 async def _until_served(http: httpx.AsyncClient, url: str, session: str, code: str, headers) -> httpx.Response:
-    """Call through `url` until it stops answering 421 (the owner's lease still live), within a bound."""
+    """Call through `url` until it stops answering 503 (the owner does not answer, its lease still live),
+    within a bound."""
     deadline = time.monotonic() + WAIT_S
     while True:
         answer = await http.post(f"{url}/v1/sessions/{session}/exec", json={"code": code}, headers=headers)
-        if answer.status_code != 421:
+        if answer.status_code != 503:
             return answer
+        assert answer.json()["error"]["code"] == "session_node_unavailable" and answer.headers["Retry-After"]
         assert time.monotonic() < deadline, answer.text
         await asyncio.sleep(0.1)
 
@@ -75,9 +77,12 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
                                  headers=auth)
             assert put.status_code == 201, put.text
 
-            # node-1's lease is live: the others say where the session is
-            elsewhere = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "1"}, headers=auth)
-            assert elsewhere.status_code == 421 and "node-1" in elsewhere.json()["error"]["message"]
+            # node-1's lease is live: the others forward its calls there
+            elsewhere = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "print(x)"}, headers=auth)
+            assert elsewhere.status_code == 200 and elsewhere.json()["stdout"] == "42\n", elsewhere.text
+            read = await http.get(f"{url_3}/v1/sessions/{session}/files/notes/api.txt", headers=auth)
+            assert read.status_code == 200 and read.content == b"written by the API"
+            assert _holder(postgres_url, session)[:2] == ("node-1", 1)  # nothing moved
 
             # node-1 dies: after its lease, node-2 takes the session over with its files and its kernel
             proc_1.kill()
@@ -125,8 +130,8 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             refused = await pending
             assert refused.status_code == 421, refused.text
             assert "node-3" in refused.json()["error"]["message"]
-            again = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "x = 0"}, headers=auth)
-            assert again.status_code == 421 and "node-3" in again.json()["error"]["message"], again.text
+            again = await http.post(f"{url_2}/v1/sessions/{session}/exec", json={"code": "print(x)"}, headers=auth)
+            assert again.status_code == 200 and again.json()["stdout"] == "42\n", again.text  # forwarded to node-3
             assert _holder(postgres_url, session)[:2] == ("node-3", epoch_2 + 1)
 
             final = await http.post(f"{url_3}/v1/sessions/{session}/exec", headers=auth,

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import aiohttp
 import httpx
 import psycopg
 from service_process import serving
@@ -71,14 +72,48 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                                   headers=auth(team))
             assert ran.status_code == 200 and ran.json()["stdout"] == "42\n", ran.text
 
-            # node B lists it; its kernel stays on A, so B says where it lives
+            # node B lists it; its kernel stays on A, and B forwards its calls there (SSE streams too)
             listed = (await http.get(f"{url_b}/v1/sessions", headers=auth(team))).json()["sessions"]
             assert [s["id"] for s in listed] == [session]
             elsewhere = await http.post(f"{url_b}/v1/sessions/{session}/exec", json={"code": "print(x)"},
                                         headers=auth(team))
-            assert elsewhere.status_code == 421, elsewhere.text
-            error = elsewhere.json()["error"]
+            assert elsewhere.status_code == 200 and elsewhere.json()["stdout"] == "41\n", elsewhere.text
+            put = await http.put(f"{url_b}/v1/sessions/{session}/files/from-b.txt", content=b"through node B",
+                                 headers=auth(team))
+            assert put.status_code == 201, put.text
+            assert (dir_a / "sessions" / session / "files" / "from-b.txt").read_bytes() == b"through node B"
+            got = await http.get(f"{url_b}/v1/sessions/{session}/files/from-b.txt", headers=auth(team))
+            assert got.status_code == 200 and got.content == b"through node B"
+            async with http.stream("POST", f"{url_b}/v1/sessions/{session}/exec", json={
+                    "code": "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)"},
+                    headers={**auth(team), "Accept": "text/event-stream"}) as streamed:
+                assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+                events = [line async for line in streamed.aiter_lines() if line.startswith("event:")]
+            assert events.count("event: stdout") >= 2 and events[-1] == "event: result", events
+            # a terminal (a WebSocket) through node B is a bridge to node A's sandbox
+            async with aiohttp.ClientSession() as client, client.ws_connect(
+                    f"{url_b}/v1/sessions/{session}/pty", headers=auth(team),
+                    params=[("command", "sh"), ("command", "-c"), ("command", "echo through-b-$((6*7))")]) as ws:
+                seen = b""
+                while b"through-b-42" not in seen:
+                    message = await ws.receive(timeout=30)
+                    assert message.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (message, seen)
+                    if message.type == aiohttp.WSMsgType.BINARY:
+                        seen += message.data
+            # a request another node forwarded already is served where it lands, never forwarded again
+            relayed = await http.post(f"{url_b}/v1/sessions/{session}/exec", json={"code": "print(x)"},
+                                      headers={**auth(team), "X-Wasm-Runner-Forwarded-By": "node-c"})
+            assert relayed.status_code == 421 and relayed.json()["error"]["code"] == "session_on_other_node"
+            # a node that never said where it is reached: the others answer 421 naming it
+            with psycopg.connect(postgres_url) as conn:
+                conn.execute("DELETE FROM nodes WHERE node = 'node-a'")
+            other = (await http.post(f"{url_a}/v1/sessions", json={}, headers=auth(team))).json()["id"]
+            unnamed = await http.post(f"{url_b}/v1/sessions/{other}/exec", json={"code": "1"}, headers=auth(team))
+            assert unnamed.status_code == 421, unnamed.text
+            error = unnamed.json()["error"]
             assert error["code"] == "session_on_other_node" and "node-a" in error["message"]
+            with psycopg.connect(postgres_url) as conn:
+                conn.execute("INSERT INTO nodes (node, url, seen_at) VALUES ('node-a', %s, 0)", (url_a,))
             # another workspace learns nothing on either node
             for url in (url_a, url_b):
                 hidden = await http.post(f"{url}/v1/sessions/{session}/exec", json={"code": "1"}, headers=auth(rival))
@@ -96,13 +131,14 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                     entries = (await http.get(f"{url}/v1/audit", params={"kind": "exec"},
                                               headers=auth(team))).json()["entries"]
                     modes = sorted(e["mode"] for e in entries)
-                    if len(modes) >= 2:
+                    if len(modes) >= 4:
                         break
                     await asyncio.sleep(0.05)
-                assert modes == ["oneshot", "session"]
+                assert modes == ["oneshot", "session", "session", "session"]
             with psycopg.connect(postgres_url) as conn:
                 nodes = conn.execute("SELECT node, mode FROM audit WHERE kind = 'exec' ORDER BY node").fetchall()
-            assert nodes == [("node-a", "session"), ("node-b", "oneshot")]
+            # each forwarded call is audited once, by the node that ran it
+            assert nodes == [("node-a", "session")] * 3 + [("node-b", "oneshot")]
 
             # a node that starts (and stops) leaves another node's temporary sessions alone; a temporary
             # session is in its node's memory only, so the shared database does not name it to others
@@ -111,7 +147,7 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
             dir_c, config_c = _node(tmp_path, postgres_url, "node-c")
             async with serving(dir_c, config=config_c) as (_, url_c):
                 listed = (await http.get(f"{url_c}/v1/sessions", headers=auth(team))).json()["sessions"]
-                assert {s["id"] for s in listed} == {session}
+                assert {s["id"] for s in listed} == {session, other}
             kept = await http.post(f"{url_a}/v1/sessions/{ephemeral.json()['id']}/exec", json={"code": "print(2)"},
                                    headers=auth(team))
             assert kept.status_code == 200, kept.text

@@ -38,3 +38,16 @@ def test_local_storage_stores_nothing_and_needs_no_s3_client():
     storage = open_storage(StorageSettings())
     assert not storage.durable
     assert "obstore" not in sys.modules
+
+
+@pytest.mark.parametrize("value", ["10.0.0.5:8080", "ftp://node:21", "http://", "http://node:8080/?x=1"])
+def test_an_advertise_url_that_other_nodes_could_not_use_is_refused(value):
+    with pytest.raises(ValidationError, match="advertise_url is an http"):
+        ServiceConfig.model_validate({"store": {"advertise_url": value}})
+
+
+def test_the_advertise_url_comes_from_the_environment_without_its_trailing_slash():
+    store = ServiceConfig.model_validate({}).store
+    assert store.advertise_url is None
+    assert store.with_environment({"WASM_RUNNER_ADVERTISE_URL": "http://10.0.0.5:8080/"}).advertise_url == \
+        "http://10.0.0.5:8080"
