@@ -49,15 +49,16 @@ def check_store(config: ServiceConfig) -> dict[str, Any]:
 
 
 def check_storage(config: ServiceConfig) -> dict[str, Any]:
-    from wasm_runner_server.storage.objects import S3Objects
+    from wasm_runner_server.storage.objects import open_objects
 
     settings = config.storage
-    report: dict[str, Any] = {"kind": settings.kind, "bucket": settings.bucket, "endpoint": settings.endpoint,
-                              "ok": False}
+    report: dict[str, Any] = {"kind": settings.kind, "ok": False}
+    report.update({"path": settings.path} if settings.kind == "posix" else
+                  {"bucket": settings.bucket, "endpoint": settings.endpoint})
     key = f"{settings.prefix}doctor/{secrets.token_hex(8)}"
     probe = secrets.token_bytes(32)
     try:
-        objects = S3Objects(settings)
+        objects = open_objects(settings)
         objects.put_new(key, probe)
         try:
             report["ok"] = objects.get(key) == probe
@@ -76,7 +77,7 @@ def cluster_report(config: ServiceConfig) -> dict[str, Any] | None:
     report: dict[str, Any] = {}
     if config.store.with_environment().postgres:
         report["store"] = check_store(config)
-    if config.storage.kind == "s3":
+    if config.storage.objects:
         report["storage"] = check_storage(config)
     return report or None
 

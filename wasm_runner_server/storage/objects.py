@@ -1,9 +1,11 @@
-"""The object store's few operations the session storage needs, over obstore's S3 client.
+"""The object store's few operations the session storage needs, over obstore: an S3 bucket, or a
+directory shared by the nodes (NFS, CephFS, EFS).
 
 obstore (the Rust `object_store` crate) is called synchronously, from the threads the storage runs
-on; its calls release the GIL. A put of a new object is conditional (`If-None-Match: *`): the store
-refuses to replace an object that exists (412), which is how two writers of one manifest generation
-cannot both win.
+on; its calls release the GIL. A put of a new object is conditional: S3 is asked `If-None-Match: *`
+and refuses to replace an object that exists (412); in a shared directory the object is written to
+a staging file and hard-linked into place, which fails if the name exists. Either way, two writers of
+one manifest generation cannot both win.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
-from obstore.store import S3Store
+from obstore.store import LocalStore, S3Store
 
 from wasm_runner_server.storage.errors import AlreadyExists, ObjectMissing, StorageError
 from wasm_runner_server.storage.settings import StorageSettings
@@ -21,27 +23,36 @@ from wasm_runner_server.storage.settings import StorageSettings
 if TYPE_CHECKING:
     from obstore.store import ClientConfig  # a typing-only name
 
-__all__ = ["S3Objects"]
+__all__ = ["Objects", "open_objects"]
 
 
-class S3Objects:
-    """One bucket (and prefix) of an S3-compatible store."""
+def open_objects(settings: StorageSettings) -> Objects:
+    """The store `[storage]` names ("s3" or "posix")."""
+    if settings.kind == "posix":
+        if not settings.path:
+            raise ValueError('storage.path is required with storage.kind = "posix"')
+        return Objects(LocalStore(settings.path, mkdir=True), settings.prefix)
+    if not settings.bucket:
+        raise ValueError('storage.bucket is required with storage.kind = "s3"')
+    options: dict[str, Any] = {"region": settings.region}
+    if settings.endpoint is not None:
+        options["endpoint"] = settings.endpoint
+        options["virtual_hosted_style_request"] = False  # path-style: what self-hosted stores serve
+    if settings.access_key_id is not None:
+        options["access_key_id"] = settings.access_key_id
+    if settings.secret_access_key is not None:
+        options["secret_access_key"] = settings.secret_access_key.get_secret_value()
+    client: ClientConfig = {"allow_http": bool(settings.endpoint and settings.endpoint.startswith("http://")),
+                            "timeout": "60s", "connect_timeout": "5s"}
+    return Objects(S3Store(settings.bucket, client_options=client, **options), settings.prefix)
 
-    def __init__(self, settings: StorageSettings) -> None:
-        if not settings.bucket:
-            raise ValueError('storage.bucket is required with storage.kind = "s3"')
-        self.prefix = settings.prefix
-        options: dict[str, Any] = {"region": settings.region}
-        if settings.endpoint is not None:
-            options["endpoint"] = settings.endpoint
-            options["virtual_hosted_style_request"] = False  # path-style: what self-hosted stores serve
-        if settings.access_key_id is not None:
-            options["access_key_id"] = settings.access_key_id
-        if settings.secret_access_key is not None:
-            options["secret_access_key"] = settings.secret_access_key.get_secret_value()
-        client: ClientConfig = {"allow_http": bool(settings.endpoint and settings.endpoint.startswith("http://")),
-                  "timeout": "60s", "connect_timeout": "5s"}
-        self._store = S3Store(settings.bucket, client_options=client, **options)
+
+class Objects:
+    """One store (and a prefix in it)."""
+
+    def __init__(self, store: S3Store | LocalStore, prefix: str) -> None:
+        self.prefix = prefix
+        self._store = store
 
     def put_new(self, key: str, data: bytes | memoryview) -> None:
         """Write `key` unless it exists (AlreadyExists then)."""
@@ -55,7 +66,7 @@ class S3Objects:
     def get(self, key: str) -> bytes:
         try:
             return bytes(obstore.get(self._store, self.prefix + key).bytes())
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # (a shared directory's missing file is the latter)
             raise ObjectMissing(key) from None
         except Exception as exc:
             raise StorageError(f"reading {key!r} failed: {type(exc).__name__}") from exc

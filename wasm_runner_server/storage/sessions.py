@@ -46,7 +46,7 @@ from wasm_runner_server.storage.manifest import (
 from wasm_runner_server.storage.settings import StorageSettings
 
 if TYPE_CHECKING:
-    from wasm_runner_server.storage.objects import S3Objects
+    from wasm_runner_server.storage.objects import Objects
 
 __all__ = ["GenerationTaken", "LocalStorage", "ObjectStorage", "SaveStats", "SessionStorage", "StorageError",
            "open_storage"]
@@ -119,16 +119,16 @@ def _stat_key(st: os.stat_result) -> _StatKey:
 
 
 class ObjectStorage:
-    """Sessions stored in an S3 bucket (see the module's docstring)."""
+    """Sessions stored in an S3 bucket or a shared directory (see the module's docstring)."""
 
     durable = True
 
-    def __init__(self, settings: StorageSettings, objects: S3Objects | None = None) -> None:
+    def __init__(self, settings: StorageSettings, objects: Objects | None = None) -> None:
         self.settings = settings
         if objects is None:
-            from wasm_runner_server.storage.objects import S3Objects  # the cluster extra's obstore
+            from wasm_runner_server.storage.objects import open_objects  # the cluster extra's obstore
 
-            objects = S3Objects(settings)
+            objects = open_objects(settings)
         self.objects = objects
         self.chunk_bytes = settings.chunk_bytes
         self._pool = ThreadPoolExecutor(max_workers=settings.upload_threads, thread_name_prefix="storage-io")

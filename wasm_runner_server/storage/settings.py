@@ -1,7 +1,7 @@
 """`[storage]`: where sessions' files and kernel images are kept besides the node's own disk.
 
     [storage]
-    kind = "s3"                                   # default: "local" (the node's disk only)
+    kind = "s3"                                   # default: "local" (the node's disk only); or "posix"
     endpoint = "https://s3.eu-west-1.amazonaws.com"
     bucket = "wasm-runner"
     prefix = "prod/"
@@ -9,6 +9,8 @@
     access_key_id = "..."                         # or WASM_RUNNER_S3_ACCESS_KEY_ID
     secret_access_key = "..."                     # or WASM_RUNNER_S3_SECRET_ACCESS_KEY
     lease_s = 15                                  # a session's lease (with a PostgreSQL [store])
+
+    path = "/mnt/shared/wasm-runner"              # kind = "posix": a directory every node mounts (NFS...)
 
 With object storage, what a call changed is stored before the call is answered (`durability = "call"`).
 """
@@ -30,9 +32,12 @@ SECRET_VARIABLE = "WASM_RUNNER_S3_SECRET_ACCESS_KEY"
 
 
 class StorageSettings(ConfigModel):
-    kind: Literal["local", "s3"] = "local"
+    kind: Literal["local", "s3", "posix"] = "local"
     """"local": a session's files and kernel images are on the node's disk only (one machine);
-    "s3": they are also stored in an S3-compatible bucket, so that another node can take the session over."""
+    "s3": they are also stored in an S3-compatible bucket, so that another node can take the session over;
+    "posix": the same, in a directory every node mounts (NFS, CephFS, EFS: `path`)."""
+    path: str | None = None
+    """kind = "posix": the shared directory's absolute path, the same on every node (made if missing)."""
     endpoint: str | None = None
     """The S3 endpoint's URL (http:// is accepted: for a store on the node's network only). None: AWS's."""
     bucket: str = ""
@@ -60,6 +65,13 @@ class StorageSettings(ConfigModel):
                              'or ".."), each ending with "/"')
         return value
 
+    @field_validator("path")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or any(p in (".", "..") for p in value.split("/"))):
+            raise ValueError("storage.path is an absolute directory path without '.' or '..' (the shared mount)")
+        return value
+
     @field_validator("endpoint")
     @classmethod
     def _an_endpoint(cls, value: str | None) -> str | None:
@@ -83,7 +95,7 @@ class StorageSettings(ConfigModel):
     @property
     def objects(self) -> bool:
         """Whether sessions are stored beyond the node (object storage)."""
-        return self.kind == "s3"
+        return self.kind != "local"
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> StorageSettings:
         """These settings with the credentials from the environment where the file gives none."""

@@ -12,7 +12,7 @@ import pytest
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.metadata.postgres import acquire, release
-from wasm_runner_server.storage.objects import S3Objects
+from wasm_runner_server.storage.objects import open_objects
 
 
 def doctor(tmp_path: Path, config: str) -> tuple[int, dict]:
@@ -35,7 +35,7 @@ def test_a_reachable_cluster_passes_and_the_probe_leaves_nothing(tmp_path, postg
     assert store["ok"] and store["schema_version"] == store["expected_version"], store
     assert abs(store["clock_skew_s"]) < 1
     assert storage["ok"], storage
-    objects = S3Objects(ServiceConfig.model_validate({"storage": settings}).storage)
+    objects = open_objects(ServiceConfig.model_validate({"storage": settings}).storage)
     assert list(objects.keys(settings["prefix"])) == []  # the probe object was deleted
 
 

@@ -1,5 +1,6 @@
-"""Three service processes on one PostgreSQL and one S3 server: a session outlives its node (kill -9), and a
-node paused past its lease (SIGSTOP) acknowledges nothing once another node took the session over."""
+"""Three service processes on one PostgreSQL, storing sessions in one S3 server or in one shared directory
+(the shared-POSIX mode): any node serves a session (forwarding), a session outlives its node (kill -9),
+and a node paused past its lease (SIGSTOP) acknowledges nothing once another node took the session over."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 from service_process import serving
 
 from wasm_runner_server.config import ServiceConfig
@@ -52,8 +54,15 @@ async def _until_served(http: httpx.AsyncClient, url: str, session: str, code: s
         await asyncio.sleep(0.1)
 
 
-async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothing(postgres_url, s3, tmp_path):
-    storage = s3.settings()
+@pytest.fixture(params=["s3", "posix"])
+def storage(request, tmp_path_factory) -> dict[str, object]:
+    """Where the nodes store sessions: the S3 server, or a directory all three share (NFS's stand-in)."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3").settings()
+    return {"kind": "posix", "path": str(tmp_path_factory.mktemp("shared-mount"))}
+
+
+async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothing(postgres_url, storage, tmp_path):
     nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2", "node-3")]
     async with contextlib.AsyncExitStack() as stack:
         served = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c)) for d, c in nodes))

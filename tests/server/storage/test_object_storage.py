@@ -1,5 +1,6 @@
-"""Sessions' directories in a real S3 server (SeaweedFS on loopback): stored whole, uploaded incrementally,
-one writer per generation, and restored without trusting the names stored."""
+"""Sessions' directories in a real S3 server (SeaweedFS on loopback) and in a shared directory (what an NFS
+mount is to each node): stored whole, uploaded incrementally, one writer per generation, and restored
+without trusting the names stored."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from wasm_runner_server.storage.manifest import FORMAT, Entry, Manifest, chunk_k
 CHUNK = 64 * 1024
 
 
-@pytest.fixture
-def storage(s3):
-    storage = ObjectStorage(StorageSettings.model_validate({**s3.settings(), "chunk_bytes": CHUNK}))
+@pytest.fixture(params=["s3", "posix"])
+def storage(request, tmp_path_factory):
+    place = (request.getfixturevalue("s3").settings() if request.param == "s3" else
+             {"kind": "posix", "path": str(tmp_path_factory.mktemp("shared"))})
+    storage = ObjectStorage(StorageSettings.model_validate({**place, "chunk_bytes": CHUNK}))
     yield storage
     storage.close()
 
@@ -87,7 +90,7 @@ def test_a_save_uploads_only_the_chunks_that_changed(storage, tmp_path):
     assert (changed.chunks_uploaded, changed.bytes_uploaded) == (2, CHUNK + 3)
 
 
-def test_two_writers_of_one_generation_cannot_both_win(storage, s3, tmp_path):
+def test_two_writers_of_one_generation_cannot_both_win(storage, tmp_path):
     root = tmp_path / "s3"
     _session(root)
     storage.save("s3", root, generation=1, epoch=1, node="node-a")
