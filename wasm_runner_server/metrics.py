@@ -131,7 +131,7 @@ class Metrics:
             "wasm_runner_http_request_duration_seconds", "HTTP request latency by method and route.", ("method", "route"))
         self.sessions_hibernated = Counter("wasm_runner_sessions_hibernated_total", "Kernels dropped after idling.")
         self.sessions_expired = Counter("wasm_runner_sessions_expired_total", "Sessions removed at the end of their TTL.")
-        self.gauges: list[Gauge | Family | Counter] = []
+        self.gauges: list[Gauge | Family | Counter | Histogram] = []
         """Metrics the parts of the service register: gauges read when scraped, and counters of their own."""
 
     def gauge(self, name: str, help: str, read: Callable[[], float]) -> None:

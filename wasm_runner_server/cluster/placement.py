@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.cluster.leases import Leases
 from wasm_runner_server.errors import ApiError
-from wasm_runner_server.metrics import Counter
+from wasm_runner_server.metrics import Counter, Histogram
 from wasm_runner_server.storage import GenerationTaken, SessionStorage, StorageError
 
 if TYPE_CHECKING:
@@ -64,8 +64,13 @@ class Placement:
         self.stored = Counter("wasm_runner_session_generations_stored_total",
                               "Generations of sessions stored in object storage.")
         self.storage_errors = Counter("wasm_runner_storage_errors_total", "Failed saves or restores of sessions.")
-        for counter in (self.takeovers, self.lost, self.stored, self.storage_errors):
-            metrics.gauges.append(counter)
+        self.restore_seconds = Histogram("wasm_runner_session_restore_duration_seconds",
+                                         "Restores of sessions taken over (files and kernel images fetched).")
+        self.store_seconds = Histogram("wasm_runner_session_store_duration_seconds",
+                                       "Stores of what a request changed (kernel images, chunks, manifest, commit).")
+        for metric in (self.takeovers, self.lost, self.stored, self.storage_errors, self.restore_seconds,
+                       self.store_seconds):
+            metrics.gauges.append(metric)
         metrics.gauge("wasm_runner_session_leases_held", "Sessions whose lease this node holds.",
                       lambda: sum(1 for live in manager.sessions.values() if live.epoch))
 
@@ -163,6 +168,7 @@ class Placement:
             self.storage_errors.inc()
             log.exception("session restore failed", extra={"event": "session_restore_failed", "session": session_id})
             raise storage_unavailable(session_id, exc) from None
+        self.restore_seconds.observe(time.perf_counter() - started)
         live = manager.adopted(row, leases.node)
         # the generation after the last committed one may still be written by the node this one replaced
         self._hold(live, lease.epoch, lease.generation + 1, since)
@@ -198,6 +204,7 @@ class Placement:
             if session is None:
                 return  # nothing was loaded, so nothing changed
             generation = live.generation + 1
+            started = time.perf_counter()
             try:
                 refused = await asyncio.to_thread(session.save_kernels)
                 if refused:
@@ -217,6 +224,7 @@ class Placement:
                 committed = self.leases is None or await asyncio.to_thread(
                     self.leases.commit, live.row.id, live.epoch, generation)
             if committed:
+                self.store_seconds.observe(time.perf_counter() - started)
                 live.generation = generation
                 if self.leases is not None:
                     live.lease_until = since + self.lease_s

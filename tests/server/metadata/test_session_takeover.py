@@ -41,6 +41,12 @@ def _holder(url: str, session: str) -> tuple[str, int, float]:
     return row[0], row[1], row[2]
 
 
+def _metrics(text: str) -> dict[str, float]:
+    """The unlabelled samples of a /metrics page."""
+    return {name: float(value) for name, _, value in (line.partition(" ") for line in text.splitlines())
+            if name and not name.startswith("#") and "{" not in name}
+
+
 async def _until_served(http: httpx.AsyncClient, url: str, session: str, code: str, headers) -> httpx.Response:
     """Call through `url` until it stops answering 503 (the owner does not answer, its lease still live),
     within a bound."""
@@ -112,6 +118,12 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             assert read.status_code == 200 and read.content == b"written by the API"
             node, epoch_2, _ = _holder(postgres_url, session)
             assert (node, epoch_2) == ("node-2", 2)
+            metrics = _metrics((await http.get(f"{url_2}/metrics")).text)
+            assert metrics["wasm_runner_session_takeovers_total"] == 1
+            assert metrics["wasm_runner_session_restore_duration_seconds_count"] == 1
+            assert metrics["wasm_runner_session_restore_duration_seconds_sum"] > 0
+            assert metrics["wasm_runner_forwarded_requests_total"] == 1  # the exec forwarded to node-1 before
+            assert _metrics((await http.get(f"{url_3}/metrics")).text)["wasm_runner_forwarded_requests_total"] == 1
 
             # node-2 is paused in the middle of a call that wrote a file; node-3 takes over meanwhile
             stale_file = nodes[1][0] / "sessions" / session / "files" / "stale.txt"
