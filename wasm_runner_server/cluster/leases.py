@@ -10,6 +10,7 @@ write refused, so it acknowledges nothing from then on.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from wasm_runner_server.metadata import postgres
@@ -92,6 +93,20 @@ class Leases:
             f"UPDATE leases SET generation=%s, expires_at={NOW} + %s "
             "WHERE session_id=%s AND node=%s AND epoch=%s AND generation < %s",
             (generation, self.lease_s, session_id, self.node, epoch, generation)) == 1
+
+    def release(self, session_id: str, epoch: int) -> bool:
+        """End this node's lease on a session it let go of (stored, hibernated): any node may claim it at
+        once. False: the lease was not this node's under `epoch` any more."""
+        return self._db.execute("UPDATE leases SET expires_at = 0 WHERE session_id=%s AND node=%s AND epoch=%s",
+                                (session_id, self.node, epoch)) == 1
+
+    def expired_unheld(self, limit: int = 100) -> list[str]:
+        """Sessions past their TTL whose lease no node holds (let go, or their node died): removed by the
+        node that claims them."""
+        rows = self._db.fetchall(
+            f"SELECT s.id FROM sessions s JOIN leases l ON l.session_id = s.id "
+            f"WHERE l.expires_at < {NOW} AND s.expires_at < %s ORDER BY s.expires_at LIMIT %s", (time.time(), limit))
+        return [row[0] for row in rows]
 
     def delete(self, session_id: str) -> None:
         self._db.execute("DELETE FROM leases WHERE session_id=%s", (session_id,))

@@ -64,12 +64,14 @@ class Placement:
         self.stored = Counter("wasm_runner_session_generations_stored_total",
                               "Generations of sessions stored in object storage.")
         self.storage_errors = Counter("wasm_runner_storage_errors_total", "Failed saves or restores of sessions.")
+        self.released = Counter("wasm_runner_sessions_released_total",
+                                "Hibernated sessions this node stored and let go (any node wakes them).")
         self.restore_seconds = Histogram("wasm_runner_session_restore_duration_seconds",
                                          "Restores of sessions taken over (files and kernel images fetched).")
         self.store_seconds = Histogram("wasm_runner_session_store_duration_seconds",
                                        "Stores of what a request changed (kernel images, chunks, manifest, commit).")
-        for metric in (self.takeovers, self.lost, self.stored, self.storage_errors, self.restore_seconds,
-                       self.store_seconds):
+        for metric in (self.takeovers, self.lost, self.stored, self.storage_errors, self.released,
+                       self.restore_seconds, self.store_seconds):
             metrics.gauges.append(metric)
         metrics.gauge("wasm_runner_session_leases_held", "Sessions whose lease this node holds.",
                       lambda: sum(1 for live in manager.sessions.values() if live.epoch))
@@ -236,6 +238,42 @@ class Placement:
         raise moved(live.row.id, await self._holder(live.row.id),
                     ": this node lost its lease before the request's changes were stored, and they are discarded")
 
+    async def release(self, live: LiveSession) -> bool:
+        """Let a hibernated session go: what it holds stored, its lease ended at once and its copy here
+        dropped, so that its next request wakes it on whichever node it reaches (a takeover that waits
+        for no lease). Only a session on its own directory (a member's disk stays with its node)."""
+        leases = self.leases
+        if (leases is None or not self.storage.durable or live.temporary or live.deleted or live.moved
+                or live.busy or self.manager.disk_for(live.row.id).files is not None):
+            return False
+        await self.persist(live)
+        async with live.lock:
+            if live.waiting or live.deleted or live.moved or not live.hibernated:
+                return False  # a call came meanwhile: the session stays
+            if not await asyncio.to_thread(leases.release, live.row.id, live.epoch):
+                self._lose(live)
+                return False
+            live.moved = True  # no call runs here any more
+            if self.manager.sessions.get(live.row.id) is live:
+                del self.manager.sessions[live.row.id]
+        self.storage.forget(live.row.id)
+        self.released.inc()
+        log.info("session released", extra={"event": "session_released", "session": live.row.id,
+                                            "generation": live.generation})
+        self.manager.spawn(self.manager.drop_moved(live))
+        return True
+
+    async def sweep_expired(self) -> None:
+        """Remove the sessions past their TTL that no node holds (let go when they hibernated, or left by
+        a node that died): claimed first, so that one node removes each."""
+        leases = self.leases
+        assert leases is not None
+        for session_id in await asyncio.to_thread(leases.expired_unheld):
+            row = await asyncio.to_thread(leases.session, session_id)
+            if row is None or await asyncio.to_thread(leases.claim, session_id) is None:
+                continue
+            await self.manager.expire(self.manager.adopted(row, leases.node))
+
     async def _holder(self, session_id: str) -> str | None:
         if self.leases is None:
             return None
@@ -258,12 +296,19 @@ class Placement:
     # -- renewal ------------------------------------------------------------------------------
 
     async def _renew_forever(self) -> None:
+        swept = time.monotonic()
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
                 await self.renew()
             except Exception:
                 log.exception("lease renewal failed", extra={"event": "lease_renewal_failed"})
+            if time.monotonic() - swept >= self.manager.policy.sweep_interval_s:
+                swept = time.monotonic()
+                try:
+                    await self.sweep_expired()
+                except Exception:
+                    log.exception("sweep of unheld sessions failed", extra={"event": "sweep_failed"})
 
     async def renew(self) -> None:
         assert self.leases is not None

@@ -155,6 +155,7 @@ class SessionPlacement(Protocol):
     def removed(self, session_id: str) -> None: ...
     async def persist(self, live: LiveSession) -> None: ...
     async def adopt(self, session_id: str) -> None: ...
+    async def release(self, live: LiveSession) -> bool: ...
 
 
 def _summed(parts: Iterable[Mapping[Any, int]]) -> dict[tuple[str, ...], float]:
@@ -603,6 +604,8 @@ class SessionManager:
             self.metrics.sessions_hibernated.inc()
         live.hibernated = True
         log.info("session hibernated on request", extra={"event": "session_hibernated", "session": live.row.id})
+        if self.placement is not None:
+            await self.placement.release(live)
 
     # -- removal ----------------------------------------------------------------------------
 
@@ -671,9 +674,15 @@ class SessionManager:
             except Exception:
                 log.exception("session sweep failed", extra={"event": "sweep_failed"})
 
+    async def expire(self, live: LiveSession) -> None:
+        """Remove a session at the end of its TTL (one that no node held, found by the placement's sweep)."""
+        await self._remove(live, expired=True)
+
     async def sweep(self) -> None:
-        """Hibernate idle kernels, remove expired sessions, write pending metadata."""
+        """Hibernate idle kernels, remove expired sessions, write pending metadata; with object storage,
+        let the sessions hibernated go (stored, their lease ended: any node wakes them)."""
         now = time.time()
+        hibernated: list[LiveSession] = []
         for live in list(self.sessions.values()):
             if live.deleted:
                 continue
@@ -695,7 +704,15 @@ class SessionManager:
                     self.metrics.sessions_hibernated.inc()
                     log.info("session hibernated", extra={"event": "session_hibernated", "session": live.row.id})
                 live.hibernated = True
+                hibernated.append(live)
         await self._write_changed()
+        if self.placement is not None:
+            for live in hibernated:
+                try:
+                    await self.placement.release(live)
+                except ApiError as exc:  # stored later, or taken over meanwhile: kept (or dropped) as it is
+                    log.warning("hibernated session not released", extra={
+                        "event": "session_not_released", "session": live.row.id, "error": exc.message})
 
     async def _write_changed(self) -> None:
         """The sweep's batch write, on a thread: thousands of changed sessions take tens of ms,

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from server_helpers import eventually
 from service_process import serving
 
 from wasm_runner_server.config import ServiceConfig
@@ -170,3 +171,70 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             assert fresh.json()["kernel_restarted"] and "moved to this node" in fresh.json()["restart_reason"]
             with_file = await http.get(f"{url_2}/v1/sessions/{session}/files/data.txt", headers=auth)
             assert with_file.content == b"written by a call"  # the files are there all the same
+
+
+async def test_a_hibernated_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
+                                                                                       tmp_path):
+    sweep = {**storage}
+    nodes = []
+    for name in ("node-1", "node-2"):
+        data_dir, config = _node(tmp_path, postgres_url, name, sweep)
+        config.write_text(config.read_text() + "[sessions]\nsweep_interval_s = 0.5\n")
+        nodes.append((data_dir, config))
+    async with contextlib.AsyncExitStack() as stack:
+        (_, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
+                                                        for d, c in nodes))
+        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
+        tenants = stores.tenant_store(config, nodes[0][0])
+        team, _ = tenants.create_key("team", "dev", "admin")
+        tenants.close()
+        auth = {"Authorization": f"Bearer {team}"}
+        async with httpx.AsyncClient(timeout=120) as http:
+            # hibernated on request: stored, its lease ended at once, its copy on node-1 dropped
+            session = (await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"]
+            ran = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={
+                "code": "x = 42\nopen('kept.txt', 'w').write('kept')"})
+            assert ran.status_code == 200, ran.text
+            slept = await http.post(f"{url_1}/v1/sessions/{session}:hibernate", headers=auth)
+            assert slept.status_code == 200 and slept.json()["state"] == "hibernated", slept.text
+            assert _holder(postgres_url, session)[2] < 0  # no node holds it
+            local = nodes[0][0] / "sessions" / session
+
+            async def dropped() -> bool:
+                return not local.exists()
+
+            await eventually(dropped, timeout=10)
+            # the next request through node-2 wakes it there at once (no lease to wait for), state intact
+            woke = await http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth,
+                                   json={"code": "print(x, open('kept.txt').read())"})
+            assert woke.status_code == 200 and woke.json()["stdout"] == "42 kept\n", woke.text
+            assert woke.json()["kernel_restored"] and not woke.json()["kernel_restarted"]
+            assert _holder(postgres_url, session)[:2] == ("node-2", 2)
+            # and through node-1 it is forwarded to node-2
+            again = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "print(x)"})
+            assert again.status_code == 200 and again.json()["stdout"] == "42\n", again.text
+
+            # idle past its timeout, the sweep lets it go too; past its TTL, whichever node sweeps removes it
+            brief = (await http.post(f"{url_2}/v1/sessions", json={"idle_timeout_s": 0.5, "ttl_s": 6},
+                                     headers=auth)).json()["id"]
+            assert (await http.post(f"{url_2}/v1/sessions/{brief}/exec", headers=auth,
+                                    json={"code": "y = 1"})).status_code == 200
+
+            def lease_of(session_id: str):
+                with psycopg.connect(postgres_url) as conn:
+                    return conn.execute("SELECT expires_at FROM leases WHERE session_id = %s",
+                                        (session_id,)).fetchone()
+
+            async def let_go() -> bool:
+                return lease_of(brief)[0] == 0
+
+            await eventually(let_go, timeout=20)
+
+            async def removed() -> bool:
+                return lease_of(brief) is None
+
+            await eventually(removed, timeout=30)
+            gone = await http.get(f"{url_1}/v1/sessions/{brief}", headers=auth)
+            assert gone.status_code == 404, gone.text
+            with psycopg.connect(postgres_url) as conn:
+                assert conn.execute("SELECT count(*) FROM sessions WHERE id = %s", (brief,)).fetchone() == (0,)
