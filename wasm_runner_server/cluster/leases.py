@@ -18,6 +18,10 @@ from wasm_runner_server.metadata.settings import StoreSettings
 from wasm_runner_server.sessions.store import COLUMNS, SessionRow, row_of
 
 NOW = "extract(epoch from clock_timestamp())"
+RELEASED = 0
+"""A lease's expiry once its node let the session go (stored and hibernated): no node restarting claims it."""
+UNHELD = -1
+"""The expiry of a first lease made for a session of a node from before object storage: its node may claim it."""
 
 
 @dataclass(frozen=True)
@@ -45,20 +49,21 @@ class Leases:
                          f"VALUES (%s, %s, 1, 0, {NOW} + %s)", (session_id, self.node, self.lease_s))
         return Lease(1, 0)
 
-    def claim(self, session_id: str) -> Lease | None:
+    def claim(self, session_id: str, released: bool = True) -> Lease | None:
         """Take the session: allowed once its lease expired, or when this node holds it already (a
         restarted node); the epoch is raised either way. None: another node holds a live lease (or
-        the session has no lease)."""
+        the session has no lease), or, `released` False, it was let go (`release`)."""
         with self._db.transaction() as conn:
             # a session of this node made before object storage was configured has no lease yet: its
             # node (only) may make one; another node's request for it is answered 421 as before
             conn.execute("INSERT INTO leases (session_id, node, epoch, generation, expires_at) "
-                         "SELECT id, node, 0, 0, 0 FROM sessions WHERE id=%s AND node=%s "
+                         f"SELECT id, node, 0, 0, {UNHELD} FROM sessions WHERE id=%s AND node=%s "
                          "ON CONFLICT (session_id) DO NOTHING", (session_id, self.node))
             row = conn.execute(
                 f"UPDATE leases SET node=%s, epoch=epoch+1, expires_at={NOW} + %s "
-                f"WHERE session_id=%s AND (expires_at < {NOW} OR node=%s) RETURNING epoch, generation",
-                (self.node, self.lease_s, session_id, self.node)).fetchone()
+                f"WHERE session_id=%s AND (expires_at < {NOW} OR node=%s) AND (%s OR expires_at <> {RELEASED}) "
+                "RETURNING epoch, generation",
+                (self.node, self.lease_s, session_id, self.node, released)).fetchone()
             if row is None:
                 return None
             conn.execute("UPDATE sessions SET node=%s WHERE id=%s", (self.node, session_id))
@@ -97,7 +102,7 @@ class Leases:
     def release(self, session_id: str, epoch: int) -> bool:
         """End this node's lease on a session it let go of (stored, hibernated): any node may claim it at
         once. False: the lease was not this node's under `epoch` any more."""
-        return self._db.execute("UPDATE leases SET expires_at = 0 WHERE session_id=%s AND node=%s AND epoch=%s",
+        return self._db.execute(f"UPDATE leases SET expires_at = {RELEASED} WHERE session_id=%s AND node=%s AND epoch=%s",
                                 (session_id, self.node, epoch)) == 1
 
     def expired_unheld(self, limit: int = 100) -> list[str]:

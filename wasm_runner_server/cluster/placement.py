@@ -90,8 +90,8 @@ class Placement:
             return
         manager = self.manager
         for live in list(manager.sessions.values()):
-            lease = await asyncio.to_thread(leases.claim, live.row.id)
-            if lease is None:  # another node holds it now
+            lease = await asyncio.to_thread(leases.claim, live.row.id, False)
+            if lease is None:  # another node holds it now, or it was let go: it wakes where it is asked for
                 manager.sessions.pop(live.row.id, None)
                 continue
             self._hold(live, lease.epoch, lease.generation + 1, time.monotonic())
@@ -99,6 +99,27 @@ class Placement:
             if lease.generation and not root.exists():
                 await asyncio.to_thread(self.storage.restore, live.row.id, root, lease.generation)
         self._renewer = asyncio.create_task(self._renew_forever(), name="wasm-runner-leases")
+
+    async def drain(self, within_s: float) -> None:
+        """At shutdown: hibernate and let go the sessions this node holds (stored, leases ended), so that
+        other nodes wake them at once rather than after their leases run out. What is not done within
+        `within_s` (a call still running) keeps its lease, and is taken over once it runs out."""
+        if self.leases is None or not self.storage.durable:
+            return
+        held = [live for live in self.manager.sessions.values()
+                if live.epoch and not (live.temporary or live.moved or live.deleted or live.busy)]
+
+        async def let_go(live: LiveSession) -> None:
+            try:
+                await self.manager.hibernate(live, within_s)
+            except Exception as exc:  # noqa: BLE001 - one session's failure leaves it to a takeover
+                log.warning("session not let go at shutdown", extra={"event": "session_not_released",
+                                                                     "session": live.row.id, "error": str(exc)})
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(let_go(live) for live in held)), within_s)
+        except TimeoutError:
+            log.warning("drain unfinished", extra={"event": "drain_timeout", "within_s": within_s})
 
     async def close(self) -> None:
         if self._renewer is not None:

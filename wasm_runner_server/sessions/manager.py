@@ -156,6 +156,7 @@ class SessionPlacement(Protocol):
     async def persist(self, live: LiveSession) -> None: ...
     async def adopt(self, session_id: str) -> None: ...
     async def release(self, live: LiveSession) -> bool: ...
+    async def drain(self, within_s: float) -> None: ...
 
 
 def _summed(parts: Iterable[Mapping[Any, int]]) -> dict[tuple[str, ...], float]:
@@ -263,6 +264,8 @@ class SessionManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        if self.placement is not None:
+            await self.placement.drain(self.config.server.shutdown_timeout_s)
         if self._background:
             await asyncio.wait(self._background, timeout=10)
         self.flush()

@@ -173,7 +173,7 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             assert with_file.content == b"written by a call"  # the files are there all the same
 
 
-async def test_a_hibernated_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
+async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
                                                                                        tmp_path):
     sweep = {**storage}
     nodes = []
@@ -182,8 +182,8 @@ async def test_a_hibernated_session_is_let_go_and_wakes_on_any_node_and_expires_
         config.write_text(config.read_text() + "[sessions]\nsweep_interval_s = 0.5\n")
         nodes.append((data_dir, config))
     async with contextlib.AsyncExitStack() as stack:
-        (_, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
-                                                        for d, c in nodes))
+        (_, url_1), (proc_2, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
+                                                             for d, c in nodes))
         config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
         tenants = stores.tenant_store(config, nodes[0][0])
         team, _ = tenants.create_key("team", "dev", "admin")
@@ -238,3 +238,12 @@ async def test_a_hibernated_session_is_let_go_and_wakes_on_any_node_and_expires_
             assert gone.status_code == 404, gone.text
             with psycopg.connect(postgres_url) as conn:
                 assert conn.execute("SELECT count(*) FROM sessions WHERE id = %s", (brief,)).fetchone() == (0,)
+
+            # node-2 stops (SIGTERM): it lets its sessions go as it drains, and node-1 wakes them at once
+            assert (await http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth,
+                                    json={"code": "z = x + 1"})).status_code == 200
+            proc_2.terminate()
+            assert await proc_2.wait() == 0
+            assert lease_of(session) == (0,)  # let go, not left to run out
+            drained = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "print(z)"})
+            assert drained.status_code == 200 and drained.json()["stdout"] == "43\n", drained.text
