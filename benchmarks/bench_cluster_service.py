@@ -5,7 +5,7 @@
 Starts its own PostgreSQL 15 and SeaweedFS S3 server on loopback (as the tests do) and real service
 processes. Measures, as a client sees it:
 
-- the cost of `call` durability: the latency of a small call (a variable and a small file changed)
+- the cost of `call` durability (and of `checkpoint`, which stores after the answer): the latency of a small call (a variable and a small file changed)
   and of a call writing 10 MB, on a node with local storage against a node storing every call in S3
   (kernel image and changed chunks uploaded, the generation committed in PostgreSQL) before it answers;
 - forwarding: a small call through a node that does not hold the session (it relays the request to the
@@ -86,7 +86,9 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 async def durability(tmp: Path, db: str, storage: dict, samples: int) -> dict:
     report: dict[str, dict] = {}
-    for kind, (store_url, section) in {"local": (None, None), "s3_call": (db, storage)}.items():
+    kinds = {"local": (None, None), "s3_call": (db, storage),
+             "s3_checkpoint": (db, {**storage, "durability": "checkpoint", "checkpoint_s": 30})}
+    for kind, (store_url, section) in kinds.items():
         data_dir = tmp / f"durability-{kind}"
         config = _config(tmp / f"durability-{kind}.toml", f"d-{kind}", store_url, section)
         key = _key(data_dir, store_url)
@@ -99,8 +101,9 @@ async def durability(tmp: Path, db: str, storage: dict, samples: int) -> dict:
             big = [await _call(http, url, session, TEN_MB, auth) for _ in range(max(3, samples // 5))]
         report[kind] = {"small_call_ms": _summary(small), "call_writing_10mb_ms": _summary(big)}
     for what in ("small_call_ms", "call_writing_10mb_ms"):
-        report.setdefault("added_by_s3_call_durability_ms", {})[what] = round(
-            report["s3_call"][what]["p50"] - report["local"][what]["p50"], 2)
+        for kind in ("s3_call", "s3_checkpoint"):
+            report.setdefault(f"added_by_{kind}_durability_ms", {})[what] = round(
+                report[kind][what]["p50"] - report["local"][what]["p50"], 2)
     return report
 
 

@@ -372,6 +372,11 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     """The tool names its runs may use, as chosen at creation (null: its profile's allowlist)."""
     cwd: str = "/workspace"
     """Where its runs start: /workspace, or /workspace/<agent>/<session id> on a member's disk."""
+    durability: Literal["node", "call", "checkpoint"] = "node"
+    """What outlives its node: node: nothing (its files and kernels are on one node's disk); call: what every
+    answered request changed (stored before the answer); checkpoint: what was stored at the last checkpoint."""
+    durability_window_s: float | None = None
+    """checkpoint: the longest time its answered changes wait to be stored (what a node's death may lose)."""
 
 
 class SessionList(msgspec.Struct, kw_only=True):

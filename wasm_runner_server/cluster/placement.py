@@ -49,13 +49,17 @@ def storage_unavailable(session_id: str, exc: Exception) -> ApiError:
 class Placement:
     """The sessions of one node under leases, stored in object storage (see the module's docstring)."""
 
-    def __init__(self, manager: SessionManager, storage: SessionStorage, leases: Leases | None) -> None:
+    def __init__(self, manager: SessionManager, storage: SessionStorage, leases: Leases | None,
+                 checkpoint_s: float | None = None) -> None:
         self.manager = manager
         self.storage = storage
         self.leases = leases
         """None: a node alone (SQLite), whose sessions never move; its calls are still stored."""
         self._adopting: dict[str, asyncio.Lock] = {}
         self._renewer: asyncio.Task | None = None
+        self._checkpointer: asyncio.Task | None = None
+        self.checkpoint_s = checkpoint_s
+        """None: every request's changes are stored before it is answered (`call`)."""
         metrics = manager.metrics
         self.takeovers = Counter("wasm_runner_session_takeovers_total",
                                  "Sessions this node took over from a node whose lease had expired.")
@@ -85,6 +89,8 @@ class Placement:
     async def start(self) -> None:
         """Claim this node's sessions again (a restart: a new epoch; their directories restored from
         storage where this node lost them), then renew the leases every third of their length."""
+        if self.checkpoint_s is not None and self.storage.durable:
+            self._checkpointer = asyncio.create_task(self._checkpoint_forever(), name="wasm-runner-checkpoints")
         leases = self.leases
         if leases is None:
             return
@@ -122,10 +128,11 @@ class Placement:
             log.warning("drain unfinished", extra={"event": "drain_timeout", "within_s": within_s})
 
     async def close(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        for task in (self._renewer, self._checkpointer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.leases is not None:
             self.leases.close()
         await asyncio.to_thread(self.storage.close)
@@ -211,11 +218,16 @@ class Placement:
         self._lose(live)
         raise moved(live.row.id, await self._holder(live.row.id))
 
-    async def persist(self, live: LiveSession) -> None:
+    async def persist(self, live: LiveSession, now: bool = False) -> None:
         """Store what the last request changed before it is answered (the session's files and its live
         kernels' images): a new generation, committed under this node's epoch. 421 if the session was
-        taken over meanwhile (the changes are discarded), 503 if the storage failed."""
+        taken over meanwhile (the changes are discarded), 503 if the storage failed. With `checkpoint`
+        durability, the session is only marked, and stored by the next checkpoint (or `now`)."""
         if not self.storage.durable or live.deleted or live.temporary:  # a temporary session leaves no trace
+            return
+        if self.checkpoint_s is not None and not now:
+            if live.unstored_since is None:
+                live.unstored_since = time.monotonic()
             return
         manager = self.manager
         async with live.lock:  # no call changes the directory while it is stored
@@ -248,6 +260,7 @@ class Placement:
                     self.leases.commit, live.row.id, live.epoch, generation)
             if committed:
                 self.store_seconds.observe(time.perf_counter() - started)
+                live.unstored_since = None
                 live.generation = generation
                 if self.leases is not None:
                     live.lease_until = since + self.lease_s
@@ -267,7 +280,7 @@ class Placement:
         if (leases is None or not self.storage.durable or live.temporary or live.deleted or live.moved
                 or live.busy or self.manager.disk_for(live.row.id).files is not None):
             return False
-        await self.persist(live)
+        await self.persist(live, now=True)
         async with live.lock:
             if live.waiting or live.deleted or live.moved or not live.hibernated:
                 return False  # a call came meanwhile: the session stays
@@ -314,7 +327,24 @@ class Placement:
                                                  "epoch": live.epoch})
         self.manager.spawn(self.manager.drop_moved(live))  # once the call holding it (if any) has let go
 
-    # -- renewal ------------------------------------------------------------------------------
+    # -- checkpoints and renewal ---------------------------------------------------------------
+
+    async def _checkpoint_forever(self) -> None:
+        """Store the sessions whose answered changes have waited a checkpoint interval (`checkpoint`)."""
+        assert self.checkpoint_s is not None
+        while True:
+            await asyncio.sleep(min(self.checkpoint_s / 4, 1.0))
+            due = time.monotonic() - self.checkpoint_s
+            for live in list(self.manager.sessions.values()):
+                if live.unstored_since is not None and live.unstored_since <= due and not live.moved:
+                    try:
+                        await self.persist(live, now=True)
+                    except ApiError as exc:  # taken over, or the storage failed: said in the log, retried
+                        log.warning("checkpoint failed", extra={"event": "checkpoint_failed", "session": live.row.id,
+                                                                "error": exc.message})
+                    except Exception:
+                        log.exception("checkpoint failed", extra={"event": "checkpoint_failed",
+                                                                  "session": live.row.id})
 
     async def _renew_forever(self) -> None:
         swept = time.monotonic()

@@ -114,6 +114,8 @@ class LiveSession:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by the execution in progress: calls to one session run one at a time, in order."""
     waiting: int = 0
+    unstored_since: float | None = None
+    """time.monotonic() of its first answered change not stored yet (`checkpoint` durability)."""
     task: asyncio.Task | None = None
     """The execution running now (cancellable)."""
     core: Session | None = None
@@ -153,7 +155,7 @@ class SessionPlacement(Protocol):
     async def close(self) -> None: ...
     def created(self, live: LiveSession) -> None: ...
     def removed(self, session_id: str) -> None: ...
-    async def persist(self, live: LiveSession) -> None: ...
+    async def persist(self, live: LiveSession, now: bool = False) -> None: ...
     async def adopt(self, session_id: str) -> None: ...
     async def release(self, live: LiveSession) -> bool: ...
     async def drain(self, within_s: float) -> None: ...
@@ -497,7 +499,15 @@ class SessionManager:
                            created_at=_time(row.created_at), last_used_at=_time(row.last_used_at),
                            expires_at=_time(row.expires_at), idle_timeout_s=row.idle_timeout_s, ttl_s=row.ttl_s,
                            executions=row.executions, metadata=row.metadata, egress=self.egress(live),
-                           tools=row.tools, cwd=self._cwd(row.id))
+                           tools=row.tools, cwd=self._cwd(row.id), **self._durability(live))
+
+    def _durability(self, live: LiveSession) -> dict[str, Any]:
+        storage = self.config.storage
+        if not storage.objects or live.temporary or self.disk_for(live.row.id).files is not None:
+            return {}  # (a member's disk is not stored: the node's)
+        if storage.durability == "checkpoint":
+            return {"durability": "checkpoint", "durability_window_s": storage.checkpoint_s}
+        return {"durability": "call"}
 
     def _cwd(self, session_id: str) -> str:
         workdir = self.disk_for(session_id).workdir

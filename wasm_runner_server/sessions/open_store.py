@@ -45,7 +45,9 @@ def open_placement(config: ServiceConfig, manager: SessionManager) -> Placement 
     leases = None
     if settings.postgres:
         leases = Leases(settings, settings.node_name(Path(config.server.data_dir)), config.storage.lease_s)
-    return Placement(manager, open_storage(config.storage), leases)
+    storage = config.storage
+    return Placement(manager, open_storage(storage), leases,
+                     storage.checkpoint_s if storage.durability == "checkpoint" else None)
 
 
 def open_nodes(config: ServiceConfig) -> NodeDirectory | None:

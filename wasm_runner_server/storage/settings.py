@@ -46,8 +46,13 @@ class StorageSettings(ConfigModel):
     region: str = "us-east-1"
     access_key_id: str | None = None
     secret_access_key: SecretStr | None = None
-    durability: Literal["call"] = "call"
-    """"call": what a call changed (files and kernel images) is stored before the call is answered."""
+    durability: Literal["call", "checkpoint"] = "call"
+    """"call": what a request changed (files and kernel images) is stored before it is answered: nothing
+    answered is lost when a node dies. "checkpoint": stored every `checkpoint_s` and when the session is
+    let go (hibernated, the node stopping): faster calls, and up to `checkpoint_s` of answered changes
+    lost when a node dies (each session states the window)."""
+    checkpoint_s: Annotated[float, Field(ge=1, le=3600)] = 30.0
+    """durability = "checkpoint": how often a session's changes are stored at most."""
     chunk_bytes: Annotated[int, Field(ge=64 * 1024, le=64 * 1024 * 1024)] = 1024 * 1024
     """Files are stored as chunks of this size, each keyed by its SHA-256: a changed file uploads only the
     chunks that changed."""

@@ -1437,6 +1437,13 @@ export interface components {
             tools: string[] | null;
             /** @default /workspace */
             cwd: string;
+            /**
+             * @default node
+             * @enum {unknown}
+             */
+            durability: "call" | "checkpoint" | "node";
+            /** @default null */
+            durability_window_s: number | null;
         };
         /** SessionList */
         SessionList: {

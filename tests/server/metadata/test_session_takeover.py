@@ -247,3 +247,48 @@ async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_a
             assert lease_of(session) == (0,)  # let go, not left to run out
             drained = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "print(z)"})
             assert drained.status_code == 200 and drained.json()["stdout"] == "43\n", drained.text
+
+
+async def test_checkpoint_durability_stores_after_the_answer_and_states_its_window(postgres_url, s3, tmp_path):
+    storage = {**s3.settings(), "durability": "checkpoint", "checkpoint_s": 1}
+    nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2")]
+    async with contextlib.AsyncExitStack() as stack:
+        (proc_1, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
+                                                             for d, c in nodes))
+        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
+        tenants = stores.tenant_store(config, nodes[0][0])
+        team, _ = tenants.create_key("team", "dev", "admin")
+        tenants.close()
+        auth = {"Authorization": f"Bearer {team}"}
+
+        def generation(session_id: str) -> int:
+            with psycopg.connect(postgres_url) as conn:
+                row = conn.execute("SELECT generation FROM leases WHERE session_id = %s", (session_id,)).fetchone()
+            assert row is not None
+            return row[0]
+
+        async with httpx.AsyncClient(timeout=120) as http:
+            created = await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)
+            assert created.json()["durability"] == "checkpoint" and created.json()["durability_window_s"] == 1
+            session = created.json()["id"]
+            ran = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "x = 1"})
+            assert ran.status_code == 200, ran.text
+            assert generation(session) == 0  # answered before it was stored
+
+            async def stored() -> bool:
+                return generation(session) > 0
+
+            await eventually(stored, timeout=10)  # the checkpoint, about a second later
+            lost = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "y = 2"})
+            assert lost.status_code == 200, lost.text
+            proc_1.kill()  # within the window: y was answered, not stored
+            await proc_1.wait()
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                taken = await http.post(f"{url_2}/v1/sessions/{session}/exec", headers=auth,
+                                        json={"code": "print(x, 'y' in globals())"})
+                if taken.status_code != 503:
+                    break
+                assert time.monotonic() < deadline, taken.text
+                await asyncio.sleep(0.1)
+            assert taken.status_code == 200 and taken.json()["stdout"] == "1 False\n", taken.text
