@@ -5,9 +5,10 @@
 Starts its own PostgreSQL 15 and SeaweedFS S3 server on loopback (as the tests do) and real service
 processes. Measures, as a client sees it:
 
-- the cost of `call` durability (and of `checkpoint`, which stores after the answer): the latency of a small call (a variable and a small file changed)
+- the cost of `call` durability: the latency of a small call (a variable and a small file changed)
   and of a call writing 10 MB, on a node with local storage against a node storing every call in S3
-  (kernel image and changed chunks uploaded, the generation committed in PostgreSQL) before it answers;
+  (kernel image and changed chunks uploaded, the generation committed in PostgreSQL) before it answers,
+  and against `checkpoint` durability (stored after the answer);
 - forwarding: a small call through a node that does not hold the session (it relays the request to the
   node that does) against the same call sent to that node, interleaved;
 - takeover after `kill -9` of a session's node, for a small workspace and one of about 50 MB: the time
