@@ -7,8 +7,11 @@ The two statements whose spelling differs (insert-or-ignore, upsert) are methods
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from wasm_runner_server.wal import Checkpointer, connect_wal
 
 if TYPE_CHECKING:
     from wasm_runner_server.metadata.postgres import Postgres
@@ -86,6 +89,22 @@ class SqliteSql:
 
     def upsert(self, table: str, key: str, columns: Sequence[str], values: Sequence[Any]) -> None:
         self.db.execute(_insert(table, columns, "?", "INSERT OR REPLACE"), values)
+
+
+def open_sqlite(path: Path, schema: str, name: str,
+                migrate: Callable[[sqlite3.Connection], None] = lambda db: None) -> tuple[SqliteSql, Callable[[], None]]:
+    """A store's own SQLite file, in WAL mode with its schema (and `migrate`d: a file made by an older
+    release), checkpointed by a thread of its own: (its statements, what closes it)."""
+    db = connect_wal(path)  # committed at once, checkpointed apart
+    db.executescript(schema)
+    migrate(db)
+    checkpointer = Checkpointer(path, f"wasm-runner-{name}-checkpoint")
+
+    def close() -> None:
+        checkpointer.close()
+        db.close()
+
+    return SqliteSql(db), close
 
 
 class PostgresSql:

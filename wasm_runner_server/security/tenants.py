@@ -13,15 +13,15 @@ import hashlib
 import hmac
 import re
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from wasm_runner_server.metadata.sql import Sql, SqliteSql
+from wasm_runner_server.metadata.sql import Sql, open_sqlite
 from wasm_runner_server.security import roles
-from wasm_runner_server.wal import Checkpointer, connect_wal
 
 KEY_PREFIX = "wr_"
 KeyKind = Literal["member", "app", "admin"]
@@ -109,26 +109,25 @@ def split_key(key: str) -> str | None:
     return key_id
 
 
+def _upgrade(db: sqlite3.Connection) -> None:
+    """The columns a database made by an older release lacks."""
+    if "member" not in {row[1] for row in db.execute("PRAGMA table_info(keys)")}:
+        db.execute("ALTER TABLE keys ADD COLUMN member TEXT")  # made before members
+    if "disk" not in {row[1] for row in db.execute("PRAGMA table_info(session_owners)")}:
+        db.execute("ALTER TABLE session_owners ADD COLUMN disk TEXT")  # made before disk layouts
+        db.execute("ALTER TABLE session_owners ADD COLUMN workdir TEXT")
+
+
 class TenantStore:
     def __init__(self, path: str | Path | None = None, *, sql: Sql | None = None,
                  on_close: Callable[[], None] | None = None) -> None:
         """The store in the SQLite file at `path`, or on `sql` (a shared database; `on_close` lets it go)."""
-        self._checkpointer: Checkpointer | None = None
         self._on_close = on_close
         if sql is None:
             if path is None:
                 raise ValueError("a tenant store needs a path or a database")
             self.path: Path | None = Path(path)
-            db = connect_wal(self.path)  # keys and session owners: committed at once, checkpointed apart
-            db.executescript(_SCHEMA + roles.SCHEMA)
-            if "member" not in {row[1] for row in db.execute("PRAGMA table_info(keys)")}:
-                db.execute("ALTER TABLE keys ADD COLUMN member TEXT")  # a database made before members
-            if "disk" not in {row[1] for row in db.execute("PRAGMA table_info(session_owners)")}:
-                db.execute("ALTER TABLE session_owners ADD COLUMN disk TEXT")  # made before disk layouts
-                db.execute("ALTER TABLE session_owners ADD COLUMN workdir TEXT")
-            self._checkpointer = Checkpointer(self.path, "wasm-runner-tenants-checkpoint")
-            self._on_close = db.close
-            sql = SqliteSql(db)
+            sql, self._on_close = open_sqlite(self.path, _SCHEMA + roles.SCHEMA, "tenants", _upgrade)
         else:
             self.path = None
         self._db = sql
@@ -147,8 +146,6 @@ class TenantStore:
         return cls(Path(data_dir) / DB_NAME)
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         if self._on_close is not None:
             self._on_close()
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import get_args
 
 from wasm_runner_protocol.usage import UsageGrouping, UsageUnit
-from wasm_runner_server.metadata.sql import Sql, SqliteSql
-from wasm_runner_server.wal import Checkpointer, connect_wal
+from wasm_runner_server.metadata.sql import Sql, SqliteSql, open_sqlite
 
 DB_NAME = "usage.sqlite3"
 Unit = UsageUnit
@@ -106,16 +105,11 @@ class UsageLedger:
     def __init__(self, path: str | Path | None = None, *, sql: Sql | None = None,
                  on_close: Callable[[], None] | None = None, clock: Callable[[], float] = time.time) -> None:
         """The ledger in the SQLite file at `path`, or on `sql` (the cluster's database, migrated there)."""
-        self._checkpointer: Checkpointer | None = None
         self._on_close = on_close
         if sql is None:
             if path is None:
                 raise ValueError("a usage ledger needs a path or a database")
-            db = connect_wal(Path(path))
-            db.executescript(SCHEMA)
-            self._checkpointer = Checkpointer(Path(path), "wasm-runner-usage-checkpoint")
-            self._on_close = db.close
-            sql = SqliteSql(db)
+            sql, self._on_close = open_sqlite(Path(path), SCHEMA, "usage")
         self._db = sql
         self.clock = clock
         self._lock = threading.Lock()
@@ -130,8 +124,6 @@ class UsageLedger:
 
     def close(self) -> None:
         self.flush()
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         if self._on_close is not None:
             self._on_close()
 

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from wasm_runner_server.metadata.sql import Sql, SqliteSql
+from wasm_runner_server.metadata.sql import Sql, open_sqlite
 from wasm_runner_server.security.oauth.scopes import SCOPES
 from wasm_runner_server.security.tenants import WORKSPACE_PATTERN
-from wasm_runner_server.wal import Checkpointer, connect_wal
 
 DB_NAME = "oauth.sqlite3"
 CLIENT_PREFIX = "wrc_"
@@ -191,16 +190,11 @@ class OAuthStore:
     def __init__(self, path: str | Path | None = None, *, sql: Sql | None = None,
                  on_close: Callable[[], None] | None = None) -> None:
         """The store in the SQLite file at `path`, or on `sql` (the cluster's database, migrated)."""
-        self._checkpointer: Checkpointer | None = None
         self._on_close = on_close
         if sql is None:
             if path is None:
                 raise ValueError("an OAuth store needs a path or a database")
-            db = connect_wal(Path(path))
-            db.executescript(SCHEMA)
-            self._checkpointer = Checkpointer(Path(path), "wasm-runner-oauth-checkpoint")
-            self._on_close = db.close
-            sql = SqliteSql(db)
+            sql, self._on_close = open_sqlite(Path(path), SCHEMA, "oauth")
         self._db = sql
 
     @classmethod
@@ -208,8 +202,6 @@ class OAuthStore:
         return cls(Path(data_dir) / DB_NAME)
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         if self._on_close is not None:
             self._on_close()
 
