@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wasm_runner.server")
 
+COLLECT_EVERY = 16
+"""Every this many generations stored, what the older ones alone needed is deleted (storage.collect)."""
+
 
 def moved(session_id: str, node: str | None, what: str = "") -> ApiError:
     where = f"node {node!r}" if node else "another node"
@@ -262,6 +265,8 @@ class Placement:
                 self.store_seconds.observe(time.perf_counter() - started)
                 live.unstored_since = None
                 live.generation = generation
+                if generation % COLLECT_EVERY == 0:  # the older generations' manifests and chunks, on a thread
+                    manager.spawn_blocking(self.storage.collect, live.row.id, generation)
                 if self.leases is not None:
                     live.lease_until = since + self.lease_s
                 self.stored.inc()

@@ -73,10 +73,14 @@ class Objects:
 
     def keys(self, prefix: str) -> Iterator[str]:
         """The keys under `prefix` (without this store's own prefix)."""
+        return (key for key, _ in self.listing(prefix))
+
+    def listing(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """(key, when it was written, Unix time) of every object under `prefix`."""
         try:
             for batch in obstore.list(self._store, self.prefix + prefix, chunk_size=1000):
                 for meta in batch:
-                    yield meta["path"][len(self.prefix):]
+                    yield meta["path"][len(self.prefix):], meta["last_modified"].timestamp()
         except Exception as exc:
             raise StorageError(f"listing {prefix!r} failed: {type(exc).__name__}") from exc
 

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["GenerationTaken", "LocalStorage", "ObjectStorage", "SaveStats", "SessionStorage", "StorageError",
            "open_storage"]
 
+COLLECT_GRACE_S = 600.0
+"""A chunk unnamed by any manifest is deleted only once it is this old: another writer of the session (a
+node that took it over) may have sent it and not yet written the manifest that names it."""
 SKIPPED_TOP = frozenset({"tmp"})
 """Top-level entries of a session's directory that are not stored (the guest's /tmp)."""
 
@@ -75,6 +78,7 @@ class SessionStorage(Protocol):
     def save(self, session_id: str, root: Path, *, generation: int, epoch: int, node: str) -> SaveStats: ...
     def restore(self, session_id: str, root: Path, generation: int) -> SaveStats: ...
     def remove(self, session_id: str) -> None: ...
+    def collect(self, session_id: str, committed: int) -> int: ...
     def forget(self, session_id: str) -> None:
         """Drop what this node knew of the session's stored state (it went to another node)."""
         ...
@@ -94,6 +98,9 @@ class LocalStorage:
 
     def remove(self, session_id: str) -> None:
         pass
+
+    def collect(self, session_id: str, committed: int) -> int:
+        return 0
 
     def forget(self, session_id: str) -> None:
         pass
@@ -133,12 +140,17 @@ class ObjectStorage:
         self.chunk_bytes = settings.chunk_bytes
         self._pool = ThreadPoolExecutor(max_workers=settings.upload_threads, thread_name_prefix="storage-io")
         self._known: dict[str, _Known] = {}
+        self._session_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     # -- save ---------------------------------------------------------------------------------
 
     def save(self, session_id: str, root: Path, *, generation: int, epoch: int, node: str) -> SaveStats:
         """Store the session's directory as `generation` (GenerationTaken: it is stored already)."""
+        with self._session_lock(session_id):  # not while its stored objects are collected
+            return self._save(session_id, root, generation, epoch, node)
+
+    def _save(self, session_id: str, root: Path, generation: int, epoch: int, node: str) -> SaveStats:
         started = time.perf_counter()
         with self._lock:
             known = self._known.get(session_id) or _Known()
@@ -270,12 +282,44 @@ class ObjectStorage:
                 os.chmod(staging / entry.path, (entry.mode & 0o777) | 0o700, follow_symlinks=False)
         return known
 
+    # -- collection ---------------------------------------------------------------------------
+
+    def collect(self, session_id: str, committed: int) -> int:
+        """Delete what no generation from `committed` on needs: the older manifests, and the chunks no
+        remaining manifest names that were written over COLLECT_GRACE_S ago (a chunk a writer has sent
+        and not yet named in its manifest is younger). Holds the session's saves meanwhile; returns how
+        many objects were deleted."""
+        with self._session_lock(session_id):
+            listing = list(self.objects.listing(session_prefix(session_id)))
+            manifests = {key: int(key.rsplit("/", 1)[1]) for key, _ in listing if "/manifests/" in key}
+            kept: set[str] = set()
+            for key, generation in manifests.items():
+                if generation >= committed:
+                    kept |= decode(self.objects.get(key)).chunk_digests()
+            cutoff = time.time() - COLLECT_GRACE_S
+            dead = [digest for key, written in listing if "/chunks/" in key
+                    and (digest := key.rsplit("/", 1)[1]) not in kept and written < cutoff]
+            doomed = [key for key, generation in manifests.items() if generation < committed]
+            doomed += [chunk_key(session_id, digest) for digest in dead]
+            with self._lock:
+                known = self._known.get(session_id)
+                if known is not None:  # the next save sends these again if it needs them
+                    known.chunks.difference_update(dead)
+            for start in range(0, len(doomed), 1000):
+                self.objects.delete(doomed[start:start + 1000])
+            return len(doomed)
+
+    def _session_lock(self, session_id: str) -> threading.Lock:
+        with self._lock:
+            return self._session_locks.setdefault(session_id, threading.Lock())
+
     # -- removal ------------------------------------------------------------------------------
 
     def remove(self, session_id: str) -> None:
         """Delete everything stored for the session."""
         with self._lock:
             self._known.pop(session_id, None)
+            self._session_locks.pop(session_id, None)
         keys = list(self.objects.keys(session_prefix(session_id)))
         for start in range(0, len(keys), 1000):
             self.objects.delete(keys[start:start + 1000])
@@ -284,6 +328,7 @@ class ObjectStorage:
         """Drop what this node knew of the session's stored state (it went to another node)."""
         with self._lock:
             self._known.pop(session_id, None)
+            self._session_locks.pop(session_id, None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -20,6 +20,7 @@ from service_process import serving
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.security import stores
+from wasm_runner_server.storage import ObjectStorage, StorageSettings
 
 LEASE_S = 2.0
 WAIT_S = 60.0
@@ -195,6 +196,17 @@ async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_a
             ran = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={
                 "code": "x = 42\nopen('kept.txt', 'w').write('kept')"})
             assert ran.status_code == 200, ran.text
+            for _ in range(16):  # generation 16: the older generations' manifests are collected
+                assert (await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth,
+                                        json={"code": "n = globals().get('n', 0) + 1"})).status_code == 200
+            kept = ObjectStorage(StorageSettings.model_validate(storage))
+
+            async def collected() -> bool:
+                manifests = [k for k in kept.objects.keys(f"sessions/{session}/") if "/manifests/" in k]
+                return 0 < len(manifests) < 16
+
+            await eventually(collected, timeout=20)
+            kept.close()
             slept = await http.post(f"{url_1}/v1/sessions/{session}:hibernate", headers=auth)
             assert slept.status_code == 200 and slept.json()["state"] == "hibernated", slept.text
             assert _holder(postgres_url, session)[2] < 0  # no node holds it

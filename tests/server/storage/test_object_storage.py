@@ -162,3 +162,36 @@ def test_removing_a_session_deletes_everything_stored_for_it(storage, tmp_path):
     assert list(storage.objects.keys("sessions/s7/"))
     storage.remove("s7")
     assert list(storage.objects.keys("sessions/s7/")) == []
+
+
+def test_collecting_keeps_what_the_committed_generation_needs_and_sends_again_what_it_deleted(storage, tmp_path,
+                                                                                            monkeypatch):
+    from wasm_runner_server.storage import sessions
+
+    root = tmp_path / "s8"
+    _session(root)
+    first = (root / "files" / "a.txt").read_bytes()
+    storage.save("s8", root, generation=1, epoch=1, node="n")
+    (root / "files" / "a.txt").write_text("second")
+    storage.save("s8", root, generation=2, epoch=1, node="n")
+    (root / "files" / "a.txt").write_text("third")
+    storage.save("s8", root, generation=3, epoch=1, node="n")
+
+    def stored() -> tuple[list[str], int]:
+        keys = list(storage.objects.keys("sessions/s8/"))
+        return sorted(k.rsplit("/", 1)[1] for k in keys if "/manifests/" in k), sum("/chunks/" in k for k in keys)
+
+    chunks_before = stored()[1]
+    assert storage.collect("s8", 3) == 2  # young chunks stay (another writer's may be among them)
+    assert stored() == (["000000000003"], chunks_before)
+    monkeypatch.setattr(sessions, "COLLECT_GRACE_S", 0.0)
+    assert storage.collect("s8", 3) == 2  # the chunks of "alpha" and "second", named by no manifest left
+    assert stored() == (["000000000003"], chunks_before - 2)
+    restored = tmp_path / "restored"
+    storage.restore("s8", restored, 3)
+    assert (restored / "files" / "a.txt").read_text() == "third"
+    (root / "files" / "a.txt").write_bytes(first)  # back to a content whose chunk was deleted: sent again
+    storage.save("s8", root, generation=4, epoch=1, node="n")
+    again = tmp_path / "again"
+    storage.restore("s8", again, 4)
+    assert (again / "files" / "a.txt").read_bytes() == first
