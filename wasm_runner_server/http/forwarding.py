@@ -75,6 +75,9 @@ class Locations:
         self._kept.pop(session_id, None)
 
 
+HANDSHAKE_REFUSALS = {401: ErrorCode.UNAUTHORIZED, 403: ErrorCode.PERMISSION_DENIED,
+                      404: ErrorCode.SESSION_NOT_FOUND}
+"""The code of a WebSocket upgrade the holder refused, by its status (the handshake carries no body)."""
 LOCATIONS = web.AppKey("locations", Locations)
 FORWARD_CLIENT = web.AppKey("forward_client", aiohttp.ClientSession)
 FORWARDS = web.AppKey("forwards", Counter)
@@ -82,7 +85,8 @@ FORWARDS = web.AppKey("forwards", Counter)
 
 async def forwarding_context(app: web.Application) -> AsyncIterator[None]:
     """One pooled client per process for the requests this node forwards (keep-alive to each node)."""
-    client = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+    client = aiohttp.ClientSession(auto_decompress=False, connector=connector,
                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
     app[FORWARD_CLIENT] = client
     app[LOCATIONS] = Locations()
@@ -131,10 +135,10 @@ async def forward(request: web.Request, nodes: NodeDirectory, where: Location) -
             try:
                 socket = await client.ws_connect(target, headers=upgrade, protocols=requested_protocols(request),
                                                  autoping=False, max_msg_size=0, compress=0)
-            except aiohttp.WSServerHandshakeError as exc:  # the holder's own refusal (a 404, a 401): its words
-                raise ApiError(exc.status, ErrorCode.SESSION_ON_OTHER_NODE,
-                               f"node {where.node!r}, which holds the session, refused the upgrade: {exc.message}",
-                               "check the credential and the session's id") from None
+            except aiohttp.WSServerHandshakeError as exc:  # the holder's own refusal: its status, told again
+                raise ApiError(exc.status, HANDSHAKE_REFUSALS.get(exc.status, ErrorCode.BAD_REQUEST),
+                               f"node {where.node!r}, which holds the session, refused the terminal's upgrade: "
+                               f"{exc.status} {exc.message}", "check the key, the session's id and the query") from None
             return await bridge(request, socket)
         body = request.content if request.body_exists else None
         async with client.request(request.method, target, headers=headers, data=body, allow_redirects=False,

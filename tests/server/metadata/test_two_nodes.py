@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 import psycopg
+import pytest
 from service_process import serving
 
 from wasm_runner_server.config import ServiceConfig
@@ -100,6 +101,12 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                     assert message.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (message, seen)
                     if message.type == aiohttp.WSMsgType.BINARY:
                         seen += message.data
+            # another workspace's terminal through node B: node A's 404, told again
+            async with aiohttp.ClientSession() as client:
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await client.ws_connect(f"{url_b}/v1/sessions/{session}/pty", headers=auth(rival),
+                                            params=[("command", "true")])
+            assert refused.value.status == 404
             # a request another node forwarded already is served where it lands, never forwarded again
             relayed = await http.post(f"{url_b}/v1/sessions/{session}/exec", json={"code": "print(x)"},
                                       headers={**auth(team), "X-Wasm-Runner-Forwarded-By": "node-c"})
