@@ -31,6 +31,12 @@ SERVICE_DIRS = ("server/", "client/")
 
 NATIVE_DIRS = ("core/providers/native/",)
 
+SLOW_MARKS = ("runtimes", "native", "cluster", "browser", "packaging")
+SLOW_FIXTURES = frozenset({"postgres", "postgres_url", "s3", "storage"})
+SLOW_DIRS = ("server/e2b/", "server/metadata/", "server/storage/", "core/snapshots/", "core/packages/", "packaging/")
+"""What `-m "not slow"` leaves out: it starts real parts (a database, an S3 server, package indexes, service
+processes, the E2B SDKs' sandboxes) or the runtimes; the rest checks the logic in about a minute."""
+
 EXIT_GRACE_S = 120
 """How long the interpreter may take to exit once the run is over."""
 
@@ -51,7 +57,8 @@ def needs_bubblewrap(item: pytest.Item, where: str) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks what needs the runtimes or bubblewrap, so `-m "not runtimes and not native"` is the unit run."""
+    """Marks what needs the runtimes or bubblewrap (`-m "not runtimes and not native"`: the unit run), and
+    what is slow (`-m "not slow"`: the quick check)."""
     for item in items:
         try:
             where = item.path.relative_to(TESTS).as_posix()
@@ -63,6 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.native)
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        if (any(item.get_closest_marker(mark) for mark in SLOW_MARKS) or where.startswith(SLOW_DIRS)
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """The console's sign-in: a key is exchanged once for a server-side console session, held by the
 browser in an HttpOnly, SameSite=Strict cookie that no script can read, and a per-session CSRF token
-that the sign-in answers once and every call made with the cookie must repeat in a header.
+that the sign-in answers once and every call made with the cookie must repeat in a header. Or a key
+asks for a sign-in link (`wasm-runner console`), opened once within ten minutes: the browser signs in
+as that key without the key ever reaching it.
 
 The token is required on reads too, and never served again: guest pages reach the console's origin
 (preview links proxy a session's own server), and the browser attaches the cookie to their requests
@@ -12,6 +14,7 @@ wins over it.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import time
@@ -34,6 +37,9 @@ app sends the member's browser there from its own site (a top-level navigation, 
 not follow); that page changes nothing without the consent form's token, posted from the page itself."""
 OAUTH_COOKIE_PATH = "/oauth/"
 CSRF_HEADER = "X-CSRF-Token"
+LINK_S = 600.0
+"""How long a sign-in link may wait to be opened (it signs in once)."""
+MAX_LINKS_PER_KEY = 8
 MAX_PER_KEY = 32
 """Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
 keys, and no key's sign-ins can push out another key's sessions."""
@@ -66,6 +72,7 @@ class ConsoleSessions:
     def __init__(self, lifetime_s: float) -> None:
         self.lifetime_s = lifetime_s
         self._sessions: dict[str, ConsoleSession] = {}
+        self._links: dict[str, tuple[Principal, float]] = {}
 
     def open(self, principal: Principal) -> tuple[str, ConsoleSession]:
         self._prune()
@@ -92,6 +99,33 @@ class ConsoleSessions:
         now = time.time()
         for session_id in [sid for sid, s in self._sessions.items() if s.expires_at <= now]:
             self._sessions.pop(session_id, None)
+        for digest in [d for d, (_, expires) in self._links.items() if expires <= now]:
+            self._links.pop(digest, None)
+
+    # -- sign-in links ---------------------------------------------------------------------------
+
+    def link(self, principal: Principal) -> tuple[str, float]:
+        """A one-time sign-in for `principal` (the key that asked), valid LINK_S: (its token, its expiry).
+        Kept by digest only; at most MAX_LINKS_PER_KEY live per key (the oldest go first)."""
+        self._prune()
+        own = [d for d, (p, _) in self._links.items() if p.key_id == principal.key_id]
+        for digest in own[:max(0, len(own) - MAX_LINKS_PER_KEY + 1)]:
+            self._links.pop(digest)
+        token = secrets.token_urlsafe(32)
+        expires = time.time() + LINK_S
+        self._links[_digest(token)] = (principal, expires)
+        return token, expires
+
+    def redeem(self, token: str) -> Principal | None:
+        """The principal a link signs in, once (None: unknown, used or expired)."""
+        found = self._links.pop(_digest(token), None)
+        if found is None or found[1] <= time.time():
+            return None
+        return found[0]
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def cookie_session(request: web.Request, sessions: ConsoleSessions, name: str = COOKIE) -> ConsoleSession | None:

@@ -393,6 +393,24 @@ async def test_a_page_script_cannot_read_the_key_nor_change_anything_without_the
     assert len((await console.api("GET", "/v1/sessions"))["sessions"]) == len(before["sessions"]) + 1
 
 
+async def test_a_sign_in_link_signs_in_without_the_key_and_leaves_the_address_bar_and_history(tmp_path):
+    async with open_console(tmp_path, sign_in=False) as console:
+        made = await console.api("POST", "/v1/console/sign-in-links")
+        assert console.key not in made["url"]
+        page = console.page
+        await page.goto(made["url"])
+        await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+        assert "sign-in" not in page.url and page.url.endswith("/console/#/sessions")
+        await page.go_back()  # the link is not in the history either: back leaves the console
+        assert "sign-in=" not in page.url
+        await page.click("#sign-out")
+        await page.wait_for_selector("#sign-in", state="visible")
+        await page.goto(made["url"])  # a second opening signs nothing in
+        await page.wait_for_selector("#sign-in-error:has-text('unknown, used or expired')")
+        assert await page.is_visible("#sign-in")
+        console.problems.clear()  # (that refusal is a 401 by design)
+
+
 async def test_a_reload_forgets_the_token_and_asks_for_the_key_again(console):
     page = console.page
     await page.reload()

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from server_helpers import body
 
-from wasm_runner_server.http.paths import CONSOLE_SESSION_PATH
+from wasm_runner_server.http.paths import CONSOLE_LINKS_PATH, CONSOLE_SESSION_PATH
 from wasm_runner_server.http.policy import Principal
 from wasm_runner_server.http.routes.ports import sets_console_cookie, without_console_cookie
 from wasm_runner_server.security import console_sessions
@@ -210,3 +210,43 @@ def test_the_preview_proxy_never_passes_the_console_cookie_either_way():
     assert without_console_cookie("wr_console=secret") == ""
     assert without_console_cookie("xwr_console=1") == "xwr_console=1"
     assert sets_console_cookie("wr_console=fixed; Path=/v1/") and not sets_console_cookie("app=1; Path=/")
+
+
+async def test_a_sign_in_link_signs_the_console_in_once_as_its_key_and_never_for_another(keyed, tmp_path):
+    client, key, key_id = keyed
+    async with client.post(CONSOLE_LINKS_PATH, headers={"Authorization": f"Bearer {key}"}) as response:
+        assert response.status == 201, await response.text()
+        made = await response.json()
+    url = made["url"]
+    assert url.startswith("http://") and "/console/#sign-in=" in url and key not in url
+    assert made["expires_at"] - time.time() <= console_sessions.LINK_S
+    token = url.split("#sign-in=", 1)[1]
+    async with client.post(CONSOLE_SESSION_PATH, json={"link": token}, headers=SAME_ORIGIN) as response:
+        assert response.status == 200, await response.text()
+        state = await response.json()
+        cookie = response.cookies["wr_console"].value
+    client.session.cookie_jar.clear()
+    assert state["workspace"] == "alpha"
+    assert (await send(client, "GET", "/v1/sessions", cookie, state["csrf_token"]))[0] == 200
+    async with client.post(CONSOLE_SESSION_PATH, json={"link": token}, headers=SAME_ORIGIN) as response:
+        assert response.status == 401 and (await response.json())["error"]["code"] == "link_invalid"  # once
+    # no key, no link; a link whose key was revoked signs nothing in
+    async with client.post(CONSOLE_LINKS_PATH) as response:
+        assert response.status == 401
+    async with client.post(CONSOLE_LINKS_PATH, headers={"Authorization": f"Bearer {key}"}) as response:
+        second = (await response.json())["url"].split("#sign-in=", 1)[1]
+    client.app[SECURITY].tenants.revoke(key_id)
+    async with client.post(CONSOLE_SESSION_PATH, json={"link": second}, headers=SAME_ORIGIN) as response:
+        assert response.status == 401
+
+
+def test_sign_in_links_expire_and_one_key_keeps_a_few(monkeypatch):
+    sessions = ConsoleSessions(lifetime_s=60)
+    alpha = Principal("alpha", "k1", "member")
+    tokens = [sessions.link(alpha)[0] for _ in range(console_sessions.MAX_LINKS_PER_KEY + 1)]
+    assert sessions.redeem(tokens[0]) is None  # pushed out by the newest
+    assert sessions.redeem(tokens[-1]) == alpha
+    token, expires = sessions.link(alpha)
+    assert sessions.redeem("x" + token) is None
+    monkeypatch.setattr(console_sessions.time, "time", lambda: expires + 1)
+    assert sessions.redeem(token) is None

@@ -44,8 +44,9 @@ NOT_SESSION_SCOPED = {
     "/v1/artifact-links/{token}/{artifact}",
     # the console's page and assets: public, they hold no data
     "/console", "/console/", "/console/static/{name}", "/console/vendor/{name}",
-    # the console's sign-in: a key for a cookie of the key's own workspace (tests/server/console)
-    "/v1/console/session",
+    # the console's sign-in: a key (or a link it asked for) for a cookie of the key's own workspace
+    # (tests/server/console)
+    "/v1/console/session", "/v1/console/sign-in-links",
     # OAuth: apps are registered by admins; grants are the calling member's own; the authorization page acts
     # for the signed-in member, the token endpoints for the authenticated app (test_oauth_flow.py)
     "/v1/admin/oauth/clients", "/v1/admin/oauth/clients/{client}", "/v1/oauth/grants", "/v1/oauth/grants/{grant}",

@@ -10,10 +10,11 @@ let state = null; // {workspace, kind, csrf_token, expires_at} while signed in
 export const credentials = {
   get signedIn() { return state !== null; },
   get workspace() { return state ? state.workspace : null; },
-  async signIn(key) {
+  // `{key}`, or `{link}`: a sign-in link's token (`wasm-runner console`), which signs in once.
+  async signIn(proof) {
     const response = await fetch(SESSION, { method: "POST", credentials: "same-origin", cache: "no-store",
                                             headers: { "Content-Type": "application/json" },
-                                            body: JSON.stringify({ key }) });
+                                            body: JSON.stringify(proof) });
     if (!response.ok) throw await apiError(response);
     state = await response.json();
   },

@@ -34,7 +34,7 @@ document.getElementById("sign-in-form").addEventListener("submit", async (event)
   const key = input.value.trim();
   input.value = "";
   try {
-    await credentials.signIn(key);
+    await credentials.signIn({ key });
   } catch (error) {
     document.getElementById("sign-in-error").textContent = String(error.message || error);
     return;
@@ -149,8 +149,23 @@ async function start() {
       "Close every tab of this site and open the console again."));
     return;
   }
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", async () => { await signInByLink(); await route(); });
+  await signInByLink();
   await route();
+}
+
+// A sign-in link (`wasm-runner console`): its token is used once, and taken out of the address bar and
+// the history at once.
+async function signInByLink() {
+  const link = /^#sign-in=([A-Za-z0-9_-]{16,128})$/.exec(location.hash);
+  if (!link) return;
+  history.replaceState(null, "", location.pathname + "#/sessions");
+  try {
+    await credentials.signIn({ link: link[1] });
+    document.getElementById("sign-in-error").textContent = "";
+  } catch (error) {  // (one already signed in stays so)
+    document.getElementById("sign-in-error").textContent = String(error.message || error);
+  }
 }
 
 start();

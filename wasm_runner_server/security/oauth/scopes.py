@@ -97,7 +97,7 @@ KEY_ONLY = frozenset({
     "/v1/oauth/grants", "/v1/oauth/grants/{grant}",
     "/v1/audit", "/v1/audit/{entry}",
     "/v1/shared/files", "/v1/shared/files/{path}",
-    "/v1/console/session", "/mcp",
+    "/v1/console/session", "/v1/console/sign-in-links", "/mcp",
 })
 """Routes no OAuth token reaches (no scope opens them): the admin API, the audit log, the workspace's
 shared files, the grants a member manages, the console's sign-in and MCP (which carries its own calls)."""

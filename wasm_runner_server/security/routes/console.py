@@ -1,7 +1,8 @@
-"""The console's sign-in exchange: POST a key for an HttpOnly cookie and a CSRF token, DELETE to sign
-out. Served without a key (the middleware lets CONSOLE_SESSION_PATH through); each handler checks
-what it needs itself. The token is answered only here, once: no route gives it out again (see
-console_sessions)."""
+"""The console's sign-in exchange: POST a key (or a sign-in link's token) for an HttpOnly cookie and a
+CSRF token, DELETE to sign out. Served without a key (the middleware lets CONSOLE_SESSION_PATH
+through); each handler checks what it needs itself. The token is answered only here, once: no route
+gives it out again (see console_sessions). A key asks for a sign-in link (CONSOLE_LINKS_PATH, with
+the key as on any route)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
-from wasm_runner_server.http.paths import CONSOLE_SESSION_PATH
+from wasm_runner_server.http.paths import CONSOLE_LINKS_PATH, CONSOLE_PREFIX, CONSOLE_SESSION_PATH
+from wasm_runner_server.http.policy import principal_of
+from wasm_runner_server.http.public_url import absolute
 from wasm_runner_server.security.console_sessions import (
     COOKIE,
     ConsoleSession,
@@ -35,6 +38,14 @@ CLEAR_SITE_DATA = '"cache", "storage"'
 class SignIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: Annotated[str, Meta(max_length=512)] = ""
     """The API key (empty when the service runs without keys)."""
+    link: Annotated[str, Meta(max_length=128)] = ""
+    """Or the token of a sign-in link (POST /v1/console/sign-in-links), instead of the key."""
+
+
+class SignInLink(msgspec.Struct, kw_only=True):
+    url: str
+    """Open it in a browser within ten minutes: it signs the console in as this key, once."""
+    expires_at: float
 
 
 class ConsoleState(msgspec.Struct, kw_only=True):
@@ -60,13 +71,30 @@ async def sign_in(request: web.Request) -> web.Response:
                        "send Content-Type: application/json")
     body = await read_json(request, SignIn)
     security = request.app[SECURITY]
-    principal = security.authenticator.verify_key(body.key.strip())
+    if body.link:
+        linked = security.console.redeem(body.link)
+        if linked is None or not security.authenticator.key_active(linked.key_id):
+            raise ApiError(401, ErrorCode.LINK_INVALID, "this sign-in link is unknown, used or expired",
+                           "ask for another: wasm-runner console (or POST /v1/console/sign-in-links with your key)")
+        principal = linked
+    else:
+        principal = security.authenticator.verify_key(body.key.strip())
     security.authenticator.take_rate(principal.key_id)
     security.console.close(request.cookies.get(COOKIE))
     session_id, session = security.console.open(principal)
     response = json_response(_state(session), headers={"Clear-Site-Data": CLEAR_SITE_DATA, "Cache-Control": "no-store"})
     set_cookie(response, request, session_id, security.console.lifetime_s)
     return response
+
+
+@routes.post(CONSOLE_LINKS_PATH)
+@operation(summary="A one-time link that signs the console in as the calling key, without the key reaching the "
+                   "browser (valid ten minutes)", tag="console", response=SignInLink, status=201, errors=(401,))
+async def sign_in_link(request: web.Request) -> web.Response:
+    security = request.app[SECURITY]
+    token, expires = security.console.link(principal_of(request))
+    return json_response(SignInLink(url=absolute(request, f"{CONSOLE_PREFIX}/#sign-in={token}"), expires_at=expires),
+                         status=201, headers={"Cache-Control": "no-store"})
 
 
 @routes.delete(CONSOLE_SESSION_PATH)
