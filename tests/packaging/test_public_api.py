@@ -79,7 +79,7 @@ def test_wasm_runner_protocol():
                                      "GuestError", "IoCase", "Limits", "RichOutput"]
     assert structs_of(wire) == [
         "ArchiveQuery", "ArtifactCreate", "ArtifactInfo", "ArtifactList", "ArtifactListQuery", "ArtifactPresignBody",
-        "Base64File", "CancelResult", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",
+        "Base64File", "CancelResult", "ConsoleLink", "DeleteQuery", "DeleteResult", "DiffQuery", "EditResult", "ErrorDetail",
         "ErrorResponse", "ExecBody", "FileDiff", "FileEdit", "FileEntry", "FileHistory", "FileListing", "FileVersion",
         "ForkFailure", "GlobQuery", "GlobResult", "GrepMatch", "GrepQuery", "GrepResult", "Health", "HistoryQuery", "LimitsPatch",
         "ListQuery", "MountInfo", "OneShotBody", "OneShotResult", "OutputFile", "PresignBody", "PresignResult",
@@ -96,7 +96,7 @@ def test_wasm_runner_client_cli():
 
     assert exported(cli) == ["COMMANDS", "add_service_commands", "main"]
     assert cli.COMMANDS == ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates",
-                            "usage")
+                            "usage", "console")
 
 
 @pytest.mark.parametrize("package", ["wasm_runner", "wasm_runner_client", "wasm_runner_protocol", "wasm_runner_server"])

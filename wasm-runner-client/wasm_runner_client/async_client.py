@@ -38,6 +38,7 @@ from wasm_runner_client.errors import NotFoundError, TransportError, error_for
 from wasm_runner_client.sync_client import DEFAULT_TIMEOUT, client_headers, usage_query
 from wasm_runner_client.wire import (
     CancelResult,
+    ConsoleLink,
     DeleteResult,
     EditResult,
     FileListing,
@@ -259,6 +260,10 @@ class AsyncClient:
 
     async def list_templates(self) -> list[TemplateInfo]:
         return (await self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    async def console_link(self) -> ConsoleLink:
+        """A one-time link that signs the console in as this client's key (open it within ten minutes)."""
+        return await self._call(Call("POST", "/v1/console/sign-in-links"), ConsoleLink)
 
     async def list_starters(self) -> list[StarterInfo]:
         """The web starters a session can start with (`create_session(starter=...)`), `ready` where installed."""

@@ -32,6 +32,7 @@ from wasm_runner_client.calls import (
 from wasm_runner_client.errors import NotFoundError, TransportError, error_for
 from wasm_runner_client.wire import (
     CancelResult,
+    ConsoleLink,
     DeleteResult,
     EditResult,
     FileListing,
@@ -267,6 +268,10 @@ class Client:
 
     def list_templates(self) -> list[TemplateInfo]:
         return (self._call(Call("GET", "/v1/templates"), TemplateList)).templates
+
+    def console_link(self) -> ConsoleLink:
+        """A one-time link that signs the console in as this client's key (open it within ten minutes)."""
+        return self._call(Call("POST", "/v1/console/sign-in-links"), ConsoleLink)
 
     def list_starters(self) -> list[StarterInfo]:
         """The web starters a session can start with (`create_session(starter=...)`), `ready` where installed."""

@@ -26,6 +26,7 @@ from wasm_runner_protocol.processes import (
 from wasm_runner_protocol.wire import (
     Base64File,
     CancelResult,
+    ConsoleLink,
     DeleteResult,
     EditResult,
     ErrorDetail,
@@ -66,7 +67,7 @@ from wasm_runner_protocol.wire import (
 )
 
 __all__ = [
-    "Base64File", "CancelResult", "DeleteResult", "EditResult", "ErrorDetail", "ErrorResponse", "ExecBody",
+    "Base64File", "CancelResult", "ConsoleLink", "DeleteResult", "EditResult", "ErrorDetail", "ErrorResponse", "ExecBody",
     "FileEdit", "FileEntry", "FileListing", "GlobResult", "GrepMatch", "GrepResult", "Health", "LimitsPatch",
     "MountInfo", "OneShotBody", "OneShotResult", "OutputChunk", "OutputFile", "PresignBody", "PresignResult",
     "PreviewLink", "PreviewLinkBody", "ProcessBody", "ProcessExit", "ProcessInfo", "ProcessList", "ProcessOutput",

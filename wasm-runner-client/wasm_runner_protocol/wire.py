@@ -339,6 +339,12 @@ class StarterList(msgspec.Struct, kw_only=True):
     starters: list[StarterInfo]
 
 
+class ConsoleLink(msgspec.Struct, kw_only=True):
+    url: str
+    """Open it in a browser within ten minutes: it signs the console in as the key that asked, once."""
+    expires_at: float
+
+
 class SessionPatch(_Body):
     """A change to a live session, effective from its next call."""
 

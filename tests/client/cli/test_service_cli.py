@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from wasm_runner_client import Client
@@ -287,3 +288,18 @@ def test_fork_and_templates_from_the_command_line(service):
     assert wasm_runner("sessions", "unpublish", "ready", url=url, key=key)[0] == 0
     code, _, err = wasm_runner("sessions", "create", "--template", "ready", url=url, key=key)
     assert code != 0 and "template" in err
+
+
+def test_console_prints_a_link_that_signs_the_browser_in_once_without_the_key(service):
+    url, key = service
+    status, out, err = wasm_runner("console", url=url, key=key)
+    assert status == 0, err
+    link = out.strip()
+    assert link.startswith(url + "/console/#sign-in=") and key not in link
+    token = link.split("#sign-in=", 1)[1]
+    first = httpx.post(url + "/v1/console/session", json={"link": token}, headers={"Sec-Fetch-Site": "same-origin"})
+    assert first.status_code == 200 and first.json()["workspace"] == "team", first.text
+    again = httpx.post(url + "/v1/console/session", json={"link": token}, headers={"Sec-Fetch-Site": "same-origin"})
+    assert again.status_code == 401
+    status, _, err = wasm_runner("console", url=url, key="wr_000000000000_" + "x" * 24)
+    assert status != 0 and ("(invalid_key)" in err or "(unauthorized)" in err), err

@@ -12,7 +12,8 @@ from wasm_runner_protocol.egress import EgressMode
 from wasm_runner_protocol.execution import Language
 from wasm_runner_protocol.usage import UsageUnit
 
-COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates", "usage")
+COMMANDS = ("sessions", "exec", "files", "upload", "download", "packages", "egress", "templates", "usage",
+            "console")
 """The top-level commands defined here (all of them only call a running service)."""
 
 EPILOG = ("The service is --url (else $WASM_RUNNER_URL, else http://127.0.0.1:8080), the key --api-key "
@@ -245,8 +246,16 @@ def _add_egress(sub: Subcommands) -> None:
     reset.add_argument("session")
 
 
+def _add_console(sub: Subcommands) -> None:
+    parser = _leaf(sub, "console", "print a link that signs the browser console in as your key (once, within ten "
+                                   "minutes)", "console", "console_command",
+                   description="The service's browser console without pasting a key: the link signs the browser "
+                               "in as the key this command uses, once; the key never reaches the browser.")
+    parser.add_argument("--open", action="store_true", help="open it in the default browser too")
+
+
 def add_service_commands(sub: Subcommands) -> None:
-    """Add `sessions`, `exec`, `files`, `upload`, `download`, `packages`, `egress` and `templates` to a parser."""
+    """Add the commands of COMMANDS to a parser."""
     _add_sessions(sub)
     _add_exec(sub)
     _add_files(sub)
@@ -254,3 +263,4 @@ def add_service_commands(sub: Subcommands) -> None:
     _add_egress(sub)
     _add_templates(sub)
     _add_usage(sub)
+    _add_console(sub)

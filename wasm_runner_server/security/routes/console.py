@@ -13,6 +13,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_protocol.wire import ConsoleLink
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.bodies import json_response, read_json
 from wasm_runner_server.http.openapi import operation
@@ -40,12 +41,6 @@ class SignIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """The API key (empty when the service runs without keys)."""
     link: Annotated[str, Meta(max_length=128)] = ""
     """Or the token of a sign-in link (POST /v1/console/sign-in-links), instead of the key."""
-
-
-class SignInLink(msgspec.Struct, kw_only=True):
-    url: str
-    """Open it in a browser within ten minutes: it signs the console in as this key, once."""
-    expires_at: float
 
 
 class ConsoleState(msgspec.Struct, kw_only=True):
@@ -89,11 +84,11 @@ async def sign_in(request: web.Request) -> web.Response:
 
 @routes.post(CONSOLE_LINKS_PATH)
 @operation(summary="A one-time link that signs the console in as the calling key, without the key reaching the "
-                   "browser (valid ten minutes)", tag="console", response=SignInLink, status=201, errors=(401,))
+                   "browser (valid ten minutes)", tag="console", response=ConsoleLink, status=201, errors=(401,))
 async def sign_in_link(request: web.Request) -> web.Response:
     security = request.app[SECURITY]
     token, expires = security.console.link(principal_of(request))
-    return json_response(SignInLink(url=absolute(request, f"{CONSOLE_PREFIX}/#sign-in={token}"), expires_at=expires),
+    return json_response(ConsoleLink(url=absolute(request, f"{CONSOLE_PREFIX}/#sign-in={token}"), expires_at=expires),
                          status=201, headers={"Cache-Control": "no-store"})
 
 
