@@ -432,6 +432,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/console/sign-in-links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A one-time link that signs the console in as the calling key, without the key reaching the browser (valid ten minutes) */
+        post: operations["post_v1_console_sign-in-links"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/exec": {
         parameters: {
             query?: never;
@@ -2548,12 +2565,19 @@ export interface components {
         SignIn: {
             /** @default  */
             key?: string;
+            /** @default  */
+            link?: string;
         };
         /** ConsoleState */
         ConsoleState: {
             workspace: string;
             kind: string;
             csrf_token: string;
+            expires_at: number;
+        };
+        /** ConsoleLink */
+        ConsoleLink: {
+            url: string;
             expires_at: number;
         };
         /**
@@ -4544,6 +4568,44 @@ export interface operations {
             };
             /** @description Not allowed */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    "post_v1_console_sign-in-links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleLink"];
+                };
+            };
+            /** @description Error */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
