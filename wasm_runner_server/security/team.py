@@ -172,6 +172,11 @@ class Team:
         """A key created or revoked through the API or the CLI."""
         self._record(actor, workspace, action, prefix, before, after)
 
+    def record_budgets(self, actor: Access, workspace: str, before: dict[str, float], after: dict[str, float]) -> None:
+        """A workspace's own budgets changed (units and amounts, before and after)."""
+        if before != after:
+            self._record(actor, workspace, "budgets_set", workspace, before, after)
+
     # -- keys: whom a caller may act for -------------------------------------------------------
 
     def may_act_for(self, actor: Access, workspace: str, kind: str, member: str | None, what: str) -> None:

@@ -161,3 +161,7 @@ async def test_a_spent_budget_refuses_executions_with_402_until_it_is_raised(sta
     status, data, _ = await secure.call("PUT", "/v1/admin/workspaces/alpha/budgets", "admin",
                                         json={"budgets": {"wall_hours": 1}})
     assert status == 422, data
+    status, page, _ = await secure.call("GET", "/v1/audit?kind=admin&workspace=alpha", "admin")  # audited
+    assert status == 200, page
+    [row] = [json.loads(e["code"]) for e in page["entries"] if e["mode"] == "budgets_set" and e["path"] == "alpha"]
+    assert row["from"] == {} and row["to"] == {"executions": 10, "egress_bytes": 1e9}

@@ -120,13 +120,16 @@ async def get_budgets(request: web.Request) -> web.Response:
 @operation(summary="Set a workspace's budgets per unit for the month; null removes one", tag="admin",
            body=BudgetsUpdate, response=WorkspaceBudgets, errors=(403, 422), permission="quotas.manage")
 async def put_budgets(request: web.Request) -> web.Response:
-    workspace = grant_of(request).access.scope(request.match_info["workspace"])
+    access = grant_of(request).access
+    workspace = access.scope(request.match_info["workspace"])
     body = await read_json(request, BudgetsUpdate)
     security = request.app[SECURITY]
     try:
         security.tenants.ensure_workspace(workspace)
     except ValueError as exc:
         raise ApiError(422, ErrorCode.VALIDATION_ERROR, str(exc)) from None
+    before = security.usage.budgets(workspace)
     for unit, amount in body.budgets.items():
         security.budgets.set(workspace, unit, amount)
+    security.team.record_budgets(access, workspace, before, security.usage.budgets(workspace))
     return json_response(_budgets(request, workspace))
