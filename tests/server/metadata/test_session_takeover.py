@@ -35,6 +35,15 @@ def _node(tmp_path: Path, url: str, name: str, storage: dict[str, object]) -> tu
     return data_dir, config
 
 
+def _admin(postgres_url: str, data_dir: Path, workspace: str) -> dict[str, str]:
+    """The Authorization header of a new admin key of `workspace`, made in the cluster's database."""
+    config = ServiceConfig.model_validate({"server": {"data_dir": str(data_dir)}, "store": {"url": postgres_url}})
+    tenants = stores.tenant_store(config, data_dir)
+    key, _ = tenants.create_key(workspace, "dev", "admin")
+    tenants.close()
+    return {"Authorization": f"Bearer {key}"}
+
+
 def _holder(url: str, session: str) -> tuple[str, int, float]:
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT node, epoch, expires_at - extract(epoch from clock_timestamp()) FROM leases "
@@ -76,12 +85,7 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
         served = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c)) for d, c in nodes))
         (proc_1, url_1), (proc_2, url_2), (proc_3, url_3) = served
 
-        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
-        tenants = stores.tenant_store(config, nodes[0][0])
-        team, _ = tenants.create_key("team", "dev", "admin")
-        rival, _ = tenants.create_key("rival", "x", "admin")
-        tenants.close()
-        auth = {"Authorization": f"Bearer {team}"}
+        auth = _admin(postgres_url, nodes[0][0], "team")
 
         async with httpx.AsyncClient(timeout=120) as http:
             created = await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)
@@ -108,7 +112,7 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             while _holder(postgres_url, session)[2] > 0:  # node-1's lease runs out
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.1)
-            rival_auth = {"Authorization": f"Bearer {rival}"}
+            rival_auth = _admin(postgres_url, nodes[0][0], "rival")
             hidden = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "1"}, headers=rival_auth)
             assert hidden.status_code == 404  # another workspace's request takes nothing over
             assert _holder(postgres_url, session)[:2] == ("node-1", 1)
@@ -176,20 +180,15 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
 
 async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
                                                                                        tmp_path):
-    sweep = {**storage}
     nodes = []
     for name in ("node-1", "node-2"):
-        data_dir, config = _node(tmp_path, postgres_url, name, sweep)
+        data_dir, config = _node(tmp_path, postgres_url, name, storage)
         config.write_text(config.read_text() + "[sessions]\nsweep_interval_s = 0.5\n")
         nodes.append((data_dir, config))
     async with contextlib.AsyncExitStack() as stack:
         (_, url_1), (proc_2, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                              for d, c in nodes))
-        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
-        tenants = stores.tenant_store(config, nodes[0][0])
-        team, _ = tenants.create_key("team", "dev", "admin")
-        tenants.close()
-        auth = {"Authorization": f"Bearer {team}"}
+        auth = _admin(postgres_url, nodes[0][0], "team")
         async with httpx.AsyncClient(timeout=120) as http:
             # hibernated on request: stored, its lease ended at once, its copy on node-1 dropped
             session = (await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"]
@@ -267,11 +266,7 @@ async def test_checkpoint_durability_stores_after_the_answer_and_states_its_wind
     async with contextlib.AsyncExitStack() as stack:
         (proc_1, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                              for d, c in nodes))
-        config = ServiceConfig.model_validate({"server": {"data_dir": str(nodes[0][0])}, "store": {"url": postgres_url}})
-        tenants = stores.tenant_store(config, nodes[0][0])
-        team, _ = tenants.create_key("team", "dev", "admin")
-        tenants.close()
-        auth = {"Authorization": f"Bearer {team}"}
+        auth = _admin(postgres_url, nodes[0][0], "team")
 
         def generation(session_id: str) -> int:
             with psycopg.connect(postgres_url) as conn:
