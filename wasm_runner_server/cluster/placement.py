@@ -99,7 +99,7 @@ class Placement:
             return
         manager = self.manager
         for live in list(manager.sessions.values()):
-            lease = await asyncio.to_thread(leases.claim, live.row.id, False)
+            lease = await asyncio.to_thread(leases.claim, live.row.id, released=False)
             if lease is None:  # another node holds it now, or it was let go: it wakes where it is asked for
                 manager.sessions.pop(live.row.id, None)
                 continue
