@@ -12,7 +12,7 @@ import random
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar, cast
 from urllib.parse import quote
 
 import msgspec
@@ -52,14 +52,14 @@ LimitsArg = LimitsPatch | Limits | Mapping[str, Any] | None
 """Limits for one call: a `LimitsPatch` or a mapping (only the fields given), or a core `Limits` (every field)."""
 
 _encoder = msgspec.json.Encoder()
-_decoders: dict[Any, msgspec.json.Decoder] = {}
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
 def decode(type_: type[T], body: bytes) -> T:
     decoder = _decoders.get(type_)
     if decoder is None:
         decoder = _decoders[type_] = msgspec.json.Decoder(type_)
-    return decoder.decode(body)
+    return cast(T, decoder.decode(body))  # (a decoder per type: its result is that type)
 
 
 # -- retries ----------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ class Retry:
             if after > self.max_retry_after_s:
                 return None
             return after + random.uniform(0, min(0.1 * after, 0.25))
-        return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * random.uniform(0.5, 1.0)
+        return min(self.max_backoff_s, self.backoff_s * 2.0 ** attempt) * random.uniform(0.5, 1.0)
 
 
 NO_RETRY = Retry(attempts=0)

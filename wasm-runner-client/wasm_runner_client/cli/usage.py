@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import get_args
 
 from wasm_runner_client.cli.connection import connect
 from wasm_runner_client.cli.display import print_json, table
 from wasm_runner_client.cli.status import OK, CliError, guarded
-from wasm_runner_protocol.usage import UsageUnit
+from wasm_runner_protocol.usage import UsageEntry, UsageUnit
 
 
 @guarded
@@ -24,10 +25,11 @@ def report_command(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return OK
-    first = {"day": ("DAY", lambda e: e.day or ""), "key": ("PAYER", lambda e: f"{e.payer_kind}:{e.payer_id}"),
-             "unit": (None, None)}[args.group_by]
-    headers = ["WORKSPACE", *([first[0]] if first[0] else []), "UNIT", "AMOUNT"]
-    table(headers, [[e.workspace, *([first[1](e)] if first[1] else []), e.unit, f"{e.amount:g}"]
+    first: dict[str, tuple[str, Callable[[UsageEntry], str]]] = {
+        "day": ("DAY", lambda e: e.day or ""), "key": ("PAYER", lambda e: f"{e.payer_kind}:{e.payer_id}")}
+    grouped = first.get(args.group_by)
+    headers = ["WORKSPACE", *([grouped[0]] if grouped else []), "UNIT", "AMOUNT"]
+    table(headers, [[e.workspace, *([grouped[1](e)] if grouped else []), e.unit, f"{e.amount:g}"]
                     for e in report.entries])
     return OK
 
