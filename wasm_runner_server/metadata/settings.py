@@ -66,6 +66,11 @@ class StoreSettings(ConfigModel):
     """PostgreSQL connections this node holds at most."""
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     """How long start-up waits for the database before it fails."""
+    journal_dir: str | None = None
+    """A directory every node mounts (NFS, CephFS, EFS): each node keeps its audit journal there
+    (`<node>.journal`, locked while the node lives), and the other nodes replay into the database, within
+    a minute, the journal of a node that died. Default: each node's data directory (replayed when that
+    node starts again, or by `wasm-runner audit replay`)."""
     advertise_url: str | None = None
     """The URL the other nodes reach this node at (`http://10.0.0.5:8080`; `WASM_RUNNER_ADVERTISE_URL`):
     a request for a session this node holds is forwarded here by the node it reached. Default: the
@@ -76,6 +81,13 @@ class StoreSettings(ConfigModel):
     def _a_name(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(NODE_PATTERN, value):
             raise ValueError("store.node is 1-63 letters, digits, '.', '-' or '_'")
+        return value
+
+    @field_validator("journal_dir")
+    @classmethod
+    def _a_directory(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or any(p in (".", "..") for p in value.split("/"))):
+            raise ValueError("store.journal_dir is an absolute directory path without '.' or '..' (the shared mount)")
         return value
 
     @field_validator("advertise_url")

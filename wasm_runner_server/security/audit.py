@@ -147,13 +147,23 @@ class AuditFilter:
     """Rows of any of these keys only (a member's own calls, through all their keys)."""
 
 
+def _own_journal(path: Path, wait_s: float) -> Journal | None:
+    """The journal at `path`, locked for this process; None while another process owns it after `wait_s`
+    (another node may be replaying it, in a shared journal directory, as this node starts again)."""
+    deadline = time.monotonic() + wait_s
+    while (journal := Journal.open(path)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return journal
+
+
 class AuditLog:
     def __init__(self, path: str | Path, *, code_bytes: int = 64 * 1024, output_bytes: int = 16 * 1024,
                  synchronous: Synchronous = "NORMAL", shared: tuple[Sql, str, Callable[[], None]] | None = None,
-                 journal: bool = True) -> None:
+                 journal: bool = True, journal_wait_s: float = 0.0) -> None:
         """The log in the SQLite file at `path` (its journal beside it), or with `shared` = (the
         database, this node's name, what lets the database go) in a database shared by a cluster's
-        nodes, its journal still at `path`'s. Without `journal` the log only reads and prunes."""
+        nodes, its journal still at `path`'s. Without `journal` the log only reads and prunes; a service
+        waits up to `journal_wait_s` for its journal's lock (another node may be replaying it)."""
         self.path = Path(path)
         self.code_bytes = code_bytes
         self.output_bytes = output_bytes
@@ -180,7 +190,7 @@ class AuditLog:
         self._pending: list[dict] = []
         self._closed = False
         self._pseudonym_key = secrets.token_bytes(32)
-        self._journal = Journal.open(self.path.with_suffix(JOURNAL_SUFFIX)) if journal else None
+        self._journal = _own_journal(self.path.with_suffix(JOURNAL_SUFFIX), journal_wait_s) if journal else None
         """None while another process owns it: this one does not record rows."""
         if self._journal is not None:
             self._replay(self._journal)
@@ -212,6 +222,18 @@ class AuditLog:
             log.info("audit rows replayed from the journal", extra={"event": "audit_replayed", "rows": replayed})
         journal.clear()
         return replayed
+
+    def replay_others(self) -> int:
+        """Replay the journals beside this log's own whose node died (their lock free): with
+        `store.journal_dir`, the cluster's journals share a directory. How many rows were added."""
+        if self._journal is None:
+            return 0
+        own = self._journal.path
+        added = 0
+        for path in sorted(own.parent.glob(f"*{JOURNAL_SUFFIX}")):
+            if path != own:
+                added += self.replay_journal(path) or 0
+        return added
 
     def replay_journal(self, path: Path) -> int | None:
         """Replay the journal at `path` (another node's, left by a process that died) into this log;

@@ -76,6 +76,8 @@ from wasm_runner_server.sessions.service import SERVICE
 from wasm_runner_server.sessions.session_disk import SessionDisk
 
 log = logging.getLogger("wasm_runner.server.auth")
+REPLAY_S = 30.0
+"""How often a node looks for the audit journals of nodes that died (store.journal_dir)."""
 
 PROCESS_START_ROUTE = SESSION_ROUTE_PREFIX + "/processes"
 """Starting a background process: refused, like an execution, once the workspace's budget is spent."""
@@ -407,6 +409,7 @@ class SecurityPolicy(AccessPolicy):
         pruned = security.audit.prune(settings.audit_retention_days)
         security.oauth.prune()  # expired codes and tokens (and daily after)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
+        replayer = asyncio.create_task(self._replay_others_forever(), name="wasm-runner-audit-replay")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
         self.prune_artifacts()
@@ -420,6 +423,7 @@ class SecurityPolicy(AccessPolicy):
                     asyncio.create_task(self._sample_usage_forever(), name="wasm-runner-usage-sample")]
         yield
         pruner.cancel()
+        replayer.cancel()
         artifact_pruner.cancel()
         for task in metering:
             task.cancel()
@@ -506,6 +510,20 @@ class SecurityPolicy(AccessPolicy):
                 await asyncio.to_thread(self.prune_artifacts)
             except Exception:
                 log.exception("artifact prune failed", extra={"event": "artifact_prune_failed"})
+
+    async def _replay_others_forever(self) -> None:
+        """Replay into the database the audit journals of nodes that died, beside this node's own (with
+        `store.journal_dir`: the cluster's journals share a directory), at start and every REPLAY_S."""
+        while True:
+            try:
+                added = await asyncio.to_thread(self.security.audit.replay_others)
+            except Exception:
+                log.exception("replay of other nodes' audit journals failed", extra={"event": "audit_replay_failed"})
+            else:
+                if added:
+                    log.info("audit rows of a stopped node replayed", extra={"event": "audit_replayed_others",
+                                                                             "rows": added})
+            await asyncio.sleep(REPLAY_S)
 
     async def _prune_daily(self) -> None:
         while True:

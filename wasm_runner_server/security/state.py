@@ -37,6 +37,10 @@ FILE_MODES = {"PUT": "put", "POST": "upload", "PATCH": "edit", "DELETE": "delete
 """The audit log's mode of a file change, by HTTP method."""
 
 
+JOURNAL_WAIT_S = 2.0
+"""How long the service waits for its audit journal's lock at start (another node may be replaying it)."""
+
+
 @dataclass(eq=False)
 class Security:
     settings: AuthSettings
@@ -69,7 +73,7 @@ class Security:
         data_dir = config.server.data_dir
         tenants = stores.tenant_store(config, data_dir)
         audit = stores.audit_log(config, data_dir, code_bytes=settings.audit_code_bytes,
-                                 output_bytes=settings.audit_output_bytes)
+                                 output_bytes=settings.audit_output_bytes, journal_wait_s=JOURNAL_WAIT_S)
         signer = Signer(load_secrets(settings.presign_secrets, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         oauth = stores.oauth_store(config, data_dir)

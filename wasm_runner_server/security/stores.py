@@ -48,6 +48,10 @@ def usage_ledger(config: ServiceConfig | None, data_dir: Path) -> UsageLedger:
     return _opened(UsageLedger, config, data_dir)
 
 
+SHARED_JOURNAL_STEM = ".audit"
+"""A node's journal in `store.journal_dir`: `<node>.journal` (the log's path with the journal's suffix)."""
+
+
 def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = True, **kwargs: Any) -> AuditLog:
     """The audit log, its journal in `data_dir` (without `journal`: to read and prune only)."""
     settings = store_settings(config)
@@ -57,9 +61,13 @@ def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = T
     from wasm_runner_server.metadata.sql import PostgresSql
 
     db = postgres.acquire(settings)
+    node = settings.node_name(data_dir)
+    shared = (PostgresSql(db), node, lambda: postgres.release(db))
     try:
-        return AuditLog.in_data_dir(data_dir, shared=(PostgresSql(db), settings.node_name(data_dir),
-                                                      lambda: postgres.release(db)), journal=journal, **kwargs)
+        if settings.journal_dir is not None:  # the cluster's journals side by side: any node replays a dead one's
+            return AuditLog(Path(settings.journal_dir) / f"{node}{SHARED_JOURNAL_STEM}", shared=shared,
+                            journal=journal, **kwargs)
+        return AuditLog.in_data_dir(data_dir, shared=shared, journal=journal, **kwargs)
     except BaseException:
         postgres.release(db)
         raise

@@ -51,3 +51,9 @@ def test_the_advertise_url_comes_from_the_environment_without_its_trailing_slash
     assert store.advertise_url is None
     assert store.with_environment({"WASM_RUNNER_ADVERTISE_URL": "http://10.0.0.5:8080/"}).advertise_url == \
         "http://10.0.0.5:8080"
+
+
+@pytest.mark.parametrize("value", ["journals", "/mnt/../etc", "/mnt/./x"])
+def test_a_journal_directory_is_an_absolute_plain_path(value):
+    with pytest.raises(ValidationError, match="journal_dir is an absolute directory path"):
+        ServiceConfig.model_validate({"store": {"journal_dir": value}})
