@@ -36,9 +36,11 @@ async def test_the_proxys_directories_are_under_the_data_dir_and_gone_after_the_
         assert status == 200 and result["exit_code"] == 0, result
         assert result["stdout"].startswith("200")
         bundles = list(data_dir.glob("**/ca-*/ca-certificates.crt"))
-        assert len(bundles) == 1  # kept for the next run, in the service's data directory
+        # kept for the next run, in the service's data directory: one per worker process that opened the
+        # proxy (kernels made ahead open it too, refusing everything until a call renews it)
+        assert bundles
         await client.close()
-        assert not bundles[0].exists()
+        assert not any(bundle.exists() for bundle in bundles)
         assert not list(data_dir.glob("**/net-*")) and not list(data_dir.glob("**/ca-*"))
     finally:
         await client.close()
