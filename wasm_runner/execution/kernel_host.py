@@ -27,10 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import (
-    Literal,
-    Protocol,
-)
+from typing import Literal, Protocol
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.execution.executor import Executor

@@ -20,10 +20,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from typing import (
-    Any,
-    Protocol,
-)
+from typing import Any, Protocol
 
 from wasm_runner.errors import InvalidRequestError, RunnerClosedError
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue

@@ -18,10 +18,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import (
-    TYPE_CHECKING,
-    Any,
-)
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.guest import Mount
 from wasm_runner.packages.trees import remove_read_only_tree

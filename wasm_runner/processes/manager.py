@@ -21,10 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import (
-    TYPE_CHECKING,
-    Any,
-)
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.capture import Stream
 from wasm_runner.egress.redaction import RunRedactor

@@ -19,10 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import (
-    Any,
-    Protocol,
-)
+from typing import Any, Protocol
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.workspace.layout import Workspace, tree_usage, walk_tree

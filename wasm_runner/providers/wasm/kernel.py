@@ -6,10 +6,7 @@ attributes instead of probing for them."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import (
-    Any,
-    ClassVar,
-)
+from typing import Any, ClassVar
 
 from wasm_runner.engine import EngineSettings
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View
