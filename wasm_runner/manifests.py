@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 RUNTIMES_DIR = Path(str(resources.files("wasm_runner._runtimes")))
 """Package data; a wheel installs it as a real directory, which the guest build copies from."""
@@ -16,9 +17,9 @@ class Manifest:
     language: str
     kind: str
     directory: Path
-    fields: dict
+    fields: dict[str, Any]
 
-    def __getitem__(self, key: str):
+    def __getitem__(self, key: str) -> Any:
         return self.fields[key]
 
 

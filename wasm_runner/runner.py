@@ -88,7 +88,7 @@ class Runner:
 
     def __init__(
         self,
-        data_dir: str | os.PathLike | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         *,
         isolation: Isolation = "process",
         concurrency: int | None = None,
@@ -258,7 +258,7 @@ class Runner:
 
     # -- sessions ------------------------------------------------------------------
 
-    def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike | None = None,
+    def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike[str] | None = None,
                 mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "",
                 template: str | None = None, starter: str | None = None, workdir: str = "") -> Session:
         """The session with this id (its files persist on disk), or a new one.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol, cast, get_args
 
 from wasm_runner_protocol.execution import Language, Limits, MiB
 
@@ -35,7 +35,7 @@ class LazyHandler:
         self.__name__ = name
 
     def resolve(self) -> Handler:
-        return getattr(importlib.import_module(self.module), self.__name__)
+        return cast(Handler, getattr(importlib.import_module(self.module), self.__name__))
 
     def __call__(self, args: argparse.Namespace) -> int:
         return self.resolve()(args)
@@ -136,4 +136,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, sub = build_parser()
     add_commands(sub)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    return cast(int, args.handler(args))  # argparse.Namespace attributes are Any

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from wasm_runner.runner import Runner
 
@@ -16,7 +17,7 @@ def prepare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def machine_report() -> tuple[dict, str]:
+def machine_report() -> tuple[dict[str, Any], str]:
     """What this machine offers (native tools, isolation, worker containment): the report and its text."""
     from wasm_runner.execution.containment import WorkerPolicy, detect_containment
     from wasm_runner.providers.native.doctor import doctor, format_report

@@ -52,7 +52,7 @@ def _cluster_on_this_machine(ray: ModuleType) -> str | None:
     """Where `auto` points (RAY_ADDRESS, else the cluster `ray start` last started here) if it
     answers. Ray would wait minutes on an address file a crashed cluster left behind."""
     try:
-        found = ray._private.services.get_ray_address_from_environment("auto", None)
+        found: str = ray._private.services.get_ray_address_from_environment("auto", None)
     except (ConnectionError, AttributeError):  # none found; or a Ray that finds it otherwise
         return None
     try:

@@ -21,6 +21,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -97,7 +98,7 @@ async def _started(spec: NodeTools, sources: list[McpTools]) -> tuple[list[Tool]
 class NodeRunner:
     """A Runner on one node, running the items of its driver's batches on `lanes` lanes each."""
 
-    def __init__(self, lanes: int, data_dir: str | None, mounts: list[dict]) -> None:
+    def __init__(self, lanes: int, data_dir: str | None, mounts: list[dict[str, Any]]) -> None:
         self.own_dir = Path(data_dir) / f"node-{uuid.uuid4().hex}" if data_dir else None
         # Guests run in the Runner's worker processes, never in this one: a crash of one costs its
         # worker, and Ray's own handlers of the trap signals stay out of wasmtime's way.

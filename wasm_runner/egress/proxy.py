@@ -77,7 +77,7 @@ class ProxyRun:
     events: list[tuple[float, NetworkEvent]] = field(default_factory=list)
     bytes_total: int = 0
     server: asyncio.AbstractServer | None = None
-    tasks: set[asyncio.Task] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
     secrets: tuple[str, ...] = ()
     """Every secret this run's credentials can add: what responses hide (egress/masking.py)."""
     closed: bool = False

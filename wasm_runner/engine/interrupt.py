@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from enum import Enum
+from typing import Any
 
 import wasmtime
 
@@ -66,7 +67,7 @@ class Interrupt:
             self.stop(StopReason.timeout)
         return self.reason is not None
 
-    def _on_tick(self, _context, _data, delta, kind) -> int:
+    def _on_tick(self, _context: Any, _data: Any, delta: Any, kind: Any) -> int:  # ctypes callback arguments
         if self.reason is None and time.monotonic() >= self.deadline:
             self.stop(StopReason.timeout)
         if self.reason is not None:

@@ -84,7 +84,8 @@ def load_file(cwasm: Path, kind: Kind, settings: EngineSettings | None = None) -
         return _loaded[key]
 
 
-def _compile_to(cwasm: Path, wasm: Path, sha256: str, loader, engine: wasmtime.Engine) -> None:
+def _compile_to(cwasm: Path, wasm: Path, sha256: str,
+                loader: type[wasmtime.Module] | type[component.Component], engine: wasmtime.Engine) -> None:
     # A file lock so that parallel processes (test workers, servers) compile once.
     with open(cwasm.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

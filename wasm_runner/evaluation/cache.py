@@ -80,7 +80,7 @@ def _cacheable_result(result: ExecResult) -> bool:
 class ResultCache:
     """Results on disk under `directory`, at most about `max_bytes` of them."""
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int = 1024 * 1024 * 1024) -> None:
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = 1024 * 1024 * 1024) -> None:
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
         self.directory = Path(directory)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from wasm_runner.capture import OutputListener
 from wasm_runner.execution.executor import Executor
@@ -212,7 +212,7 @@ class KernelHost:
         seq = order.seq
         listener = None
         if order.stream:
-            def listener(stream, data: bytes) -> None:
+            def listener(stream: Literal["stdout", "stderr"], data: bytes) -> None:
                 self.send(Answer(seq, stream=stream, data=data))
         for budget in _budgets(session.mounts):
             budget.over = False  # until the parent says otherwise, for this run

@@ -20,7 +20,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from wasm_runner.errors import InvalidRequestError, RunnerClosedError
 from wasm_runner.execution.executor import WATCHDOG_POLL_S, Executor, is_overdue
@@ -180,7 +180,7 @@ class ThreadLanes:
         self.executor = executor
         self.provider_for = provider_for
         self.scratch = scratch
-        self.running: dict[_ThreadLane, asyncio.Future] = {}
+        self.running: dict[_ThreadLane, asyncio.Future[Any]] = {}
 
     def start(self) -> None:
         self.watchdog = asyncio.create_task(self._watch())

@@ -21,7 +21,7 @@ __all__ = ["READY_SCRATCH", "ScratchPool", "ScratchState", "own_scratch_dir", "s
 READY_SCRATCH = 2
 """Idle scratch workspaces kept for one-shot runs, each with sandboxes made ahead."""
 
-ScratchState = tuple
+ScratchState = tuple[object, ...]
 """Per directory of a scratch workspace: mode, owner, group, inode, times and xattr names."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime._extern import wrap_extern
-from wasmtime.component._enter import enter_wasm  # noqa: F401 - offered to string_call
+from wasmtime.component._enter import enter_wasm as enter_wasm  # offered to string_call
 
 # -- private members of public classes ------------------------------------------------
 

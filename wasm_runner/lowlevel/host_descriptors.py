@@ -41,7 +41,7 @@ class HostDescriptors:
     def hold_removed(self) -> bool:
         """Whether a descriptor of the process is open on a removed entry below the directories."""
         if compiled_held_removed is not None:
-            return compiled_held_removed(self._devices, self._prefix_bytes)
+            return bool(compiled_held_removed(self._devices, self._prefix_bytes))
         for name in os.listdir(_FD_DIR):
             try:
                 st = os.fstat(int(name))

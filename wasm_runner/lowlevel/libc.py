@@ -34,7 +34,7 @@ def linux_libc() -> ctypes.CDLL:
 
 def map_read_only(fd: int, length: int, offset: int) -> int:
     """The address of a private read-only mapping of `length` bytes of the file at `offset`."""
-    address = linux_libc().mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, offset)
+    address: int | None = linux_libc().mmap(None, length, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, offset)
     if address in (None, ctypes.c_void_p(-1).value):
         raise OSError(ctypes.get_errno(), "could not map the memory image")
     return address

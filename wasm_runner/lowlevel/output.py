@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import weakref
-from typing import Protocol
+from typing import Any, Protocol
 
 import wasmtime
 
@@ -22,7 +22,7 @@ from wasm_runner.lowlevel.capi import NO_FINALIZER, set_output_writer
 try:
     from wasm_runner.lowlevel._output_sink import RELEASE as _SINK_RELEASE_ADDRESS
     from wasm_runner.lowlevel._output_sink import WRITE as _SINK_WRITE_ADDRESS
-    from wasm_runner.lowlevel._output_sink import Sink
+    from wasm_runner.lowlevel._output_sink import Sink as Sink
 except ImportError:  # built without a C compiler: every write goes through a Python callback
     Sink = None
 
@@ -35,8 +35,7 @@ _targets: weakref.WeakValueDictionary[int, OutputTarget] = weakref.WeakValueDict
 _target_keys = itertools.count(1)
 
 
-@ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_size_t)
-def _write_output(key: int | None, buf, size: int) -> int:
+def _forward_output(key: int | None, buf: Any, size: int) -> int:  # buf: a ctypes pointer
     target = _targets.get((key or 0) // 2)
     if target is not None:
         try:
@@ -44,6 +43,11 @@ def _write_output(key: int | None, buf, size: int) -> int:
         except Exception:  # noqa: BLE001 - an exception must not cross into wasmtime
             return -5  # EIO
     return size
+
+
+# Wrapped by a call rather than a decorator: ctypes' CFUNCTYPE is untyped.
+_write_output = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ubyte),
+                                 ctypes.c_size_t)(_forward_output)
 
 
 if Sink is not None:

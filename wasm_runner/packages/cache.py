@@ -18,6 +18,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from wasm_runner.packages.trees import remove_read_only_tree
 from wasm_runner.packages.wheels import UnpackedTree, WheelRefused, sha256_of, unpack
@@ -93,14 +94,15 @@ class PackageCache:
 
     # -- resolutions ---------------------------------------------------------------------------
 
-    def resolution(self, key: str) -> list[dict] | None:
+    def resolution(self, key: str) -> list[dict[str, Any]] | None:
         path = self.resolutions / f"{key}.json"
         try:
-            return json.loads(path.read_text())
+            pins: list[dict[str, Any]] = json.loads(path.read_text())
+            return pins
         except (OSError, ValueError):
             return None
 
-    def remember(self, key: str, pins: list[dict]) -> None:
+    def remember(self, key: str, pins: list[dict[str, Any]]) -> None:
         path = self.resolutions / f"{key}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(pins))

@@ -26,6 +26,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 
@@ -55,12 +56,12 @@ class Pin:
     sha256: str
     size: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "filename": self.filename, "url": self.url,
                 "sha256": self.sha256, "size": self.size}
 
     @classmethod
-    def from_dict(cls, data: dict) -> Pin:
+    def from_dict(cls, data: dict[str, Any]) -> Pin:
         """A pin from stored data (a state file, a remembered resolution), its fields checked: data written
         before they were checked on the way in is refused here, where it would be used."""
         try:

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.guest import Mount
 from wasm_runner.packages.trees import remove_read_only_tree
@@ -47,18 +47,19 @@ class SessionPackages:
     def mount(self) -> Mount:
         return Mount(self.directory, PACKAGES_GUEST_PATH)
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         try:
-            return json.loads(self.state_file.read_text())
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+            return state
         except FileNotFoundError:
             return {"packages": []}
 
-    def _save(self, state: dict) -> None:
+    def _save(self, state: dict[str, Any]) -> None:
         tmp = self.state_file.with_suffix(f".{uuid.uuid4().hex}.tmp")
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.state_file)
 
-    def installed(self) -> list[dict]:
+    def installed(self) -> list[dict[str, Any]]:
         return list(self._state()["packages"])
 
     def lock(self, index: str | None = None) -> PackageLock:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wasm_runner.capture import Stream
 from wasm_runner.egress.redaction import RunRedactor
@@ -273,7 +273,7 @@ class BackgroundProcess:
 class ProcessManager:
     """The background processes of one session (see the module docstring)."""
 
-    def __init__(self, provider: Callable[[], NativeProvider], workspace: Workspace, mounts: tuple = (),
+    def __init__(self, provider: Callable[[], NativeProvider], workspace: Workspace, mounts: tuple[Any, ...] = (),
                  limits: ProcessLimits | None = None, observer: Observer | None = None) -> None:
         self._provider = provider
         self.workspace = workspace

@@ -63,9 +63,9 @@ class Job:
     stopped_result: Callable[[LimitName], ExecResult] | None = None
     """Set with `stop_due`: the result for the guest stopped by that limit (what it printed and
     changed so far), given by whoever ends it."""
-    _stoppers: list = field(default_factory=list)
+    _stoppers: list[Callable[[], None]] = field(default_factory=list)
 
-    def on_cancel(self, stop) -> None:
+    def on_cancel(self, stop: Callable[[], None]) -> None:
         """Register how to stop the running guest; called at once if already cancelled."""
         self._stoppers.append(stop)
         if self.cancelled:

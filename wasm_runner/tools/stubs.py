@@ -24,7 +24,8 @@ _TS_SCALARS = {"string": "string", "integer": "number", "number": "number", "boo
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return defs.get(ref.rsplit("/", 1)[1], {})
+        found: dict[str, Any] = defs.get(ref.rsplit("/", 1)[1], {})  # a JSON Schema definition
+        return found
     return schema
 
 

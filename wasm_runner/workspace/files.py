@@ -310,7 +310,7 @@ class WorkspaceFiles:
             out.write(data)
             return out.commit()
 
-    def write_text(self, path: str, text: str, **kwargs) -> WriteResult:
+    def write_text(self, path: str, text: str, **kwargs: Any) -> WriteResult:
         return self.write_bytes(path, text.encode("utf-8"), **kwargs)
 
     def mkdir(self, path: str) -> FileInfo:

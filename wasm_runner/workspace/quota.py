@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.workspace.layout import Workspace, tree_usage, walk_tree
@@ -41,7 +41,7 @@ class DiskBudget(Protocol):
         ...
 
 
-def counted_mounts(mounts: Iterable) -> tuple[list, list, list[DiskBudget]]:
+def counted_mounts(mounts: Iterable[Any]) -> tuple[list[Path], list[Path], list[DiskBudget]]:
     """The writable mounts counted in the session's own usage, those shared beyond it (only
     what a run adds there counts), and the budgets of mounts limited by a budget of their own."""
     own, shared, budgets = [], [], []
@@ -57,14 +57,14 @@ def counted_mounts(mounts: Iterable) -> tuple[list, list, list[DiskBudget]]:
     return own, shared, budgets
 
 
-def over_quota(workspace: Workspace, limits: Limits, mounts: Sequence = ()) -> bool:
+def over_quota(workspace: Workspace, limits: Limits, mounts: Sequence[Any] = ()) -> bool:
     """Whether the places a guest can write hold more than allowed (absolute, no run's start
     considered: the file API's view). Raises OSError when they cannot be measured."""
     used_bytes, entries = workspace.usage(stop_after_files=limits.disk_files)
     return exceeds(limits, used_bytes, entries) or mounts_exceed(limits, mounts, used_bytes, entries)
 
 
-def mounts_exceed(limits: Limits, mounts: Sequence, used_bytes: int, entries: int) -> bool:
+def mounts_exceed(limits: Limits, mounts: Sequence[Any], used_bytes: int, entries: int) -> bool:
     """With the workspace's own (bytes, entries): whether the writable mounts push it past
     `limits`, or past their own budgets. Raises OSError when they cannot be measured."""
     own, _, budgets = counted_mounts(mounts)
@@ -90,7 +90,7 @@ class RunDisk:
     never over. Measuring fails closed: a run whose start or usage cannot be measured is over.
     """
 
-    def __init__(self, workspace: Workspace, limits: Limits, mounts: Sequence = (), room: int | None = None,
+    def __init__(self, workspace: Workspace, limits: Limits, mounts: Sequence[Any] = (), room: int | None = None,
                  usage: tuple[int, int] | None = None) -> None:
         self.workspace = workspace
         self.limits = limits
@@ -159,7 +159,7 @@ class RunDisk:
                             self.mounts)
 
 
-def over_quota_or_unmeasurable(workspace: Workspace, limits: Limits, mounts: Sequence = ()) -> bool:
+def over_quota_or_unmeasurable(workspace: Workspace, limits: Limits, mounts: Sequence[Any] = ()) -> bool:
     """over_quota, failing closed: a usage that cannot be measured counts as over."""
     try:
         return over_quota(workspace, limits, mounts)
@@ -188,7 +188,7 @@ def largest_files(places: Sequence[tuple[Path, str]], count: int = LARGEST_SHOWN
     return [(path, size) for size, path in sorted(found, reverse=True)]
 
 
-def disk_message(workspace: Workspace, limits: Limits, allowance: int | None = None, mounts: Sequence = ()) -> str:
+def disk_message(workspace: Workspace, limits: Limits, allowance: int | None = None, mounts: Sequence[Any] = ()) -> str:
     """LIMIT_MESSAGES["disk"] with the figures, the largest files and how to remove them."""
     places = [(workspace.files, "/workspace"), (workspace.tmp, "/tmp")]
     places += [(m.host, m.guest) for m in mounts if m.writable]

@@ -151,12 +151,12 @@ _ETC_GENERATED = {
                      "protocols: files\nservices: files\n",
 }
 _etc_lock = threading.Lock()
-_etc_current: tuple[tuple, Path] | None = None
+_etc_current: tuple[tuple[tuple[str, int, int], ...], Path] | None = None
 _etc_made: list[Path] = []
 
 
-def _etc_signature() -> tuple:
-    signature = []
+def _etc_signature() -> tuple[tuple[str, int, int], ...]:
+    signature: list[tuple[str, int, int]] = []
     for name in ETC_READ_ONLY:
         try:
             st = os.lstat(f"/etc/{name}")

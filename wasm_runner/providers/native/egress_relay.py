@@ -56,7 +56,7 @@ def serve(listener: socket.socket, path: str) -> None:
         threading.Thread(target=handle, args=(client, path), daemon=True).start()
 
 
-def main(argv: list) -> None:
+def main(argv: list[str]) -> None:
     port, path, separator, program = int(argv[1]), argv[2], argv[3], argv[4:]
     if separator != "--" or not program:
         sys.exit("usage: egress_relay.py PORT SOCKET -- PROGRAM ARGS...")

@@ -28,6 +28,7 @@ import tomllib
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wasm_runner.manifests import RUNTIMES_DIR
 from wasm_runner.providers.native.toolchain import ToolchainError, cache_root
@@ -64,7 +65,7 @@ def js_toolchain_dir() -> Path:
     return Path(explicit) if explicit else cache_root() / "js-toolchain"
 
 
-def _pins(pins: Path = PINS) -> tuple[dict, str]:
+def _pins(pins: Path = PINS) -> tuple[dict[str, Any], str]:
     data = pins.read_bytes()
     return tomllib.loads(data.decode("utf-8")), hashlib.sha256(data).hexdigest()
 

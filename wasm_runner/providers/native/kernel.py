@@ -42,6 +42,9 @@ from wasm_runner.providers.native.pidfd import open_pidfd
 from wasm_runner.providers.native.posix import first_child, read_some, signal_pid, write_all
 from wasm_runner_protocol.execution import GuestError, LimitName, RichOutput
 
+KernelKey = tuple[int, int, tuple[Any, ...], bool]
+"""What a kernel holds for its whole life: memory bytes, disk bytes, mounts, network (`kernel_call.kernel_key`)."""
+
 DRIVER_NAME = "kernel_driver.py"
 PRELOAD = ("numpy", "pandas", "matplotlib")
 """Modules a kernel imports before its first call (those the environment has)."""
@@ -81,16 +84,17 @@ class _Spawner:
     """One daemon thread that starts every kernel process (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen], Future]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]] = (
+            queue.SimpleQueue())
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def spawn(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    def spawn(self, start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="wasm-runner-kernel-spawner", daemon=True)
                 self._thread.start()
-        done: Future[subprocess.Popen] = Future()
+        done: Future[subprocess.Popen[bytes]] = Future()
         self._jobs.put((start, done))
         return done.result()
 
@@ -112,8 +116,8 @@ spawner = _Spawner()
 class NativeKernel:
     """One live kernel process: its pipes, its cgroup, its calls."""
 
-    def __init__(self, proc: subprocess.Popen, request_w: int, reply_r: int, status_r: int,
-                 cgroup: RunCgroup | None, key: tuple, kill_grace_s: float) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], request_w: int, reply_r: int, status_r: int,
+                 cgroup: RunCgroup | None, key: KernelKey, kill_grace_s: float) -> None:
         self.proc = proc
         self.key = key
         """The limits it was made for: a call under other limits gets a new kernel."""

@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 from wasm_runner.hints import native_network_error, refusal_note
 from wasm_runner.providers.native import bwrap as sandbox
@@ -17,6 +18,7 @@ from wasm_runner.providers.native.kernel import (
     DRIVER_NAME,
     PRELOAD,
     KernelError,
+    KernelKey,
     NativeKernel,
     NativeKernelSlot,
     Reply,
@@ -35,7 +37,7 @@ from wasm_runner_protocol.packages import PACKAGES_GUEST_PATH
 log = logging.getLogger("wasm_runner.native")
 
 
-def kernel_key(limits: Limits, mounts: tuple, network: bool = False) -> tuple:
+def kernel_key(limits: Limits, mounts: tuple[Any, ...], network: bool = False) -> KernelKey:
     """What a kernel holds for its whole life (cgroup, rlimits, mounts, a way to the egress proxy or
     none): a call under others needs another kernel."""
     return (limits.memory_bytes, limits.disk_bytes, mounts, network)
@@ -168,7 +170,7 @@ class KernelCall(Run):
             os.close(self._wake_w)
             self._wake_r = self._wake_w = -1
 
-    def start_kernel(self, key: tuple, holder: MountHolder | None = None,
+    def start_kernel(self, key: KernelKey, holder: MountHolder | None = None,
                      on_close: Callable[[], None] | None = None) -> NativeKernel:
         """A new kernel in a sandbox of this call's workspace (a slot's, in `holder`'s namespace)."""
         data = self.program.python_data

@@ -30,7 +30,7 @@ from pathlib import Path
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.packages.session_dir import SessionPackages
 from wasm_runner.providers.native.identity import SandboxIdentity, helper
-from wasm_runner.providers.native.kernel import KernelError, NativeKernel
+from wasm_runner.providers.native.kernel import KernelError, KernelKey, NativeKernel
 from wasm_runner.providers.native.package_env import VENV_NAME
 from wasm_runner.workspace.layout import Workspace
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
@@ -153,7 +153,7 @@ class Slot:
         shutil.rmtree(self.workspace.root, ignore_errors=True)
 
 
-KernelFactory = Callable[[Workspace, tuple, MountHolder, Callable[[], None]], NativeKernel]
+KernelFactory = Callable[[Workspace, KernelKey, MountHolder, Callable[[], None]], NativeKernel]
 """Starts a kernel on a slot's workspace (its package directory at /packages) for a key, in the
 holder's namespace, calling the last argument once the kernel is closed (the provider's sandbox
 command)."""
@@ -169,14 +169,14 @@ class KernelPool:
         self._lock = threading.Lock()
         self._ready: list[tuple[NativeKernel, Slot]] = []
         self._making = 0
-        self._want: tuple | None = None
+        self._want: KernelKey | None = None
         self._holder: MountHolder | None = None
         self._parent: Path | None = None
         self.broken: str | None = None
         """Why kernels cannot be made ahead here (then sessions start theirs on first call)."""
         self._closed = False
 
-    def fill(self, key: tuple) -> None:
+    def fill(self, key: KernelKey) -> None:
         """Make kernels for `key` in the background until `size` are ready."""
         with self._lock:
             if self._closed or self.broken is not None:
@@ -197,7 +197,7 @@ class KernelPool:
         with self._lock:
             return len(self._ready)
 
-    def take(self, key: tuple, workspace: Workspace, packages: Path | None = None,
+    def take(self, key: KernelKey, workspace: Workspace, packages: Path | None = None,
              venv: Path | None = None) -> NativeKernel | None:
         """A ready kernel for `key`, bound to `workspace`, its `packages` directory and its `venv`
         (None: none ready, start one now)."""
@@ -218,7 +218,7 @@ class KernelPool:
         self.fill(key)
         return kernel
 
-    def _make_one(self, key: tuple) -> None:
+    def _make_one(self, key: KernelKey) -> None:
         kernel: NativeKernel | None = None
         slot: Slot | None = None
         try:

@@ -17,6 +17,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wasm_runner.errors import WasmRunnerError
 
@@ -66,7 +67,7 @@ def _walk(top: Path, owner: tuple[int, int] | None) -> TreeReport:
     _fix_open(fd, st, owner, report, usable=True)
     # Per level: its descriptor (closed past KEEP_OPEN levels, found again through ".."),
     # its identity, and the subdirectories still to visit.
-    levels: list[list] = [[fd, _identity(st), _entries(fd, owner, report)]]
+    levels: list[list[Any]] = [[fd, _identity(st), _entries(fd, owner, report)]]
     try:
         while levels:
             level = levels[-1]

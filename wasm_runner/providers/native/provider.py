@@ -34,7 +34,7 @@ from wasm_runner.providers.native.background import BackgroundStart, ProcessStar
 from wasm_runner.providers.native.egress import EgressUnavailable, NativeEgress
 from wasm_runner.providers.native.identity import SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import ensure_js_toolchain, find_js_toolchain
-from wasm_runner.providers.native.kernel import KernelError, NativeKernel, slot_of
+from wasm_runner.providers.native.kernel import KernelError, KernelKey, NativeKernel, slot_of
 from wasm_runner.providers.native.kernel_call import KernelCall, kernel_key
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, detect, nested
@@ -82,7 +82,7 @@ class NativeProvider(Provider):
         *,
         allow_unsandboxed: bool = False,
         bwrap: str | None = None,
-        python_data: str | os.PathLike | None = None,
+        python_data: str | os.PathLike[str] | None = None,
         cgroups: CgroupMode = "auto",
         cgroup_parent: str | None = None,
         ready_kernels: int = 1,
@@ -102,7 +102,7 @@ class NativeProvider(Provider):
         self._checked_at = 0.0
         self.prepare_error: str | None = None
         self.js_prepare_error: str | None = None
-        self._python_data_cache: tuple[tuple, PythonData] | None = None
+        self._python_data_cache: tuple[tuple[str, int, int], PythonData] | None = None
         self.identity: SandboxIdentity | None = None
         """The host user sandboxes run as (None while the sandbox is unusable)."""
         self.seccomp_program: Path | None = None
@@ -200,7 +200,7 @@ class NativeProvider(Provider):
                 self._kernel_pool = KernelPool(self.ready_kernels, identity, self._make_ahead)
             return self._kernel_pool
 
-    def _make_ahead(self, workspace: Workspace, key: tuple, holder: MountHolder,
+    def _make_ahead(self, workspace: Workspace, key: KernelKey, holder: MountHolder,
                     on_close: Callable[[], None]) -> NativeKernel:
         bwrap_path, problem, support = self.environment()
         if bwrap_path is None or problem is not None:
@@ -277,7 +277,7 @@ class NativeProvider(Provider):
                              session=session,
                              python_data=program.python_data, js_toolchain=toolchain)
 
-    def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple = (), *, cwd: str = "",
+    def spawn(self, request: ExecRequest, workspace: Workspace, mounts: tuple[Any, ...] = (), *, cwd: str = "",
               stdin: bool = True, pty: tuple[int, int] | None = None,
               cgroup_parent: RunCgroup | None = None, disk_room: int | None = None) -> SandboxProcess:
         """Start `request` as a background process in a sandbox confined like a native run.
@@ -385,7 +385,7 @@ class NativeProvider(Provider):
         path = self.python_data_path or python_data_dir()
         try:
             st = os.stat(path / MARKER)
-            key: tuple | None = (str(path), st.st_mtime_ns, st.st_size)
+            key: tuple[str, int, int] | None = (str(path), st.st_mtime_ns, st.st_size)
         except OSError:
             key = None
         cached = self._python_data_cache

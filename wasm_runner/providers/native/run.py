@@ -132,7 +132,7 @@ class Run:
         os.set_blocking(self._wake_w, False)
         self.cgroup: RunCgroup | None = None
         self.enforcement = "rlimit"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.init_pid: int | None = None
         self.started_in_sandbox = False
         self._status_buffer = b""
@@ -291,7 +291,7 @@ class Run:
     # -- spawning ---------------------------------------------------------------------------
 
     def _command(self, run_limits: RunLimits, code_fd: int | None, status_fd: int | None,
-                 fds: list[int]) -> tuple[list[str], dict, str]:
+                 fds: list[int]) -> tuple[list[str], dict[str, str], str]:
         """(argv, environment of the spawned process, its working directory); descriptors the
         process inherits are appended to `fds` (the caller passes and closes them)."""
         program = self.program
@@ -528,7 +528,8 @@ class Run:
         self._next_full_count = now + FULL_COUNT_S
         return len(descendants(self.proc.pid)) > limit + 1  # + bwrap's init
 
-    def _feed(self, proc: subprocess.Popen, data: memoryview | None, selector: selectors.BaseSelector):
+    def _feed(self, proc: subprocess.Popen[bytes], data: memoryview | None,
+              selector: selectors.BaseSelector) -> memoryview | None:
         assert proc.stdin is not None  # fed only when it was opened with a pipe
         fd = proc.stdin.fileno()
         try:
@@ -604,7 +605,7 @@ class Run:
 
     # -- reading the outcome -------------------------------------------------------------------
 
-    def _snapshot_after(self, before: dict) -> dict:
+    def _snapshot_after(self, before: dict[str, Any]) -> dict[str, Any]:
         try:
             return self.workspace.snapshot()
         except OSError:  # unmeasurable: the run is already reported over quota (limit disk)

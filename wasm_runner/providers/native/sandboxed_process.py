@@ -50,7 +50,7 @@ Sink = Callable[[str, bytes], None]
 class SandboxProcess:
     """The live sandbox of one background process (see the module docstring)."""
 
-    def __init__(self, proc: subprocess.Popen, *, status_r: int, outputs: dict[int, str], stdin_fd: int | None,
+    def __init__(self, proc: subprocess.Popen[bytes], *, status_r: int, outputs: dict[int, str], stdin_fd: int | None,
                  pty_master: int | None, cgroup: RunCgroup | None, enforcement: str,
                  cleanup: Callable[[SandboxProcess], str | None], kill_grace_s: float,
                  egress: RunEgress | None = None) -> None:

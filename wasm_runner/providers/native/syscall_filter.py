@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native import seccomp_program
@@ -68,7 +69,7 @@ MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "creat": 1, "mknod": 1,
 CREATE_MODE_ARGUMENT = {"open": (1, 2), "openat": (2, 3)}
 """Calls refused when their flags (first index) hold O_CREAT and their mode (second) a special bit."""
 
-RULES: dict = {
+RULES: dict[str, Any] = {
     "eperm": list(EPERM_CALLS),
     "enosys": list(ENOSYS_CALLS),
     "enosys_numbers": list(ENOSYS_NUMBERS),

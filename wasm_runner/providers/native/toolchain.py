@@ -185,7 +185,7 @@ def relocate_scripts(venv: Path) -> int:
     return count
 
 
-def _run(argv: list[str], what: str, out) -> None:
+def _run(argv: list[str], what: str, out: int | None) -> None:
     try:
         done = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.PIPE, text=True)
     except OSError as exc:

@@ -6,7 +6,7 @@ attributes instead of probing for them."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from wasm_runner.engine import EngineSettings
 from wasm_runner.providers.wasm.sandbox import Call, Outcome, View
@@ -23,7 +23,7 @@ class Kernel(ABC):
     """It runs a check's tests in the same guest call as the program (else one call each)."""
     warmed: bool = True
     """It made its warm-up call (or needs none)."""
-    key: dict = {}
+    key: dict[str, Any] = {}
     """What a snapshot of it is valid for (see `snapshots.image.validity_key`)."""
     @property
     def keeps_warmth(self) -> bool:

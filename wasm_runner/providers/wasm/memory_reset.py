@@ -348,7 +348,7 @@ def _pages(address: int, length: int) -> np.ndarray:
     import numpy as np
 
     memory = (ctypes.c_char * length).from_address(address)
-    return np.frombuffer(memory, np.uint8).reshape(-1, PAGE)  # type: ignore[call-overload]  # a ctypes array is a buffer
+    return np.frombuffer(memory, np.uint8).reshape(-1, PAGE)  # type: ignore[call-overload,no-any-return]  # a ctypes array is a buffer
 
 
 def _runs(pages: np.ndarray) -> list[tuple[int, int]]:
@@ -406,7 +406,10 @@ def _locate(maps: list[_Mapping], path: str, before: set[int]) -> LinearMemory |
         return None
     i = new[0]
     image = maps[i]
-    anon = lambda m: m.path == "" and m.inode == 0  # noqa: E731
+
+    def anon(m: _Mapping) -> bool:
+        return m.path == "" and m.inode == 0
+
     base, first = image.start, i
     if maps[i - 1].end == image.start and maps[i - 1].perms == "rw-p" and anon(maps[i - 1]):
         base, first = maps[i - 1].start, i - 1

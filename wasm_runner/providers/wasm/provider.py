@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -155,7 +156,7 @@ class WasmProvider(Provider):
                     listener=job.listener, cwd=workspace.guest_cwd)
         job.on_cancel(lambda: call.stop(StopReason.cancelled))
         job.printed = lambda: _printed(call)
-        before: dict = {}
+        before: dict[str, Any] = {}
         usage = (0, 0) if job.scratch else None
         if not job.scratch:
             try:  # one walk: the snapshot the changes are computed from, and the run's starting usage
@@ -329,7 +330,7 @@ def _stop_due(call: Call, deadline: float) -> Callable[[], LimitName | None]:
     return due
 
 
-def _stopped_result(job: Job, call: Call, before: dict, disk: RunDisk,
+def _stopped_result(job: Job, call: Call, before: dict[str, Any], disk: RunDisk,
                     started: float) -> Callable[[LimitName], ExecResult]:
     """The result of an execution its supervisor stops by ending the process: the fields an
     epoch trap's result has (what it printed, its files, its verdict), its secrets masked."""

@@ -24,7 +24,7 @@ import threading
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import wasmtime
@@ -248,7 +248,7 @@ def _snapshot_objects(linker: component.Linker, compiled: component.Component, m
 
 
 def _ask_new_instance(linker: component.Linker, compiled: component.Component, mapped_from: Path,
-                      settings: EngineSettings, request: dict) -> tuple[dict, ImageSpan | None]:
+                      settings: EngineSettings, request: dict[str, Any]) -> tuple[dict[str, Any], ImageSpan | None]:
     """The answer of a new instance, before any user code could run in it, to one call, and
     where its memory image lies (None where it is not located). Instantiated as every instance
     of the file is (`instantiate_located`), so that the others are still told apart."""
@@ -552,7 +552,7 @@ def _collect_held(router: OutputRouter, held: HeldOutput, call: Call) -> None:
     held.deliver(call.stdout, call.stderr)
 
 
-def _outcome(response: dict) -> Outcome:
+def _outcome(response: dict[str, Any]) -> Outcome:
     error = response.get("error")
     outcome = Outcome(exit_code=response.get("exit_code", 0), value=response.get("value"), phase=response.get("phase"))
     outputs = response.get("outputs")

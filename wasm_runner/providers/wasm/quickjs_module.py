@@ -267,7 +267,7 @@ def derive_module(original: bytes) -> tuple[bytes, dict[str, int]]:
                                 global_names[index] = fname
                     k = end
 
-    def function(fname: str, signature) -> int:
+    def function(fname: str, signature: tuple[tuple[str, ...], tuple[str, ...]]) -> int:
         index = names.get(fname)
         if index is None or types[func_types[index]] != signature:
             raise ValueError(f"the QuickJS module has no function {fname}{signature}")

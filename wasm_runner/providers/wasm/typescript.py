@@ -75,5 +75,6 @@ class TypeScriptRuntime(JavaScriptRuntime):
 
     def driver_identity(self) -> bytes:
         # The pinned archive's sha256 stands for its files (the prelude checks it when built).
-        glue = (self.typescript.directory / self.typescript["prelude"]).read_bytes()
-        return self.typescript["transpiler_sha256"].encode() + b"\0" + glue + b"\0" + super().driver_source()
+        glue: bytes = (self.typescript.directory / self.typescript["prelude"]).read_bytes()
+        sha256: str = self.typescript["transpiler_sha256"]
+        return sha256.encode() + b"\0" + glue + b"\0" + super().driver_source()
