@@ -14,11 +14,24 @@ pytest.importorskip("schemathesis")
 pytestmark = pytest.mark.asyncio
 
 TIME_BUDGET_S = 60
+SEEDS = (20261204, 20261205, 20261206)
+"""Fixed seeds: the same inputs each run. A run can crash Schemathesis itself (its observations parse a
+generated string as a link: "Invalid IPv6 URL", no request at fault); then the next seed is used."""
+OWN_BUG = "Invalid IPv6 URL"
 
 
 async def test_schemathesis_finds_no_server_errors(serve, tmp_path):
     client = await serve(server={"concurrency": 2, "queue_size": 64})
     schema_url = str(client.make_url("/openapi.json"))
+    for seed in SEEDS:
+        text, code = await _run(schema_url, seed, tmp_path)
+        if OWN_BUG not in text:
+            break  # (else Schemathesis itself crashed parsing a generated string as a link: the next seed)
+    assert code == 0, text[-6000:]
+    assert "Server error" not in text
+
+
+async def _run(schema_url: str, seed: int, tmp_path) -> tuple[str, int | None]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "schemathesis.cli", "run", schema_url,
         "--checks", "not_a_server_error,response_schema_conformance",
@@ -32,11 +45,10 @@ async def test_schemathesis_finds_no_server_errors(serve, tmp_path):
         "--request-timeout", "30", "--generation-database", "none", "--no-color",
         # a fixed seed: the same inputs each run (an unseeded run once crashed Schemathesis itself, parsing a
         # generated string as a link: "Invalid IPv6 URL" in its observations, no request at fault)
-        "--seed", "20261204",
-        "--report", "junit", "--report-dir", str(tmp_path / "report"),
+        "--seed", str(seed),
+        "--report", "junit", "--report-dir", str(tmp_path / f"report-{seed}"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
     )
     output, _ = await asyncio.wait_for(process.communicate(), TIME_BUDGET_S + 120)
     text = output.decode(errors="replace")
-    assert process.returncode == 0, text[-6000:]
-    assert "Server error" not in text
+    return text, process.returncode
