@@ -39,3 +39,10 @@ def connect_private(path: Path) -> sqlite3.Connection:
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, FILE_MODE))
     narrow_database(path)
     return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+
+def mount_path(value: str | None, setting: str) -> str | None:
+    """`value` if it is an absolute path without '.' or '..' parts (a shared mount's, named in `setting`)."""
+    if value is not None and (not value.startswith("/") or any(p in (".", "..") for p in value.split("/"))):
+        raise ValueError(f"{setting} is an absolute directory path without '.' or '..' (the shared mount)")
+    return value

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 from yarl import URL
 
 from wasm_runner.profiles import ConfigModel
-from wasm_runner_server.data_dir import FILE_MODE, private_directory
+from wasm_runner_server.data_dir import FILE_MODE, mount_path, private_directory
 
 URL_VARIABLE = "WASM_RUNNER_STORE_URL"
 ADVERTISE_VARIABLE = "WASM_RUNNER_ADVERTISE_URL"
@@ -86,9 +86,7 @@ class StoreSettings(ConfigModel):
     @field_validator("journal_dir")
     @classmethod
     def _a_directory(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or any(p in (".", "..") for p in value.split("/"))):
-            raise ValueError("store.journal_dir is an absolute directory path without '.' or '..' (the shared mount)")
-        return value
+        return mount_path(value, "store.journal_dir")
 
     @field_validator("advertise_url")
     @classmethod

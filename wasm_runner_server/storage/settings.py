@@ -26,6 +26,7 @@ from pydantic import Field, SecretStr, field_validator
 from yarl import URL
 
 from wasm_runner.profiles import ConfigModel
+from wasm_runner_server.data_dir import mount_path
 
 KEY_VARIABLE = "WASM_RUNNER_S3_ACCESS_KEY_ID"
 SECRET_VARIABLE = "WASM_RUNNER_S3_SECRET_ACCESS_KEY"
@@ -73,9 +74,7 @@ class StorageSettings(ConfigModel):
     @field_validator("path")
     @classmethod
     def _a_path(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or any(p in (".", "..") for p in value.split("/"))):
-            raise ValueError("storage.path is an absolute directory path without '.' or '..' (the shared mount)")
-        return value
+        return mount_path(value, "storage.path")
 
     @field_validator("endpoint")
     @classmethod
