@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace, discard_tree
+from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
 from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
 
@@ -150,7 +150,8 @@ class Runner:
         self.isolation: Isolation = isolation
         """Where guests run (see the constructor); never changes."""
         self._owns_dir = data_dir is None
-        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="wasm-runner-")).resolve()
+        # A temporary one is this process's: removed at close, or after a kill by the next process.
+        self.data_dir = Path(data_dir or process_dir("data")).resolve()
         # Every tenant's files are under it: the service's alone (sandboxes reach their own
         # directories through their mounts, never by walking this tree).
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

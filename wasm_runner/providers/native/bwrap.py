@@ -32,11 +32,9 @@ Default policy (every field of `SandboxPolicy` can only narrow it, except the on
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +43,7 @@ from pathlib import Path
 from wasm_runner.errors import SandboxPolicyError
 from wasm_runner.guest import Mount
 from wasm_runner.manifests import RUNTIMES_DIR
+from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE
 
 GUEST_PYTHON_DATA = "/opt/python-data"
@@ -152,7 +151,6 @@ _ETC_GENERATED = {
 }
 _etc_lock = threading.Lock()
 _etc_current: tuple[tuple[tuple[str, int, int], ...], Path] | None = None
-_etc_made: list[Path] = []
 
 
 def _etc_signature() -> tuple[tuple[str, int, int], ...]:
@@ -178,7 +176,7 @@ def etc_dir() -> Path:
     with _etc_lock:
         if _etc_current is not None and _etc_current[0] == signature and _etc_current[1].is_dir():
             return _etc_current[1]
-        root = Path(tempfile.mkdtemp(prefix="wasm-runner-etc-"))
+        root = process_dir("etc", 0o755)
         for name in ETC_READ_ONLY:
             host = Path("/etc") / name
             try:
@@ -196,17 +194,9 @@ def etc_dir() -> Path:
         for name, text in _ETC_GENERATED.items():
             (root / name).write_text(text)
             (root / name).chmod(0o444)
-        root.chmod(0o755)
-        # An older copy stays until exit: sandboxes still running read through their bind of it.
+        # An older copy stays until the process ends: sandboxes still running read through their bind of it.
         _etc_current = (signature, root)
-        _etc_made.append(root)
         return root
-
-
-@atexit.register
-def _remove_etc_copies() -> None:
-    for path in _etc_made:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def command_aliases(system_bin: str = "/usr/bin") -> list[str]:

@@ -31,6 +31,7 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
 from wasm_runner.providers.native.relay_binary import ensure_relay
+from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
 
@@ -76,15 +77,15 @@ class NativeEgress:
         self.directory = directory
 
     def temporary(self, prefix: str, socket: bool = False) -> Path:
-        """A new private directory under `directory` (made if missing), named `prefix`-…; in the
-        system's temporary directory, named wasm-runner-`prefix`-…, when there is none or (for a
-        `socket`'s directory) the socket's path under it would be too long."""
+        """A new private directory under `directory` (made if missing), named `prefix`-…; under this
+        process's own temporary root (gone with the process, however it ends) when there is none or
+        (for a `socket`'s directory) the socket's path under it would be too long."""
         parent = self.directory
         too_long = socket and len(f"{parent}/{prefix}-12345678/{SOCKET_NAME}") > MAX_SOCKET_PATH
         if parent is not None and not too_long:
             parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=parent))
-        return Path(tempfile.mkdtemp(prefix=f"wasm-runner-{prefix}-"))
+        return process_dir(prefix)
 
     def close(self) -> None:
         """Remove the CA bundle's directory (made again by the next run that needs it)."""

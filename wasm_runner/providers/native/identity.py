@@ -17,15 +17,15 @@ and nothing of the relay is left in the sandbox (bwrap unmounts the host's tree 
 
 from __future__ import annotations
 
-import atexit
 import os
 import pwd
 import shutil
 import stat
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from wasm_runner.workspace.process_dirs import process_dir
 
 SANDBOX_ACCOUNT = "wasm-runner-sandbox"
 """The unprivileged system user a root service runs sandboxes as ($WASM_RUNNER_SANDBOX_USER overrides)."""
@@ -99,8 +99,7 @@ class Relay:
     def point(self, index: int, directory: bool) -> Path:
         with self._lock:
             if self._root is None or not self._root.is_dir():
-                self._root = Path(tempfile.mkdtemp(prefix="wasm-runner-relay-"))
-                self._root.chmod(0o755)
+                self._root = process_dir("relay", 0o755)
             path = self._root / f"{'d' if directory else 'f'}{index}"
             if not os.path.lexists(path):
                 if directory:
@@ -109,13 +108,8 @@ class Relay:
                     path.touch(mode=0o444)
             return path
 
-    def remove(self) -> None:
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-
 
 relay = Relay()
-atexit.register(relay.remove)
 
 
 class RelayPlan:

@@ -33,6 +33,7 @@ from wasm_runner.providers.native.identity import SandboxIdentity, helper
 from wasm_runner.providers.native.kernel import KernelError, KernelKey, NativeKernel
 from wasm_runner.providers.native.package_env import VENV_NAME
 from wasm_runner.workspace.layout import Workspace
+from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner.native")
@@ -248,8 +249,7 @@ class KernelPool:
             if self._holder is None or not self._holder.alive():
                 self._holder = MountHolder()
             if self._parent is None:
-                self._parent = Path(tempfile.mkdtemp(prefix="wasm-runner-slots-"))
-                self._parent.chmod(0o755)
+                self._parent = process_dir("slots", 0o755)
             return self._holder, self._parent
 
     def close(self) -> None:
