@@ -108,22 +108,28 @@ async def test_serve_command_logs_json_lines_and_stops_on_sigterm(tmp_path):
         sys.executable, "-m", "wasm_runner_server", "serve", "--host", "127.0.0.1", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     lines: list[dict] = []
+    stray = b""
     try:
         while True:
             raw = await asyncio.wait_for(process.stderr.readline(), 60)
             assert raw, "the server exited early"
+            if not raw.startswith(b"{"):  # not a log line: shown whole below, e.g. a traceback
+                stray = raw
+                break
             lines.append(json.loads(raw))
             if lines[-1].get("event") == "listening":
                 break
-        assert lines[-1]["port"] == port
-        # uvloop is a dependency wherever it builds (not on Windows); the line says which loop serves
-        assert lines[-1]["event_loop"] == ("asyncio" if sys.platform == "win32" else "uvloop")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
-                assert response.status == 200
+        if not stray:
+            assert lines[-1]["port"] == port
+            # uvloop is a dependency wherever it builds (not on Windows); the line says which loop serves
+            assert lines[-1]["event_loop"] == ("asyncio" if sys.platform == "win32" else "uvloop")
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert response.status == 200
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert not stray, "the server printed what is not a JSON line:\n" + (stray + stderr).decode(errors="replace")
     events = [json.loads(line).get("event") for line in (stderr or b"").splitlines() if line.startswith(b"{")]
     assert process.returncode == 0
     assert "request" in events and "shutting_down" in events and "stopped" in events
