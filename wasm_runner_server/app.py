@@ -34,7 +34,13 @@ from wasm_runner_server.console import routes as console
 from wasm_runner_server.e2b.app import e2b_app
 from wasm_runner_server.errors import error_middleware
 from wasm_runner_server.http.forwarding import forwarding_context, forwarding_middleware
-from wasm_runner_server.http.paths import ARTIFACT_LINK_PREFIX, LINK_PREFIX, PREVIEW_LINK_PREFIX, PTY_LINK_PREFIX
+from wasm_runner_server.http.paths import (
+    ARTIFACT_LINK_PREFIX,
+    LINK_PREFIX,
+    PREVIEW_LINK_PREFIX,
+    PTY_LINK_PREFIX,
+    SESSION_SCOPED,
+)
 from wasm_runner_server.http.policy import POLICY, AccessPolicy
 from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
 from wasm_runner_server.http.preview_server import (
@@ -130,7 +136,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app = web.Application(client_max_size=config.server.max_body_bytes,
                           middlewares=[observe_middleware, error_middleware, preview_host_middleware(previews),
                                        refuse_service_worker, forwarding_middleware, policy.middleware,
-                                       placement_middleware])
+                                       placement_middleware(SESSION_SCOPED)])
     app[CONFIG] = config
     app[POLICY] = policy
     app[PREVIEWS] = previews

@@ -13,24 +13,29 @@ from aiohttp import web
 
 from wasm_runner_server.sessions.service import SERVICE
 
-SESSION_ROUTES = "/v1/sessions/{id}"
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-@web.middleware
-async def placement_middleware(request: web.Request, handler) -> web.StreamResponse:
-    service = request.app.get(SERVICE)
-    placement = service.sessions.placement if service is not None else None
-    resource = request.match_info.route.resource
-    canonical = resource.canonical if resource is not None else ""
-    if placement is None or not canonical.startswith(SESSION_ROUTES):
-        return await handler(request)
-    session_id = request.match_info["id"]
-    await placement.adopt(session_id)
-    response = await handler(request)
-    if (request.method not in READS and response.status < 400 and not canonical.endswith("/exec")
-            and not response.prepared):
-        live = service.sessions.sessions.get(session_id) if service is not None else None
-        if live is not None:
-            await placement.persist(live)
-    return response
+def placement_middleware(session_routes: tuple[str, ...]):
+    """The middleware for the routes whose canonical path starts with one of `session_routes` (each
+    names its session `{id}`)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler) -> web.StreamResponse:
+        service = request.app.get(SERVICE)
+        placement = service.sessions.placement if service is not None else None
+        resource = request.match_info.route.resource
+        canonical = resource.canonical if resource is not None else ""
+        if placement is None or not canonical.startswith(session_routes):
+            return await handler(request)
+        session_id = request.match_info["id"]
+        await placement.adopt(session_id)
+        response = await handler(request)
+        if (request.method not in READS and response.status < 400 and not canonical.endswith("/exec")
+                and not response.prepared):
+            live = service.sessions.sessions.get(session_id) if service is not None else None
+            if live is not None:
+                await placement.persist(live)
+        return response
+
+    return middleware

@@ -30,7 +30,7 @@ from yarl import URL
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.cluster.nodes import Location, NodeDirectory
 from wasm_runner_server.errors import ApiError
-from wasm_runner_server.http.paths import SESSION_ROUTE_PREFIX
+from wasm_runner_server.http.paths import SESSION_SCOPED
 from wasm_runner_server.http.relay import HOP_BY_HOP, WEBSOCKET_HEADERS, bridge, is_websocket, requested_protocols, send_back
 from wasm_runner_server.metrics import Counter
 from wasm_runner_server.sessions.manager import SESSION_ID
@@ -107,7 +107,7 @@ async def forwarding_middleware(request: web.Request, handler) -> web.StreamResp
     if service is None or nodes is None or FORWARDED_BY in request.headers:
         return await handler(request)
     resource = request.match_info.route.resource
-    if resource is None or not resource.canonical.startswith(SESSION_ROUTE_PREFIX):
+    if resource is None or not resource.canonical.startswith(SESSION_SCOPED):
         return await handler(request)
     session_id = request.match_info.get("id", "")
     if not SESSION_ID.fullmatch(session_id) or session_id in service.sessions.sessions:

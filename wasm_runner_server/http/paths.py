@@ -26,3 +26,6 @@ PREVIEW_LINK_PREFIX = "/v1/preview-links/"
 in the path then, so still never logged whole)."""
 PTY_LINK_PREFIX = "/v1/pty-links/"
 """Presigned terminal links (a browser's WebSocket cannot carry the key): a credential in the path."""
+SESSION_SCOPED = (SESSION_ROUTE_PREFIX, LINK_PREFIX + "{token}/{id}", PTY_LINK_PREFIX + "{token}/{id}")
+"""Route prefixes whose `{id}` is the session a request acts on: in a cluster, served by the node that
+holds that session (forwarded there, or taken over here), a presigned link as much as a keyed call."""

@@ -237,6 +237,13 @@ STEPS: tuple[str, ...] = (
         seen_at DOUBLE PRECISION NOT NULL -- Unix time of its last start, by the database's clock
     );
     """,
+    # 10: secrets every node must share, made once by the first node that needs one (the presign secret)
+    """
+    CREATE TABLE service_secrets (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
 )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import os
 import re
 import secrets
 import time
@@ -33,17 +34,25 @@ def kid_of(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:8]
 
 
+SECRET_NAME = "presign"
+"""The generated secret's name (the file `presign.secret` in a data directory, a row in a cluster's database)."""
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(48)
+
+
 def load_secrets(configured: list[str], data_dir: Path) -> list[str]:
     """The configured secrets, else one generated once and kept (0600) in the data directory."""
     if configured:
         return list(configured)
-    path = Path(data_dir) / "presign.secret"
+    path = Path(data_dir) / f"{SECRET_NAME}.secret"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        fd = __import__("os").open(tmp, 0o101 | 0o1000, 0o600)  # O_WRONLY|O_CREAT|O_TRUNC
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(48))
+            handle.write(new_secret())
         tmp.replace(path)
     return [path.read_text().strip()]
 

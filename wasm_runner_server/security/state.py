@@ -23,7 +23,7 @@ from wasm_runner_server.security.disk_layouts import Placement, owned_by, place
 from wasm_runner_server.security.metering import Meter
 from wasm_runner_server.security.oauth.server import OAuthServer
 from wasm_runner_server.security.oauth.store import OAuthStore
-from wasm_runner_server.security.presign import Signer, load_secrets
+from wasm_runner_server.security.presign import Signer
 from wasm_runner_server.security.quotas import Enforced, Quotas, Unlimited
 from wasm_runner_server.security.settings import AuthSettings, DiskLayout
 from wasm_runner_server.security.team import Team
@@ -74,7 +74,7 @@ class Security:
         tenants = stores.tenant_store(config, data_dir)
         audit = stores.audit_log(config, data_dir, code_bytes=settings.audit_code_bytes,
                                  output_bytes=settings.audit_output_bytes, journal_wait_s=JOURNAL_WAIT_S)
-        signer = Signer(load_secrets(settings.presign_secrets, data_dir))
+        signer = Signer(stores.presign_secrets(config, data_dir))
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
         oauth = stores.oauth_store(config, data_dir)
         oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,

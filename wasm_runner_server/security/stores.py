@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.oauth.store import OAuthStore
+from wasm_runner_server.security.presign import SECRET_NAME, load_secrets, new_secret
 from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
 from wasm_runner_server.security.tenants import TenantStore
 from wasm_runner_server.security.usage import UsageLedger
@@ -71,6 +72,27 @@ def audit_log(config: ServiceConfig | None, data_dir: Path, *, journal: bool = T
     except BaseException:
         postgres.release(db)
         raise
+
+
+def presign_secrets(config: ServiceConfig | None, data_dir: Path) -> list[str]:
+    """The secrets links are signed with: as configured, else one generated once, in the data directory or,
+    for a cluster, in the shared database, so that a link signed by one node holds on every node (a
+    session moves, and its links are forwarded to wherever it is)."""
+    settings = store_settings(config)
+    configured = config.auth.presign_secrets if config is not None else []
+    if configured or not settings.postgres:
+        return load_secrets(configured, data_dir)
+    from wasm_runner_server.metadata import postgres
+
+    db = postgres.acquire(settings)
+    try:  # the first node's insert wins; every node reads the one row
+        db.execute("INSERT INTO service_secrets (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+                   (SECRET_NAME, new_secret()))
+        row = db.fetchone("SELECT value FROM service_secrets WHERE name = %s", (SECRET_NAME,))
+    finally:
+        postgres.release(db)
+    assert row is not None  # inserted above if it was missing
+    return [row[0]]
 
 
 def rate_limiter(config: ServiceConfig | None, rate: float, burst: float) -> Limiter:

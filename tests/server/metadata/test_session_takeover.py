@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from server_helpers import eventually
 from service_process import serving
+from yarl import URL
 
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.security import stores
@@ -206,6 +207,10 @@ async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_a
 
             await eventually(collected, timeout=20)
             kept.close()
+            # a presigned link signed by node-1 (the cluster's one secret) holds wherever the session goes
+            signed = await http.post(f"{url_1}/v1/sessions/{session}/files/kept.txt:presign", headers=auth, json={})
+            assert signed.status_code == 200, signed.text
+            link = URL(signed.json()["url"]).raw_path
             slept = await http.post(f"{url_1}/v1/sessions/{session}:hibernate", headers=auth)
             assert slept.status_code == 200 and slept.json()["state"] == "hibernated", slept.text
             assert _holder(postgres_url, session)[2] < 0  # no node holds it
@@ -221,9 +226,14 @@ async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_a
             assert woke.status_code == 200 and woke.json()["stdout"] == "42 kept\n", woke.text
             assert woke.json()["kernel_restored"] and not woke.json()["kernel_restarted"]
             assert _holder(postgres_url, session)[:2] == ("node-2", 2)
-            # and through node-1 it is forwarded to node-2
+            # and through node-1 it is forwarded to node-2, a call with a key or a link alike
             again = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "print(x)"})
             assert again.status_code == 200 and again.json()["stdout"] == "42\n", again.text
+            for url in (url_1, url_2):
+                followed = await http.get(url + link)
+                assert followed.status_code == 200 and followed.content == b"kept", followed.text
+            altered = await http.get(url_1 + link.replace("kept.txt", "other.txt"))
+            assert altered.status_code == 403, altered.text
 
             # idle past its timeout, the sweep lets it go too; past its TTL, whichever node sweeps removes it
             brief = (await http.post(f"{url_2}/v1/sessions", json={"idle_timeout_s": 0.5, "ttl_s": 6},
