@@ -60,6 +60,7 @@ from wasm_runner_server.http.routes import ports as routes_ports
 from wasm_runner_server.http.routes import processes as routes_processes
 from wasm_runner_server.http.routes import pty as routes_pty
 from wasm_runner_server.http.routes import sessions as routes_sessions
+from wasm_runner_server.security import stores
 from wasm_runner_server.security.policy import SecurityPolicy
 from wasm_runner_server.sessions.service import CONFIG, SERVICE, Service
 
@@ -149,6 +150,7 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     app.cleanup_ctx.append(service_context)
     app.cleanup_ctx.append(forwarding_context)  # after the service's: its counter joins the service's metrics
     app.cleanup_ctx.append(policy.context)  # after the service's: it needs app[SERVICE]
+    app.cleanup_ctx.append(_shared_previews)
     app.cleanup_ctx.append(preview_listener)  # the last: no preview is served once the service closes
     app.on_startup.append(routes_meta.build_openapi)
     app.on_shutdown.append(_on_shutdown)
@@ -156,6 +158,18 @@ def create_app(config: ServiceConfig | None = None, policy: AccessPolicy | None 
     if config.e2b.enabled:
         app.add_subapp(config.e2b.prefix, e2b_app(config.e2b, config.server.max_body_bytes))
     return app
+
+
+async def _shared_previews(app: web.Application) -> AsyncIterator[None]:
+    """A cluster's preview addresses open through any node: grants are kept in the shared database too."""
+    shared = await asyncio.to_thread(stores.preview_grants, app[CONFIG])
+    app[PREVIEWS].shared = shared
+    try:
+        yield
+    finally:
+        if shared is not None:
+            app[PREVIEWS].shared = None
+            shared.close()
 
 
 def _mount_mcp(app: web.Application) -> None:

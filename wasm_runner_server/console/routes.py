@@ -17,6 +17,7 @@ from importlib import resources
 from aiohttp import web
 
 from wasm_runner_server.http.paths import CONSOLE_PREFIX
+from wasm_runner_server.http.preview_server import PREVIEW_REQUEST
 
 routes = web.RouteTableDef()
 
@@ -82,8 +83,10 @@ async def console_vendor(request: web.Request) -> web.Response:
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """Every response under /console carries the console's policy (unless it has a stricter one of its own)."""
-    if request.path != CONSOLE_PREFIX and not request.path.startswith(CONSOLE_PREFIX + "/"):
+    """Every response under /console carries the console's policy (unless it has a stricter one of its own);
+    a preview's page at such a path is the session's, not the console's."""
+    if (request.path != CONSOLE_PREFIX and not request.path.startswith(CONSOLE_PREFIX + "/")) or request.get(
+            PREVIEW_REQUEST):
         return
     response.headers.setdefault("Content-Security-Policy", CONSOLE_CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")

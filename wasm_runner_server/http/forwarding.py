@@ -102,33 +102,41 @@ async def forwarding_context(app: web.Application) -> AsyncIterator[None]:
 
 @web.middleware
 async def forwarding_middleware(request: web.Request, handler) -> web.StreamResponse:
-    service = request.app.get(SERVICE)
-    nodes = service.nodes if service is not None else None
-    if service is None or nodes is None or FORWARDED_BY in request.headers:
-        return await handler(request)
     resource = request.match_info.route.resource
     if resource is None or not resource.canonical.startswith(SESSION_SCOPED):
         return await handler(request)
-    session_id = request.match_info.get("id", "")
-    if not SESSION_ID.fullmatch(session_id) or session_id in service.sessions.sessions:
-        return await handler(request)
-    where = await request.app[LOCATIONS].get(nodes, session_id)
+    where = await holder_elsewhere(request, request.app, request.match_info.get("id", ""))
+    if where is None:
+        return await handler(request)  # here, unknown, or free to take over: served as on a lone node
+    return await forward(request, request.app, where, request.match_info["id"])
+
+
+async def holder_elsewhere(request: web.Request, app: web.Application, session_id: str) -> Location | None:
+    """Where the node that holds `session_id` is reached, when it is another node that `request` (not
+    forwarded already) must go to (`app`: the service's application)."""
+    service = app.get(SERVICE)
+    nodes = service.nodes if service is not None else None
+    if (service is None or nodes is None or FORWARDED_BY in request.headers or not SESSION_ID.fullmatch(session_id)
+            or session_id in service.sessions.sessions):
+        return None
+    where = await app[LOCATIONS].get(nodes, session_id)
     if (where is None or where.node == nodes.node or where.url is None
             or (where.lease_left_s is not None and where.lease_left_s <= 0)):
-        return await handler(request)  # here, unknown, or free to take over: served as on a lone node
-    return await forward(request, nodes, where)
+        return None
+    return where
 
 
-async def forward(request: web.Request, nodes: NodeDirectory, where: Location) -> web.StreamResponse:
-    """`request` relayed to the node at `where`, its answer streamed back."""
-    assert where.url is not None
-    client = request.app[FORWARD_CLIENT]
+async def forward(request: web.Request, app: web.Application, where: Location, session_id: str) -> web.StreamResponse:
+    """`request` relayed to the node at `where`, which holds `session_id`, its answer streamed back."""
+    nodes = app[SERVICE].nodes
+    assert where.url is not None and nodes is not None  # (as holder_elsewhere found)
+    client = app[FORWARD_CLIENT]
     target = URL(where.url + request.raw_path, encoded=True)
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP)
     headers[FORWARDED_BY] = nodes.node
     if request.remote:
         headers.add("X-Forwarded-For", request.remote)
-    request.app[FORWARDS].inc()
+    app[FORWARDS].inc()
     try:
         if is_websocket(request):
             upgrade = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in WEBSOCKET_HEADERS)
@@ -148,8 +156,8 @@ async def forward(request: web.Request, nodes: NodeDirectory, where: Location) -
                                                          "error": str(exc)}))
     except (aiohttp.ClientConnectorError, aiohttp.ServerTimeoutError, aiohttp.ServerDisconnectedError,
             ConnectionError) as exc:
-        request.app[LOCATIONS].forget(request.match_info["id"])
-        raise unavailable(request.match_info["id"], where, exc) from None
+        app[LOCATIONS].forget(session_id)
+        raise unavailable(session_id, where, exc) from None
 
 
 def unavailable(session_id: str, where: Location, exc: BaseException) -> ApiError:

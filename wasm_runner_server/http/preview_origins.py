@@ -9,23 +9,29 @@ sandboxed (opaque-origin) page makes, which carry no cookie, so module scripts, 
 WebSockets (hot reload) all reach the preview without any key on the preview origin.
 
 Grants live in memory: a restart ends them (ask for a new link), as it ends the servers they
-point to.
+point to. A cluster's nodes also keep them in the shared database (`SharedGrants`), so that an
+address given out by one node opens through any (the node that holds the session serves it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.config import PreviewSettings
 from wasm_runner_server.errors import ApiError
+
+if TYPE_CHECKING:
+    from wasm_runner_server.metadata.postgres import Postgres
 
 LISTENER_BASE = "localhost"
 LABEL = re.compile(r"(?P<port>[1-9][0-9]{0,4})-(?P<grant>[a-z2-7]{26})")
@@ -49,12 +55,41 @@ class Grant:
     expires: float
 
 
+class SharedGrants:
+    """The grants of a cluster's nodes, in their shared database."""
+
+    PRUNE_EVERY = 256
+    """Expired rows are deleted at every this many grants."""
+
+    def __init__(self, db: Postgres, release: Callable[[], None]) -> None:
+        self.db = db
+        self._release = release
+        self._puts = 0
+
+    def put(self, label: str, grant: Grant, now: float) -> None:
+        self.db.execute("INSERT INTO preview_grants (label, workspace, session_id, created_at, port, key_id, expires) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s)", (label, *astuple(grant)))
+        self._puts += 1
+        if self._puts % self.PRUNE_EVERY == 0:
+            self.db.execute("DELETE FROM preview_grants WHERE expires < %s", (now,))
+
+    def get(self, label: str) -> Grant | None:
+        row = self.db.fetchone("SELECT workspace, session_id, created_at, port, key_id, expires FROM preview_grants "
+                               "WHERE label = %s", (label,))
+        return Grant(*row) if row is not None else None
+
+    def close(self) -> None:
+        self._release()
+
+
 class PreviewOrigins:
     """The grants given out and the origin each is served at."""
 
-    def __init__(self, settings: PreviewSettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: PreviewSettings, clock: Callable[[], float] = time.time,
+                 shared: SharedGrants | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        self.shared = shared
         self.listener_port: int | None = None
         """The preview listener's port once it listens (no domain)."""
         self._grants: dict[str, Grant] = {}
@@ -79,6 +114,8 @@ class PreviewOrigins:
         token = base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
         label = f"{port}-{token}"
         grant = Grant(workspace, session_id, created_at, port, key_id, now + expires_in)
+        if self.shared is not None:
+            self.shared.put(label, grant, now)
         self._grants[label] = grant
         self._latest[which] = label
         return label, grant
@@ -96,6 +133,22 @@ class PreviewOrigins:
         domain = self.settings.domain
         name = _hostname(host)
         return domain is not None and (name == domain or name.endswith("." + domain))
+
+    def is_listener_host(self, host: str) -> bool:
+        """Whether `host` is spelt as the preview listener's addresses are (another node's listener may
+        forward such a request to this node's API)."""
+        label, _, base = _hostname(host).partition(".")
+        return self.sandboxed and base == LISTENER_BASE and LABEL.fullmatch(label) is not None
+
+    async def find(self, host: str) -> tuple[str, Grant]:
+        """`resolve`, looking in the cluster's shared grants for a label another node gave out."""
+        label = _hostname(host).split(".", 1)[0]
+        if self.shared is not None and label not in self._grants and LABEL.fullmatch(label):
+            grant = await asyncio.to_thread(self.shared.get, label)
+            if grant is not None:
+                self._prune(self.clock())
+                self._grants[label] = grant
+        return self.resolve(host)
 
     def resolve(self, host: str) -> tuple[str, Grant]:
         """The label and grant a request's Host names; a 404 ApiError when it names none alive."""

@@ -22,6 +22,7 @@ from aiohttp import web
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.config import ServiceConfig
 from wasm_runner_server.errors import ApiError, error_middleware
+from wasm_runner_server.http.forwarding import FORWARDED_BY, forward, holder_elsewhere
 from wasm_runner_server.http.policy import CURRENT, POLICY, Handler, Principal
 from wasm_runner_server.http.preview_origins import PREVIEWS, PreviewOrigins
 from wasm_runner_server.http.routes.ports import proxy
@@ -38,9 +39,15 @@ SANDBOX_CSP = "sandbox allow-scripts allow-forms allow-popups allow-modals"
 async def serve_preview(request: web.Request, app: web.Application) -> web.StreamResponse:
     """Answer `request` with the preview its Host names (`app`: the service's application)."""
     origins = app[PREVIEWS]
-    _, grant = origins.resolve(request.host)
+    _, grant = await origins.find(request.host)
+    where = await holder_elsewhere(request, app, grant.session_id)
+    if where is not None:  # its node serves it, and checks the link as for a request it received itself
+        return await forward(request, app, where, grant.session_id)
     app[POLICY].admit_link(grant.key_id)
-    live = app[SERVICE].sessions.get(grant.session_id)
+    service = app[SERVICE]
+    if service.sessions.placement is not None:  # a session no node holds wakes here
+        await service.sessions.placement.adopt(grant.session_id)
+    live = service.sessions.get(grant.session_id)
     if live.row.created_at != grant.created_at:  # deleted since, and made again under its id
         raise ApiError(404, ErrorCode.PREVIEW_NOT_FOUND, "the session this preview was given for has been deleted",
                        "ask the API for a new link: POST /v1/sessions/{id}/ports/{port}:presign")
@@ -52,11 +59,13 @@ async def serve_preview(request: web.Request, app: web.Application) -> web.Strea
 
 
 def preview_host_middleware(origins: PreviewOrigins):
-    """With a preview domain: a request naming it is answered by the preview, never by the API."""
+    """With a preview domain: a request naming it is answered by the preview, never by the API. Without
+    one, a request another node's preview listener forwarded here is answered by the preview too."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if origins.is_preview_host(request.host):
+        if origins.is_preview_host(request.host) or (FORWARDED_BY in request.headers
+                                                     and origins.is_listener_host(request.host)):
             request[PREVIEW_REQUEST] = True
             return await serve_preview(request, request.app)
         return await handler(request)

@@ -237,12 +237,23 @@ STEPS: tuple[str, ...] = (
         seen_at DOUBLE PRECISION NOT NULL -- Unix time of its last start, by the database's clock
     );
     """,
-    # 10: secrets every node must share, made once by the first node that needs one (the presign secret)
+    # 10: what a link needs on every node: the secrets (made once, by the first node that needs one) and
+    # the preview grants (a preview address given out by one node opens on any)
     """
     CREATE TABLE service_secrets (
         name TEXT PRIMARY KEY,
         value TEXT NOT NULL
     );
+    CREATE TABLE preview_grants (
+        label TEXT PRIMARY KEY,           -- {port}-{128 random bits}: the preview's host label
+        workspace TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,  -- the session's incarnation
+        port INTEGER NOT NULL,
+        key_id TEXT NOT NULL,
+        expires DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX preview_grants_by_expiry ON preview_grants (expires);
     """,
 )
 

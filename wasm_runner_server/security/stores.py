@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasm_runner_server.http.preview_origins import SharedGrants
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import SECRET_NAME, load_secrets, new_secret
@@ -93,6 +94,17 @@ def presign_secrets(config: ServiceConfig | None, data_dir: Path) -> list[str]:
         postgres.release(db)
     assert row is not None  # inserted above if it was missing
     return [row[0]]
+
+
+def preview_grants(config: ServiceConfig | None) -> SharedGrants | None:
+    """The cluster's preview grants (None on a lone node: its grants stay in its memory)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return None
+    from wasm_runner_server.metadata import postgres
+
+    db = postgres.acquire(settings)
+    return SharedGrants(db, lambda: postgres.release(db))
 
 
 def rate_limiter(config: ServiceConfig | None, rate: float, burst: float) -> Limiter:

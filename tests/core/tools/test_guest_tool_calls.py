@@ -155,7 +155,10 @@ def test_a_tool_call_ends_at_the_runs_deadline(runner, workers, where):
                                   limits=Limits(timeout_s=1))
     finally:
         release.set()
-    assert result.error is not None and result.error.type == "ToolError"
+    # In process the guest gets the tool's timeout as a ToolError; on a worker the run's deadline also ends the
+    # worker (epoch-free), and whichever of the two comes first is the run's error. The call says it was cut.
+    assert result.error is not None
+    assert result.error.type in (("ToolError",) if where == "in-process" else ("ToolError", "LimitExceeded"))
     assert result.tool_calls[0].outcome in ("timeout", "cancelled")
 
 

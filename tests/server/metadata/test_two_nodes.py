@@ -11,23 +11,30 @@ import aiohttp
 import httpx
 import psycopg
 import pytest
+from process_calls import DEVSERVER
+from serve_in_loop import free_port
+from server_helpers import eventually
 from service_process import serving
+from yarl import URL
 
 from wasm_runner_server.config import ServiceConfig
+from wasm_runner_server.http.preview_server import SANDBOX_CSP
 from wasm_runner_server.metadata import migrations
 from wasm_runner_server.security import stores
 
 
-def _node(tmp_path: Path, url: str, name: str) -> tuple[Path, Path]:
+def _node(tmp_path: Path, url: str, name: str, previews_port: int = 0) -> tuple[Path, Path]:
     data_dir = tmp_path / name
     config = tmp_path / f"{name}.toml"
-    config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n')
+    config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n'
+                      f'[previews]\nport = {previews_port}\n')
     return data_dir, config
 
 
 async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp_path):
-    (dir_a, config_a), (dir_b, config_b) = _node(tmp_path, postgres_url, "node-a"), _node(tmp_path, postgres_url,
-                                                                                         "node-b")
+    previews_b = free_port()
+    (dir_a, config_a), (dir_b, config_b) = (_node(tmp_path, postgres_url, "node-a"),
+                                            _node(tmp_path, postgres_url, "node-b", previews_b))
     async with contextlib.AsyncExitStack() as stack:
         (_, url_a), (_, url_b) = await asyncio.gather(  # started together: each migrates, the schema once
             stack.enter_async_context(serving(dir_a, config=config_a)),
@@ -101,6 +108,37 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                     assert message.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), (message, seen)
                     if message.type == aiohttp.WSMsgType.BINARY:
                         seen += message.data
+            # a preview address node A gave out opens through node B's preview listener too (A serves it)
+            assert (await http.put(f"{url_b}/v1/sessions/{session}/files/devserver.py", content=DEVSERVER,
+                                   headers=auth(team))).status_code in (200, 201)
+            dev = await http.post(f"{url_b}/v1/sessions/{session}/processes", headers=auth(team),
+                                  json={"command": ["python3", "devserver.py", "8080"], "name": "dev"})
+            assert dev.status_code == 201, dev.text
+
+            async def dev_listens() -> bool:
+                info = (await http.get(f"{url_b}/v1/sessions/{session}/processes/{dev.json()['id']}",
+                                       headers=auth(team))).json()
+                return 8080 in info.get("ports", [])
+
+            await eventually(dev_listens, timeout=20)
+            link = await http.post(f"{url_b}/v1/sessions/{session}/ports/8080:presign", headers=auth(team), json={})
+            assert link.status_code == 200, link.text
+            host = URL(link.json()["url"]).host
+            for listener in (URL(link.json()["url"]).port, previews_b):
+                page = await http.get(f"http://127.0.0.1:{listener}/through?x=1",
+                                      headers={"Host": f"{host}:{listener}"})
+                assert page.status_code == 200 and page.text.startswith("hello from the sandbox; auth=None; "
+                                                                        "path=/through?x=1"), page.text
+                assert page.headers.get_list("Content-Security-Policy") == [SANDBOX_CSP]  # sandboxed once
+                # a preview page at the console's path is the session's: the console's own policy stays off
+                page = await http.get(f"http://127.0.0.1:{listener}/console/", headers={"Host": f"{host}:{listener}"})
+                assert page.status_code == 200 and page.headers.get_list("Content-Security-Policy") == [SANDBOX_CSP]
+            async with aiohttp.ClientSession() as client, client.ws_connect(
+                    f"http://127.0.0.1:{previews_b}/ws", headers={"Host": f"{host}:{previews_b}"}) as ws:
+                await ws.send_str("ping")
+                assert (await ws.receive(timeout=10)).data == "echo: ping"
+            unknown = await http.get(f"http://127.0.0.1:{previews_b}/", headers={"Host": f"8080-{'a' * 26}.localhost"})
+            assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "preview_not_found"
             # another workspace's terminal through node B: node A's 404, told again
             async with aiohttp.ClientSession() as client:
                 with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
