@@ -305,6 +305,12 @@ class ProcessManager:
             raise ProcessNotFound(f"no process {process_id!r} in this session")
         return process
 
+    def number_after(self, last: int) -> None:
+        """Number the processes started from now on after `p{last}` (ids the session used on another
+        host stay its own)."""
+        with self._lock:
+            self._seq = max(self._seq, last)
+
     # -- start ------------------------------------------------------------------------------
 
     def observe(self, observer: Observer) -> None:

@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from wasm_runner_protocol.errors import ErrorCode
+from wasm_runner_server.cluster import moved_processes
 from wasm_runner_server.cluster.leases import Leases
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.metrics import Counter, Histogram
@@ -202,7 +203,10 @@ class Placement:
             log.exception("session restore failed", extra={"event": "session_restore_failed", "session": session_id})
             raise storage_unavailable(session_id, exc) from None
         self.restore_seconds.observe(time.perf_counter() - started)
+        before = row.node
         live = manager.adopted(row, leases.node)
+        live.ended_elsewhere = await asyncio.to_thread(moved_processes.ended_with, manager.sessions_dir / session_id,
+                                                       before, leases.node)
         # the generation after the last committed one may still be written by the node this one replaced
         self._hold(live, lease.epoch, lease.generation + 1, since)
         self.takeovers.inc()
@@ -245,6 +249,7 @@ class Placement:
             started = time.perf_counter()
             try:
                 refused = await asyncio.to_thread(session.save_kernels)
+                await asyncio.to_thread(moved_processes.record, session.workspace.root, live.ended_elsewhere, session)
                 if refused:
                     log.info("kernel not stored", extra={"event": "kernel_not_stored", "session": live.row.id,
                                                          "why": refused})

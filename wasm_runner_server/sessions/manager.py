@@ -37,6 +37,7 @@ from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
+from wasm_runner_protocol.processes import ProcessInfo
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
 from wasm_runner_server.errors import ApiError, on_other_node, overloaded, session_not_found
@@ -141,6 +142,8 @@ class LiveSession:
     lost_kernel_reason: str = ("the service restarted since this session's last call, and its kernel's state had "
                                "not been saved")
     """What a call says of a kernel in `restored_kernels` that did not come back."""
+    ended_elsewhere: list[ProcessInfo] = field(default_factory=list)
+    """The processes it had on the nodes it was on before this one (cluster.moved_processes)."""
 
     @property
     def busy(self) -> bool:

@@ -32,8 +32,9 @@ from wasm_runner.processes import (
 from wasm_runner.processes.netns import socket_in
 from wasm_runner.processes.ring import OutputRing
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.processes import ProcessStart
+from wasm_runner_protocol.processes import ProcessInfo, ProcessStart
 from wasm_runner_protocol.wire import LimitsPatch
+from wasm_runner_server.cluster.moved_processes import last_number
 from wasm_runner_server.config import ProcessSettings
 from wasm_runner_server.errors import ApiError, session_not_found
 from wasm_runner_server.metrics import Counter, Metrics
@@ -92,6 +93,8 @@ class ServiceProcesses:
                                                    ring_bytes=self.settings.ring_bytes)
         session_id = live.row.id
         session.processes.observe(lambda event, process: self._observe(event, session_id, process))
+        if live.ended_elsewhere:
+            session.processes.number_after(last_number(live.ended_elsewhere))
         return session
 
     def live_count(self) -> int:
@@ -105,8 +108,14 @@ class ServiceProcesses:
         try:
             return self.core(live).processes.get(process_id)
         except ProcessNotFound:
-            raise ApiError(404, ErrorCode.PROCESS_NOT_FOUND, f"no process {process_id!r} in session {live.row.id!r}",
+            ended = self.ended_elsewhere(live, process_id)
+            raise ApiError(404, ErrorCode.PROCESS_NOT_FOUND, f"no process {process_id!r} in session {live.row.id!r}"
+                           + (f" ({ended.error})" if ended is not None and ended.error else ""),
                            "list them with GET /v1/sessions/{id}/processes") from None
+
+    def ended_elsewhere(self, live: LiveSession, process_id: str) -> ProcessInfo | None:
+        """The process `process_id` had, if it ran on a node the session was on before this one."""
+        return next((i for i in live.ended_elsewhere if i.id == process_id), None)
 
     async def start(self, live: LiveSession, body: ProcessStart, owner: object) -> BackgroundProcess:
         """Start `body` in the session under its profile's policy (limits, env, network)."""

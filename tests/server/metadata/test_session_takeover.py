@@ -106,6 +106,20 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             assert read.status_code == 200 and read.content == b"written by the API"
             assert _holder(postgres_url, session)[:2] == ("node-1", 1)  # nothing moved
 
+            # a background process runs on node-1 (and one that ended already)
+            for command in (["sleep", "600"], ["true"]):
+                started = await http.post(f"{url_1}/v1/sessions/{session}/processes", headers=auth,
+                                          json={"command": command, "name": command[0]})
+                assert started.status_code == 201, started.text
+
+            async def true_ended() -> bool:
+                ended = await http.get(f"{url_1}/v1/sessions/{session}/processes/p2", headers=auth)
+                return ended.json()["state"] == "exited"
+
+            await eventually(true_ended, timeout=20)
+            stored = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": "1"})
+            assert stored.status_code == 200  # a call stores the session, its process list with it
+
             # node-1 dies: after its lease, node-2 takes the session over with its files and its kernel
             proc_1.kill()
             await proc_1.wait()
@@ -125,6 +139,19 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             assert read.status_code == 200 and read.content == b"written by the API"
             node, epoch_2, _ = _holder(postgres_url, session)
             assert (node, epoch_2) == ("node-2", 2)
+            # its processes ended with node-1, and the session says so; the next one is numbered after them
+            listed = (await http.get(f"{url_2}/v1/sessions/{session}/processes", headers=auth)).json()["processes"]
+            assert [(p["id"], p["name"], p["state"]) for p in listed] == [("p1", "sleep", "killed"),
+                                                                         ("p2", "true", "exited")]
+            assert "ended with node 'node-1'" in listed[0]["error"] and "node-2" in listed[0]["error"]
+            assert listed[1].get("error") is None and listed[1]["exit_code"] == 0
+            one = await http.get(f"{url_2}/v1/sessions/{session}/processes/p1", headers=auth)
+            assert one.status_code == 200 and one.json()["state"] == "killed"
+            gone = await http.delete(f"{url_2}/v1/sessions/{session}/processes/p1", headers=auth)
+            assert gone.status_code == 404 and "ended with node 'node-1'" in gone.json()["error"]["message"]
+            again = await http.post(f"{url_2}/v1/sessions/{session}/processes", headers=auth,
+                                    json={"command": ["true"]})
+            assert again.status_code == 201 and again.json()["id"] == "p3", again.text
             metrics = _metrics((await http.get(f"{url_2}/metrics")).text)
             assert metrics["wasm_runner_session_takeovers_total"] == 1
             assert metrics["wasm_runner_session_restore_duration_seconds_count"] == 1

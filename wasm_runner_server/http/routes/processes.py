@@ -74,7 +74,7 @@ async def list_processes(request: web.Request) -> web.Response:
     live = service.sessions.get(request.match_info["id"])
     session = service.processes.core(live)
     processes = session.processes.all()
-    infos = await asyncio.to_thread(lambda: [p.info() for p in processes])
+    infos = live.ended_elsewhere + await asyncio.to_thread(lambda: [p.info() for p in processes])
     return json_response(ProcessList(processes=infos, live=sum(i.state in ("starting", "running") for i in infos),
                                      max_live=session.process_limits.max_live))
 
@@ -83,6 +83,10 @@ async def list_processes(request: web.Request) -> web.Response:
 @operation(summary="One process: state, pid inside the sandbox, exit code, output sizes, listening ports",
            tag="processes", response=ProcessInfo, errors=(404,))
 async def get_process(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    ended = service.processes.ended_elsewhere(service.sessions.get(request.match_info["id"]), request.match_info["pid"])
+    if ended is not None:  # it ran on the node the session was on before
+        return json_response(ended)
     _, _, process = _lookup(request)
     return json_response(await info_of(process))
 
