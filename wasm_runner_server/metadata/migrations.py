@@ -237,8 +237,8 @@ STEPS: tuple[str, ...] = (
         seen_at DOUBLE PRECISION NOT NULL -- Unix time of its last start, by the database's clock
     );
     """,
-    # 10: what a link needs on every node: the secrets (made once, by the first node that needs one) and
-    # the preview grants (a preview address given out by one node opens on any)
+    # 10: what a link or a browser needs on every node: the secrets (made once, by the first node that needs
+    # one), the preview grants (a preview address given out by one node opens on any), the console's sign-ins
     """
     CREATE TABLE service_secrets (
         name TEXT PRIMARY KEY,
@@ -254,6 +254,20 @@ STEPS: tuple[str, ...] = (
         expires DOUBLE PRECISION NOT NULL
     );
     CREATE INDEX preview_grants_by_expiry ON preview_grants (expires);
+    CREATE TABLE console_sessions (
+        id_digest TEXT PRIMARY KEY,       -- SHA-256 of the cookie's value (the value itself is never kept)
+        key_id TEXT NOT NULL,
+        principal TEXT NOT NULL,          -- JSON
+        csrf_token TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX console_sessions_by_key ON console_sessions (key_id, expires_at);
+    CREATE TABLE console_links (
+        digest TEXT PRIMARY KEY,          -- SHA-256 of the one-time sign-in token
+        key_id TEXT NOT NULL,
+        principal TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
     """,
 )
 

@@ -10,15 +10,22 @@ as it does to the console's; without the token, which only the console page hold
 cookie alone does nothing. The cookie is accepted only on the API routes the console itself calls
 (CONSOLE_API_ROUTES), never where guest content is served or proxied; `Authorization: Bearer` always
 wins over it.
+
+A lone node keeps its console sessions in memory (a restart signs everyone out); a cluster's nodes keep
+them in their shared database (`SharedConsole`), so that a browser signed in through one node is signed
+in on every node behind the same load balancer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -27,6 +34,9 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.http.paths import CONSOLE_COOKIE, CONSOLE_OAUTH_COOKIE, CONSOLE_SESSION_PATH
 from wasm_runner_server.http.policy import Principal
+
+if TYPE_CHECKING:
+    from wasm_runner_server.metadata.postgres import Postgres
 
 COOKIE = CONSOLE_COOKIE
 COOKIE_PATH = "/v1/"
@@ -41,6 +51,8 @@ LINK_S = 600.0
 """How long a sign-in link may wait to be opened (it signs in once)."""
 MAX_LINKS_PER_KEY = 8
 MAX_PER_KEY = 32
+MAX_SEEN = 10_000
+"""Shared console sessions a node remembers having read at most (past it, it forgets them all)."""
 """Past this many live console sessions of one key its oldest is dropped: memory stays bounded by the
 keys, and no key's sign-ins can push out another key's sessions."""
 CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
@@ -66,15 +78,81 @@ def is_console_route(canonical: str) -> bool:
     return canonical in CONSOLE_EXACT_ROUTES or canonical.startswith(CONSOLE_API_ROUTES)
 
 
-class ConsoleSessions:
-    """Live console sessions by their (random, unguessable) id; in memory, so a restart signs everyone out."""
+SEEN_S = 2.0
+"""How long a node trusts a console session it read from the shared database before reading it again (a
+sign-out through another node counts within this)."""
 
-    def __init__(self, lifetime_s: float) -> None:
+
+class SharedConsole:
+    """The console's sessions and sign-in links in a cluster's database (cookies and tokens by digest only)."""
+
+    def __init__(self, db: Postgres, release: Callable[[], None]) -> None:
+        self.db = db
+        self.release = release
+
+    def open(self, session_id: str, session: ConsoleSession) -> None:
+        key_id = session.principal.key_id
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM console_sessions WHERE expires_at <= %s", (time.time(),))
+            conn.execute("INSERT INTO console_sessions (id_digest, key_id, principal, csrf_token, expires_at) "
+                         "VALUES (%s, %s, %s, %s, %s)", (_digest(session_id), key_id, _principal_json(session.principal),
+                                                         session.csrf_token, session.expires_at))
+            conn.execute("DELETE FROM console_sessions WHERE key_id = %s AND id_digest NOT IN (SELECT id_digest FROM "
+                         "console_sessions WHERE key_id = %s ORDER BY expires_at DESC LIMIT %s)",
+                         (key_id, key_id, MAX_PER_KEY))
+
+    def get(self, session_id: str) -> ConsoleSession | None:
+        row = self.db.fetchone("SELECT principal, csrf_token, expires_at FROM console_sessions WHERE id_digest = %s",
+                               (_digest(session_id),))
+        return ConsoleSession(_principal_of(row[0]), row[1], row[2]) if row is not None else None
+
+    def close(self, session_id: str) -> None:
+        self.db.execute("DELETE FROM console_sessions WHERE id_digest = %s", (_digest(session_id),))
+
+    def link(self, digest: str, principal: Principal, expires: float) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM console_links WHERE expires_at <= %s", (time.time(),))
+            conn.execute("INSERT INTO console_links (digest, key_id, principal, expires_at) VALUES (%s, %s, %s, %s)",
+                         (digest, principal.key_id, _principal_json(principal), expires))
+            conn.execute("DELETE FROM console_links WHERE key_id = %s AND digest NOT IN (SELECT digest FROM "
+                         "console_links WHERE key_id = %s ORDER BY expires_at DESC LIMIT %s)",
+                         (principal.key_id, principal.key_id, MAX_LINKS_PER_KEY))
+
+    def redeem(self, digest: str) -> tuple[Principal, float] | None:
+        row = self.db.fetchone("DELETE FROM console_links WHERE digest = %s RETURNING principal, expires_at", (digest,))
+        return (_principal_of(row[0]), row[1]) if row is not None else None
+
+
+def _principal_json(principal: Principal) -> str:
+    return json.dumps({"workspace": principal.workspace, "key_id": principal.key_id, "kind": principal.kind,
+                       "member": principal.member,
+                       "scopes": sorted(principal.scopes) if principal.scopes is not None else None})
+
+
+def _principal_of(text: str) -> Principal:
+    fields = json.loads(text)
+    scopes = fields.pop("scopes")
+    return Principal(**fields, scopes=frozenset(scopes) if scopes is not None else None)
+
+
+class ConsoleSessions:
+    """Live console sessions by their (random, unguessable) id: in memory, so a restart signs everyone out,
+    or in `shared` (a cluster's database)."""
+
+    def __init__(self, lifetime_s: float, shared: SharedConsole | None = None) -> None:
         self.lifetime_s = lifetime_s
+        self.shared = shared
         self._sessions: dict[str, ConsoleSession] = {}
+        """In memory: every session. Shared: those read from the database within SEEN_S (by when they were)."""
+        self._seen: dict[str, float] = {}
         self._links: dict[str, tuple[Principal, float]] = {}
 
     def open(self, principal: Principal) -> tuple[str, ConsoleSession]:
+        if self.shared is not None:
+            session_id = secrets.token_urlsafe(32)
+            session = ConsoleSession(principal, secrets.token_urlsafe(32), time.time() + self.lifetime_s)
+            self.shared.open(session_id, session)
+            return session_id, session
         self._prune()
         own = [sid for sid, s in self._sessions.items() if s.principal.key_id == principal.key_id]
         for session_id in own[:max(0, len(own) - MAX_PER_KEY + 1)]:  # oldest first (insertion order)
@@ -85,6 +163,17 @@ class ConsoleSessions:
         return session_id, session
 
     def get(self, session_id: str | None) -> ConsoleSession | None:
+        if self.shared is not None and session_id:
+            now = time.monotonic()
+            if now - self._seen.get(session_id, -SEEN_S) >= SEEN_S:
+                if len(self._seen) >= MAX_SEEN:
+                    self._seen.clear()
+                    self._sessions.clear()
+                found = self.shared.get(session_id)
+                self._sessions.pop(session_id, None)
+                if found is not None:
+                    self._sessions[session_id] = found
+                self._seen[session_id] = now
         session = self._sessions.get(session_id) if session_id else None
         if session is not None and session.expires_at <= time.time():
             self._sessions.pop(session_id or "", None)
@@ -94,6 +183,9 @@ class ConsoleSessions:
     def close(self, session_id: str | None) -> None:
         if session_id:
             self._sessions.pop(session_id, None)
+            self._seen.pop(session_id, None)
+            if self.shared is not None:
+                self.shared.close(session_id)
 
     def _prune(self) -> None:
         now = time.time()
@@ -107,18 +199,21 @@ class ConsoleSessions:
     def link(self, principal: Principal) -> tuple[str, float]:
         """A one-time sign-in for `principal` (the key that asked), valid LINK_S: (its token, its expiry).
         Kept by digest only; at most MAX_LINKS_PER_KEY live per key (the oldest go first)."""
+        token = secrets.token_urlsafe(32)
+        expires = time.time() + LINK_S
+        if self.shared is not None:
+            self.shared.link(_digest(token), principal, expires)
+            return token, expires
         self._prune()
         own = [d for d, (p, _) in self._links.items() if p.key_id == principal.key_id]
         for digest in own[:max(0, len(own) - MAX_LINKS_PER_KEY + 1)]:
             self._links.pop(digest)
-        token = secrets.token_urlsafe(32)
-        expires = time.time() + LINK_S
         self._links[_digest(token)] = (principal, expires)
         return token, expires
 
     def redeem(self, token: str) -> Principal | None:
         """The principal a link signs in, once (None: unknown, used or expired)."""
-        found = self._links.pop(_digest(token), None)
+        found = self.shared.redeem(_digest(token)) if self.shared is not None else self._links.pop(_digest(token), None)
         if found is None or found[1] <= time.time():
             return None
         return found[0]

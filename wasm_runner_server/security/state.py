@@ -90,7 +90,7 @@ class Security:
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
         usage = stores.usage_ledger(config, data_dir)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
-                   ConsoleSessions(settings.console_session_s), oauth, oauth_server, Team(tenants, audit), usage,
+                   stores.console_sessions(config, settings.console_session_s), oauth, oauth_server, Team(tenants, audit), usage,
                    Meter(usage), Budgets(usage, settings.budgets))
 
     def close(self) -> None:
@@ -101,6 +101,8 @@ class Security:
         self.audit.close()
         self.artifacts.close()
         self.usage.close()
+        if self.console.shared is not None:
+            self.console.shared.release()
 
     def shared_dir(self, workspace: str) -> Path:
         path = self.disk.own_dir(workspace) / "shared"

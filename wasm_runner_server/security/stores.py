@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wasm_runner_server.http.preview_origins import SharedGrants
 from wasm_runner_server.security.audit import AuditLog
+from wasm_runner_server.security.console_sessions import ConsoleSessions, SharedConsole
 from wasm_runner_server.security.oauth.store import OAuthStore
 from wasm_runner_server.security.presign import SECRET_NAME, load_secrets, new_secret
 from wasm_runner_server.security.ratelimit import Limiter, RateLimiter
@@ -94,6 +95,17 @@ def presign_secrets(config: ServiceConfig | None, data_dir: Path) -> list[str]:
         postgres.release(db)
     assert row is not None  # inserted above if it was missing
     return [row[0]]
+
+
+def console_sessions(config: ServiceConfig | None, lifetime_s: float) -> ConsoleSessions:
+    """The console's sign-ins: this node's memory, or the cluster's shared database."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return ConsoleSessions(lifetime_s)
+    from wasm_runner_server.metadata import postgres
+
+    db = postgres.acquire(settings)
+    return ConsoleSessions(lifetime_s, SharedConsole(db, lambda: postgres.release(db)))
 
 
 def preview_grants(config: ServiceConfig | None) -> SharedGrants | None:

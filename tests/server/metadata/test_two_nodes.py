@@ -197,6 +197,25 @@ async def test_two_nodes_share_keys_sessions_and_the_audit_log(postgres_url, tmp
                                    headers=auth(team))
             assert kept.status_code == 200, kept.text
 
+            # the console: a sign-in link asked through node A opens through node B, once; the browser's
+            # cookie then works through either node, and a sign-out through one ends it on the other
+            asked = await http.post(f"{url_a}/v1/console/sign-in-links", headers=auth(team))
+            assert asked.status_code == 201, asked.text
+            token = asked.json()["url"].split("#sign-in=", 1)[1]
+            signed_in = await http.post(f"{url_b}/v1/console/session", json={"link": token})
+            assert signed_in.status_code == 200, signed_in.text
+            assert (await http.post(f"{url_a}/v1/console/session", json={"link": token})).status_code == 401
+            cookie = {"Cookie": f"wr_console={signed_in.cookies['wr_console']}",
+                      "X-CSRF-Token": signed_in.json()["csrf_token"]}
+            for url in (url_a, url_b):
+                seen = await http.get(f"{url}/v1/sessions", headers=cookie)
+                assert seen.status_code == 200 and {s["id"] for s in seen.json()["sessions"]} >= {session}
+            assert (await http.delete(f"{url_b}/v1/console/session", headers=cookie)).status_code == 204
+
+            async def signed_out_on_a() -> bool:
+                return (await http.get(f"{url_a}/v1/sessions", headers=cookie)).status_code == 401
+
+            await eventually(signed_out_on_a, timeout=10)
             # revoked through node B, refused at once on node A
             prefix = team.split("_")[1]
             revoked = await http.delete(f"{url_b}/v1/admin/keys/wr_{prefix}", headers=auth(admin))
