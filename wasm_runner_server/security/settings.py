@@ -85,7 +85,7 @@ class AuthSettings(_Model):
     """Paths served without a key (presigned links are always served without one)."""
     presign_secrets: list[Annotated[str, Field(min_length=16)]] = []
     """HMAC secrets for presigned links: the first signs, every one verifies. Empty: one is
-    generated and kept in <data_dir>/presign.secret."""
+    generated and kept in <data_dir>/presign.secret (a cluster's nodes: in their shared database)."""
     presign_get_default_s: Annotated[float, Field(gt=0)] = 3600
     presign_get_max_s: Annotated[float, Field(gt=0)] = 7 * 86400
     presign_put_default_s: Annotated[float, Field(gt=0)] = 600
