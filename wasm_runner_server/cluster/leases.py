@@ -91,13 +91,22 @@ class Leases:
             "RETURNING session_id, epoch", (self.lease_s, self.node, list(held)))
         return {session_id for session_id, epoch in rows if held.get(session_id) == epoch}
 
-    def commit(self, session_id: str, epoch: int, generation: int) -> bool:
-        """Record `generation` as the session's last, if this node still holds it under `epoch` (the
-        lease renewed too); False: the session went to another node, and the generation counts for nothing."""
+    def commit(self, session_id: str, epoch: int, generation: int, stored_bytes: int) -> bool:
+        """Record `generation` (holding `stored_bytes`) as the session's last, if this node still holds it
+        under `epoch` (the lease renewed too); False: the session went to another node, and the generation
+        counts for nothing."""
         return self._db.execute(
-            f"UPDATE leases SET generation=%s, expires_at={NOW} + %s "
+            f"UPDATE leases SET generation=%s, stored_bytes=%s, expires_at={NOW} + %s "
             "WHERE session_id=%s AND node=%s AND epoch=%s AND generation < %s",
-            (generation, self.lease_s, session_id, self.node, epoch, generation)) == 1
+            (generation, stored_bytes, self.lease_s, session_id, self.node, epoch, generation)) == 1
+
+    def stored_bytes(self, session_ids: list[str]) -> dict[str, int]:
+        """The bytes of each of these sessions' last stored generation (those never stored: absent)."""
+        if not session_ids:
+            return {}
+        rows = self._db.fetchall("SELECT session_id, stored_bytes FROM leases WHERE session_id = ANY(%s)",
+                                 (session_ids,))
+        return {session_id: size for session_id, size in rows}
 
     def release(self, session_id: str, epoch: int) -> bool:
         """End this node's lease on a session it let go of (stored, hibernated): any node may claim it at

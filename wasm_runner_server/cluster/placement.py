@@ -265,7 +265,7 @@ class Placement:
             else:
                 since = time.monotonic()
                 committed = self.leases is None or await asyncio.to_thread(
-                    self.leases.commit, live.row.id, live.epoch, generation)
+                    self.leases.commit, live.row.id, live.epoch, generation, stats.stored_bytes)
             if committed:
                 self.store_seconds.observe(time.perf_counter() - started)
                 live.unstored_since = None
@@ -306,6 +306,11 @@ class Placement:
                                             "generation": live.generation})
         self.manager.spawn(self.manager.drop_moved(live))
         return True
+
+    def stored_bytes(self, session_ids: list[str]) -> dict[str, int]:
+        """The bytes of these sessions' last stored generations (a workspace's disk quota counts them for the
+        sessions not on this node)."""
+        return self.leases.stored_bytes(session_ids) if self.leases is not None else {}
 
     async def sweep_expired(self) -> None:
         """Remove the sessions past their TTL that no node holds (let go when they hibernated, or left by

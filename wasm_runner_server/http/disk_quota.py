@@ -142,11 +142,14 @@ class WorkspaceDisk:
     (API writes, and the room each run holds: sessions.run_disk)."""
 
     def __init__(self, data_dir: Path, quota: int, sessions_of: Callable[[str], list[str]],
-                 ledger: DiskLedger) -> None:
+                 ledger: DiskLedger, stored: Callable[[list[str]], dict[str, int]] | None = None) -> None:
         self.data_dir = data_dir
         self.quota = quota
         self.sessions_of = sessions_of
         self.ledger = ledger
+        self.stored = stored
+        """A cluster's: the bytes stored for sessions whose directory is not on this node (held by another
+        node, or let go), by their last stored generation."""
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[float, int]] = {}
         self._sizes: dict[str, dict[str, int]] = {}
@@ -175,11 +178,20 @@ class WorkspaceDisk:
                 used = sum(sizes.values())
                 self._sessions[workspace] = (cached[0], used)
             return used, cached[0]
-        sizes = {s: self._session_usage(s) for s in self.sessions_of(workspace)}
+        sizes = self._usages(self.sessions_of(workspace))
         used = sum(sizes.values())
         with self._lock:
             self._sessions[workspace], self._sizes[workspace] = (now, used), sizes
         return used, now
+
+    def _usages(self, session_ids: list[str]) -> dict[str, int]:
+        """Each session's bytes: measured here for those on this node, as stored for the others."""
+        here = [s for s in session_ids if self._session_dir(s).is_dir()]
+        sizes = {s: self._session_usage(s) for s in here}
+        away = [s for s in session_ids if s not in sizes]
+        if away and self.stored is not None:
+            sizes.update(self.stored(away))
+        return sizes
 
     def _session_dir(self, session_id: str) -> Path:
         return self.data_dir / "sessions" / session_id

@@ -262,6 +262,7 @@ STEPS: tuple[str, ...] = (
         expires_at DOUBLE PRECISION NOT NULL
     );
     CREATE INDEX console_sessions_by_key ON console_sessions (key_id, expires_at);
+    ALTER TABLE leases ADD COLUMN stored_bytes BIGINT NOT NULL DEFAULT 0;  -- the last generation's (quotas)
     CREATE TABLE console_links (
         digest TEXT PRIMARY KEY,          -- SHA-256 of the one-time sign-in token
         key_id TEXT NOT NULL,

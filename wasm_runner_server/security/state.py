@@ -75,7 +75,9 @@ class Security:
         audit = stores.audit_log(config, data_dir, code_bytes=settings.audit_code_bytes,
                                  output_bytes=settings.audit_output_bytes, journal_wait_s=JOURNAL_WAIT_S)
         signer = Signer(stores.presign_secrets(config, data_dir))
-        disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk)
+        placement = service.sessions.placement
+        disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk,
+                             placement.stored_bytes if placement is not None else None)
         oauth = stores.oauth_store(config, data_dir)
         oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,
                                    refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from wasm_runner.workspace.history import HISTORY_DIR
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_server.storage.errors import AlreadyExists, GenerationTaken, StorageError
 from wasm_runner_server.storage.manifest import (
@@ -64,6 +65,8 @@ class SaveStats:
     files: int = 0
     chunks_uploaded: int = 0
     bytes_uploaded: int = 0
+    stored_bytes: int = 0
+    """The generation's file bytes but its file history's: what the workspace's disk quota counts of it."""
     seconds: float = 0.0
 
 
@@ -199,6 +202,8 @@ class ObjectStorage:
                     files[rel] = (key, entry)
                     entries.append(entry)
                     stats.files += 1
+                    if not rel.startswith(HISTORY_DIR + "/"):
+                        stats.stored_bytes += st.st_size
             drain(0)
         finally:
             for future in pending:

@@ -25,7 +25,7 @@ def test_a_live_lease_is_not_taken_and_an_expired_one_is_with_a_new_epoch(postgr
     try:
         assert a.create("s1").epoch == 1
         assert b.claim("s1") is None  # node-a's lease is live
-        assert a.commit("s1", 1, 1)
+        assert a.commit("s1", 1, 1, 10)
         _expire(postgres_url, "s1")
         taken = b.claim("s1")
         assert taken is not None and (taken.epoch, taken.generation) == (2, 1)
@@ -41,14 +41,15 @@ def test_a_stale_holder_can_neither_commit_nor_renew(postgres_url):
     a, b = _leases(postgres_url, "node-a", 60), _leases(postgres_url, "node-b", 60)
     try:
         a.create("s2")
-        assert a.commit("s2", 1, 1)
+        assert a.commit("s2", 1, 1, 10)
         _expire(postgres_url, "s2")
         taken = b.claim("s2")
         assert taken is not None
-        assert not a.commit("s2", 1, 2)  # node-a, paused, comes back with epoch 1
+        assert not a.commit("s2", 1, 2, 99)  # node-a, paused, comes back with epoch 1
         assert a.renew({"s2": 1}) == set()
-        assert b.commit("s2", taken.epoch, 3)
-        assert not b.commit("s2", taken.epoch, 3)  # a generation is committed once
+        assert b.commit("s2", taken.epoch, 3, 30)
+        assert not b.commit("s2", taken.epoch, 3, 99)  # a generation is committed once
+        assert b.stored_bytes(["s2", "unknown"]) == {"s2": 30}  # the stale holder's 99 counted for nothing
         assert b.renew({"s2": taken.epoch}) == {"s2"}
     finally:
         a.close()

@@ -336,3 +336,36 @@ async def test_checkpoint_durability_stores_after_the_answer_and_states_its_wind
                 assert time.monotonic() < deadline, taken.text
                 await asyncio.sleep(0.1)
             assert taken.status_code == 200 and taken.json()["stdout"] == "1 False\n", taken.text
+
+
+async def test_a_workspace_disk_quota_counts_what_is_stored_for_sessions_on_other_nodes_or_none(postgres_url, tmp_path):
+    shared = {"kind": "posix", "path": str(tmp_path / "shared-mount")}
+    nodes = []
+    for name in ("node-1", "node-2"):
+        data_dir, config = _node(tmp_path, postgres_url, name, shared)
+        config.write_text(config.read_text() + "[auth.quotas]\ndisk_bytes = 3000000\n")
+        nodes.append((data_dir, config))
+    async with contextlib.AsyncExitStack() as stack:
+        (_, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
+                                                        for d, c in nodes))
+        auth = _admin(postgres_url, nodes[0][0], "team")
+        async with httpx.AsyncClient(timeout=120) as http:
+            first = (await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"]
+            put = await http.put(f"{url_1}/v1/sessions/{first}/files/big.bin", content=b"x" * 2_000_000, headers=auth)
+            assert put.status_code == 201, put.text
+            slept = await http.post(f"{url_1}/v1/sessions/{first}:hibernate", headers=auth)
+            assert slept.status_code == 200 and slept.json()["state"] == "hibernated", slept.text
+            local = nodes[0][0] / "sessions" / first
+
+            async def let_go() -> bool:
+                return not local.exists() and _holder(postgres_url, first)[2] < 0
+
+            await eventually(let_go, timeout=10)  # on no node's disk now: only in storage
+            second = (await http.post(f"{url_2}/v1/sessions", json={}, headers=auth)).json()["id"]
+            for url in (url_1, url_2):  # neither node holds the first session, both count its stored 2 MB
+                refused = await http.put(f"{url}/v1/sessions/{second}/files/more.bin", content=b"y" * 1_500_000,
+                                         headers=auth)
+                assert refused.status_code == 413 and refused.json()["error"]["code"] == "quota_exceeded", refused.text
+            small = await http.put(f"{url_2}/v1/sessions/{second}/files/small.bin", content=b"y" * 500_000,
+                                   headers=auth)
+            assert small.status_code == 201, small.text
