@@ -263,6 +263,13 @@ STEPS: tuple[str, ...] = (
     );
     CREATE INDEX console_sessions_by_key ON console_sessions (key_id, expires_at);
     ALTER TABLE leases ADD COLUMN stored_bytes BIGINT NOT NULL DEFAULT 0;  -- the last generation's (quotas)
+    CREATE TABLE running_executions (   -- one row per execution running now (auth.quotas.concurrent_executions)
+        token TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        node TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL  -- renewed by its node while it runs
+    );
+    CREATE INDEX running_executions_by_workspace ON running_executions (workspace);
     CREATE TABLE console_links (
         digest TEXT PRIMARY KEY,          -- SHA-256 of the one-time sign-in token
         key_id TEXT NOT NULL,

@@ -66,6 +66,7 @@ from wasm_runner_server.security.console_sessions import check_csrf, cookie_sess
 from wasm_runner_server.security.disk_layouts import OWN
 from wasm_runner_server.security.first_run import create_first_key
 from wasm_runner_server.security.oauth.scopes import check_scope
+from wasm_runner_server.security.quotas import Enforced
 from wasm_runner_server.security.routes import admin, artifacts, audit, console, me, members, oauth, presign, shared, usage
 from wasm_runner_server.security.routes.oauth import OAUTH_PREFIX
 from wasm_runner_server.security.state import FILE_MODES, SECURITY, Security
@@ -410,6 +411,7 @@ class SecurityPolicy(AccessPolicy):
         security.oauth.prune()  # expired codes and tokens (and daily after)
         pruner = asyncio.create_task(self._prune_daily(), name="wasm-runner-audit-prune")
         replayer = asyncio.create_task(self._replay_others_forever(), name="wasm-runner-audit-replay")
+        renewer = asyncio.create_task(self._renew_running_forever(), name="wasm-runner-running-renew")
         if pruned:
             log.info("audit rows pruned", extra={"event": "audit_pruned", "rows": pruned})
         self.prune_artifacts()
@@ -424,6 +426,7 @@ class SecurityPolicy(AccessPolicy):
         yield
         pruner.cancel()
         replayer.cancel()
+        renewer.cancel()
         artifact_pruner.cancel()
         for task in metering:
             task.cancel()
@@ -524,6 +527,19 @@ class SecurityPolicy(AccessPolicy):
                     log.info("audit rows of a stopped node replayed", extra={"event": "audit_replayed_others",
                                                                              "rows": added})
             await asyncio.sleep(REPLAY_S)
+
+    async def _renew_running_forever(self) -> None:
+        """A cluster's count of running executions: this node's rows renewed while they run (see running_pg)."""
+        quotas = self.security.quotas
+        shared = quotas.shared if isinstance(quotas, Enforced) else None
+        if shared is None:
+            return
+        while True:
+            await asyncio.sleep(shared.renew_s)
+            try:
+                await asyncio.to_thread(shared.renew)
+            except Exception:
+                log.exception("running executions not renewed", extra={"event": "metadata_unavailable"})
 
     async def _prune_daily(self) -> None:
         while True:

@@ -9,10 +9,12 @@ way: see `Security.workspace_quota` and `sessions.run_disk`.)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Container
 from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError, overloaded
@@ -21,6 +23,9 @@ from wasm_runner_server.http.policy import ItemHold, Principal
 from wasm_runner_server.security.ratelimit import Counter
 from wasm_runner_server.security.settings import WorkspaceQuotas
 from wasm_runner_server.security.tenants import TenantStore
+
+if TYPE_CHECKING:
+    from wasm_runner_server.security.running_pg import SharedRunning
 
 
 class Quotas(ABC):
@@ -59,13 +64,18 @@ class Unlimited(Quotas):
 
 
 class Enforced(Quotas):
-    """auth.enabled: the quotas of `auth.quotas`, per workspace."""
+    """auth.enabled: the quotas of `auth.quotas`, per workspace (running executions counted on this node,
+    or across the cluster with `shared`)."""
 
-    def __init__(self, settings: WorkspaceQuotas, disk: WorkspaceDisk, tenants: TenantStore) -> None:
+    def __init__(self, settings: WorkspaceQuotas, disk: WorkspaceDisk, tenants: TenantStore,
+                 shared: SharedRunning | None = None) -> None:
         self.settings = settings
         self.disk = disk
         self.tenants = tenants
         self.running = Counter()
+        self.shared = shared
+        self._tokens: dict[str, list[str]] = {}
+        """The shared rows this node holds, by workspace (any of them ends with any execution of it)."""
 
     async def check_disk(self, principal: Principal) -> None:
         try:
@@ -81,13 +91,38 @@ class Enforced(Quotas):
     @contextlib.asynccontextmanager
     async def execution(self, principal: Principal) -> AsyncIterator[None]:
         cap = self.settings.concurrent_executions
-        if not self.running.acquire(principal.workspace, cap):
+        if not await self._acquire(principal.workspace, cap):
             raise overloaded(1, f"this workspace already runs its maximum of {cap} executions at once",
                              ErrorCode.WORKSPACE_BUSY)
         try:
             yield
         finally:
-            self.running.release(principal.workspace)
+            await self._release(principal.workspace)
+
+    async def _acquire(self, workspace: str, cap: int) -> bool:
+        if not self.running.acquire(workspace, cap):
+            return False
+        if self.shared is None:
+            return True
+        try:
+            token = await asyncio.to_thread(self.shared.acquire, workspace, cap)
+        except BaseException:
+            self.running.release(workspace)
+            raise
+        if token is None:
+            self.running.release(workspace)
+            return False
+        self._tokens.setdefault(workspace, []).append(token)
+        return True
+
+    async def _release(self, workspace: str) -> None:
+        self.running.release(workspace)
+        tokens = self._tokens.get(workspace)
+        if self.shared is not None and tokens:
+            token = tokens.pop()
+            if not tokens:
+                del self._tokens[workspace]
+            await asyncio.to_thread(self.shared.release, token)
 
     def batch_item_hold(self, principal: Principal) -> ItemHold | None:
         cap = self.settings.concurrent_executions
@@ -95,11 +130,17 @@ class Enforced(Quotas):
         @contextlib.asynccontextmanager
         async def hold() -> AsyncIterator[None]:
             await self.check_disk(principal)
-            await self.running.wait_acquire(principal.workspace, cap)
+            if self.shared is None:
+                await self.running.wait_acquire(principal.workspace, cap)
+            else:  # another node's executions end unseen here: look again, less often the longer it takes
+                pause = 0.05
+                while not await self._acquire(principal.workspace, cap):
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 1.0)
             try:
                 yield
             finally:
-                self.running.release(principal.workspace)
+                await self._release(principal.workspace)
 
         return hold
 

@@ -86,7 +86,7 @@ class Security:
             authenticator: Authenticator = ApiKeys(tenants, stores.rate_limiter(config, settings.rate_per_s,
                                                                                 settings.burst), settings.rate_per_s,
                                                    oauth)
-            quotas: Quotas = Enforced(settings.quotas, disk, tenants)
+            quotas: Quotas = Enforced(settings.quotas, disk, tenants, stores.running_executions(config, data_dir))
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
         artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
@@ -105,6 +105,8 @@ class Security:
         self.usage.close()
         if self.console.shared is not None:
             self.console.shared.release()
+        if isinstance(self.quotas, Enforced) and self.quotas.shared is not None:
+            self.quotas.shared.close()
 
     def shared_dir(self, workspace: str) -> Path:
         path = self.disk.own_dir(workspace) / "shared"

@@ -19,6 +19,7 @@ from wasm_runner_server.sessions.open_store import store_settings
 
 if TYPE_CHECKING:
     from wasm_runner_server.config import ServiceConfig
+    from wasm_runner_server.security.running_pg import SharedRunning
 
 StoreT = TypeVar("StoreT", TenantStore, OAuthStore, UsageLedger)
 
@@ -106,6 +107,22 @@ def console_sessions(config: ServiceConfig | None, lifetime_s: float) -> Console
 
     db = postgres.acquire(settings)
     return ConsoleSessions(lifetime_s, SharedConsole(db, lambda: postgres.release(db)))
+
+
+def running_executions(config: ServiceConfig | None, data_dir: Path) -> SharedRunning | None:
+    """The cluster's count of each workspace's running executions (None on a lone node: counted in memory)."""
+    settings = store_settings(config)
+    if not settings.postgres:
+        return None
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.security.running_pg import SharedRunning
+
+    db = postgres.acquire(settings)
+    try:
+        return SharedRunning(db, settings.node_name(data_dir))
+    except BaseException:
+        postgres.release(db)
+        raise
 
 
 def preview_grants(config: ServiceConfig | None) -> SharedGrants | None:
