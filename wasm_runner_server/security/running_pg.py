@@ -2,13 +2,14 @@
 database, so that `auth.quotas.concurrent_executions` is the workspace's, not each node's.
 
 Each running execution is a row, taken under a transaction-scoped advisory lock on its workspace (so
-two nodes cannot both take the last slot) and deleted when the execution ends. Its node renews its
-rows every RENEW_S while they run; a node that dies stops renewing, and its rows stop counting LAPSE_S
-later. Times are the database's clock.
+two nodes cannot both take the last slot) and deleted when the execution ends. Its node renews the
+rows of the executions it runs every RENEW_S; a row its node stopped renewing (the node died, or the
+delete failed) stops counting LAPSE_S later. Times are the database's clock.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from wasm_runner_server.metadata import postgres
@@ -25,6 +26,8 @@ class SharedRunning:
         self.db = db
         self.node = node
         self.renew_s = RENEW_S
+        self._lock = threading.Lock()
+        self._held: set[str] = set()
         db.execute("DELETE FROM running_executions WHERE node = %s", (node,))  # an earlier life's, never ended
 
     def acquire(self, workspace: str, cap: int) -> str | None:
@@ -38,14 +41,22 @@ class SharedRunning:
             token = uuid.uuid4().hex
             conn.execute(f"INSERT INTO running_executions (token, workspace, node, expires_at) VALUES "
                          f"(%s, %s, %s, {NOW} + %s)", (token, workspace, self.node, LAPSE_S))
-            return token
+        with self._lock:
+            self._held.add(token)
+        return token
 
     def release(self, token: str) -> None:
+        with self._lock:
+            self._held.discard(token)  # not renewed from now on, even if the delete fails
         self.db.execute("DELETE FROM running_executions WHERE token = %s", (token,))
 
     def renew(self) -> None:
-        """This node's executions still run; the rows of nodes that stopped renewing are deleted."""
-        self.db.execute(f"UPDATE running_executions SET expires_at = {NOW} + %s WHERE node = %s", (LAPSE_S, self.node))
+        """The executions this node runs still run; the rows no node renews any more are deleted."""
+        with self._lock:
+            held = list(self._held)
+        if held:
+            self.db.execute(f"UPDATE running_executions SET expires_at = {NOW} + %s WHERE token = ANY(%s)",
+                            (LAPSE_S, held))
         self.db.execute(f"DELETE FROM running_executions WHERE expires_at <= {NOW}")
 
     def close(self) -> None:
