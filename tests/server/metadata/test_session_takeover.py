@@ -27,12 +27,13 @@ LEASE_S = 2.0
 WAIT_S = 60.0
 
 
-def _node(tmp_path: Path, url: str, name: str, storage: dict[str, object]) -> tuple[Path, Path]:
+def _node(tmp_path: Path, url: str, name: str, storage: dict[str, object], extra: str = "") -> tuple[Path, Path]:
+    """A node's data directory and config file (`extra`: more of the config, TOML)."""
     data_dir = tmp_path / name
     config = tmp_path / f"{name}.toml"
     section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in {**storage, "lease_s": LEASE_S}.items())
     config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n'
-                      f"[storage]\n{section}\n")
+                      f"[storage]\n{section}\n{extra}")
     return data_dir, config
 
 
@@ -208,11 +209,8 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
 
 async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
                                                                                        tmp_path):
-    nodes = []
-    for name in ("node-1", "node-2"):
-        data_dir, config = _node(tmp_path, postgres_url, name, storage)
-        config.write_text(config.read_text() + "[sessions]\nsweep_interval_s = 0.5\n")
-        nodes.append((data_dir, config))
+    nodes = [_node(tmp_path, postgres_url, name, storage, "[sessions]\nsweep_interval_s = 0.5\n")
+             for name in ("node-1", "node-2")]
     async with contextlib.AsyncExitStack() as stack:
         (_, url_1), (proc_2, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                              for d, c in nodes))
@@ -340,11 +338,8 @@ async def test_checkpoint_durability_stores_after_the_answer_and_states_its_wind
 
 async def test_a_workspace_disk_quota_counts_what_is_stored_for_sessions_on_other_nodes_or_none(postgres_url, tmp_path):
     shared = {"kind": "posix", "path": str(tmp_path / "shared-mount")}
-    nodes = []
-    for name in ("node-1", "node-2"):
-        data_dir, config = _node(tmp_path, postgres_url, name, shared)
-        config.write_text(config.read_text() + "[auth.quotas]\ndisk_bytes = 3000000\n")
-        nodes.append((data_dir, config))
+    nodes = [_node(tmp_path, postgres_url, name, shared, "[auth.quotas]\ndisk_bytes = 3000000\n")
+             for name in ("node-1", "node-2")]
     async with contextlib.AsyncExitStack() as stack:
         (_, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                         for d, c in nodes))
