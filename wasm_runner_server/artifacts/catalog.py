@@ -1,12 +1,14 @@
-"""The artifacts' metadata in SQLite (WAL): one row per artifact, the bytes named by its sha256."""
+"""The artifacts' metadata: one row per artifact, the bytes named by its sha256; in SQLite (WAL) in the
+data directory, or in the PostgreSQL database a cluster's nodes share (`metadata.sql`)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wasm_runner_server.wal import Checkpointer, connect_wal
+from wasm_runner_server.metadata.sql import Sql, open_sqlite
 
 DB_NAME = "artifacts.sqlite3"
 
@@ -51,26 +53,30 @@ _COLUMNS = ", ".join(Artifact.__slots__)
 
 
 class ArtifactCatalog:
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._db = connect_wal(self.path)
-        self._db.executescript(_SCHEMA)
+    def __init__(self, path: str | Path | None = None, *, sql: Sql | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
+        """The catalog in the SQLite file at `path`, or on `sql` (a shared database; `on_close` lets it go)."""
+        if sql is None:
+            if path is None:
+                raise ValueError("an artifact catalog needs a path or a database")
+            sql, on_close = open_sqlite(Path(path), _SCHEMA, "artifacts")
+        self._db = sql
+        self._on_close = on_close
         self._lock = threading.Lock()
-        self._checkpointer = Checkpointer(self.path, "wasm-runner-artifacts-checkpoint")
+        """One statement at a time (a SQLite connection is shared by the threads that publish and list)."""
 
     def close(self) -> None:
-        self._checkpointer.close()
-        with self._lock:
-            self._db.close()
+        if self._on_close is not None:
+            self._on_close()
 
     def _rows(self, sql: str, args: tuple | list = ()) -> list[Artifact]:
         with self._lock:
-            return [Artifact(*row) for row in self._db.execute(sql, args)]
+            return [Artifact(*row) for row in self._db.rows(sql, args)]
 
     def add(self, artifact: Artifact) -> None:
         with self._lock:
-            self._db.execute(f"INSERT INTO artifacts ({_COLUMNS}) VALUES ({', '.join('?' * 12)})",
-                             tuple(getattr(artifact, n) for n in Artifact.__slots__))
+            self._db.run(f"INSERT INTO artifacts ({_COLUMNS}) VALUES ({', '.join('?' * 12)})",
+                         tuple(getattr(artifact, n) for n in Artifact.__slots__))
 
     def get(self, artifact_id: str) -> Artifact | None:
         rows = self._rows(f"SELECT {_COLUMNS} FROM artifacts WHERE id = ?", (artifact_id,))
@@ -91,14 +97,12 @@ class ArtifactCatalog:
 
     def delete(self, artifact_id: str) -> bool:
         with self._lock:
-            return self._db.execute("DELETE FROM artifacts WHERE id = ?", (artifact_id,)).rowcount > 0
+            return self._db.run("DELETE FROM artifacts WHERE id = ?", (artifact_id,)) > 0
 
     def expired(self, now: float) -> list[Artifact]:
         return self._rows(f"SELECT {_COLUMNS} FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
 
     def references(self, digest: str) -> int:
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM artifacts WHERE sha256 = ?", (digest,)).fetchone()[0]
-
-
-
+            row = self._db.one("SELECT COUNT(*) FROM artifacts WHERE sha256 = ?", (digest,))
+        return row[0] if row is not None else 0

@@ -1,5 +1,5 @@
 """Where artifact bytes live: a small interface, content-addressed by SHA-256, and its embedded
-default on the local filesystem. An object-storage backend implements the same four calls."""
+default on the local filesystem; `object_blobs` keeps them in a cluster's shared object store."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ CHUNK = 256 * 1024
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
 
+def is_digest(name: str) -> bool:
+    return _DIGEST.match(name) is not None
+
+
+def checked_digest(name: str) -> str:
+    """`name` if it is a sha256 digest (it becomes part of a path or a key); ValueError otherwise."""
+    if not is_digest(name):
+        raise ValueError("not a sha256 digest")
+    return name
+
+
 class BlobTooLargeError(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"larger than {limit} bytes")
@@ -22,6 +33,10 @@ class BlobTooLargeError(Exception):
 
 
 class BlobStorage(ABC):
+    deferred_delete = False
+    """Whether a blob no artifact names is left to `orphans` rather than deleted at once (storage that other
+    processes publish into: they may be storing the same bytes meanwhile)."""
+
     @abstractmethod
     def put(self, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[str, int]:
         """Store the bytes; their (sha256, size). The same bytes stored twice are kept once."""
@@ -37,6 +52,10 @@ class BlobStorage(ABC):
     def delete(self, digest: str) -> None:
         """Forget the bytes (no error if absent)."""
 
+    def orphans(self, now: float | None = None) -> Iterator[str]:
+        """With `deferred_delete`: the blobs old enough to delete if no artifact names them."""
+        return iter(())
+
 
 class LocalBlobStorage(BlobStorage):
     """Blobs as files `<root>/<first 2 hex>/<sha256>`, written to a temporary name and renamed in."""
@@ -46,9 +65,7 @@ class LocalBlobStorage(BlobStorage):
         (self.root / "incoming").mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def _path(self, digest: str) -> Path:
-        if _DIGEST.match(digest) is None:
-            raise ValueError("not a sha256 digest")
-        return self.root / digest[:2] / digest
+        return self.root / digest[:2] / checked_digest(digest)
 
     def put(self, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[str, int]:
         tmp = self.root / "incoming" / secrets.token_hex(8)

@@ -64,12 +64,17 @@ class ArtifactStore:
         return self.blobs.open(artifact.sha256)
 
     def delete(self, artifact: Artifact) -> None:
-        if self.catalog.delete(artifact.id) and self.catalog.references(artifact.sha256) == 0:
+        if (self.catalog.delete(artifact.id) and not self.blobs.deferred_delete
+                and self.catalog.references(artifact.sha256) == 0):
             self.blobs.delete(artifact.sha256)
 
     def prune(self, now: float | None = None) -> list[Artifact]:
-        """Remove the artifacts past their retention; those removed."""
+        """Remove the artifacts past their retention, and the shared blobs no artifact names; the artifacts
+        removed."""
         expired = self.catalog.expired(now if now is not None else time.time())
         for artifact in expired:
             self.delete(artifact)
+        for digest in self.blobs.orphans(now):
+            if self.catalog.references(digest) == 0:
+                self.blobs.delete(digest)
         return expired

@@ -142,7 +142,8 @@ class WorkspaceDisk:
     (API writes, and the room each run holds: sessions.run_disk)."""
 
     def __init__(self, data_dir: Path, quota: int, sessions_of: Callable[[str], list[str]],
-                 ledger: DiskLedger, stored: Callable[[list[str]], dict[str, int]] | None = None) -> None:
+                 ledger: DiskLedger, stored: Callable[[list[str]], dict[str, int]] | None = None,
+                 templates: Callable[[str], int] | None = None) -> None:
         self.data_dir = data_dir
         self.quota = quota
         self.sessions_of = sessions_of
@@ -150,6 +151,8 @@ class WorkspaceDisk:
         self.stored = stored
         """A cluster's: the bytes stored for sessions whose directory is not on this node (held by another
         node, or let go), by their last stored generation."""
+        self.templates = templates
+        """A cluster's: the bytes of a workspace's templates (stored beyond the nodes, not in its directory)."""
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[float, int]] = {}
         self._sizes: dict[str, dict[str, int]] = {}
@@ -211,6 +214,8 @@ class WorkspaceDisk:
             return cached[1], cached[0]
         sessions, sessions_at = self.sessions_usage(workspace)
         used = sessions + tree_usage([self.own_dir(workspace)])[0]
+        if self.templates is not None:
+            used += self.templates(workspace)
         measured_at = min(now, sessions_at)
         with self._lock:
             self._totals[workspace] = (measured_at, used)

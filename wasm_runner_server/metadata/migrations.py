@@ -277,6 +277,37 @@ STEPS: tuple[str, ...] = (
         expires_at DOUBLE PRECISION NOT NULL
     );
     """,
+    # 11: the catalogs any node serves: artifacts (their bytes in the object store) and templates
+    """
+    CREATE TABLE artifacts (
+        id TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        session TEXT,
+        source_path TEXT,
+        key_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        size BIGINT NOT NULL,
+        sha256 TEXT NOT NULL,
+        note TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION
+    );
+    CREATE INDEX artifacts_by_workspace ON artifacts (workspace, created_at, id);
+    CREATE INDEX artifacts_by_expiry ON artifacts (expires_at);
+    CREATE INDEX artifacts_by_sha ON artifacts (sha256);
+    CREATE TABLE templates (
+        workspace TEXT NOT NULL,
+        name TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        bytes BIGINT NOT NULL,
+        kernels TEXT NOT NULL,            -- JSON: the languages whose kernel images it holds
+        fresh_kernels TEXT NOT NULL,      -- JSON: language -> why its kernel starts fresh
+        stored_as TEXT NOT NULL,          -- the tree in the object store (written once per publish)
+        PRIMARY KEY (workspace, name)
+    );
+    CREATE INDEX templates_by_tree ON templates (stored_as);
+    """,
 )
 
 

@@ -77,7 +77,8 @@ class Security:
         signer = Signer(stores.presign_secrets(config, data_dir))
         placement = service.sessions.placement
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk,
-                             placement.stored_bytes if placement is not None else None)
+                             placement.stored_bytes if placement is not None else None,
+                             service.copies.templates_stored if service.copies is not None else None)
         oauth = stores.oauth_store(config, data_dir)
         oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,
                                    refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s,
@@ -89,7 +90,7 @@ class Security:
             quotas: Quotas = Enforced(settings.quotas, disk, tenants, stores.running_executions(config, data_dir))
         else:
             authenticator, quotas = LocalOnly(), Unlimited()
-        artifacts = ArtifactStore.in_data_dir(data_dir, config.artifacts)
+        artifacts = stores.artifact_store(config, data_dir)
         usage = stores.usage_ledger(config, data_dir)
         return cls(settings, data_dir, tenants, audit, signer, disk, authenticator, quotas, artifacts,
                    stores.console_sessions(config, settings.console_session_s), oauth, oauth_server, Team(tenants, audit), usage,

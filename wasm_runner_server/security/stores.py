@@ -1,12 +1,14 @@
-"""The tenant, OAuth and usage stores, the audit log and the rate limiter `[store]` configures: SQLite
-files in the data directory (the default), or the PostgreSQL database a cluster's nodes share (the
-`cluster` extra)."""
+"""The tenant, OAuth and usage stores, the artifacts, the audit log and the rate limiter `[store]`
+configures: SQLite files in the data directory (the default), or the PostgreSQL database a cluster's nodes
+share (the `cluster` extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wasm_runner_server.artifacts.catalog import ArtifactCatalog
+from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.http.preview_origins import SharedGrants
 from wasm_runner_server.security.audit import AuditLog
 from wasm_runner_server.security.console_sessions import ConsoleSessions, SharedConsole
@@ -50,6 +52,24 @@ def oauth_store(config: ServiceConfig | None, data_dir: Path) -> OAuthStore:
 def usage_ledger(config: ServiceConfig | None, data_dir: Path) -> UsageLedger:
     """The usage ledger and budgets."""
     return _opened(UsageLedger, config, data_dir)
+
+
+def artifact_store(config: ServiceConfig, data_dir: Path) -> ArtifactStore:
+    """The artifacts: in the data directory, or, for a cluster whose sessions are stored beyond its nodes
+    (a PostgreSQL `[store]` and `[storage]` beyond the node), their catalog in the shared database and
+    their bytes in the shared object store, so that any node lists and serves what another published."""
+    settings = store_settings(config)
+    if not (settings.postgres and config.storage.objects):
+        return ArtifactStore.in_data_dir(data_dir, config.artifacts)
+    from wasm_runner_server.artifacts.object_blobs import ObjectBlobStorage
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.metadata.sql import PostgresSql
+    from wasm_runner_server.storage.objects import open_objects
+
+    blobs = ObjectBlobStorage(open_objects(config.storage.with_environment()), data_dir / "artifacts" / "staging")
+    db = postgres.acquire(settings)
+    return ArtifactStore(ArtifactCatalog(sql=PostgresSql(db), on_close=lambda: postgres.release(db)), blobs,
+                         config.artifacts)
 
 
 SHARED_JOURNAL_STEM = ".audit"

@@ -1,10 +1,13 @@
 """Sessions made as copies: forks of a live session, and templates a workspace publishes and
-starts sessions from (the core's `Session.fork` and `snapshots.Templates` do the copying)."""
+starts sessions from (the core's `Session.fork` and `snapshots.Templates` do the copying). A node
+keeps its workspaces' templates in its data directory; a cluster's are the cluster's
+(`template_catalog.SharedTemplates`)."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wasm_runner.providers.native.web_starters import copy_starter
 from wasm_runner.snapshots.fork import ForkResult
@@ -15,6 +18,9 @@ from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.sessions.manager import LiveSession, SessionManager
 
+if TYPE_CHECKING:
+    from wasm_runner_server.sessions.template_catalog import SharedTemplates
+
 __all__ = ["SessionCopies"]
 
 NOT_COPIED = frozenset({HISTORY_DIR})
@@ -24,14 +30,38 @@ DEFAULT_OWNER = "default"
 
 
 class SessionCopies:
-    def __init__(self, sessions: SessionManager, data_dir: Path) -> None:
+    def __init__(self, sessions: SessionManager, data_dir: Path, shared: SharedTemplates | None = None) -> None:
         self.sessions = sessions
         self.data_dir = data_dir
+        self.shared = shared
+        """A cluster's templates, which any node lists and starts sessions from (None: this node's)."""
 
-    def templates(self, owner: str) -> Templates:
-        """A workspace's templates: beside its shared/ directory, where its disk quota counts them
-        (never inside what a guest sees)."""
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+
+    def _local(self, owner: str) -> Templates:
+        """A workspace's templates on this node: beside its shared/ directory, where its disk quota counts
+        them (never inside what a guest sees)."""
         return Templates(self.data_dir / "workspaces" / (owner or DEFAULT_OWNER) / "templates")
+
+    def template(self, owner: str, name: str) -> TemplateRecord:
+        """The workspace's template `name` (TemplateNotFound; InvalidRequestError: not a template name)."""
+        return self.shared.get(owner or DEFAULT_OWNER, name) if self.shared is not None else self._local(owner).get(name)
+
+    def list_templates(self, owner: str) -> list[TemplateRecord]:
+        return self.shared.in_workspace(owner or DEFAULT_OWNER) if self.shared is not None else self._local(owner).list()
+
+    def delete_template(self, owner: str, name: str) -> None:
+        if self.shared is not None:
+            self.shared.delete(owner or DEFAULT_OWNER, name)
+        else:
+            self._local(owner).delete(name)
+
+    def templates_stored(self, owner: str) -> int:
+        """A cluster's: the bytes of the workspace's templates, which its disk quota counts (a node's
+        templates are in the workspace's directory, where its measure finds them)."""
+        return self.shared.stored_bytes(owner or DEFAULT_OWNER) if self.shared is not None else 0
 
     async def size(self, live: LiveSession) -> int:
         """Bytes a copy of the session takes."""
@@ -55,7 +85,9 @@ class SessionCopies:
     async def publish(self, live: LiveSession, owner: str, name: str) -> TemplateRecord:
         self._own_directory(live, "publish as a template")
         _, core = self.sessions.core(live)
-        return await asyncio.to_thread(self.templates(owner).publish, core, name, skip=NOT_COPIED)
+        if self.shared is not None:
+            return await asyncio.to_thread(self.shared.publish, core, owner or DEFAULT_OWNER, name, NOT_COPIED)
+        return await asyncio.to_thread(self._local(owner).publish, core, name, skip=NOT_COPIED)
 
     async def start_starter(self, live: LiveSession, name: str) -> None:
         """Put the web starter `name` into the new session `live`'s files (before its first call)."""
@@ -65,4 +97,6 @@ class SessionCopies:
     async def start(self, live: LiveSession, owner: str, name: str) -> TemplateRecord:
         """Make the new session `live` a copy of the template (before its first call)."""
         _, core = self.sessions.core(live)
-        return await asyncio.to_thread(self.templates(owner).start, name, core)
+        if self.shared is not None:
+            return await asyncio.to_thread(self.shared.start, owner or DEFAULT_OWNER, name, core)
+        return await asyncio.to_thread(self._local(owner).start, name, core)

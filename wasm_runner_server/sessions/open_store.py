@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from wasm_runner_server.cluster.nodes import NodeDirectory
     from wasm_runner_server.cluster.placement import Placement
     from wasm_runner_server.config import ServiceConfig
-    from wasm_runner_server.sessions.manager import SessionManager
+    from wasm_runner_server.sessions.manager import SessionManager, SessionPlacement
+    from wasm_runner_server.sessions.template_catalog import SharedTemplates
 
 SESSIONS_DB = "server.sqlite3"
 
@@ -48,6 +49,25 @@ def open_placement(config: ServiceConfig, manager: SessionManager) -> Placement 
     storage = config.storage
     return Placement(manager, open_storage(storage), leases,
                      storage.checkpoint_s if storage.durability == "checkpoint" else None)
+
+
+def open_templates(config: ServiceConfig, placement: SessionPlacement | None) -> SharedTemplates | None:
+    """The cluster's templates, where its sessions move between nodes (a PostgreSQL `[store]` and sessions
+    stored beyond the node): their rows in the database, their trees where the sessions are stored. None:
+    each node keeps its workspaces' templates."""
+    settings = store_settings(config)
+    if not settings.postgres or placement is None:
+        return None
+    from wasm_runner_server.cluster.placement import Placement
+    from wasm_runner_server.metadata import postgres
+    from wasm_runner_server.sessions.template_catalog import SharedTemplates, TemplateCatalog
+
+    data_dir = Path(config.server.data_dir)
+    assert isinstance(placement, Placement)  # (what open_placement makes)
+    templates = SharedTemplates(TemplateCatalog(postgres.acquire(settings)), placement.storage,
+                                data_dir / "template-trees", settings.node_name(data_dir))
+    templates.prune()
+    return templates
 
 
 def open_nodes(config: ServiceConfig) -> NodeDirectory | None:

@@ -22,7 +22,7 @@ from wasm_runner_server.sessions.caller_tools import CallerTools
 from wasm_runner_server.sessions.copies import SessionCopies
 from wasm_runner_server.sessions.execution import Execution, ExecutionObserver
 from wasm_runner_server.sessions.manager import RunnerPool, SessionManager
-from wasm_runner_server.sessions.open_store import open_nodes, open_placement, session_store
+from wasm_runner_server.sessions.open_store import open_nodes, open_placement, open_templates, session_store
 from wasm_runner_server.sessions.processes import ProcessObserver, ServiceProcesses
 from wasm_runner_server.sessions.profile_tools import ProfileTools
 from wasm_runner_server.sessions.run_disk import QuotaOf, RunRooms
@@ -94,7 +94,8 @@ class Service:
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
         service = cls(config, store, pool, gate, metrics, execution, sessions, processes,
-                      copies=SessionCopies(sessions, data_dir), disk=ledger, nodes=open_nodes(config))
+                      copies=SessionCopies(sessions, data_dir, open_templates(config, sessions.placement)), disk=ledger,
+                      nodes=open_nodes(config))
         await service.start()
         return service
 
@@ -152,6 +153,8 @@ class Service:
         except TimeoutError:
             log.warning("runners did not close within 10 s", extra={"event": "close_timeout"})
         self.store.close()
+        if self.copies is not None:
+            self.copies.close()
         if self.nodes is not None:
             self.nodes.close()
         log.info("stopped", extra={"event": "stopped"})

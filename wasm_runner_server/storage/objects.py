@@ -11,6 +11,7 @@ one manifest generation cannot both win.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -62,6 +63,32 @@ class Objects:
             raise AlreadyExists(key) from None
         except Exception as exc:
             raise StorageError(f"storing {key!r} failed: {type(exc).__name__}") from exc
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Write `key` from the file at `path`, replacing what is there (in parts if it is large)."""
+        try:
+            obstore.put(self._store, self.prefix + key, path)
+        except Exception as exc:
+            raise StorageError(f"storing {key!r} failed: {type(exc).__name__}") from exc
+
+    def stream(self, key: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The object's bytes in chunks of about `chunk_bytes` (ObjectMissing if there is none)."""
+        try:
+            chunks = obstore.get(self._store, self.prefix + key).stream(min_chunk_size=chunk_bytes)
+        except (NotFoundError, FileNotFoundError):
+            raise ObjectMissing(key) from None
+        except Exception as exc:
+            raise StorageError(f"reading {key!r} failed: {type(exc).__name__}") from exc
+        return (bytes(chunk) for chunk in chunks)
+
+    def exists(self, key: str) -> bool:
+        try:
+            obstore.head(self._store, self.prefix + key)
+        except (NotFoundError, FileNotFoundError):
+            return False
+        except Exception as exc:
+            raise StorageError(f"reading {key!r} failed: {type(exc).__name__}") from exc
+        return True
 
     def get(self, key: str) -> bytes:
         try:

@@ -6,44 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
+from cluster_nodes import admin_auth, node_files
 from server_helpers import eventually
 from service_process import serving
 from yarl import URL
 
-from wasm_runner_server.config import ServiceConfig
-from wasm_runner_server.security import stores
 from wasm_runner_server.storage import ObjectStorage, StorageSettings
 
-LEASE_S = 2.0
 WAIT_S = 60.0
-
-
-def _node(tmp_path: Path, url: str, name: str, storage: dict[str, object], extra: str = "") -> tuple[Path, Path]:
-    """A node's data directory and config file (`extra`: more of the config, TOML)."""
-    data_dir = tmp_path / name
-    config = tmp_path / f"{name}.toml"
-    section = "\n".join(f"{k} = {json.dumps(v)}" for k, v in {**storage, "lease_s": LEASE_S}.items())
-    config.write_text(f'[store]\nurl = "{url}"\nnode = "{name}"\n[server]\nprepare_on_start = false\n'
-                      f"[storage]\n{section}\n{extra}")
-    return data_dir, config
-
-
-def _admin(postgres_url: str, data_dir: Path, workspace: str) -> dict[str, str]:
-    """The Authorization header of a new admin key of `workspace`, made in the cluster's database."""
-    config = ServiceConfig.model_validate({"server": {"data_dir": str(data_dir)}, "store": {"url": postgres_url}})
-    tenants = stores.tenant_store(config, data_dir)
-    key, _ = tenants.create_key(workspace, "dev", "admin")
-    tenants.close()
-    return {"Authorization": f"Bearer {key}"}
 
 
 def _holder(url: str, session: str) -> tuple[str, int, float]:
@@ -73,21 +49,13 @@ async def _until_served(http: httpx.AsyncClient, url: str, session: str, code: s
         await asyncio.sleep(0.1)
 
 
-@pytest.fixture(params=["s3", "posix"])
-def storage(request, tmp_path_factory) -> dict[str, object]:
-    """Where the nodes store sessions: the S3 server, or a directory all three share (NFS's stand-in)."""
-    if request.param == "s3":
-        return request.getfixturevalue("s3").settings()
-    return {"kind": "posix", "path": str(tmp_path_factory.mktemp("shared-mount"))}
-
-
 async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothing(postgres_url, storage, tmp_path):
-    nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2", "node-3")]
+    nodes = [node_files(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2", "node-3")]
     async with contextlib.AsyncExitStack() as stack:
         served = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c)) for d, c in nodes))
         (proc_1, url_1), (proc_2, url_2), (proc_3, url_3) = served
 
-        auth = _admin(postgres_url, nodes[0][0], "team")
+        auth = admin_auth(postgres_url, nodes[0][0], "team")
 
         async with httpx.AsyncClient(timeout=120) as http:
             created = await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)
@@ -128,7 +96,7 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
             while _holder(postgres_url, session)[2] > 0:  # node-1's lease runs out
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.1)
-            rival_auth = _admin(postgres_url, nodes[0][0], "rival")
+            rival_auth = admin_auth(postgres_url, nodes[0][0], "rival")
             hidden = await http.post(f"{url_3}/v1/sessions/{session}/exec", json={"code": "1"}, headers=rival_auth)
             assert hidden.status_code == 404  # another workspace's request takes nothing over
             assert _holder(postgres_url, session)[:2] == ("node-1", 1)
@@ -209,12 +177,12 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
 
 async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_and_expires_unheld(postgres_url, storage,
                                                                                        tmp_path):
-    nodes = [_node(tmp_path, postgres_url, name, storage, "[sessions]\nsweep_interval_s = 0.5\n")
+    nodes = [node_files(tmp_path, postgres_url, name, storage, "[sessions]\nsweep_interval_s = 0.5\n")
              for name in ("node-1", "node-2")]
     async with contextlib.AsyncExitStack() as stack:
         (_, url_1), (proc_2, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                              for d, c in nodes))
-        auth = _admin(postgres_url, nodes[0][0], "team")
+        auth = admin_auth(postgres_url, nodes[0][0], "team")
         async with httpx.AsyncClient(timeout=120) as http:
             # hibernated on request: stored, its lease ended at once, its copy on node-1 dropped
             session = (await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"]
@@ -297,11 +265,11 @@ async def test_a_hibernated_or_drained_session_is_let_go_and_wakes_on_any_node_a
 
 async def test_checkpoint_durability_stores_after_the_answer_and_states_its_window(postgres_url, s3, tmp_path):
     storage = {**s3.settings(), "durability": "checkpoint", "checkpoint_s": 1}
-    nodes = [_node(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2")]
+    nodes = [node_files(tmp_path, postgres_url, name, storage) for name in ("node-1", "node-2")]
     async with contextlib.AsyncExitStack() as stack:
         (proc_1, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                              for d, c in nodes))
-        auth = _admin(postgres_url, nodes[0][0], "team")
+        auth = admin_auth(postgres_url, nodes[0][0], "team")
 
         def generation(session_id: str) -> int:
             with psycopg.connect(postgres_url) as conn:
@@ -338,12 +306,12 @@ async def test_checkpoint_durability_stores_after_the_answer_and_states_its_wind
 
 async def test_a_workspace_disk_quota_counts_what_is_stored_for_sessions_on_other_nodes_or_none(postgres_url, tmp_path):
     shared = {"kind": "posix", "path": str(tmp_path / "shared-mount")}
-    nodes = [_node(tmp_path, postgres_url, name, shared, "[auth.quotas]\ndisk_bytes = 3000000\n")
+    nodes = [node_files(tmp_path, postgres_url, name, shared, "[auth.quotas]\ndisk_bytes = 3000000\n")
              for name in ("node-1", "node-2")]
     async with contextlib.AsyncExitStack() as stack:
         (_, url_1), (_, url_2) = await asyncio.gather(*(stack.enter_async_context(serving(d, config=c))
                                                         for d, c in nodes))
-        auth = _admin(postgres_url, nodes[0][0], "team")
+        auth = admin_auth(postgres_url, nodes[0][0], "team")
         async with httpx.AsyncClient(timeout=120) as http:
             first = (await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"]
             put = await http.put(f"{url_1}/v1/sessions/{first}/files/big.bin", content=b"x" * 2_000_000, headers=auth)

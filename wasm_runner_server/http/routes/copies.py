@@ -85,7 +85,7 @@ async def publishtemplate_of(request: web.Request) -> web.Response:
 @operation(summary="List the workspace's templates", tag="templates", response=TemplateList)
 async def list_templates(request: web.Request) -> web.Response:
     owner = request.app[POLICY].caller_workspace(request)
-    records = await asyncio.to_thread(copies_of(request).templates(owner).list)
+    records = await asyncio.to_thread(copies_of(request).list_templates, owner)
     return json_response(TemplateList(templates=[_info(r) for r in records]))
 
 
@@ -114,7 +114,7 @@ async def deletetemplate_of(request: web.Request) -> web.Response:
     owner = policy.caller_workspace(request)
     name = request.match_info["name"]
     template_of(request, owner, name)
-    await asyncio.to_thread(copies_of(request).templates(owner).delete, name)
+    await asyncio.to_thread(copies_of(request).delete_template, owner, name)
     policy.on_session_event(request, "template_delete", None, {"template": name})
     return web.Response(status=204)
 
@@ -157,7 +157,7 @@ def check_starter(name: str, template: str | None) -> None:
 def template_of(request: web.Request, owner: str, name: str) -> TemplateRecord:
     """The caller's workspace's template `name`, or 404 (another workspace's is not found either)."""
     try:
-        return copies_of(request).templates(owner).get(name)
+        return copies_of(request).template(owner, name)
     except (TemplateNotFound, InvalidRequestError):
         raise ApiError(404, ErrorCode.TEMPLATE_NOT_FOUND, f"no template {name!r} in this workspace",
                        "GET /v1/templates lists them; POST /v1/templates publishes one") from None
