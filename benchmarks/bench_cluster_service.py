@@ -14,7 +14,11 @@ processes. Measures, as a client sees it:
 - takeover after `kill -9` of a session's node, for a small workspace and one of about 50 MB: the time
   from the kill until a call through another (warm) node is answered with the session's state, with the
   lease time it includes (the lease must run out first), and the answering call alone (claim, restore of
-  the files and the kernel, the call). The kill lands up to a third of a lease after the last renewal.
+  the files and the kernel, the call). The kill lands up to a third of a lease after the last renewal;
+- hibernate and wake through object storage, for a small workspace and one of about 20 MB with a 20 MiB
+  kernel: `:hibernate` on the session's node (its state stored, its lease let go), then the first call
+  through the other node, which claims the session and restores its files and kernel; the session
+  crosses back and forth between the two nodes, each crossing a sample.
 
 Medians (and p90 where there are enough samples); the machine's load is printed with them.
 """
@@ -169,13 +173,59 @@ async def takeover(tmp: Path, db: str, storage: dict, name: str, setup: str) -> 
             "kernel_restored": bool(answer.json().get("kernel_restored"))}
 
 
+TWENTY_MB = ("import os\nfor i in range(20):\n    with open(f'part{i}.bin', 'wb') as f:\n"
+             "        f.write(os.urandom(1 << 20))\nheap = bytearray(os.urandom(20 << 20))\nx = 42")
+
+
+def _lease_left_s(db: str, session: str) -> float:
+    import psycopg
+
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT expires_at - extract(epoch from clock_timestamp()) FROM leases "
+                           "WHERE session_id = %s", (session,)).fetchone()
+    return row[0] if row is not None else 0.0
+
+
+async def hibernate_wake(tmp: Path, db: str, storage: dict, name: str, setup: str, samples: int) -> dict:
+    """`:hibernate` on the session's node until its lease is let go, then the first call through the other."""
+    configs = {side: _config(tmp / f"{name}-{side}.toml", f"{name}-{side}", db, storage) for side in ("a", "b")}
+    auth = {"Authorization": f"Bearer {_key(tmp / f'{name}-a', db)}"}
+    timings: dict[str, list[float]] = {"hibernate_ms": [], "let_go_ms": [], "wake_call_ms": []}
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(timeout=300) as http:
+        (_, url_a), (_, url_b) = await asyncio.gather(
+            *(stack.enter_async_context(serving(tmp / f"{name}-{side}", config=config))
+              for side, config in configs.items()))
+        for url in (url_a, url_b):  # both nodes' kernel workers up: a warm node wakes the session
+            warm = (await http.post(f"{url}/v1/sessions", json={}, headers=auth)).json()["id"]
+            await _call(http, url, warm, "pass", auth)
+        session = (await http.post(f"{url_a}/v1/sessions", json={}, headers=auth)).json()["id"]
+        await _call(http, url_a, session, setup, auth)
+        sizes = sum(p.stat().st_size for p in (tmp / f"{name}-a" / "sessions" / session).rglob("*") if p.is_file())
+        holder, other = url_a, url_b
+        for _ in range(samples):
+            start = time.perf_counter()
+            slept = await http.post(f"{holder}/v1/sessions/{session}:hibernate", headers=auth)
+            assert slept.status_code == 200 and slept.json()["state"] == "hibernated", slept.text
+            timings["hibernate_ms"].append((time.perf_counter() - start) * 1000)
+            while await asyncio.to_thread(_lease_left_s, db, session) > 0:
+                await asyncio.sleep(0.005)
+            timings["let_go_ms"].append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            answer = await http.post(f"{other}/v1/sessions/{session}/exec", json={"code": "print(x)"}, headers=auth)
+            timings["wake_call_ms"].append((time.perf_counter() - start) * 1000)
+            assert answer.status_code == 200 and answer.json()["stdout"] == "42\n", answer.text
+            assert answer.json().get("kernel_restored"), answer.text
+            holder, other = other, holder
+    return {"workspace_bytes": sizes, **{what: _summary(values) for what, values in timings.items()}}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=15)
     args = parser.parse_args()
     import tempfile
 
-    with postgres_server() as pg, s3_server() as s3, tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp_dir:
+    with postgres_server() as pg, s3_server(volumes=64) as s3, tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp_dir:
         tmp = Path(tmp_dir)
         report = {
             "load_avg": os.getloadavg(),
@@ -184,6 +234,10 @@ async def main() -> None:
             "durability": await durability(tmp, pg.new_database(), s3.settings(), args.samples),
             "takeover_small": await takeover(tmp, pg.new_database(), s3.settings(), "small", "pass"),
             "takeover_50mb": await takeover(tmp, pg.new_database(), s3.settings(), "big", FIFTY_MB),
+            "hibernate_wake_small": await hibernate_wake(tmp, pg.new_database(), s3.settings(), "hw-small", "x = 42",
+                                                         args.samples),
+            "hibernate_wake_20mb": await hibernate_wake(tmp, pg.new_database(), s3.settings(), "hw-big", TWENTY_MB,
+                                                        args.samples),
         }
         report["load_avg_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))

