@@ -11,16 +11,20 @@ This node checks nothing of the request: the node that holds the session does ev
 tenancy, limits, audit) as for a request it received itself, so a forwarded request is counted and
 audited once. A forwarded request carries FORWARDED_BY and is never forwarded again (the node it
 reaches serves it or answers as a lone node would). When the holder does not answer, the caller
-gets 503 with Retry-After: once its lease expires, the next request takes the session over here.
+gets 503 with Retry-After: once its lease expires, the next request takes the session over here. A
+holder that accepts the connection but does not answer (paused, or its event loop stuck) is waited for
+only while it still renews its lease: once the lease runs out before the answer's headers came, the
+caller gets the same 503, and its retry takes the session over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import aiohttp
 from aiohttp import web
@@ -42,6 +46,8 @@ FORWARDED_BY = "X-Wasm-Runner-Forwarded-By"
 """Names the node that forwarded a request: the node it reaches never forwards it again."""
 CONNECT_TIMEOUT_S = 3.0
 """How long a node waits for the session's node to accept a connection before it answers 503."""
+LEASE_MARGIN_S = 0.1
+"""How long after a holder's lease should have run out it is looked up again (its renewal may be in flight)."""
 KEEPALIVE_S = 30.0
 """Idle connections to other nodes are closed before the nodes' own 75 s keep-alive closes them under a request."""
 KEPT_S = 5.0
@@ -149,15 +155,52 @@ async def forward(request: web.Request, app: web.Application, where: Location, s
                                f"{exc.status} {exc.message}", "check the key, the session's id and the query") from None
             return await bridge(request, socket)
         body = request.content if request.body_exists else None
-        async with client.request(request.method, target, headers=headers, data=body, allow_redirects=False,
-                                  compress=None) as upstream:
+        upstream = await _answered_while_held(client.request(request.method, target, headers=headers, data=body,
+                                                             allow_redirects=False, compress=None),
+                                              nodes, session_id, where)
+        async with upstream:
             return await send_back(request, upstream, on_cut=lambda exc: log.warning(
                 "a forwarded answer ended short", extra={"event": "forward_cut", "node": where.node,
                                                          "error": str(exc)}))
     except (aiohttp.ClientConnectorError, aiohttp.ServerTimeoutError, aiohttp.ServerDisconnectedError,
-            ConnectionError) as exc:
+            ConnectionError, HolderStopped) as exc:
         app[LOCATIONS].forget(session_id)
         raise unavailable(session_id, where, exc) from None
+
+
+class HolderStopped(Exception):
+    """The node a request was relayed to let its lease run out before it answered."""
+
+
+async def _answered_while_held(answer: Awaitable[aiohttp.ClientResponse], nodes: NodeDirectory, session_id: str,
+                               where: Location) -> aiohttp.ClientResponse:
+    """The holder's answer (its headers), unless its lease on the session runs out first (HolderStopped)."""
+    relayed = asyncio.ensure_future(answer)
+    watch = asyncio.ensure_future(_until_let_go(nodes, session_id, where))
+    try:
+        await asyncio.wait({relayed, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not relayed.done():
+            relayed.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relayed
+    if relayed.cancelled():
+        raise HolderStopped(f"its lease ran out before it answered ({where.node!r} paused or cut off)")
+    return relayed.result()
+
+
+async def _until_let_go(nodes: NodeDirectory, session_id: str, where: Location) -> None:
+    """Returns once `where.node` no longer holds a live lease on the session; checks as each lease it
+    renewed runs out (never, for a session without a lease: it lives on its node's disk)."""
+    left = where.lease_left_s
+    while left is not None:
+        await asyncio.sleep(max(left, 0.0) + LEASE_MARGIN_S)
+        now = await asyncio.to_thread(nodes.locate, session_id)
+        if now is None or now.node != where.node or now.lease_left_s is None or now.lease_left_s <= 0:
+            return
+        left = now.lease_left_s
+    await asyncio.Event().wait()
 
 
 def unavailable(session_id: str, where: Location, exc: BaseException) -> ApiError:
@@ -166,6 +209,8 @@ def unavailable(session_id: str, where: Location, exc: BaseException) -> ApiErro
     when = (f"if it does not answer within {after} s (its lease), the session moves to the node that serves "
             "the next request" if left is not None else "the session lives on that node's disk: it is served "
             "again when that node is back")
+    if isinstance(exc, HolderStopped):
+        after, when = 1, "its lease ran out, so the next request takes the session over"
     log.warning("session node unreachable", extra={"event": "forward_failed", "session": session_id,
                                                    "node": where.node, "error": f"{type(exc).__name__}: {exc}"})
     return ApiError(503, ErrorCode.SESSION_NODE_UNAVAILABLE,

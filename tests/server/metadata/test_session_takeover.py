@@ -140,6 +140,12 @@ async def test_a_session_survives_its_node_and_a_stale_owner_acknowledges_nothin
                 await asyncio.sleep(0.02)
             os.kill(proc_2.pid, signal.SIGSTOP)
             try:
+                # a request relayed to the paused node waits for it only while its lease runs: then 503
+                relayed = await http.get(f"{url_3}/v1/sessions/{session}/files/data.txt", headers=auth,
+                                         timeout=WAIT_S / 2)
+                assert relayed.status_code == 503, relayed.text
+                assert relayed.json()["error"]["code"] == "session_node_unavailable"
+                assert "lease ran out" in relayed.json()["error"]["message"] and relayed.headers["Retry-After"] == "1"
                 deadline = time.monotonic() + WAIT_S
                 while _holder(postgres_url, session)[2] > 0:  # node-2's lease runs out (the database's clock)
                     assert time.monotonic() < deadline
