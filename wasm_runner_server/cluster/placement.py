@@ -72,13 +72,15 @@ class Placement:
         self.stored = Counter("wasm_runner_session_generations_stored_total",
                               "Generations of sessions stored in object storage.")
         self.storage_errors = Counter("wasm_runner_storage_errors_total", "Failed saves or restores of sessions.")
+        self.uploaded = Counter("wasm_runner_storage_uploaded_bytes_total",
+                                "Bytes of sessions' chunks sent to object storage (what changed since it was stored).")
         self.released = Counter("wasm_runner_sessions_released_total",
                                 "Hibernated sessions this node stored and let go (any node wakes them).")
         self.restore_seconds = Histogram("wasm_runner_session_restore_duration_seconds",
                                          "Restores of sessions taken over (files and kernel images fetched).")
         self.store_seconds = Histogram("wasm_runner_session_store_duration_seconds",
                                        "Stores of what a request changed (kernel images, chunks, manifest, commit).")
-        for metric in (self.takeovers, self.lost, self.stored, self.storage_errors, self.released,
+        for metric in (self.takeovers, self.lost, self.stored, self.storage_errors, self.uploaded, self.released,
                        self.restore_seconds, self.store_seconds):
             metrics.gauges.append(metric)
         metrics.gauge("wasm_runner_session_leases_held", "Sessions whose lease this node holds.",
@@ -275,6 +277,7 @@ class Placement:
                 if self.leases is not None:
                     live.lease_until = since + self.lease_s
                 self.stored.inc()
+                self.uploaded.inc(amount=stats.bytes_uploaded)
                 log.debug("session stored", extra={"event": "session_stored", "session": live.row.id,
                                                    "generation": generation, "bytes": stats.bytes_uploaded})
                 return
