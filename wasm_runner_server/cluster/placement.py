@@ -21,12 +21,15 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.errors import ErrorCode
 from wasm_runner_server.cluster import moved_processes
 from wasm_runner_server.cluster.leases import Leases
 from wasm_runner_server.errors import ApiError
 from wasm_runner_server.metrics import Counter, Histogram
+from wasm_runner_server.sessions.manager import SESSION_ID
 from wasm_runner_server.storage import GenerationTaken, SessionStorage, StorageError
+from wasm_runner_server.storage.sessions import RESTORE_LEFTOVERS
 
 if TYPE_CHECKING:
     from wasm_runner_server.sessions.manager import LiveSession, SessionManager
@@ -110,7 +113,21 @@ class Placement:
             root = manager.sessions_dir / live.row.id
             if lease.generation and not root.exists():
                 await asyncio.to_thread(self.storage.restore, live.row.id, root, lease.generation)
+        if self.storage.durable:
+            await asyncio.to_thread(self._drop_stale_copies)
         self._renewer = asyncio.create_task(self._renew_forever(), name="wasm-runner-leases")
+
+    def _drop_stale_copies(self) -> None:
+        """Remove the directories of sessions this node no longer holds: taken over while it was away
+        (their stored generations are theirs now), or a restore a crash cut short."""
+        manager = self.manager
+        if not manager.sessions_dir.is_dir():
+            return
+        for path in manager.sessions_dir.iterdir():
+            stale = SESSION_ID.fullmatch(path.name) is not None and path.name not in manager.sessions
+            if stale or path.name.startswith(RESTORE_LEFTOVERS):
+                log.info("stale session copy removed", extra={"event": "session_copy_removed", "path": path.name})
+                discard_tree(path)
 
     async def drain(self, within_s: float) -> None:
         """At shutdown: hibernate and let go the sessions this node holds (stored, leases ended), so that

@@ -59,6 +59,9 @@ __all__ = ["GenerationTaken", "LocalStorage", "ObjectStorage", "SaveStats", "Ses
 COLLECT_GRACE_S = 600.0
 """A chunk unnamed by any manifest is deleted only once it is this old: another writer of the session (a
 node that took it over) may have sent it and not yet written the manifest that names it."""
+RESTORE_LEFTOVERS = (".restoring-", ".replaced-")
+"""What a restore names its staging directory and the directory it replaces, beside the session's: a crash
+may leave them."""
 SKIPPED_TOP = frozenset({"tmp"})
 """Top-level entries of a session's directory that are not stored (the guest's /tmp)."""
 
@@ -230,7 +233,7 @@ class ObjectStorage:
         started = time.perf_counter()
         stats = SaveStats(generation)
         root.parent.mkdir(parents=True, exist_ok=True)
-        staging = root.parent / f".restoring-{session_id}-{secrets.token_hex(4)}"
+        staging = root.parent / f"{RESTORE_LEFTOVERS[0]}{session_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o700)
         known = _Known()
         try:
@@ -240,7 +243,7 @@ class ObjectStorage:
                     raise StorageError(f"the manifest of generation {generation} names another session or generation")
                 known = self._lay_out(session_id, manifest, staging, stats)
             if root.exists() or root.is_symlink():
-                old = root.parent / f".replaced-{session_id}-{secrets.token_hex(4)}"
+                old = root.parent / f"{RESTORE_LEFTOVERS[1]}{session_id}-{secrets.token_hex(4)}"
                 os.rename(root, old)
                 self._pool.submit(discard_tree, old)
             os.rename(staging, root)

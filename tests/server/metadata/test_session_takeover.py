@@ -338,3 +338,32 @@ async def test_a_workspace_disk_quota_counts_what_is_stored_for_sessions_on_othe
             small = await http.put(f"{url_2}/v1/sessions/{second}/files/small.bin", content=b"y" * 500_000,
                                    headers=auth)
             assert small.status_code == 201, small.text
+
+
+async def test_a_node_back_from_a_crash_holds_again_what_no_other_node_took_and_drops_the_rest(postgres_url,
+                                                                                             tmp_path):
+    shared = {"kind": "posix", "path": str(tmp_path / "shared-mount")}
+    (dir_1, config_1), (dir_2, config_2) = (node_files(tmp_path, postgres_url, name, shared)
+                                            for name in ("node-1", "node-2"))
+    auth = admin_auth(postgres_url, dir_1, "team")
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(timeout=120) as http:
+        (proc_1, url_1), (_, url_2) = await asyncio.gather(stack.enter_async_context(serving(dir_1, config=config_1)),
+                                                           stack.enter_async_context(serving(dir_2, config=config_2)))
+        kept, taken = [(await http.post(f"{url_1}/v1/sessions", json={}, headers=auth)).json()["id"] for _ in "ab"]
+        for session, value in ((kept, 1), (taken, 2)):
+            ran = await http.post(f"{url_1}/v1/sessions/{session}/exec", headers=auth, json={"code": f"x = {value}"})
+            assert ran.status_code == 200, ran.text
+        proc_1.kill()
+        await proc_1.wait()
+        moved = await _until_served(http, url_2, taken, "print(x)", auth)  # node-2 takes one over meanwhile
+        assert moved.status_code == 200 and moved.json()["stdout"] == "2\n", moved.text
+        assert (dir_1 / "sessions" / taken).is_dir()  # node-1's stale copy, left by the crash
+
+        _, url_1 = await stack.enter_async_context(serving(dir_1, config=config_1))
+        assert _holder(postgres_url, kept)[:2] == ("node-1", 2)  # claimed again at start: it never moved
+        assert not (dir_1 / "sessions" / taken).exists()  # the copy of what moved is gone
+        for url in (url_1, url_2):
+            for session, value in ((kept, 1), (taken, 2)):
+                answer = await http.post(f"{url}/v1/sessions/{session}/exec", headers=auth, json={"code": "print(x)"})
+                assert answer.status_code == 200 and answer.json()["stdout"] == f"{value}\n", answer.text
+        assert _holder(postgres_url, taken)[0] == "node-2" and _holder(postgres_url, kept)[0] == "node-1"
