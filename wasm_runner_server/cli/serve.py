@@ -124,6 +124,10 @@ async def advertise(app: web.Application, config: ServiceConfig, addresses: list
         host, port = addresses[0][:2]
         if host not in ("0.0.0.0", "::", ""):
             url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    if config.storage.kind == "s3":
+        log.warning("with S3 storage, each node keeps its own copy of a workspace's shared/ directory and of members' "
+                    "disks and end users' roots: a session sees those of the node it is on (use [storage] kind = "
+                    "\"posix\" on a mount every node shares for one copy)", extra={"event": "workspaces_per_node"})
     if url is None:
         log.warning("this node listens on every address and does not say where it is reached: the other nodes "
                     "answer 421 for its sessions instead of forwarding them (set [store] advertise_url)",

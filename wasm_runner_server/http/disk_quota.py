@@ -143,8 +143,10 @@ class WorkspaceDisk:
 
     def __init__(self, data_dir: Path, quota: int, sessions_of: Callable[[str], list[str]],
                  ledger: DiskLedger, stored: Callable[[list[str]], dict[str, int]] | None = None,
-                 templates: Callable[[str], int] | None = None) -> None:
+                 templates: Callable[[str], int] | None = None, workspaces: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.workspaces = workspaces if workspaces is not None else data_dir / "workspaces"
+        """Where each workspace's own directory is (StorageSettings.workspaces_dir)."""
         self.quota = quota
         self.sessions_of = sessions_of
         self.ledger = ledger
@@ -162,7 +164,7 @@ class WorkspaceDisk:
         self._totals: dict[str, tuple[float, int]] = {}
 
     def own_dir(self, workspace: str) -> Path:
-        return self.data_dir / "workspaces" / workspace
+        return self.workspaces / workspace
 
     def sessions_usage(self, workspace: str) -> tuple[int, float]:
         """(bytes of the workspace's sessions, when measured). A whole walk stands for CACHE_S;

@@ -78,7 +78,8 @@ class Security:
         placement = service.sessions.placement
         disk = WorkspaceDisk(data_dir, settings.quotas.disk_bytes, tenants.sessions_of, service.disk,
                              placement.stored_bytes if placement is not None else None,
-                             service.copies.templates_stored if service.copies is not None else None)
+                             service.copies.templates_stored if service.copies is not None else None,
+                             config.storage.workspaces_dir(data_dir))
         oauth = stores.oauth_store(config, data_dir)
         oauth_server = OAuthServer(oauth, access_s=settings.oauth.access_token_s,
                                    refresh_s=settings.oauth.refresh_token_s, code_s=settings.oauth.code_s,

@@ -30,9 +30,10 @@ DEFAULT_OWNER = "default"
 
 
 class SessionCopies:
-    def __init__(self, sessions: SessionManager, data_dir: Path, shared: SharedTemplates | None = None) -> None:
+    def __init__(self, sessions: SessionManager, workspaces: Path, shared: SharedTemplates | None = None) -> None:
         self.sessions = sessions
-        self.data_dir = data_dir
+        self.workspaces = workspaces
+        """Where each workspace's own directory is (StorageSettings.workspaces_dir)."""
         self.shared = shared
         """A cluster's templates, which any node lists and starts sessions from (None: this node's)."""
 
@@ -43,7 +44,7 @@ class SessionCopies:
     def _local(self, owner: str) -> Templates:
         """A workspace's templates on this node: beside its shared/ directory, where its disk quota counts
         them (never inside what a guest sees)."""
-        return Templates(self.data_dir / "workspaces" / (owner or DEFAULT_OWNER) / "templates")
+        return Templates(self.workspaces / (owner or DEFAULT_OWNER) / "templates")
 
     def template(self, owner: str, name: str) -> TemplateRecord:
         """The workspace's template `name` (TemplateNotFound; InvalidRequestError: not a template name)."""

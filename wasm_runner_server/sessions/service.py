@@ -94,7 +94,8 @@ class Service:
         metrics.gauge("wasm_runner_exec_in_flight", "Executions holding a slot.", lambda: gate.active)
         processes = ServiceProcesses(config.processes, sessions, metrics, process_observers)
         service = cls(config, store, pool, gate, metrics, execution, sessions, processes,
-                      copies=SessionCopies(sessions, data_dir, open_templates(config, sessions.placement)), disk=ledger,
+                      copies=SessionCopies(sessions, config.storage.workspaces_dir(data_dir),
+                                           open_templates(config, sessions.placement)), disk=ledger,
                       nodes=open_nodes(config))
         await service.start()
         return service

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -100,6 +101,13 @@ class StorageSettings(ConfigModel):
     def objects(self) -> bool:
         """Whether sessions are stored beyond the node (object storage)."""
         return self.kind != "local"
+
+    def workspaces_dir(self, data_dir: Path) -> Path:
+        """Where the workspaces' own directories are (shared/, members' disks, end users' roots): in the data
+        directory, or, with `kind = "posix"`, on the shared mount, so that every node sees the same ones."""
+        if self.kind == "posix" and self.path:
+            return Path(self.path) / self.prefix / "workspaces"
+        return Path(data_dir) / "workspaces"
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> StorageSettings:
         """These settings with the credentials from the environment where the file gives none."""
