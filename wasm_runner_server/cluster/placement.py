@@ -305,10 +305,10 @@ class Placement:
     async def release(self, live: LiveSession) -> bool:
         """Let a hibernated session go: what it holds stored, its lease ended at once and its copy here
         dropped, so that its next request wakes it on whichever node it reaches (a takeover that waits
-        for no lease). Only a session on its own directory (a member's disk stays with its node)."""
+        for no lease). Not a session on a member's disk that is this node's own (`SessionManager.movable`)."""
         leases = self.leases
         if (leases is None or not self.storage.durable or live.temporary or live.deleted or live.moved
-                or live.busy or self.manager.disk_for(live.row.id).files is not None):
+                or live.busy or not self.manager.movable(live.row.id)):
             return False
         await self.persist(live, now=True)
         async with live.lock:

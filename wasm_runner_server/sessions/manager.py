@@ -507,11 +507,16 @@ class SessionManager:
 
     def _durability(self, live: LiveSession) -> dict[str, Any]:
         storage = self.config.storage
-        if not storage.objects or live.temporary or self.disk_for(live.row.id).files is not None:
-            return {}  # (a member's disk is not stored: the node's)
+        if not storage.objects or live.temporary or not self.movable(live.row.id):
+            return {}  # (a member's disk on the node's own disk is not stored: the node's)
         if storage.durability == "checkpoint":
             return {"durability": "checkpoint", "durability_window_s": storage.checkpoint_s}
         return {"durability": "call"}
+
+    def movable(self, session_id: str) -> bool:
+        """Whether the session can move to another node with all it sees: on a directory of its own (stored
+        with it), or on a disk of a layout that every node mounts (shared-POSIX storage)."""
+        return self.disk_for(session_id).files is None or self.config.storage.workspaces_shared
 
     def _cwd(self, session_id: str) -> str:
         workdir = self.disk_for(session_id).workdir

@@ -102,11 +102,16 @@ class StorageSettings(ConfigModel):
         """Whether sessions are stored beyond the node (object storage)."""
         return self.kind != "local"
 
+    @property
+    def workspaces_shared(self) -> bool:
+        """Whether the workspaces' own directories are on a mount every node shares (`workspaces_dir`)."""
+        return self.kind == "posix" and bool(self.path)
+
     def workspaces_dir(self, data_dir: Path) -> Path:
         """Where the workspaces' own directories are (shared/, members' disks, end users' roots): in the data
         directory, or, with `kind = "posix"`, on the shared mount, so that every node sees the same ones."""
-        if self.kind == "posix" and self.path:
-            return Path(self.path) / self.prefix / "workspaces"
+        if self.workspaces_shared:
+            return Path(str(self.path)) / self.prefix / "workspaces"
         return Path(data_dir) / "workspaces"
 
     def with_environment(self, environ: Mapping[str, str] = os.environ) -> StorageSettings:
