@@ -96,3 +96,8 @@ def s3_server(volumes: int = 8) -> Iterator[S3Server]:
             process.wait()
         log.close()
         shutil.rmtree(root, ignore_errors=True)
+        # its components' local sockets, which SeaweedFS puts in /tmp by port and leaves behind
+        for port in (master, volume, filer, s3):
+            for socket_file in (*Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"),
+                                *Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port + 10000}.sock")):
+                socket_file.unlink(missing_ok=True)
