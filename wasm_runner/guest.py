@@ -23,13 +23,15 @@ class Mount:
     A writable mount counts against the session's disk limits, unless it has a `budget` of
     its own: then that budget limits it. A `shared` one holds more than the session's files
     (e.g. a workspace's shared/ directory): only what a run adds there counts, against that
-    run's allowance (see wasm_runner.workspace.quota.RunDisk)."""
+    run's allowance (see wasm_runner.workspace.quota.RunDisk). An `alias` shows a directory the
+    session already sees (its /workspace, or a shared mount) at one more path: never counted again."""
 
     host: Path
     guest: str
     writable: bool = False
     budget: DiskBudget | None = field(default=None, compare=False)
     shared: bool = False
+    alias: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -44,9 +46,9 @@ class Mount:
         """As JSON (to a worker process); the budget stays with this process, which tells the
         worker when it is exceeded (`budgeted`)."""
         return {"host": str(self.host), "guest": self.guest, "writable": self.writable,
-                "budgeted": self.budget is not None, "shared": self.shared}
+                "budgeted": self.budget is not None, "shared": self.shared, "alias": self.alias}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Mount:
         return cls(Path(config["host"]), config["guest"], bool(config.get("writable", False)),
-                   shared=bool(config.get("shared", False)))
+                   shared=bool(config.get("shared", False)), alias=bool(config.get("alias", False)))

@@ -34,7 +34,7 @@ from wasm_runner.session import Session
 from wasm_runner.workspace.layout import Workspace, discard_tree
 from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.execution import ExecRequest, ExecResult, Limits
-from wasm_runner_protocol.guest import SESSION_ID_RULE, is_session_id
+from wasm_runner_protocol.guest import GUEST_WORKSPACE, SESSION_ID_RULE, is_session_id
 
 if TYPE_CHECKING:
     from wasm_runner.egress.settings import EgressSettings
@@ -261,7 +261,8 @@ class Runner:
 
     def session(self, session_id: str | None = None, *, workspace_dir: str | os.PathLike[str] | None = None,
                 mounts: tuple[Mount, ...] = (), egress: EgressPolicy | None = None, owner: str = "",
-                template: str | None = None, starter: str | None = None, workdir: str = "") -> Session:
+                template: str | None = None, starter: str | None = None, workdir: str = "",
+                guest_root: str = GUEST_WORKSPACE) -> Session:
         """The session with this id (its files persist on disk), or a new one.
 
         `workspace_dir` makes an existing host directory the session's /workspace;
@@ -271,7 +272,9 @@ class Runner:
         with `template` starts as a copy of that template of `templates` (files, packages, kernels);
         one with `starter` holds that web starter (e.g. "vite-react", see `web_starters`), its
         node_modules ready (run its dev server in a native process). `workdir` is the guest's working
-        directory under /workspace (e.g. "analyst/s1" on a disk several sessions share), made at first use.
+        directory under /workspace (e.g. "analyst/s1" on a disk several sessions share), made at first use;
+        `guest_root` another path the guest sees its /workspace at, which its working directory is under (a
+        mount in `mounts` with `alias` shows it there).
         """
         if template is not None and starter is not None:
             raise InvalidRequestError("a session starts from a template or a starter, not both")
@@ -283,7 +286,7 @@ class Runner:
             if session is None:
                 files_dir = Path(workspace_dir).resolve() if workspace_dir is not None else None
                 try:
-                    workspace = Workspace(self.sessions_dir / session_id, files_dir, workdir)
+                    workspace = Workspace(self.sessions_dir / session_id, files_dir, workdir, guest_root)
                 except ValueError as exc:
                     raise InvalidRequestError(str(exc)) from None
                 session = Session(self, session_id, workspace, mounts, owner)

@@ -78,3 +78,12 @@ def test_a_provider_must_subclass_provider(tmp_path):
 def test_the_core_and_the_client_share_one_root_error():
     assert WasmRunnerError is ClientError
     assert issubclass(RunnerClosedError, RuntimeError) and issubclass(RunnerClosedError, WasmRunnerError)
+
+
+def test_an_alias_mount_is_carried_to_workers_and_never_counted_again(tmp_path):
+    from wasm_runner.workspace.quota import counted_mounts
+
+    alias = Mount(tmp_path, "/home/user/workspace", writable=True, alias=True)
+    assert Mount.from_config(alias.to_config()) == alias
+    own = Mount(tmp_path / "data", "/data", writable=True)
+    assert counted_mounts([alias, own]) == ([own.host], [], [])  # the alias's directory is counted as /workspace

@@ -169,8 +169,9 @@ class KernelHost:
         if session is None:
             mounts = tuple(Mount(Path(m["host"]), m["guest"], bool(m.get("writable")),
                                  budget=ParentBudget() if m.get("budgeted") else None,
-                                 shared=bool(m.get("shared"))) for m in place.mounts)
-            workspace = Workspace(Path(place.root), Path(place.files) if place.files else None, place.workdir)
+                                 shared=bool(m.get("shared")), alias=bool(m.get("alias"))) for m in place.mounts)
+            workspace = Workspace(Path(place.root), Path(place.files) if place.files else None, place.workdir,
+                                  place.guest_root)
             session = self.open_session(place.session, workspace, mounts, place.owner)
             self.sessions[place.session] = session
         return session

@@ -562,7 +562,7 @@ class KernelWorkers:
 def _place_of(session: HostedSession) -> Place:
     workspace = session.workspace
     return Place(session.id, str(workspace.root), str(workspace.files_dir) if workspace.files_dir is not None else None,
-                 [m.to_config() for m in session.mounts], session.owner, workspace.workdir)
+                 [m.to_config() for m in session.mounts], session.owner, workspace.workdir, workspace.guest_root)
 
 
 def _with_restart_notice(future: concurrent.futures.Future[ExecResult], moved: Moved, request: ExecRequest,

@@ -8,6 +8,7 @@ from typing import IO, Any, Literal
 import msgspec
 
 from wasm_runner_protocol.execution import ExecRequest, ExecResult
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 __all__ = ["READY", "RETIRED_EXIT_CODE", "Answer", "Order", "Place", "read_frame", "write_frame"]
 
@@ -29,7 +30,9 @@ class Place(msgspec.Struct, array_like=True):
     owner: str = ""
     """The workspace it belongs to (its kernel images are checked against it)."""
     workdir: str = ""
-    """The guest's working directory under /workspace ("" for /workspace itself)."""
+    """The guest's working directory under its disk ("" for the disk itself)."""
+    guest_root: str = GUEST_WORKSPACE
+    """Where the guest's working directory is taken from (`Workspace.guest_root`)."""
 
 
 class Order(msgspec.Struct, array_like=True):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner_protocol.execution import FileChanges
-from wasm_runner_protocol.guest import GUEST_WORKSPACE
+from wasm_runner_protocol.guest import GUEST_WORKSPACE, check_guest_path
 
 log = logging.getLogger("wasm_runner")
 
@@ -34,20 +34,25 @@ class Workspace:
 
     `files_dir` puts /workspace on an existing directory instead (the CLI's --workspace, or a
     member's disk that several sessions share); `workdir` is the guest's working directory
-    relative to /workspace ("" for /workspace itself), made by `ensure`.
+    relative to /workspace ("" for /workspace itself), made by `ensure`; `guest_root` is where the
+    guest finds it from: /workspace, or another path the same directory is shown at (a disk layout's
+    own path, e.g. /home/user/workspace, mounted as an alias).
     """
 
     root: Path
     files_dir: Path | None = None
     workdir: str = ""
+    guest_root: str = GUEST_WORKSPACE
 
     def __post_init__(self) -> None:
         check_workdir(self.workdir)
+        if self.guest_root != GUEST_WORKSPACE:
+            check_guest_path(self.guest_root)
 
     @property
     def guest_cwd(self) -> str:
         """The guest's working directory (an absolute guest path)."""
-        return f"{GUEST_WORKSPACE}/{self.workdir}" if self.workdir else GUEST_WORKSPACE
+        return f"{self.guest_root}/{self.workdir}" if self.workdir else self.guest_root
 
     @cached_property
     def files(self) -> Path:

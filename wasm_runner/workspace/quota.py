@@ -46,7 +46,7 @@ def counted_mounts(mounts: Iterable[Any]) -> tuple[list[Path], list[Path], list[
     what a run adds there counts), and the budgets of mounts limited by a budget of their own."""
     own, shared, budgets = [], [], []
     for mount in mounts:
-        if not mount.writable:
+        if not mount.writable or getattr(mount, "alias", False):
             continue
         if mount.budget is not None:
             budgets.append(mount.budget)
@@ -191,7 +191,7 @@ def largest_files(places: Sequence[tuple[Path, str]], count: int = LARGEST_SHOWN
 def disk_message(workspace: Workspace, limits: Limits, allowance: int | None = None, mounts: Sequence[Any] = ()) -> str:
     """LIMIT_MESSAGES["disk"] with the figures, the largest files and how to remove them."""
     places = [(workspace.files, "/workspace"), (workspace.tmp, "/tmp")]
-    places += [(m.host, m.guest) for m in mounts if m.writable]
+    places += [(m.host, m.guest) for m in mounts if m.writable and not getattr(m, "alias", False)]
     largest = largest_files(places)
     text = LIMIT_MESSAGES["disk"] + f" (limits.disk_bytes {limits.disk_bytes}"
     if allowance is not None:

@@ -17,6 +17,7 @@
     [auth.disk_layout]                 # where a new session's /workspace is (docs/guides/disk-layouts.md)
     members = "member-disk"            # "session" (default): a directory per session
     apps = "end-user"                  # "session" (default): a directory per session
+    guest_path = "/home/user/workspace"  # the disk shown there too, runs starting under it
     [auth.workspace_disk_layouts.acme] # one workspace's own choice, instead of [auth.disk_layout]
     members = "session"
     [auth.usage]
@@ -30,8 +31,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from wasm_runner_protocol.guest import GUEST_TMP, GUEST_WORKSPACE, check_guest_path
 from wasm_runner_server.security.usage import Unit
 
 
@@ -69,6 +71,21 @@ class DiskLayout(_Model):
     apps: Literal["session", "end-user"] = "session"
     """App keys: "session", a directory of the session's own; "end-user", the root of this session
     among its end user's (`end_users/<end user>/session-roots/<session id>`), `end_user` required."""
+    guest_path: str | None = None
+    """Another absolute path the sandbox shows a layout's disk at (a member's disk, an end user's root),
+    e.g. "/home/user/workspace", the session's runs starting under it (`<agent>/<session>` for a
+    member's) and a member's `shared/` inside it; the disk stays at /workspace too. None: /workspace only.
+    Sessions on a directory of their own are not changed."""
+
+    @field_validator("guest_path")
+    @classmethod
+    def _a_guest_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = check_guest_path(value)
+        if any(path == p or path.startswith(p + "/") for p in (GUEST_WORKSPACE, GUEST_TMP)):
+            raise ValueError(f"guest_path is a path outside {GUEST_WORKSPACE} and {GUEST_TMP} (got {value!r})")
+        return path
 
 
 class UsageSettings(_Model):

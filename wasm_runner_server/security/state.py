@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from wasm_runner import Mount
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.wire import SessionCreate
 from wasm_runner_server.artifacts.store import ArtifactStore
 from wasm_runner_server.config import ServiceConfig
@@ -129,7 +130,8 @@ class Security:
         owner = self.tenants.owner(session_id)
         if owner is None or not owner.disk:
             return OWN_DIRECTORY
-        return SessionDisk(self.disk.own_dir(owner.workspace) / owner.disk, owner.workdir, owned_by(owner.disk))
+        return SessionDisk(self.disk.own_dir(owner.workspace) / owner.disk, owner.workdir, owned_by(owner.disk),
+                           self.disk_layout(owner.workspace).guest_path or GUEST_WORKSPACE)
 
     def owns(self, principal: Principal, session_id: str) -> bool:
         return self.authenticator.owns(principal, self.tenants.owner(session_id))
@@ -142,11 +144,22 @@ class Security:
 
     def session_mounts(self, session_id: str) -> tuple[Mount, ...]:
         owner = self.tenants.owner(session_id)
-        if owner is None or not self.mounts_shared(session_id):
+        if owner is None:
             return ()
-        # Only what a run adds to shared/ counts against it; the workspace quota holds through the
-        # room each run reserves (sessions.run_disk), not through a budget measured absolutely.
-        return (Mount(self.shared_dir(owner.workspace), SHARED_GUEST, writable=True, shared=True),)
+        mounts: list[Mount] = []
+        disk = self.session_disk(session_id)
+        alias = None
+        if disk.files is not None and disk.guest_root != GUEST_WORKSPACE:  # the layout's disk at its own path
+            alias = disk.guest_root                                          # too, counted once (as /workspace)
+            mounts.append(Mount(disk.files, alias, writable=True, alias=True))
+        if self.mounts_shared(session_id):
+            # Only what a run adds to shared/ counts against it; the workspace quota holds through the
+            # room each run reserves (sessions.run_disk), not through a budget measured absolutely.
+            shared = self.shared_dir(owner.workspace)
+            mounts.append(Mount(shared, SHARED_GUEST, writable=True, shared=True))
+            if alias is not None:
+                mounts.append(Mount(shared, f"{alias}/shared", writable=True, shared=True, alias=True))
+        return tuple(mounts)
 
     def workspace_quota(self, workspace: str | None) -> WorkspaceQuota | None:
         """What a write into `workspace` reserves against (None: no workspace quota applies)."""

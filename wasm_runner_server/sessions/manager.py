@@ -36,7 +36,6 @@ from wasm_runner.workspace.history import HISTORY_DIR, FileHistory
 from wasm_runner.workspace.layout import discard_tree
 from wasm_runner_protocol.egress import EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.guest import GUEST_WORKSPACE
 from wasm_runner_protocol.processes import ProcessInfo
 from wasm_runner_protocol.wire import SESSION_ID_PATTERN, SessionCreate, SessionInfo
 from wasm_runner_server.config import ServiceConfig, WorkerSettings
@@ -461,7 +460,7 @@ class SessionManager:
             disk = self.disk_for(live.row.id)
             live.core = runner.session(live.row.id, mounts=self.mounts_for(live.row.id),
                                        owner=self.owner_for(live.row.id), workspace_dir=disk.files,
-                                       workdir=disk.workdir)
+                                       workdir=disk.workdir, guest_root=disk.guest_root)
         return runner, live.core
 
     def files(self, live: LiveSession, *, create: bool = False) -> WorkspaceFiles:
@@ -519,8 +518,8 @@ class SessionManager:
         return self.disk_for(session_id).files is None or self.config.storage.workspaces_shared
 
     def _cwd(self, session_id: str) -> str:
-        workdir = self.disk_for(session_id).workdir
-        return f"{GUEST_WORKSPACE}/{workdir}" if workdir else GUEST_WORKSPACE
+        disk = self.disk_for(session_id)
+        return f"{disk.guest_root}/{disk.workdir}" if disk.workdir else disk.guest_root
 
     def page(self, cursor: str | None, limit: int) -> tuple[list[LiveSession], str | None]:
         after = decode_cursor(cursor) if cursor else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
+
 
 @dataclass(frozen=True)
 class SessionDisk:
@@ -19,6 +21,8 @@ class SessionDisk:
     owned: bool = True
     """The files go with the session when it is removed (its own directory, an end user's session
     root); False for a disk that outlives it (a member's)."""
+    guest_root: str = GUEST_WORKSPACE
+    """Where the guest's working directory is taken from: /workspace, or the layout's `guest_path`."""
 
 
 OWN_DIRECTORY = SessionDisk()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
+from wasm_runner_server.security.settings import DiskLayout
 from wasm_runner_server.security.tenants import DB_NAME, TenantStore
 
 _bwrap = find_bwrap()
@@ -258,3 +259,45 @@ def test_a_database_made_before_layouts_gains_the_columns(tmp_path):
         assert new is not None and (new.disk, new.workdir) == ("members/alice", "default/new")
     finally:
         store.close()
+
+
+@pytest.fixture
+async def home_team(start_secure, tmp_path):
+    data_dir = tmp_path / "data"
+    layout = {"disk_layout": {**LAYOUT["disk_layout"], "guest_path": "/home/user/workspace"}}
+    return await start_secure(data_dir, _make_keys(data_dir), auth=layout, profiles=PROFILES)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+async def test_a_layouts_own_path_shows_the_same_disk_and_is_where_runs_start(home_team, tier):
+    team, home = home_team, "/home/user/workspace"
+    body = {"agent": "analyst", **({"profile": "sh"} if tier == "sh" else {})}
+    status, made, _ = await team.call("POST", "/v1/sessions", "alice1", json=body)
+    assert status == 201 and made["cwd"] == f"{home}/analyst/{made['id']}", made
+    first = made["id"]
+    assert await _run(team, "alice1", first, CWD[tier]) == f"{home}/analyst/{first}"
+    await _write(team, "alice1", first, tier, "notes.txt", "written at home")  # relative: under the new path
+    assert await _read(team, "alice1", first, tier, f"/workspace/analyst/{first}/notes.txt") == "written at home"
+    await _write(team, "alice1", first, tier, f"{home}/shared/plan.txt", "for the team")
+    status, made, _ = await team.call("POST", "/v1/sessions", "bob", json=body)
+    assert status == 201, made
+    bob = made["id"]
+    assert await _read(team, "bob", bob, tier, "/workspace/shared/plan.txt") == "for the team"
+    assert await _read(team, "bob", bob, tier, f"{home}/analyst/{first}/notes.txt") == "absent"  # his own disk
+    status, listing, _ = await team.call("GET", f"/v1/sessions/{first}/files?recursive=true", "alice1")
+    assert status == 200 and f"analyst/{first}/notes.txt" in {e["path"] for e in listing["entries"]}
+    # a session of its own directory is not changed; an end user's root is at the new path too
+    status, own, _ = await team.call("POST", "/v1/sessions", "alice1", json={"temporary": True})
+    assert status == 201 and own["cwd"] == "/workspace", own
+    status, chat, _ = await team.call("POST", "/v1/sessions", "app", json={"end_user": "u-1", **(
+        {"profile": "sh"} if tier == "sh" else {})})
+    assert status == 201 and chat["cwd"] == home, chat
+    assert await _run(team, "app", chat["id"], CWD[tier]) == home
+    assert await _read(team, "app", chat["id"], tier, f"{home}/shared/plan.txt") == "absent"  # no shared/ for apps
+
+
+def test_a_layouts_own_path_is_outside_workspace_and_tmp():
+    for bad in ("/workspace/home", "/tmp/x", "relative", "/home/../etc"):
+        with pytest.raises(ValueError):
+            DiskLayout(guest_path=bad)
+    assert DiskLayout(guest_path="/home/user/workspace/").guest_path == "/home/user/workspace"
