@@ -2,8 +2,10 @@
 
 A sandbox is a session created through here: its profile comes from the template (`[e2b]
 templates`), its TTL from the timeout, and its metadata carries the template name (`e2b.template`)
-beside the caller's own. The envd access token handed back is the caller's own key, so the SDK's
-calls to the sandbox authenticate as the caller did here.
+beside the caller's own. Two metadata names place it on a disk layout's disk instead of a directory
+of its own: `wasm-runner.end_user` (an app key's end user) and `wasm-runner.agent` (the agent a
+member's session works as); they are taken out of the metadata. The envd access token handed back is
+the caller's own key, so the SDK's calls to the sandbox authenticate as the caller did here.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ octet-stream uploads); the SDK turns off what later versions add (file metadata,
 CLIENT_ID = "wasm-runner"
 TEMPLATE_KEY = "e2b.template"
 RESERVED_PREFIX = "e2b."
+PLACEMENT_KEYS = {"wasm-runner.end_user": "end_user", "wasm-runner.agent": "agent"}
+"""Metadata names that say where the sandbox's disk is (docs/guides/disk-layouts.md), by the session field."""
 MiB = 1024 * 1024
 UNSUPPORTED_CREATE = {
     "network": "a sandbox's network policy is its profile's; narrow it with PATCH /v1/sessions/{id} "
@@ -126,7 +130,8 @@ async def create(request: web.Request) -> web.Response:
     if body.get("envVars"):
         return api_error(400, "sandbox-wide environment variables are not supported here: pass envs to "
                               "commands.run or run_code")
-    create_body: dict[str, Any] = {"profile": profile, "metadata": {**metadata, TEMPLATE_KEY: template}}
+    placement = {field: metadata.pop(name) for name, field in PLACEMENT_KEYS.items() if name in metadata}
+    create_body: dict[str, Any] = {"profile": profile, "metadata": {**metadata, TEMPLATE_KEY: template}, **placement}
     if body.get("timeout") is not None:
         create_body["ttl_s"] = body["timeout"]
     if body.get("allow_internet_access") is False:

@@ -8,6 +8,8 @@ import pytest
 from e2b import Sandbox
 from e2b.exceptions import RateLimitException
 
+from wasm_runner_server.security.tenants import TenantStore
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
@@ -37,3 +39,25 @@ def test_commands_and_file_writes_are_audited_under_the_callers_key(e2b_service)
     assert key_ids == {alpha_2_id}
     assert any("echo audited-command" in str(row) for row in rows if row["kind"] == "process")
     sandbox.kill()
+
+
+def test_metadata_places_a_sandbox_on_a_members_disk_or_an_end_users_root(start_e2b, tmp_path):
+    start_e2b(auth={"disk_layout": {"members": "member-disk", "apps": "end-user"}})
+    store = TenantStore.in_data_dir(tmp_path / "data0")
+    app_key, _ = store.create_key("alpha", "app", "app")
+    store.close()
+    analyst = Sandbox.create(metadata={"wasm-runner.agent": "analyst", "team": "x"})
+    analyst.files.write("/workspace/notes.txt", "olga's")  # her disk's root, seen by all her sandboxes
+    writer = Sandbox.create(metadata={"wasm-runner.agent": "writer"})
+    assert writer.files.read("/workspace/notes.txt") == "olga's"
+    assert writer.commands.run("pwd").stdout.strip() == f"/workspace/writer/{writer.sandbox_id}"
+    assert analyst.get_info().metadata == {"team": "x"}  # the placement is not kept as metadata
+    chat = Sandbox.create(api_key=app_key, metadata={"wasm-runner.end_user": "u-1"})
+    chat.files.write("answer.txt", "for u-1")
+    next_chat = Sandbox.create(api_key=app_key, metadata={"wasm-runner.end_user": "u-1"})
+    assert not next_chat.files.exists("answer.txt")  # each chat its own root
+    with pytest.raises(Exception, match="end_user"):
+        Sandbox.create(api_key=app_key)  # an app key's sandbox names its end user here
+    for sandbox in (analyst, writer, chat, next_chat):
+        sandbox.kill()
+    assert (tmp_path / "data0/workspaces/alpha/members/olga/notes.txt").read_text() == "olga's"
