@@ -57,13 +57,16 @@ MAX_SEEN = 10_000
 keys, and no key's sign-ins can push out another key's sessions."""
 CONSOLE_API_ROUTES = ("/v1/sessions/{id}/files", "/v1/sessions/{id}/history", "/v1/sessions/{id}/exec",
                       "/v1/sessions/{id}/pty:presign", "/v1/sessions/{id}/artifacts", "/v1/artifacts",
-                      "/v1/sessions/{id}/processes", "/v1/sessions/{id}/packages", "/v1/templates")
-"""Route prefixes (canonical) on which the console cookie authenticates, besides the exact routes below."""
+                      "/v1/sessions/{id}/processes", "/v1/sessions/{id}/packages", "/v1/templates",
+                      "/v1/admin/members", "/v1/admin/roles")
+"""Route prefixes (canonical) on which the console cookie authenticates, besides the exact routes below; the
+team's members and roles for its Team page (each still checked against the signed-in key's permissions)."""
 CONSOLE_EXACT_ROUTES = frozenset({"/v1/sessions", "/v1/sessions/{id}", "/v1/sessions/{id}:fork",
-                                  "/v1/sessions/{id}/ports/{port}:presign", "/v1/starters"})
+                                  "/v1/sessions/{id}/ports/{port}:presign", "/v1/starters", "/v1/usage",
+                                  "/v1/admin/workspaces/{workspace}/budgets"})
 """The session list, a session (its page shows it, switches its network policy and deletes it), its forks,
-a preview link (never the preview itself: its proxy routes stay off the cookie), and the web starters a
-new session may start from."""
+a preview link (never the preview itself: its proxy routes stay off the cookie), the web starters a new
+session may start from, and the usage and budgets its Usage page shows."""
 
 
 @dataclass(frozen=True)

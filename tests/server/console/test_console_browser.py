@@ -718,3 +718,62 @@ async def test_a_new_session_starts_from_a_web_starter_chosen_on_the_sessions_pa
     listing = await console.api("GET", f"/v1/sessions/{sid}/files?recursive=true")
     assert {"package.json", "src/App.tsx"} <= {e["path"] for e in listing["entries"]}
     assert console.problems == []
+
+
+async def test_the_team_page_sets_roles_and_makes_roles_and_the_usage_page_shows_what_was_used(tmp_path):
+    store = TenantStore.in_data_dir(tmp_path / "data")
+    keys = {name: store.create_key("alpha", name, "member", name)[0] for name in ("olga", "bob", "carol")}
+    store.roles.set_member("alpha", "olga", "owner")
+    store.close()
+    async with open_console(tmp_path, sign_in=False) as console:
+        page = console.page
+
+        async def sign_in(name: str) -> None:
+            await page.fill("#key", keys[name])
+            await page.click("#sign-in-form button[type=submit]")
+            await page.wait_for_selector('#view[data-ready="#/sessions"]', state="attached")
+
+        async def call(name: str, method: str, path: str, **kwargs: Any) -> Any:
+            async with console.client.request(method, path, headers={"Authorization": f"Bearer {keys[name]}"},
+                                              **kwargs) as answer:
+                assert answer.status < 400, await answer.text()
+                return await answer.json()
+
+        await sign_in("olga")
+        sid = (await call("olga", "POST", "/v1/sessions", json={}))["id"]
+        await call("olga", "POST", f"/v1/sessions/{sid}/exec", json={"code": "print(1)"})
+        await console.go("#/team")
+        assert await page.locator('tr[data-member="olga"] select').input_value() == "owner"
+        await page.select_option('tr[data-member="bob"] select', "admin")  # set through the API, audited there
+        await page.wait_for_function("""() => document.querySelector('tr[data-member="bob"] select')?.value === 'admin'
+            && document.getElementById('view').dataset.ready""")
+        members = {m["member"]: m["role"] for m in (await call("olga", "GET", "/v1/admin/members"))["members"]}
+        assert members["bob"] == "admin"
+        await page.fill("#role-name", "auditor")
+        await page.check('#role-create input[value="audit.read"]')
+        await page.click("#role-create button[type=submit]")
+        await page.wait_for_selector('tr[data-role="auditor"]')
+        assert "audit.read" in await page.locator('tr[data-role="auditor"] td.permissions').text_content()
+        await page_shot(console, "team")
+        await page.click('tr[data-role="auditor"] button.delete-role')
+        await page.wait_for_selector('tr[data-role="auditor"]', state="detached")
+
+        for _ in range(50):  # usage is written every second ([auth.usage] flush_interval_s)
+            await console.go("#/usage")
+            if await page.locator('tr[data-unit="executions"]').count():
+                break
+            await page.wait_for_timeout(200)
+        assert await page.locator('tr[data-unit="executions"] td.num').text_content() == "1"
+        await page_shot(console, "usage")
+        async with page.expect_download() as download:
+            await page.click("#usage-csv")
+        csv = Path(await (await download.value).path()).read_text()
+        assert csv.splitlines()[0].startswith("workspace,") and ",executions,1" in csv, csv
+
+        await page.click("#sign-out")  # a member without members.read is told why the team page is empty
+        await page.wait_for_selector("#sign-in", state="visible")
+        await sign_in("carol")
+        await console.go("#/team")
+        assert "members.read" in await page.locator("#team-refused").text_content()
+        await console.go("#/usage")  # her own usage: none yet
+        assert await page.locator('tr[data-unit="executions"]').count() == 0

@@ -1,11 +1,14 @@
-// The console: sign in with a key, then sessions, a session's page (session.js), artifacts. Routes live
-// in the URL fragment (#/sessions, #/session/<id>[/file/<path>], #/artifacts); the key never does: it is
-// exchanged at sign-in for an HttpOnly cookie (see api.js). Keyboard: Ctrl/Cmd+Enter runs the cell, `?`
-// shows the shortcuts, `g s` / `g a` go to the sessions / artifacts.
+// The console: sign in with a key, then sessions, a session's page (session.js), artifacts, the team
+// (team.js) and usage (usage.js). Routes live in the URL fragment (#/sessions, #/session/<id>[/file/<path>],
+// #/artifacts, #/team, #/usage); the key never does: it is exchanged at sign-in for an HttpOnly cookie (see
+// api.js). Keyboard: Ctrl/Cmd+Enter runs the cell, `?` shows the shortcuts, `g s` / `g a` / `g t` / `g u`
+// go to the sessions / artifacts / team / usage.
 
 import { ApiError, api, credentials, el } from "./api.js";
 import { renderArtifacts } from "./artifacts.js";
 import { networkBadge, profileBadge, sessionView, stateBadge } from "./session.js";
+import { renderTeam } from "./team.js";
+import { renderUsage } from "./usage.js";
 
 const view = document.getElementById("view");
 const main = document.getElementById("main");
@@ -91,9 +94,11 @@ async function route() {
   view.runCell = null;
   if (!signedIn) { main.classList.remove("wide"); view.replaceChildren(); return; }
   const parts = location.hash.replace(/^#\/?/, "").split("/");
-  const page = parts[0] === "session" && parts[1] ? "session" : parts[0] === "artifacts" ? "artifacts" : "sessions";
+  const page = parts[0] === "session" && parts[1] ? "session"
+    : ["artifacts", "team", "usage"].includes(parts[0]) ? parts[0] : "sessions";
   main.classList.toggle("wide", page === "session");
-  for (const [id, name] of [["nav-sessions", "sessions"], ["nav-artifacts", "artifacts"]]) {
+  for (const [id, name] of [["nav-sessions", "sessions"], ["nav-artifacts", "artifacts"], ["nav-team", "team"],
+                            ["nav-usage", "usage"]]) {
     const link = document.getElementById(id);
     if (page === name || (page === "session" && name === "sessions")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -105,6 +110,10 @@ async function route() {
       await sessionView(view, decodeURIComponent(parts[1]), path);
     } else if (page === "artifacts") {
       await artifactsView();
+    } else if (page === "team") {
+      await renderTeam(view);
+    } else if (page === "usage") {
+      await renderUsage(view);
     } else {
       await sessionsView();
     }
@@ -131,9 +140,8 @@ document.addEventListener("keydown", (event) => {
   }
   if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target) || document.querySelector("dialog[open]")) return;
   if (event.key === "?" && credentials.signedIn) { event.preventDefault(); help.showModal(); return; }
-  if (pendingG && credentials.signedIn && (event.key === "s" || event.key === "a")) {
-    location.hash = event.key === "s" ? "#/sessions" : "#/artifacts";
-  }
+  const pages = { s: "#/sessions", a: "#/artifacts", t: "#/team", u: "#/usage" };
+  if (pendingG && credentials.signedIn && pages[event.key]) location.hash = pages[event.key];
   pendingG = event.key === "g";
 });
 
