@@ -35,7 +35,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -46,7 +46,7 @@ from wasm_runner.errors import InvalidRequestError
 from wasm_runner.guest import Mount
 from wasm_runner_protocol.egress import Credential, EgressMode, EgressPolicy
 from wasm_runner_protocol.errors import ErrorCode
-from wasm_runner_protocol.execution import ExecRequest, Harness, Limits, MiB, TypeCheck
+from wasm_runner_protocol.execution import ExecRequest, Harness, Language, Limits, MiB, TypeCheck
 from wasm_runner_protocol.guest import check_guest_path
 from wasm_runner_protocol.wire import LimitsPatch
 
@@ -74,7 +74,8 @@ class LimitsConfig(ConfigModel):
     disk_bytes: Annotated[int, Field(ge=0)] | None = None
     disk_files: Annotated[int, Field(ge=0)] | None = None
 
-    def values(self) -> dict[str, float | int]:
+    def values(self) -> dict[str, Any]:
+        """The limits set (by name), as `Limits` takes them."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
@@ -368,9 +369,8 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The raw settings of a TOML or JSON config file (JSON by its .json suffix)."""
     path = Path(path)
     raw = path.read_bytes()
-    if path.suffix == ".json":
-        return json.loads(raw)
-    return tomllib.loads(raw.decode("utf-8"))
+    settings: dict[str, Any] = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    return settings
 
 
 def load_profiles(path: str | os.PathLike[str] | None) -> ProfilesConfig:
@@ -418,7 +418,7 @@ class Profiles:
             cached = self._profile_limits.get(id(profile))
             if cached is not None:
                 return cached
-        values: dict[str, object] = {f: getattr(self.base_limits, f) for f in Limits.__struct_fields__}
+        values: dict[str, Any] = {f: getattr(self.base_limits, f) for f in Limits.__struct_fields__}
         values.update(profile.limits.values())
         if patch is not None:
             for name in Limits.__struct_fields__:
@@ -463,7 +463,7 @@ class Profiles:
         egress = self.egress(profile, network)
         try:
             return ExecRequest(
-                code=code or "", language=language, command=command,
+                code=code or "", language=cast(Language, language), command=command,  # (the wire's Language)
                 provider="native" if command is not None else profile.provider,
                 stdin=stdin, env=resolved_env, limits=resolved_limits, fresh=fresh, id=id,
                 harness=harness, tests=tests, egress=egress,

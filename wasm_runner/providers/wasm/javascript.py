@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import wasmtime
 
@@ -89,7 +90,6 @@ from wasm_runner.providers.wasm.quickjs_module import (
     snapshot_module,
 )
 from wasm_runner.providers.wasm.sandbox import (
-    GUEST_WORKSPACE,
     Call,
     Outcome,
     OutputRouter,
@@ -102,6 +102,10 @@ from wasm_runner.providers.wasm.sandbox import (
 )
 from wasm_runner.snapshots.image import ImageRefused, KernelImage, SnapshotRefused, validity_key
 from wasm_runner_protocol.execution import GuestError, Limits
+from wasm_runner_protocol.guest import GUEST_WORKSPACE
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # ----------------------------------------------------------------------------
 # Guest ABI constants.
@@ -158,7 +162,7 @@ class _Fn:
         self._kinds = tuple(kind == "i64" for kind in params)
         self._params = (Val * max(1, len(params)))()
         for i, is_i64 in enumerate(self._kinds):
-            self._params[i].kind = I64 if is_i64 else I32
+            self._params[i].kind = I64 if is_i64 else I32  # type: ignore[assignment]  # (ctypes takes the int)
         self._results = (Val * max(1, len(results)))()
         self._trap = ctypes.c_void_p()
         self._call_args = (ctypes.addressof(self._handle), ctypes.addressof(self._params), len(params),
@@ -166,7 +170,8 @@ class _Fn:
         self._nresults = len(results)
         self._result_i64 = results == ("i64",)
 
-    def __call__(self, cx: int, *args: int) -> int | None:
+    def __call__(self, cx: int, *args: int) -> int:
+        """The export's result (0 for one without a result)."""
         params = self._params
         for i, arg in enumerate(args):
             if self._kinds[i]:
@@ -178,8 +183,8 @@ class _Fn:
         if error or self._trap.value:
             self._guest.raise_failure(error, self._trap.value)
         if self._nresults:
-            return self._results[0].of.i64 if self._result_i64 else self._results[0].of.i32
-        return None
+            return int(self._results[0].of.i64 if self._result_i64 else self._results[0].of.i32)
+        return 0
 
 
 @dataclass(frozen=True)
@@ -195,11 +200,11 @@ class _Layout:
     """JSValue of the driver's `onUncaught`."""
 
 
-def _page_array(base: int, size: int):
+def _page_array(base: int, size: int) -> np.ndarray:
     """The memory at `base` as an array of host pages (a view: no copy)."""
     import numpy as np
 
-    return np.frombuffer((ctypes.c_char * size).from_address(base), np.uint8).reshape(-1, PAGE)
+    return np.frombuffer(memoryview((ctypes.c_char * size).from_address(base)).cast("B"), np.uint8).reshape(-1, PAGE)
 
 
 # ----------------------------------------------------------------------------
@@ -224,7 +229,7 @@ class _Prepared:
         module_name, name = b"wasi_snapshot_preview1", b"poll_oneoff"
         error = _define_func_unchecked(
             ctypes.cast(self.linker.ptr(), ctypes.c_void_p), module_name, len(module_name), name, len(name),
-            ctypes.cast(poll.ptr(), ctypes.c_void_p), _poll_oneoff_callback, None, None)
+            ctypes.cast(poll.ptr(), ctypes.c_void_p), _POLL_ONEOFF, None, None)
         if error:
             raise take_error(error)
         self.pre = self.linker.instantiate_pre(module)
@@ -329,6 +334,7 @@ class JavaScriptRuntime(Runtime):
             return ready
         wasm, sha, layout = self.snapshot()
         module = load_compiled(wasm, sha, "module", settings)
+        assert isinstance(module, wasmtime.Module)  # (what the "module" kind loads)
         prepared = _Prepared(settings, module, layout)
         with self._lock:
             return self._prepared.setdefault(settings, prepared)
@@ -471,7 +477,7 @@ class _Guest:
         _tls.guest = self
         return previous
 
-    def raise_failure(self, error, trap) -> None:
+    def raise_failure(self, error: int | None, trap: int | None) -> NoReturn:
         """A call into the guest failed: raise what made it fail."""
         error_obj = take_error(error) if error else None  # these own (and free) what the C API returned
         trap_obj = take_trap(trap) if trap else None
@@ -480,7 +486,10 @@ class _Guest:
             # The host's poll_oneoff trapped because its own call into the guest failed.
             self.failure_in_nested = None
             raise nested
-        raise error_obj if error_obj is not None else trap_obj
+        if error_obj is not None:
+            raise error_obj
+        assert trap_obj is not None  # (a failed call returns an error or a trap)
+        raise trap_obj
 
     def memory_view(self, cx: int) -> tuple[int, int]:
         """Base address and size of the guest's memory (both can change when it grows)."""
@@ -515,7 +524,7 @@ class _Guest:
         instance = self.prepared.pre.instantiate(store)
         context = store_context(store)
 
-        def export(name: str):
+        def export(name: str) -> Any:
             item = export_get(context, instance, name)
             if item is None:
                 raise RuntimeError(f"the QuickJS module exports no {name}")
@@ -596,7 +605,7 @@ class _Guest:
         store.set_limits(memory_size=limits.memory_bytes)
         if limits.fuel is not None:
             store.set_fuel(limits.fuel)
-        request: dict = {"code": call.code, "filename": call.filename or "<input>", "value": True}
+        request: dict[str, Any] = {"code": call.code, "filename": call.filename or "<input>", "value": True}
         if stdin_in_driver:
             request["stdin"] = call.stdin
         request["cwd"] = call.cwd
@@ -706,7 +715,7 @@ class _Guest:
         interrupt.expired()  # past the deadline: the guest traps at its next epoch check
 
 
-def _outcome(result: dict) -> Outcome:
+def _outcome(result: dict[str, Any]) -> Outcome:
     outcome = Outcome(exit_code=result.get("exit_code", 0), value=result.get("value"))
     error = result.get("error")
     if error is not None:
@@ -736,8 +745,7 @@ _define_func_unchecked = raw_function(
     ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, _UncheckedCallback, ctypes.c_void_p, ctypes.c_void_p)
 
 
-@_UncheckedCallback
-def _poll_oneoff_callback(_env, caller, values, _count):
+def _poll_oneoff_callback(_env: int | None, caller: int, values: Any, _count: int) -> int:
     guest: _Guest | None = getattr(_tls, "guest", None)
     if guest is None:
         values[0].i32 = ERRNO_BADF
@@ -849,3 +857,7 @@ def _stdio_write(guest: _Guest, cx: int, fd: int, iovs: int, iovs_len: int, nwri
             pass
     ctypes.c_uint32.from_address(base + nwritten_ptr).value = len(data)
     return ERRNO_SUCCESS
+
+
+_POLL_ONEOFF = _UncheckedCallback(_poll_oneoff_callback)
+"""The host's poll_oneoff as a C callback, alive as long as the module."""
