@@ -32,8 +32,10 @@ class ObjectBlobStorage(BlobStorage):
     def __init__(self, objects: Objects, staging: Path) -> None:
         self.objects = objects
         self.staging = staging
-        """Where bytes wait while they are hashed (the node's disk)."""
+        """Where bytes wait while they are hashed (the node's disk, this service's data directory)."""
         staging.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for left in staging.iterdir():  # a publish a crash cut short
+            left.unlink(missing_ok=True)
 
     def put(self, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[str, int]:
         fd, name = tempfile.mkstemp(dir=self.staging)

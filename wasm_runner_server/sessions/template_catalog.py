@@ -131,6 +131,7 @@ class SharedTemplates:
         with self._using(tree) as copy:
             record = copy.publish(session, name, skip=skip)
             self.storage.save(tree, copy.directory / name, generation=1, epoch=0, node=self.node)
+            self.storage.forget(tree)  # (written once: nothing to remember for a next save)
         try:
             replaced = self.catalog.put(owner, record, tree)
         except BaseException:
