@@ -10,14 +10,13 @@ caller once they are older than `ORPHAN_GRACE_S`, which no publish takes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from wasm_runner_server.artifacts.storage import CHUNK, BlobStorage, BlobTooLargeError, checked_digest, is_digest
+from wasm_runner_server.artifacts.storage import CHUNK, BlobStorage, checked_digest, is_digest, write_hashed
 from wasm_runner_server.storage.errors import ObjectMissing
 from wasm_runner_server.storage.objects import Objects
 
@@ -41,16 +40,8 @@ class ObjectBlobStorage(BlobStorage):
         fd, name = tempfile.mkstemp(dir=self.staging)
         tmp = Path(name)
         try:
-            digest = hashlib.sha256()
-            size = 0
             with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise BlobTooLargeError(max_bytes)
-                    digest.update(chunk)
-                    out.write(chunk)
-            sha = digest.hexdigest()
+                sha, size = write_hashed(chunks, out, max_bytes)
             self.objects.put_file(PREFIX + sha, tmp)
             return sha, size
         finally:

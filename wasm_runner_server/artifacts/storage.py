@@ -10,6 +10,7 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 CHUNK = 256 * 1024
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
@@ -30,6 +31,19 @@ class BlobTooLargeError(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"larger than {limit} bytes")
         self.limit = limit
+
+
+def write_hashed(chunks: Iterable[bytes], out: BinaryIO, max_bytes: int) -> tuple[str, int]:
+    """Write `chunks` to `out`; their (sha256, size). BlobTooLargeError once they pass `max_bytes`."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > max_bytes:
+            raise BlobTooLargeError(max_bytes)
+        digest.update(chunk)
+        out.write(chunk)
+    return digest.hexdigest(), size
 
 
 class BlobStorage(ABC):
@@ -69,17 +83,9 @@ class LocalBlobStorage(BlobStorage):
 
     def put(self, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[str, int]:
         tmp = self.root / "incoming" / secrets.token_hex(8)
-        digest = hashlib.sha256()
-        size = 0
         try:
             with open(tmp, "xb") as out:
-                for chunk in chunks:
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise BlobTooLargeError(max_bytes)
-                    digest.update(chunk)
-                    out.write(chunk)
-            name = digest.hexdigest()
+                name, size = write_hashed(chunks, out, max_bytes)
             target = self._path(name)
             target.parent.mkdir(exist_ok=True)
             if target.exists():
