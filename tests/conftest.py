@@ -31,6 +31,9 @@ SERVICE_DIRS = ("server/", "client/")
 
 NATIVE_DIRS = ("core/providers/native/",)
 
+RAY_GROUP = "ray_cluster"
+"""The fixture of the tests on a Ray cluster, and their group under xdist."""
+
 SLOW_MARKS = ("runtimes", "native", "cluster", "browser", "packaging")
 SLOW_FIXTURES = frozenset({"postgres", "postgres_url", "s3", "storage"})
 SLOW_DIRS = ("server/e2b/", "server/metadata/", "server/storage/", "core/snapshots/", "core/packages/", "packaging/")
@@ -56,6 +59,7 @@ def needs_bubblewrap(item: pytest.Item, where: str) -> bool:
     return any("bubblewrap" in reason or "sandbox" in reason for reason in reasons)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks what needs the runtimes or bubblewrap (`-m "not runtimes and not native"`: the unit run), and
     what is slow (`-m "not slow"`: the quick check)."""
@@ -68,11 +72,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.runtimes)
         if needs_bubblewrap(item, where):
             item.add_marker(pytest.mark.native)
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
+        if RAY_GROUP in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
         if (any(item.get_closest_marker(mark) for mark in SLOW_MARKS) or where.startswith(SLOW_DIRS)
                 or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
+    if getattr(config.option, "loadgroup", False):  # set in an xdist worker under --dist loadgroup
+        _group_for_workers(items)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """Under xdist (`scripts/test` runs `-n auto --dist loadgroup`): a module's tests run on one worker, so its
+    module fixtures (services, servers) start once; the tests on a Ray cluster run on one worker, so one
+    cluster starts (a batch hung when two workers each started one), and first, being the longest group."""
+    for item in items:
+        group = RAY_GROUP if RAY_GROUP in getattr(item, "fixturenames", ()) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != RAY_GROUP)  # stable
 
 
 @pytest.fixture(scope="session")
@@ -105,5 +121,7 @@ def ray_cluster():
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A thread a test left stuck would keep the process from exiting, and CI would wait out its
-    whole limit: past the grace, every thread's stack is printed and the run fails."""
-    faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
+    whole limit: past the grace, every thread's stack is printed and the run fails. (Not in an xdist worker:
+    it waits, its tests done, until the last worker is done, and xdist ends it.)"""
+    if not hasattr(config, "workerinput"):
+        faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
