@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # imported where used: a one-shot run (the CLI's) needs neith
     from wasm_runner.tools.calls import Approver, ToolPolicy
     from wasm_runner.tools.registry import ToolsArg
 
-__all__ = ["Isolation", "Runner", "default_providers"]
+__all__ = ["Isolation", "Runner", "default_providers", "provider_name"]
 
 Isolation = Literal["process", "in-process"]
 """Where a Runner's guests run: on worker processes it supervises, or on threads of this process."""
@@ -65,22 +65,34 @@ CLOSE_SAVE_S = 10.0
 Python process; more spread sessions thinner (a stuck guest restarts fewer neighbours)."""
 
 
-def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | None = None) -> list[Provider]:
+def default_providers(mounts: tuple[Mount, ...] = (), egress: EgressSettings | None = None, *,
+                      native: bool = True) -> list[Provider]:
     """WebAssembly always; the native provider where its module is present (it refuses clearly
-    at run time where bubblewrap is missing). `egress` is the operator's egress settings, shared
-    by both (default: `EgressSettings()`)."""
+    at run time where bubblewrap is missing) unless `native` is False (a process that runs
+    only WebAssembly spares its import, about 40 ms). `egress` is the operator's egress
+    settings, shared by both (default: `EgressSettings()`)."""
     from wasm_runner.providers.wasm.provider import WasmProvider  # loaded when a Runner is made, not imported
 
     providers: list[Provider] = [WasmProvider(mounts, egress=egress)]
+    if not native:
+        return providers
     try:
         from wasm_runner.providers.native import NativeProvider
     except ImportError:
         return providers
-    native = NativeProvider(egress=egress)
-    providers.append(native)
+    native_provider = NativeProvider(egress=egress)
+    providers.append(native_provider)
     for provider in providers:
-        provider.typechecker = native.typecheck
+        provider.typechecker = native_provider.typecheck
     return providers
+
+
+def provider_name(request: ExecRequest) -> str:
+    """The provider a request runs on: the one it names, else native for commands and shell
+    scripts, else WebAssembly."""
+    if request.provider:
+        return request.provider
+    return "native" if request.command is not None or request.language in ("bash", "sh") else "wasm"
 
 
 class Runner:
@@ -236,8 +248,7 @@ class Runner:
 
     def provider_for(self, request: ExecRequest) -> Provider:
         """The provider named by the request, else the one for its language (commands run natively)."""
-        native = request.command is not None or request.language in ("bash", "sh")
-        wanted = request.provider or ("native" if native else "wasm")
+        wanted = provider_name(request)
         for provider in self.providers:
             if provider.name == wanted and (request.command is not None or request.language in provider.languages):
                 return provider
@@ -410,9 +421,9 @@ class Runner:
         session.workspace.ensure()
         return session
 
-    def _runs_in(self, provider_name: str, request: ExecRequest) -> bool:
+    def _runs_in(self, name: str, request: ExecRequest) -> bool:
         try:
-            return self.provider_for(request).name == provider_name
+            return self.provider_for(request).name == name
         except InvalidRequestError:  # reported by the in-process path
             return False
 

@@ -18,7 +18,9 @@ Results are the core's `ExecResult` (wasm_runner.api) and the Structs of
 needs httpx; the rest of wasm_runner does not import it.
 """
 
-from wasm_runner_client.async_client import AsyncClient, AsyncExecStream, AsyncProcessOutputStream
+import importlib
+from typing import TYPE_CHECKING
+
 from wasm_runner_client.calls import Retry
 from wasm_runner_client.errors import (
     ApiError,
@@ -34,7 +36,6 @@ from wasm_runner_client.errors import (
     TransportError,
     WasmRunnerError,
 )
-from wasm_runner_client.sync_client import Client, ExecStream, ProcessOutputStream
 from wasm_runner_client.wire import (
     CancelResult,
     DeleteResult,
@@ -66,6 +67,25 @@ from wasm_runner_protocol import __version__ as __version__
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecResult, Limits, RichOutput
 from wasm_runner_protocol.packages import InstalledPackage, InstallResult, PackageError, PackageLock, PackageRequest
+
+if TYPE_CHECKING:
+    from wasm_runner_client.async_client import AsyncClient, AsyncExecStream, AsyncProcessOutputStream
+    from wasm_runner_client.sync_client import Client, ExecStream, ProcessOutputStream
+
+_CLIENTS = {name: "async_client" for name in ("AsyncClient", "AsyncExecStream", "AsyncProcessOutputStream")} | {
+    name: "sync_client" for name in ("Client", "ExecStream", "ProcessOutputStream")}
+
+
+def __getattr__(name: str) -> object:
+    """The clients, imported on first use: they load httpx (tens of milliseconds), which the
+    wire types and the command line's parsers (`wasm-runner run`'s start) do without."""
+    module = _CLIENTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wasm_runner_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"wasm_runner_client.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ApiError",

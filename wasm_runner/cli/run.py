@@ -17,7 +17,7 @@ import msgspec
 
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.packages.settings import PackageSettings
-from wasm_runner.runner import Runner
+from wasm_runner.runner import Runner, default_providers, provider_name
 from wasm_runner_protocol.egress import DENY, EgressPolicy
 from wasm_runner_protocol.execution import LIMIT_MESSAGES, ExecRequest, ExecResult, Limits, MiB
 from wasm_runner_protocol.guest import language_for_path
@@ -47,7 +47,11 @@ def run_command(args: argparse.Namespace) -> int:
     # Runs once and closes: no sandboxes made ahead for runs that will not come. In this process:
     # the command is itself one run's process (a worker would double its start-up), and it ends
     # at once when a guest stuck in a host call holds a thread (below).
-    with Runner(isolation="in-process", mounts=mounts, ready_scratch=0, packages=_package_settings(args)) as runner:
+    # Only the providers the run needs: a WebAssembly run spares the native one's import.
+    native = provider_name(request) != "wasm" or bool(request.typecheck)  # (a type check runs the native tsc)
+    providers = None if native else default_providers(mounts, native=False)
+    with Runner(isolation="in-process", mounts=mounts, ready_scratch=0, packages=_package_settings(args),
+                providers=providers) as runner:
         if args.workspace or args.install:
             if args.workspace:
                 os.makedirs(args.workspace, exist_ok=True)

@@ -22,9 +22,8 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
-
-import urllib3
 
 from wasm_runner.egress.credentials import CredentialBroker, MissingSecretError
 from wasm_runner.egress.masking import BodyDecoder, DecodedTooLarge, Masker, UndecodableBody
@@ -33,6 +32,9 @@ from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.hints import LIMIT_HINT, allow_hint
 from wasm_runner_protocol.egress import Credential, EgressPolicy, NetworkEvent
+
+if TYPE_CHECKING:  # imported where used: most runs make no request, and it takes ~40 ms
+    import urllib3
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 20
@@ -81,6 +83,8 @@ class HostClient:
 
     def pools(self) -> urllib3.PoolManager:
         """Made on first use: a TLS context costs tens of milliseconds, and most runs make no request."""
+        import urllib3
+
         with self._lock:
             if self._pools is None:
                 context = ssl.create_default_context()
@@ -212,6 +216,7 @@ class HostRun:
         self.events.append(event)
 
     def _send(self, method: str, url: str, guest_headers: list[tuple[str, str]], body: bytes) -> Exchange:
+        import urllib3
         started = time.monotonic()
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -315,6 +320,7 @@ class HostRun:
                       headers=headers, url=url, redirected=redirected, body=body, eof=eof)
 
     def _read(self, exchange: Exchange, size: int) -> tuple[bytes, bool]:
+        import urllib3
         if exchange.done:
             return b"", True
         remaining = self.remaining()
@@ -357,6 +363,7 @@ class HostRun:
         return data, eof
 
     def _finish(self, exchange: Exchange, drain: bool = False) -> None:
+        import urllib3
         if exchange.done:
             return
         exchange.done = True
@@ -391,6 +398,7 @@ def _where(event: NetworkEvent) -> str:
 
 def _failure_text(exc: BaseException | None) -> str:
     """What went wrong reaching a destination, said plainly (urllib3 nests the cause)."""
+    import urllib3
     if exc is None:
         return "no address to connect to"
     cause: BaseException = exc

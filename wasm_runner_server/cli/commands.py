@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from wasm_runner.cli.commands import LazyHandler, Subcommands
-from wasm_runner_server.security.tenants import KINDS
+from wasm_runner_server.security.key_kinds import KINDS
 
 ENVIRONMENT = {
     "host": "WASM_RUNNER_HOST",

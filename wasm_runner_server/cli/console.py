@@ -15,10 +15,15 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["run"]:  # one run: the core's parsers alone, nothing of the service's (tens of ms)
+        from wasm_runner.cli.commands import main as core_main
+
+        return core_main(arguments)
+
     from wasm_runner_client.cli import COMMANDS, add_service_commands
     from wasm_runner_server.cli.process_commands import add_processes_command
 
-    arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] and arguments[0] in ("processes", *COMMANDS):
         # A client of a running service: the core is not even imported.
         parser = argparse.ArgumentParser(prog="wasm-runner")

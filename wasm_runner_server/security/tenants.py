@@ -18,14 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from wasm_runner_server.metadata.sql import Sql, open_sqlite
 from wasm_runner_server.security import roles
+from wasm_runner_server.security.key_kinds import KINDS
 
 KEY_PREFIX = "wr_"
-KeyKind = Literal["member", "app", "admin"]
-KINDS = ("member", "app", "admin")
 DB_NAME = "tenants.sqlite3"
 
 _SCHEMA = """

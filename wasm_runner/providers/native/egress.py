@@ -30,7 +30,7 @@ from wasm_runner.egress.proxy import SOCKET_NAME, EgressProxy, ProxyRun
 from wasm_runner.egress.settings import EgressSettings
 from wasm_runner.errors import WasmRunnerError
 from wasm_runner.providers.native.bwrap import GUEST_CODE_DIR, Bind
-from wasm_runner.providers.native.relay_binary import ensure_relay
+from wasm_runner.providers.native.c_helpers import ensure_relay
 from wasm_runner.workspace.process_dirs import process_dir
 from wasm_runner_protocol.egress import EgressPolicy, NetworkEvent
 from wasm_runner_protocol.execution import ExecRequest
@@ -95,7 +95,7 @@ class NativeEgress:
                 self._bundle = None
 
     def relay_binary(self) -> Path | None:
-        """The compiled relay (relay_binary.py), or None: runs use the Python one (`relay_code`)."""
+        """The compiled relay (c_helpers.py), or None: runs use the Python one (`relay_code`)."""
         if self._relay_binary is False:
             self._relay_binary = ensure_relay()
         return self._relay_binary if isinstance(self._relay_binary, Path) else None

@@ -1,7 +1,7 @@
 /* The relay inside a native sandbox, in C: what egress_relay.py does, started in about a
  * millisecond where Python takes 12-17 (every native run with a network policy pays it, and
  * every one-shot run under deny, whose refusals it carries). Built once into the cache by
- * relay_binary.py where a C compiler is; egress_relay.py stays the fallback.
+ * c_helpers.py where a C compiler is; egress_relay.py stays the fallback.
  *
  *     egress-relay PORT SOCKET -- PROGRAM ARGS...
  *

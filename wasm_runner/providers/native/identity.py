@@ -33,7 +33,6 @@ SANDBOX_ACCOUNT = "wasm-runner-sandbox"
 HELPERS = ("unshare", "mount", "setpriv")
 """util-linux programs the relay needs (a root service only), looked up in the system's directories."""
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
-SETUP_GUARD = ' || { echo "wasm-runner: could not set up the run\'s limits" >&2; exit 125; }'
 
 
 @dataclass(frozen=True)
@@ -161,27 +160,3 @@ def _ancestors(directory: str) -> list[str]:
         directory = os.path.dirname(directory)
         found.append(directory)
     return found
-
-
-def dropping_launcher(setup: list[str], mounts: list[tuple[str, str]], identity: SandboxIdentity,
-                      propagation: str = "private") -> list[str]:
-    """The host-side prefix of a root service: a private mount namespace whose shell runs the
-    `setup` steps (cgroup join, file-size limit), binds each (source, relay point) of `mounts`,
-    then execs the rest of the command (bwrap) as the sandbox user, without supplementary groups.
-
-    Made anew for each run, so it shows the host's mounts as they are then; the binds are
-    recursive, so a filesystem mounted below a source (a session's own) comes along.
-    `propagation` "slave" lets later binds onto a source reach the running sandbox (kernel slots)."""
-    steps = []
-    if setup:
-        steps.append("{ " + " && ".join(setup) + "; }" + SETUP_GUARD)
-    steps += ['n=$1; shift',
-              f'while [ "$n" -gt 0 ]; do {helper("mount")} -n --rbind -- "$1" "$2" || {{ echo "wasm-runner: '
-              'could not bind $1 for the sandbox" >&2; exit 125; }; shift 2; n=$((n-1)); done',
-              f'exec {helper("setpriv")} --reuid={identity.uid} --regid={identity.gid} --clear-groups -- "$@"']
-    args = [str(len(mounts))]
-    for source, point in mounts:
-        args += [source, point]
-    return [helper("unshare"), "--mount", "--propagation", propagation, "--",
-            "/bin/sh", "-c", "; ".join(steps), "wasm-runner-launch", *args]
-

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from wasm_runner.providers.native.identity import SETUP_GUARD, SandboxIdentity, dropping_launcher
+from wasm_runner.providers.native.identity import SandboxIdentity
+from wasm_runner.providers.native.launch import Drop, launch_prefix
 
 log = logging.getLogger("wasm_runner.native")
 
@@ -450,10 +451,6 @@ def rlimit_prefix(limits: RunLimits) -> list[str]:
     return ["/bin/sh", "-c", " && ".join(script) + " && " + runner, "wasm-runner-limits"]
 
 
-def shell_quote_path(path: str) -> str:
-    return "'" + path.replace("'", "'\\''") + "'"
-
-
 RESET_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 """Signals a service started in the background (`&`, nohup) ignores, and would pass on ignored."""
 
@@ -488,17 +485,8 @@ def launcher(cgroup: RunCgroup | None, file_bytes: int | None, *, identity: Sand
              mounts: list[tuple[str, str]] | None = None, propagation: str = "private") -> list[str]:
     """The host-side prefix that joins the run's cgroup and caps single-file size, then execs bwrap
     (as `identity` through the relay of `mounts` when that identity is a dropped one)."""
-    steps = []
-    if file_bytes is not None:
-        steps.append(f"ulimit -f {max(file_bytes // 512 + 1, 1)}")
-    if cgroup is not None:
-        for path, value in cgroup.join_writes():
-            steps.append(f"echo {value} > {shell_quote_path(path)}")
-    if identity is not None and identity.dropped:
-        return dropping_launcher(steps, mounts or [], identity, propagation)
-    if not steps:
-        return []
-    return ["/bin/sh", "-c", "{ " + " && ".join(steps) + "; }" + SETUP_GUARD + ' ; exec "$@"', "wasm-runner-launch"]
+    drop = Drop(identity, mounts or [], propagation) if identity is not None and identity.dropped else None
+    return launch_prefix(file_bytes=file_bytes, joins=cgroup.join_writes() if cgroup is not None else (), drop=drop)
 
 
 def nested(support: CgroupSupport, parent: RunCgroup) -> CgroupSupport:

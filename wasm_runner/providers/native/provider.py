@@ -31,6 +31,7 @@ from wasm_runner.packages.settings import PackageSettings
 from wasm_runner.providers.base import Job, Provider
 from wasm_runner.providers.native import bwrap as sandbox
 from wasm_runner.providers.native.background import BackgroundStart, ProcessStartError
+from wasm_runner.providers.native.c_helpers import ensure_launcher, ensure_relay
 from wasm_runner.providers.native.egress import EgressUnavailable, NativeEgress
 from wasm_runner.providers.native.identity import SandboxIdentity, sandbox_identity
 from wasm_runner.providers.native.js_toolchain import ensure_js_toolchain, find_js_toolchain
@@ -39,7 +40,6 @@ from wasm_runner.providers.native.kernel_call import KernelCall, kernel_key
 from wasm_runner.providers.native.kernel_pool import KernelPool, MountHolder
 from wasm_runner.providers.native.limits import CgroupMode, CgroupSupport, RunCgroup, detect, nested
 from wasm_runner.providers.native.package_env import GUEST_VENV, VENV_NAME, PackageTools, package_tools
-from wasm_runner.providers.native.relay_binary import ensure_relay
 from wasm_runner.providers.native.run import Program, Refusal, Run
 from wasm_runner.providers.native.sandboxed_process import SandboxProcess
 from wasm_runner.providers.native.syscall_filter import FilterUnavailable, ensure_program
@@ -164,7 +164,8 @@ class NativeProvider(Provider):
             ensure_program()  # the seccomp filter, generated once into the cache
         except (FilterUnavailable, OSError) as exc:
             log.warning("native sandboxes are unavailable: %s", exc)
-        ensure_relay()  # the compiled egress relay, where a C compiler is
+        ensure_relay()  # the compiled egress relay and launcher, where a C compiler is
+        ensure_launcher()
         try:
             ensure_python_data(path=self.python_data_path)
             self.prepare_error = None

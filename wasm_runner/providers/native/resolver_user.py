@@ -25,7 +25,8 @@ from pathlib import Path
 from wasm_runner.guest import Mount
 from wasm_runner.providers.native import bwrap
 from wasm_runner.providers.native.egress import SYSTEM_BUNDLES
-from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, dropping_launcher, sandbox_identity
+from wasm_runner.providers.native.identity import RelayPlan, SandboxIdentity, sandbox_identity
+from wasm_runner.providers.native.launch import Drop, launch_prefix
 from wasm_runner_protocol.guest import GUEST_WORKSPACE
 
 log = logging.getLogger("wasm_runner")
@@ -79,7 +80,7 @@ def as_resolver_user(command: list[str], home: Path, env: dict[str, str]) -> tup
     argv = bwrap.argv(sandbox, policy, workspace=home, tmp=tmp, env=variables, command=[inside(a) for a in command],
                       relay=plan.source if plan is not None else None)
     if plan is not None and identity is not None:
-        argv = dropping_launcher([], plan.mounts, identity) + argv
+        argv = launch_prefix(drop=Drop(identity, plan.mounts)) + argv
     return argv, {"PATH": "/usr/bin:/bin"}
 
 
@@ -92,4 +93,4 @@ def _dropped_only(command: list[str], home: Path, env: dict[str, str],
         os.chown(path, identity.uid, identity.gid)
     plan = RelayPlan(identity)
     program = plan.source(command[0]) if os.path.isabs(command[0]) else command[0]
-    return dropping_launcher([], plan.mounts, identity) + [program, *command[1:]], env
+    return launch_prefix(drop=Drop(identity, plan.mounts)) + [program, *command[1:]], env

@@ -7,7 +7,7 @@ every workspace, a member holds their role's in their own workspace. A member wi
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from aiohttp import web
@@ -18,6 +18,7 @@ from wasm_runner_server.errors import ApiError, not_found
 from wasm_runner_server.http.bodies import json_response, read_json, read_query
 from wasm_runner_server.http.openapi import operation
 from wasm_runner_server.security.access import Grant, denied, grant_of
+from wasm_runner_server.security.key_kinds import KeyKind
 from wasm_runner_server.security.state import SECURITY
 from wasm_runner_server.security.tenants import MEMBER_PATTERN, WORKSPACE_PATTERN, KeyRecord
 
@@ -30,7 +31,7 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     workspace: WorkspaceName | None = None
     """Default: the caller's (a workspace's own members act in it only; the operator in any)."""
     name: Annotated[str, Meta(min_length=1, max_length=128)]
-    kind: Literal["member", "app", "admin"] = "member"
+    kind: KeyKind = "member"
     member: Annotated[str, Meta(pattern=MEMBER_PATTERN)] | None = None
     """The person a member or admin key acts for (several keys may act for one); not for app keys.
     With `keys.own` only: yourself (the default)."""

@@ -24,7 +24,7 @@ from wasm_runner.processes import manager as process_manager
 from wasm_runner.providers.native import NativeProvider
 from wasm_runner.providers.native import egress as native_egress
 from wasm_runner.providers.native.bwrap import find_bwrap, probe
-from wasm_runner.providers.native.relay_binary import ensure_relay
+from wasm_runner.providers.native.c_helpers import ensure_relay
 from wasm_runner_protocol.egress import Credential, EgressPolicy
 from wasm_runner_protocol.execution import ExecRequest
 
