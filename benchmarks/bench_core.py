@@ -74,14 +74,16 @@ def fresh_latency(runner: Runner, language: str, code: str, samples: int, gap_s:
     return {**percentiles(time_calls(once, samples, gap_s)), "gap_ms": gap_s * 1000}
 
 
-def kernel_turn(runner: Runner, language: str, setup: str, turn: str, samples: int) -> dict:
+def kernel_turn(runner: Runner, language: str, setup: str, turn: str, samples: int, gap_s: float = 0.0) -> dict:
+    """Latency of a session's turns, back to back or `gap_s` apart (as an agent's turns come; see
+    `idle_cost` for what a pause costs the next work on this kind of machine)."""
     session = runner.session()
     session.run_sync(setup, language=language)
     for _ in range(20):
         session.run_sync(turn, language=language)
-    result = percentiles(time_calls(lambda: session.run_sync(turn, language=language), samples))
+    result = percentiles(time_calls(lambda: session.run_sync(turn, language=language), samples, gap_s))
     session.destroy()
-    return result
+    return {**result, "gap_ms": gap_s * 1000} if gap_s else result
 
 
 PRINTING = {"python": ("for i in range(1000):\n    print(i)", "print('\\n'.join(map(str, range(1000))))"),
@@ -200,6 +202,34 @@ def engine_modes(rounds: int = 5, variants: dict[str, dict] | None = None) -> di
                                        for w in CPU_WORKLOADS}
     report["loadavg_before"] = [round(x, 2) for x in load_before]
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return report
+
+
+def idle_cost(samples: int = 200) -> dict:
+    """What a pause costs the work after it, on this machine, with no sandbox involved: the same
+    plain-Python work (a loop, and a write to each of 1,024 pages already mapped) and a thread
+    pool's round trip, back to back and 20 ms apart. On a virtual machine whose idle CPU is
+    given away, the work after a pause runs slower (cold caches and TLB, a wake-up): that bounds
+    every figure measured "20 ms apart"."""
+    import concurrent.futures
+
+    buffer = bytearray(4 << 20)
+
+    def work() -> None:
+        for offset in range(0, len(buffer), 4096):
+            buffer[offset] = 1
+        sum(range(20_000))
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.submit(int).result()
+    report: dict[str, float] = {}
+    for gap in (0.0, 0.02):
+        name = "back_to_back" if gap == 0 else "20ms_apart"
+        report[f"work_{name}_us"] = round(statistics.median(time_calls(work, samples, gap)) * 1000, 1)
+        report[f"handoff_{name}_us"] = round(statistics.median(
+            time_calls(lambda: pool.submit(int).result(), samples, gap)) * 1000, 1)
+    pool.shutdown()
+    report["work_ratio"] = round(report["work_20ms_apart_us"] / report["work_back_to_back_us"], 2)
     return report
 
 
@@ -370,6 +400,7 @@ def main() -> None:
         print(json.dumps({**report, "cpu_engines": engine_modes(args.rounds, variants)}, indent=2))
         return
     report["startup"] = startup()  # first: a Runner of this process would take CPU from the processes timed
+    report["idle_cost"] = idle_cost()
     with Runner(isolation="in-process", concurrency=2) as runner:
         runner.prepare()
         report["python_fresh"] = fresh_latency(runner, "python", "print(1+1)", args.samples, 0.02)
@@ -380,6 +411,7 @@ def main() -> None:
         report["typescript_fresh"] = fresh_latency(runner, "typescript", "console.log(1+1)", args.samples, 0.02)
         report["typescript_fresh_back_to_back"] = fresh_latency(runner, "typescript", "console.log(1+1)", args.samples, 0)
         report["python_kernel_turn"] = kernel_turn(runner, "python", "x = 0", "x += 1", args.samples)
+        report["python_kernel_turn_spaced"] = kernel_turn(runner, "python", "x = 0", "x += 1", args.samples, 0.02)
         report["javascript_kernel_turn"] = kernel_turn(runner, "javascript", "var x = 0", "x += 1", args.samples)
         report["python_printing"] = printing(runner, "python")
         report["javascript_printing"] = printing(runner, "javascript")
