@@ -7,7 +7,9 @@ import sys
 import pytest
 
 HEAVY = ["aiohttp", "pydantic", "numpy", "wasm_runner_server.app", "wasm_runner.execution.lanes",
-         "wasm_runner.execution.workers"]
+         "wasm_runner.execution.workers",
+         # a WebAssembly run needs neither the native tier nor an HTTP client nor the tenants' store
+         "wasm_runner.providers.native", "urllib3", "httpx", "psycopg", "wasm_runner_server.security.tenants"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -15,7 +17,7 @@ def prepared(runner):
     """The session runner fixture has built and compiled the runtimes already."""
 
 
-def test_run_imports_neither_the_service_nor_numpy_nor_the_batch_machinery():
+def test_run_imports_neither_the_service_nor_numpy_nor_the_batch_machinery_nor_the_native_tier():
     script = ("import json, sys\n"
               "from wasm_runner_server.cli.console import main\n"
               "code = main(['run', '-c', 'pass'])\n"

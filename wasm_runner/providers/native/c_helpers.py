@@ -43,15 +43,14 @@ def ensure_launcher() -> Path | None:
 
 def ensure_compiled(source: Path) -> Path | None:
     """`source` compiled (built on first use, named by its digest), or None where it cannot be
-    built (no compiler). A failed build is tried once per process."""
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    path = cache_root() / source.stem.replace("_", "-") / f"{source.stem.replace('_', '-')}-{digest}"
+    built (no compiler). Looked for, and a failed build tried, once per process: every native
+    run asks for the launcher."""
     with _lock:
-        if path in _tried:
-            return _tried[path]
-        built = path if os.access(path, os.X_OK) else _build(source, path)
-        _tried[path] = built
-        return built
+        if source not in _tried:
+            name = source.stem.replace("_", "-")
+            path = cache_root() / name / f"{name}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
+            _tried[source] = path if os.access(path, os.X_OK) else _build(source, path)
+        return _tried[source]
 
 
 def _build(source: Path, path: Path) -> Path | None:
