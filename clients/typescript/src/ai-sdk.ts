@@ -221,7 +221,12 @@ class BackgroundProcess {
         await this.runner.sendInput(this.sessionId, this.info.id, chunk);
       },
       close: async () => {
-        await this.runner.sendInput(this.sessionId, this.info.id, "", { eof: true });
+        try {
+          await this.runner.sendInput(this.sessionId, this.info.id, "", { eof: true });
+        } catch (error) {
+          // A process that already ended (it read what it needed and exited) has nothing to close.
+          if (!(error instanceof WasmRunnerError && error.code === "process_not_running")) throw error;
+        }
       },
     });
   }

@@ -160,6 +160,10 @@ test("spawn: output streams as written, stdin, wait, kill", async () => {
   assert.equal(await new Response(echo.stdout).text(), "got hello\n");
   assert.equal(await new Response(echo.stderr).text(), "bye\n");
 
+  const quick = await sandbox.spawn({ command: "exit 0", stdin: true });
+  assert.deepEqual(await quick.wait(), { exitCode: 0 });
+  await quick.stdin.getWriter().close();                            // ended first: nothing to close, no error
+
   const sleeper = await sandbox.spawn({ command: "echo started; sleep 60", workingDirectory: "/tmp" });
   const reader = sleeper.stdout.getReader();
   const first = await reader.read();
