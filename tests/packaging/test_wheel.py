@@ -96,6 +96,8 @@ def test_the_core_wheel_carries_every_runtime_file(wheels):
             "wasm_runner/_runtimes/native/python-data.txt"} <= expected
     assert expected - files == set()
     assert {"wasm_runner/py.typed", "wasm_runner_server/py.typed"} <= files
+    # the native tier's C helpers, compiled on first use where the wheel is installed
+    assert {"wasm_runner/providers/native/launch.c", "wasm_runner/providers/native/egress_relay.c"} <= files
     assert not any(n.startswith(("wasm_runner_client/", "wasm_runner_protocol/", "tests/")) for n in files)
 
 
