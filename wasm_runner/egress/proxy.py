@@ -425,19 +425,20 @@ class Exchange:
         if self.run.broker.credentials and self.run.broker.headers_for("https", plan.host, port):
             record.reason = ("a credential is bound to this destination but is added to plain-HTTP requests only; "
                              "the tunnel was relayed without it")
+        sent = Counter()
+        received = Counter()
         try:
             await self._send(h11.Response(status_code=200, reason=b"Connection established", headers=[]))
             record.status = 200
             leftover, _ = self.conn.trailing_data
-            sent = Counter()
-            received = Counter()
             if leftover:
                 await self._pass(leftover, upstream_writer, sent)
             outcome = await self._relay(self.reader, upstream_writer, upstream_reader, self.writer, sent, received)
             if outcome:
                 record.reason = outcome
-            record.bytes_sent, record.bytes_received = sent.total, received.total
         finally:
+            # Also when the run's end cuts the tunnel (the task cancelled): what passed until then.
+            record.bytes_sent, record.bytes_received = sent.total, received.total
             upstream_writer.close()
             self.run.record(started, record)
 

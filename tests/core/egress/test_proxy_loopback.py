@@ -63,3 +63,41 @@ def test_settle_waits_for_a_request_in_flight_to_be_recorded():
         thread.join()
     finally:
         proxy.close(run)
+
+
+def test_a_tunnel_cut_by_the_runs_end_still_counts_its_bytes():
+    """A run can end while its HTTPS tunnel is still open (the program exited, the sandbox went):
+    the cut tunnel's event says what passed until then, not zero."""
+    import base64
+    import socket
+    import socketserver
+    import threading
+    from urllib.parse import urlsplit
+
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            while data := self.request.recv(4096):
+                self.request.sendall(data)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo) as echo:
+        threading.Thread(target=echo.serve_forever, daemon=True).start()
+        port = echo.server_address[1]
+        proxy = EgressProxy()
+        run = proxy.open_loopback(EgressRules(EgressPolicy(mode="allowlist", allow=(f"127.0.0.1:{port}",))),
+                                  time.monotonic() + 30)
+        assert run.url is not None and run.address is not None
+        parts = urlsplit(run.url)
+        token = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
+        with socket.create_connection(run.address, timeout=10) as client:
+            client.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           f"Proxy-Authorization: Basic {token}\r\n\r\n".encode())
+            assert client.recv(4096).startswith(b"HTTP/1.1 200")
+            client.sendall(b"x" * 1000)
+            echoed = b""
+            while len(echoed) < 1000:
+                echoed += client.recv(4096)
+            events = proxy.close(run)  # the tunnel is still open: the run's end cuts it
+        echo.shutdown()
+    [event] = events
+    assert (event.allowed, event.scheme, event.status) == (True, "https", 200)
+    assert (event.bytes_sent, event.bytes_received) == (1000, 1000)
