@@ -68,7 +68,6 @@ class NativeEgress:
         self._lock = threading.Lock()
         self._bundle: Path | None = None
         self._relay_code: bytes | None = None
-        self._relay_binary: Path | None | bool = False  # False: not looked for yet
         self.directory = directory
         """Where the CA bundle and the runs' socket directories are made (None: the system's temporary directory)."""
 
@@ -95,10 +94,9 @@ class NativeEgress:
                 self._bundle = None
 
     def relay_binary(self) -> Path | None:
-        """The compiled relay (c_helpers.py), or None: runs use the Python one (`relay_code`)."""
-        if self._relay_binary is False:
-            self._relay_binary = ensure_relay()
-        return self._relay_binary if isinstance(self._relay_binary, Path) else None
+        """The compiled relay (c_helpers.py, looked for once per process), or None: runs use the
+        Python one (`relay_code`)."""
+        return ensure_relay()
 
     def relay_code(self) -> bytes:
         if self._relay_code is None:
