@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wasm_runner.server")
 
+DRAIN_POLL_S = 0.02
+"""How often a drain looks again at a session still busy (its lock is asyncio's: no wait for "unlocked")."""
 COLLECT_EVERY = 16
 """Every this many generations stored, what the older ones alone needed is deleted (storage.collect)."""
 
@@ -136,9 +138,11 @@ class Placement:
         if self.leases is None or not self.storage.durable:
             return
         held = [live for live in self.manager.sessions.values()
-                if live.epoch and not (live.temporary or live.moved or live.deleted or live.busy)]
+                if live.epoch and not (live.temporary or live.moved or live.deleted)]
 
         async def let_go(live: LiveSession) -> None:
+            while live.busy:  # the end of a call, a sweep or a checkpoint that holds it now: within the bound
+                await asyncio.sleep(DRAIN_POLL_S)
             try:
                 await self.manager.hibernate(live, within_s)
             except Exception as exc:  # noqa: BLE001 - one session's failure leaves it to a takeover
