@@ -225,14 +225,13 @@ class SandboxProcess:
         return None
 
     def sandbox_pids(self) -> set[int]:
-        """Every host pid inside the sandbox except its init."""
-        spare = {self.proc.pid}
-        if self.init_pid is not None:
-            spare.add(self.init_pid)
-        if self.cgroup is not None:
-            return self.cgroup.pids() - spare
+        """Every host pid inside the sandbox except its init; none while the sandbox is set up (until bwrap
+        names its init, what runs is bwrap's own: its init-to-be, which ignores TERM as a namespace's init)."""
         if self.init_pid is None:
             return set()
+        spare = {self.proc.pid, self.init_pid}
+        if self.cgroup is not None:
+            return self.cgroup.pids() - spare
         return child_tree(self.init_pid) - spare
 
     # -- control ---------------------------------------------------------------------------
