@@ -338,6 +338,9 @@ class PythonKernel(Kernel):
         """What the process holds open below the scratch directories, seen from the host."""
         self._held = _held_output(located, runtime.held_layout(self.settings))
         """Where the guest holds a call's output for the host (None: it writes through WASI)."""
+        self._holding: Call | None = None
+        """The call whose output the held buffers are, while it runs (under `_holding_lock`)."""
+        self._holding_lock = threading.Lock()
         func = instance.get_func(self.store, "run")
         assert func is not None, "the Python component exports no `run`"
         self._run = StringCall(func, self.store)
@@ -445,7 +448,8 @@ class PythonKernel(Kernel):
         if held is not None:
             request["hold"] = [call.stdout.room, call.stderr.room]
         call.bind(self.interrupt, self.store)
-        call.collect = self.router.flush if held is None else partial(_collect_held, self.router, held, call)
+        call.collect = self.router.flush if held is None else partial(self._collect_held, held, call)
+        self._holding = call
         self._untouched = False
         try:
             raw = self._run(self.store, json.dumps(request))
@@ -461,10 +465,21 @@ class PythonKernel(Kernel):
         finally:
             self.router.stdout = self.router.stderr = None
             if held is not None:  # after what reached the host during the call
-                held.deliver(call.stdout, call.stderr)
+                with self._holding_lock:
+                    held.deliver(call.stdout, call.stderr)
+                    self._holding, call.collect = None, self.router.flush
         if limits.fuel is not None:
             outcome.fuel_used = limits.fuel - self.store.get_fuel()
         return outcome
+
+    def _collect_held(self, held: HeldOutput, call: Call) -> None:
+        """What a call given up has printed: through WASI, and held in the guest's memory. Once the
+        call is over its held output was delivered, and the memory may be reset, reused or unmapped
+        (a watchdog that gave the call up reads no further than this check)."""
+        self.router.flush()
+        with self._holding_lock:
+            if self._holding is call:
+                held.deliver(call.stdout, call.stderr)
 
     def close(self) -> None:
         self.usable = False
@@ -544,12 +559,6 @@ class PythonKernel(Kernel):
         self._run.post_return(self.store)
         self._probe_due = False  # the image was taken with none held
         self._reseed = True
-
-
-def _collect_held(router: OutputRouter, held: HeldOutput, call: Call) -> None:
-    """What a call given up has printed: through WASI, and held in the guest's memory."""
-    router.flush()
-    held.deliver(call.stdout, call.stderr)
 
 
 def _outcome(response: dict[str, Any]) -> Outcome:
