@@ -330,10 +330,12 @@ def kernels_on_workers(samples: int, count: int = 400) -> dict:
         return report
 
 
-def isolation_cost(samples: int) -> dict:
+def isolation_cost(samples: int, seconds: float) -> dict:
     """What the default (`Runner()`: every guest on a supervised worker process) costs beside
     the in-process opt-in (`Runner(isolation="in-process")`), in one run: a fresh Python
-    one-shot run and a Python kernel turn, both `run_sync`, and the machine's load around them."""
+    one-shot run, a Python kernel turn (both `run_sync`), fresh runs/s from two threads (in-process,
+    the two share the interpreter lock; by default each run is on a worker process), and the
+    machine's load around them."""
     load_before = os.getloadavg()
     report: dict = {}
     for isolation in ("in-process", "process"):
@@ -346,7 +348,8 @@ def isolation_cost(samples: int) -> dict:
             report[isolation] = {"first_run_ms": round(first_ms, 1),
                                  "python_fresh": fresh_latency(runner, "python", "print(1+1)", samples, 0.02),
                                  "python_fresh_back_to_back": fresh_latency(runner, "python", "print(1+1)", samples, 0),
-                                 "python_kernel_turn": kernel_turn(runner, "python", "x = 0", "x += 1", samples)}
+                                 "python_kernel_turn": kernel_turn(runner, "python", "x = 0", "x += 1", samples),
+                                 "python_fresh_throughput": throughput(runner, seconds)}
     added = {name: round(report["process"][name]["p50_ms"] - report["in-process"][name]["p50_ms"], 3)
              for name in ("python_fresh", "python_fresh_back_to_back", "python_kernel_turn")}
     return {**report, "added_p50_ms": added, "loadavg_before": [round(x, 2) for x in load_before],
@@ -393,7 +396,7 @@ def main() -> None:
         return
     report: dict = {"machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]}}
     if args.isolation_only:
-        print(json.dumps({**report, "isolation": isolation_cost(args.samples)}, indent=2))
+        print(json.dumps({**report, "isolation": isolation_cost(args.samples, args.seconds)}, indent=2))
         return
     if args.engines_only:
         variants = CONFIG_VARIANTS if args.config_variants else None
@@ -421,7 +424,7 @@ def main() -> None:
         report["javascript_rss_per_kernel"] = rss_per_kernel(runner, "javascript")
     report["cpu_engines"] = engine_modes()  # epoch beside epoch-free (worker processes), and native
     report["kernel_workers"] = kernels_on_workers(args.samples)
-    report["isolation"] = isolation_cost(args.samples)
+    report["isolation"] = isolation_cost(args.samples, args.seconds)
     print(json.dumps(report, indent=2))
 
 
