@@ -9,6 +9,10 @@
 Each is named by its source's digest, so a changed source is built again; where none can be
 built, runs keep the Python relay and the shell chain. The build runs the system's `cc` with
 fixed arguments: nothing of a request reaches it.
+
+The launcher runs with the service's privileges (root, for the native tier's sandboxes): a helper
+is used only while it, its directory and the cache's root are this user's (or root's) and no one
+else can write to them; another user who could replace it would run as the service.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -49,8 +54,21 @@ def ensure_compiled(source: Path) -> Path | None:
         if source not in _tried:
             name = source.stem.replace("_", "-")
             path = cache_root() / name / f"{name}-{hashlib.sha256(source.read_bytes()).hexdigest()[:16]}"
-            _tried[source] = path if os.access(path, os.X_OK) else _build(source, path)
+            found = path if os.access(path, os.X_OK) else _build(source, path)
+            _tried[source] = found if found is None or _trusted(found) else None
         return _tried[source]
+
+
+def _trusted(path: Path) -> bool:
+    """Whether only this user (or root) can change `path`, its directory and the cache's root."""
+    for each in (path, path.parent, cache_root()):
+        st = os.lstat(each)
+        if stat.S_ISLNK(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+            log.warning("%s is not used: %s can be changed by another user (owner uid %d, mode %o); native runs "
+                        "use its fallback until only the service's user can write there", path.name, each,
+                        st.st_uid, stat.S_IMODE(st.st_mode))
+            return False
+    return True
 
 
 def _build(source: Path, path: Path) -> Path | None:
@@ -59,6 +77,7 @@ def _build(source: Path, path: Path) -> Path | None:
         log.info("no C compiler: native runs use the Python egress relay and the shell launcher")
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o755)  # whatever the umask: only this user writes where the helper lives
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.parent.name}-")
     os.close(fd)
     try:
