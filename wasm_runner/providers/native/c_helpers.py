@@ -60,9 +60,9 @@ def ensure_compiled(source: Path) -> Path | None:
 
 
 def _trusted(path: Path) -> bool:
-    """Whether only this user (or root) can change `path`, its directory and the cache's root."""
-    for each in (path, path.parent, cache_root()):
-        st = os.lstat(each)
+    """Whether only this user (or root) can change `path`, its directory and the cache's root (which
+    may be a link to where the cache is; the helper and its directory may not)."""
+    for each, st in ((path, os.lstat(path)), (path.parent, os.lstat(path.parent)), (cache_root(), os.stat(cache_root()))):
         if stat.S_ISLNK(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
             log.warning("%s is not used: %s can be changed by another user (owner uid %d, mode %o); native runs "
                         "use its fallback until only the service's user can write there", path.name, each,
