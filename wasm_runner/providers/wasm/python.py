@@ -467,7 +467,7 @@ class PythonKernel(Kernel):
             if held is not None:  # after what reached the host during the call
                 with self._holding_lock:
                     held.deliver(call.stdout, call.stderr)
-                    self._holding, call.collect = None, self.router.flush
+                    self._holding = None
         if limits.fuel is not None:
             outcome.fuel_used = limits.fuel - self.store.get_fuel()
         return outcome
